@@ -1,0 +1,137 @@
+// The loader: turns a Source into an ordered stream of batches, produced ahead of the consumer by
+// worker threads.
+//
+// Semantics
+// - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
+//   shuffle), never on num_workers or prefetch depth: batch b of an epoch is bit-identical however
+//   it was produced. Batches are delivered in order.
+// - Resume: iterate(epoch, start_batch) yields exactly the batches start_batch, start_batch + 1, ...
+//   of that epoch; the state to resume from is three numbers.
+// - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
+//   back to the pool when the last reference to the Batch is dropped.
+// - Errors: a sample that throws reaches the consumer, at its batch's turn, as a SampleError naming
+//   the sample (on_error = kRaise); with kSkip it is replaced deterministically by another sample
+//   and counted in stats(). The iterator then goes on with the next batch.
+// - Shutdown: destroying an EpochIterator stops and joins its threads; it never hangs on a worker
+//   that waits for memory.
+//
+// Thread safety: Loader is safe to use from several threads. An EpochIterator is used by one
+// consumer thread at a time; several iterators of one loader may be alive at once and share its
+// pool and stats.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/batch_pool.h"
+#include "stoker/dtype.h"
+#include "stoker/source.h"
+
+namespace stoker {
+
+enum class OnError { kRaise, kSkip };
+enum class PinMemory { kAuto, kOn, kOff };
+
+struct LoaderOptions {
+  uint64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  int num_workers = -1;         // threads; -1 = auto (usable cores); 0 = on the consumer's thread
+  int prefetch_factor = -1;     // batches in flight per worker; -1 = auto (2)
+  PinMemory pin_memory = PinMemory::kAuto;  // auto = pinned when a CUDA device is present
+  uint64_t memory_budget = 0;   // bytes for batch buffers; 0 = auto (half of physical memory)
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  OnError on_error = OnError::kRaise;
+};
+
+// Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
+inline constexpr int kMaxWorkers = 256;
+inline constexpr int kMaxPrefetchFactor = 64;
+
+// One field of a batch: a contiguous array with a leading batch dimension.
+struct BatchField {
+  std::byte* data = nullptr;
+  DType dtype;
+  std::vector<int64_t> shape;  // [batch length, sample shape...]
+  std::string name;
+};
+
+struct Batch {
+  uint64_t epoch = 0;
+  uint64_t index = 0;   // batch number within the epoch on this rank
+  uint64_t length = 0;  // samples in this batch
+  std::vector<BatchField> fields;
+  bool pinned = false;
+  Buffer buffer;  // owns the memory every field points into
+};
+
+struct LoaderStats {
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+  uint64_t skipped = 0;
+  std::vector<std::string> skipped_samples;  // "index: path: message", the most recent ones
+  double read_seconds = 0;           // worker time spent producing samples
+  double buffer_wait_seconds = 0;    // worker time spent waiting for a free buffer
+  double consumer_wait_seconds = 0;  // consumer time spent waiting for the next batch
+  uint64_t buffer_bytes = 0;         // batch buffer memory that exists now
+  uint64_t buffer_bytes_peak = 0;
+  uint64_t memory_budget = 0;
+  uint64_t batch_bytes = 0;  // one buffer
+};
+
+class EpochIterator;
+
+class Loader {
+ public:
+  // Validates the options (InvalidArgument says what is allowed) and resolves the "auto" ones.
+  Loader(std::shared_ptr<const Source> source, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Batches per epoch on this rank.
+  uint64_t num_batches() const;
+  // Samples per epoch on this rank, padding included.
+  uint64_t samples_per_rank() const;
+  // The options with every "auto" resolved to the value in use.
+  const LoaderOptions& options() const;
+  const Source& source() const;
+  bool pinned() const;
+
+  // Starts producing the batches of `epoch` from `start_batch` on.
+  // REQUIRES: start_batch <= num_batches().
+  std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch = 0) const;
+
+  LoaderStats stats() const;
+
+  struct State;  // shared with iterators, which may outlive the Loader
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class EpochIterator {
+ public:
+  virtual ~EpochIterator() = default;
+
+  enum class Status { kBatch, kEnd, kTimeout };
+
+  // The next batch; nullptr at the end of the epoch. Throws SampleError for a failed sample (the
+  // batch is consumed; the next call goes on with the following batch), and BudgetExceeded when
+  // no batch can be produced because the consumer holds every buffer the budget allows.
+  std::shared_ptr<Batch> next();
+  // As next(), but returns kTimeout if no batch is ready within `timeout`, so a caller can check
+  // for interrupts while it waits.
+  virtual Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) = 0;
+
+  // Batches delivered so far, counted from the start of the epoch (start_batch included).
+  virtual uint64_t position() const = 0;
+  virtual uint64_t epoch() const = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,67 @@
+// The interface every native sample source implements.
+//
+// A source is a random-access collection of samples. Each sample has the same fields (for example
+// an image and a label, or input tokens and target tokens), each with a fixed element type and a
+// fixed shape, so that a batch of samples is a set of contiguous arrays with a leading batch
+// dimension. The loader asks a source to write sample `index` straight into its slot of each
+// field's batch array: no per-sample allocation, no intermediate copy.
+//
+// Thread safety: a Source is immutable after construction; read() is called concurrently from many
+// threads and must not modify shared state. Per-thread mutable state (decoder handles, scratch
+// buffers) lives in the WorkerState the source creates for each thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/dtype.h"
+
+namespace stoker {
+
+struct FieldSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;  // per sample, without the batch dimension
+
+  size_t sample_bytes() const;
+};
+
+// Identifies the randomness of one sample: per-sample RNGs are keyed by these three numbers only.
+struct SampleKey {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t index = 0;
+};
+
+// Mutable per-thread state of a source; created once per worker thread and reused for every sample
+// that thread reads.
+class WorkerState {
+ public:
+  virtual ~WorkerState() = default;
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+
+  virtual uint64_t size() const = 0;
+  virtual const std::vector<FieldSpec>& fields() const = 0;
+
+  // Writes sample `key.index` into `slots[f]` (fields()[f].sample_bytes() bytes each).
+  // REQUIRES: key.index < size(); slots.size() == fields().size().
+  // Throws on bad data; the loader wraps the exception in a SampleError naming the sample.
+  virtual void read(const SampleKey& key, std::span<std::byte* const> slots,
+                    WorkerState* state) const = 0;
+
+  // The file behind sample `index`, for error messages; empty when there is none.
+  virtual std::string path(uint64_t /*index*/) const { return {}; }
+
+  // Per-thread state for read(); nullptr when the source needs none.
+  virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }
+};
+
+}  // namespace stoker

@@ -1,0 +1,72 @@
+#include "stoker/batch_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "stoker/errors.h"
+
+namespace stoker {
+namespace {
+
+TEST(BatchPool, NeverHoldsMoreThanTheBudget) {
+  auto pool = BatchPool::create(1000, 3500, MemoryKind::kPageable);
+  EXPECT_EQ(pool->capacity(), 3u);
+  std::stop_source stop;
+  Buffer a = pool->acquire(stop.get_token()), b = pool->acquire(stop.get_token()),
+         c = pool->acquire(stop.get_token());
+  EXPECT_TRUE(pool->exhausted());
+  EXPECT_EQ(pool->acquire_for(stop.get_token(), std::chrono::milliseconds(20)), nullptr);
+  EXPECT_EQ(pool->bytes_allocated(), 3000u);
+  b.reset();
+  Buffer d = pool->acquire(stop.get_token());
+  EXPECT_NE(d, nullptr);
+  EXPECT_EQ(pool->peak_bytes_allocated(), 3000u);
+}
+
+TEST(BatchPool, RecyclesBuffers) {
+  auto pool = BatchPool::create(64, 64, MemoryKind::kPageable);
+  std::stop_source stop;
+  std::byte* first = pool->acquire(stop.get_token()).get();
+  EXPECT_EQ(pool->acquire(stop.get_token()).get(), first);
+}
+
+TEST(BatchPool, WaiterWakesOnReleaseAndOnStop) {
+  auto pool = BatchPool::create(64, 64, MemoryKind::kPageable);
+  std::stop_source stop;
+  Buffer held = pool->acquire(stop.get_token());
+  std::thread waiter([&] { EXPECT_NE(pool->acquire(stop.get_token()), nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  held.reset();
+  waiter.join();
+
+  held = pool->acquire(stop.get_token());
+  std::stop_source cancel;
+  std::thread cancelled([&] { EXPECT_EQ(pool->acquire(cancel.get_token()), nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cancel.request_stop();
+  cancelled.join();
+}
+
+TEST(BatchPool, BufferOutlivesPoolHandle) {
+  Buffer b;
+  {
+    auto pool = BatchPool::create(128, 1024, MemoryKind::kPageable);
+    b = pool->acquire(std::stop_source().get_token());
+  }
+  std::fill(b.get(), b.get() + 128, std::byte{7});  // still valid: the buffer owns the pool
+}
+
+TEST(BatchPool, RejectsABatchLargerThanTheBudget) {
+  EXPECT_THROW(BatchPool::create(1000, 999, MemoryKind::kPageable), InvalidArgument);
+}
+
+TEST(BatchPool, PinnedNeedsCuda) {
+  if (cuda_available()) GTEST_SKIP() << "CUDA present";
+  auto pool = BatchPool::create(64, 64, MemoryKind::kPinned);
+  EXPECT_THROW(pool->acquire(std::stop_source().get_token()), Error);
+  EXPECT_FALSE(pool->exhausted());  // the failed allocation gave its reservation back
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,31 @@
+#include "stoker/dtype.h"
+
+#include "stoker/source.h"
+
+namespace stoker {
+
+std::string DType::name() const {
+  switch (code) {
+    case kInt:
+      return "int" + std::to_string(bits);
+    case kUInt:
+      return "uint" + std::to_string(bits);
+    case kFloat:
+      return "float" + std::to_string(bits);
+    case kBFloat:
+      return "bfloat" + std::to_string(bits);
+    case kComplex:
+      return "complex" + std::to_string(bits);
+    case kBool:
+      return "bool";
+  }
+  return "unknown";
+}
+
+size_t FieldSpec::sample_bytes() const {
+  size_t n = dtype.bytes();
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace stoker

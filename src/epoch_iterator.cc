@@ -1,0 +1,208 @@
+// The two ways an epoch's batches are produced: on the consumer's thread (num_workers = 0), or by
+// worker threads that run ahead of the consumer up to the prefetch depth.
+#include <condition_variable>
+#include <optional>
+#include <stop_token>
+#include <thread>
+
+#include "loader_state.h"
+#include "stoker/errors.h"
+
+namespace stoker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long the consumer may find every buffer in its own hands before it is told so.
+constexpr auto kStallLimit = std::chrono::milliseconds(1000);
+
+BudgetExceeded budget_error(const BatchPool& pool) {
+  return BudgetExceeded(
+      "memory_budget holds " + std::to_string(pool.capacity()) + " batch buffer(s) of " +
+      std::to_string(pool.buffer_bytes()) +
+      " bytes and the consumer holds all of them, so no batch can be produced: drop references "
+      "to earlier batches, or raise memory_budget");
+}
+
+// Batches produced on demand by the consumer's own thread: simple to debug, no concurrency.
+class InlineIterator final : public EpochIterator {
+ public:
+  InlineIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
+      : st_(std::move(state)),
+        order_(st_->source->size(), st_->options.shuffle, st_->options.seed, epoch),
+        epoch_(epoch),
+        position_(start),
+        worker_(st_->source->make_worker_state()) {}
+
+  Status next_for(std::chrono::milliseconds, std::shared_ptr<Batch>* out) override {
+    if (position_ >= st_->plan.num_batches()) return Status::kEnd;
+    Buffer buffer = st_->pool->acquire_for(std::stop_token(), kStallLimit);
+    if (!buffer) throw budget_error(*st_->pool);
+    auto batch = st_->make_batch(epoch_, position_++, std::move(buffer));
+    st_->fill(*batch, order_, worker_.get());
+    ++st_->batches;
+    st_->samples += batch->length;
+    *out = std::move(batch);
+    return Status::kBatch;
+  }
+
+  uint64_t position() const override { return position_; }
+  uint64_t epoch() const override { return epoch_; }
+
+ private:
+  std::shared_ptr<Loader::State> st_;
+  EpochOrder order_;
+  uint64_t epoch_;
+  uint64_t position_;
+  std::unique_ptr<WorkerState> worker_;
+};
+
+// Worker threads claim batch numbers in order, each first taking a buffer from the pool, so every
+// claimed batch can finish: the batch the consumer waits for never waits behind later batches for
+// memory. At most `depth_` batches are claimed or ready beyond the one the consumer waits for; each
+// goes to its slot in a ring, and the consumer takes them in order.
+class ThreadedIterator final : public EpochIterator {
+ public:
+  ThreadedIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
+      : st_(std::move(state)),
+        order_(st_->source->size(), st_->options.shuffle, st_->options.seed, epoch),
+        epoch_(epoch),
+        end_(st_->plan.num_batches()),
+        depth_(static_cast<uint64_t>(st_->options.prefetch_factor) *
+               static_cast<uint64_t>(st_->options.num_workers)),
+        ring_(depth_),
+        next_claim_(start),
+        next_deliver_(start) {
+    const int n = static_cast<int>(std::min<uint64_t>(st_->options.num_workers, end_ - start));
+    workers_.reserve(n);
+    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  ~ThreadedIterator() override {
+    stop_.request_stop();  // wakes every wait that holds the token: window, pool
+    for (std::thread& t : workers_) t.join();
+  }
+
+  Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    std::unique_lock lock(mu_);
+    if (next_deliver_ >= end_) return Status::kEnd;
+    Slot& slot = ring_[next_deliver_ % depth_];
+    while (!slot.ready) {
+      check_stall_locked();
+      const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+      ready_.wait_until(lock, slice);
+      if (!slot.ready && Clock::now() >= deadline) {
+        st_->consumer_wait_ns += elapsed_ns(start);
+        return Status::kTimeout;
+      }
+    }
+    stall_since_.reset();
+    Slot taken = std::move(slot);
+    slot = Slot{};
+    ++next_deliver_;
+    lock.unlock();
+    window_.notify_all();
+    st_->consumer_wait_ns += elapsed_ns(start);
+    if (taken.error) std::rethrow_exception(taken.error);
+    ++st_->batches;
+    st_->samples += taken.batch->length;
+    *out = std::move(taken.batch);
+    return Status::kBatch;
+  }
+
+  uint64_t position() const override {
+    std::lock_guard lock(mu_);
+    return next_deliver_;
+  }
+  uint64_t epoch() const override { return epoch_; }
+
+ private:
+  struct Slot {
+    std::shared_ptr<Batch> batch;
+    std::exception_ptr error;
+    bool ready = false;
+  };
+
+  void work() {
+    const std::stop_token stop = stop_.get_token();
+    std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
+    while (!stop.stop_requested()) {
+      const auto waited = Clock::now();
+      Buffer buffer = st_->pool->acquire(stop);
+      st_->buffer_wait_ns += elapsed_ns(waited);
+      if (!buffer) return;
+      uint64_t b;
+      {
+        std::unique_lock lock(mu_);
+        if (!window_.wait(lock, stop, [this] {
+              return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_;
+            }))
+          return;
+        if (next_claim_ >= end_) return;
+        b = next_claim_++;
+      }
+      Slot result;
+      try {
+        result.batch = st_->make_batch(epoch_, b, std::move(buffer));
+        st_->fill(*result.batch, order_, worker.get());
+      } catch (...) {
+        result.error = std::current_exception();
+        result.batch.reset();  // its buffer goes back to the pool
+      }
+      result.ready = true;
+      {
+        std::lock_guard lock(mu_);
+        ring_[b % depth_] = std::move(result);
+      }
+      ready_.notify_all();
+    }
+  }
+
+  // The consumer waits for a batch nobody has claimed while the pool is exhausted: every buffer
+  // is outside this iterator, so only the consumer can free one. Tell it instead of hanging.
+  void check_stall_locked() {
+    if (next_claim_ != next_deliver_ || !st_->pool->exhausted()) {
+      stall_since_.reset();
+      return;
+    }
+    if (!stall_since_) stall_since_ = Clock::now();
+    if (Clock::now() - *stall_since_ > kStallLimit) {
+      stall_since_.reset();
+      throw budget_error(*st_->pool);
+    }
+  }
+
+  const std::shared_ptr<Loader::State> st_;
+  const EpochOrder order_;
+  const uint64_t epoch_;
+  const uint64_t end_;
+  const uint64_t depth_;
+
+  mutable std::mutex mu_;
+  std::condition_variable_any window_;  // workers wait here for a batch number to claim
+  std::condition_variable_any ready_;   // the consumer waits here for its batch
+  std::vector<Slot> ring_;              // guarded by mu_; slot of batch b is b % depth_
+  uint64_t next_claim_;                 // guarded by mu_
+  uint64_t next_deliver_;               // guarded by mu_
+  std::optional<Clock::time_point> stall_since_;  // consumer thread only
+
+  std::stop_source stop_;
+  // Last member: threads are joined (in the destructor body) before anything they use is destroyed.
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
+                                                    uint64_t epoch, uint64_t start_batch) {
+  return std::make_unique<InlineIterator>(std::move(state), epoch, start_batch);
+}
+
+std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
+                                                      uint64_t epoch, uint64_t start_batch) {
+  return std::make_unique<ThreadedIterator>(std::move(state), epoch, start_batch);
+}
+
+}  // namespace stoker

@@ -1,0 +1,172 @@
+#include "stoker/loader.h"
+
+#include <string>
+
+#include "loader_state.h"
+#include "stoker/errors.h"
+#include "stoker/random.h"
+
+namespace stoker {
+namespace {
+
+constexpr size_t kFieldAlign = 64;
+constexpr int kSkipAttempts = 16;        // replacements tried before the error is raised anyway
+constexpr size_t kSkippedListed = 1000;  // skipped samples remembered for stats()
+
+LoaderOptions resolve(LoaderOptions o) {
+  if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
+    throw InvalidArgument("num_workers must be \"auto\" or an integer in [0, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.num_workers));
+  if (o.prefetch_factor == 0 || o.prefetch_factor < -1 || o.prefetch_factor > kMaxPrefetchFactor)
+    throw InvalidArgument("prefetch_factor must be \"auto\" or an integer in [1, " +
+                          std::to_string(kMaxPrefetchFactor) + "], got " +
+                          std::to_string(o.prefetch_factor));
+  if (o.num_workers == -1) o.num_workers = usable_cores();
+  if (o.prefetch_factor == -1) o.prefetch_factor = 2;
+  if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
+  if (o.pin_memory == PinMemory::kAuto)
+    o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;
+  if (o.pin_memory == PinMemory::kOn && !cuda_available())
+    throw InvalidArgument("pin_memory=True needs a CUDA device; none was found");
+  return o;
+}
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
+    : source(std::move(src)),
+      options(resolve(opts)),
+      plan(source->size(), options.batch_size, options.drop_last, options.rank,
+           options.world_size) {
+  size_t bytes = 0;
+  for (const FieldSpec& f : source->fields()) {
+    bytes = align_up(bytes, kFieldAlign);
+    field_offsets.push_back(bytes);
+    sample_bytes.push_back(f.sample_bytes());
+    bytes += f.sample_bytes() * options.batch_size;
+  }
+  pool = BatchPool::create(std::max<size_t>(bytes, 1), options.memory_budget,
+                           options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned
+                                                                : MemoryKind::kPageable);
+}
+
+std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const {
+  auto batch = std::make_shared<Batch>();
+  batch->epoch = epoch;
+  batch->index = b;
+  batch->length = plan.batch_length(b);
+  batch->pinned = pool->kind() == MemoryKind::kPinned;
+  const auto& specs = source->fields();
+  batch->fields.reserve(specs.size());
+  for (size_t f = 0; f < specs.size(); ++f) {
+    BatchField field{buffer.get() + field_offsets[f], specs[f].dtype, {}, specs[f].name};
+    field.shape.push_back(static_cast<int64_t>(batch->length));
+    field.shape.insert(field.shape.end(), specs[f].shape.begin(), specs[f].shape.end());
+    batch->fields.push_back(std::move(field));
+  }
+  batch->buffer = std::move(buffer);
+  return batch;
+}
+
+void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* worker) {
+  const auto start = std::chrono::steady_clock::now();
+  std::byte* slots[16];
+  std::vector<std::byte*> many;  // only for sources with more than 16 fields
+  const size_t nfields = batch.fields.size();
+  std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
+  const uint64_t first = batch.index * plan.batch_size();
+  for (uint64_t s = 0; s < batch.length; ++s) {
+    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + s * sample_bytes[f];
+    const uint64_t index = order[plan.global_position(first + s)];
+    read_sample(batch.epoch, index, {slot, nfields}, worker);
+  }
+  read_ns += elapsed_ns(start);
+}
+
+void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+                                WorkerState* worker) {
+  try {
+    source->read({options.seed, epoch, index}, slots, worker);
+    return;
+  } catch (...) {
+    if (options.on_error == OnError::kRaise)
+      throw SampleError(index, source->path(index), std::current_exception());
+    record_skip(index, std::current_exception());
+  }
+  // Deterministic replacement: candidates depend only on (seed, epoch, index).
+  const uint64_t n = source->size();
+  for (int attempt = 1; attempt <= kSkipAttempts && n > 1; ++attempt) {
+    const uint64_t other = hash_key(options.seed, epoch, index * kSkipAttempts + attempt) % n;
+    if (other == index) continue;
+    try {
+      source->read({options.seed, epoch, other}, slots, worker);
+      return;
+    } catch (...) {
+      record_skip(other, std::current_exception());
+    }
+  }
+  throw SampleError(index, source->path(index),
+                    std::make_exception_ptr(Error(
+                        "on_error=\"skip\": no readable replacement found after " +
+                        std::to_string(kSkipAttempts) + " attempts")));
+}
+
+void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error) {
+  ++skipped;
+  SampleError described(index, source->path(index), error);
+  std::lock_guard lock(skipped_mu);
+  skipped_samples.emplace_back(described.what());
+  if (skipped_samples.size() > kSkippedListed) skipped_samples.pop_front();
+}
+
+Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
+  if (!source) throw InvalidArgument("the loader needs a source");
+  state_ = std::make_shared<State>(std::move(source), options);
+}
+
+Loader::~Loader() = default;
+
+uint64_t Loader::num_batches() const { return state_->plan.num_batches(); }
+uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank(); }
+const LoaderOptions& Loader::options() const { return state_->options; }
+const Source& Loader::source() const { return *state_->source; }
+bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
+
+std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
+  if (start_batch > num_batches())
+    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
+                          std::to_string(num_batches()) + " batches per epoch)");
+  if (state_->options.num_workers == 0) return make_inline_iterator(state_, epoch, start_batch);
+  return make_threaded_iterator(state_, epoch, start_batch);
+}
+
+LoaderStats Loader::stats() const {
+  const State& s = *state_;
+  LoaderStats out;
+  out.batches = s.batches;
+  out.samples = s.samples;
+  out.skipped = s.skipped;
+  {
+    std::lock_guard lock(s.skipped_mu);
+    out.skipped_samples.assign(s.skipped_samples.begin(), s.skipped_samples.end());
+  }
+  out.read_seconds = s.read_ns * 1e-9;
+  out.buffer_wait_seconds = s.buffer_wait_ns * 1e-9;
+  out.consumer_wait_seconds = s.consumer_wait_ns * 1e-9;
+  out.buffer_bytes = s.pool->bytes_allocated();
+  out.buffer_bytes_peak = s.pool->peak_bytes_allocated();
+  out.memory_budget = s.options.memory_budget;
+  out.batch_bytes = s.pool->buffer_bytes();
+  return out;
+}
+
+std::shared_ptr<Batch> EpochIterator::next() {
+  std::shared_ptr<Batch> batch;
+  while (next_for(std::chrono::hours(1), &batch) == Status::kTimeout) {
+  }
+  return batch;
+}
+
+}  // namespace stoker

@@ -1,0 +1,53 @@
+// Internal: what a Loader shares with its iterators.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+
+#include "stoker/loader.h"
+#include "stoker/order.h"
+
+namespace stoker {
+
+struct Loader::State {
+  std::shared_ptr<const Source> source;
+  LoaderOptions options;  // resolved: no "auto" left
+  BatchPlan plan;
+  std::vector<size_t> field_offsets;  // byte offset of each field's array in a batch buffer
+  std::vector<size_t> sample_bytes;   // bytes of one sample of each field
+  std::shared_ptr<BatchPool> pool;
+
+  State(std::shared_ptr<const Source> source, const LoaderOptions& options);
+
+  // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
+  std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
+  // Writes every sample of `batch` into its slots. Throws SampleError.
+  void fill(Batch& batch, const EpochOrder& order, WorkerState* worker);
+
+  // Statistics, updated once per batch.
+  std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
+  std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
+  mutable std::mutex skipped_mu;
+  std::deque<std::string> skipped_samples;  // guarded by skipped_mu; bounded
+
+ private:
+  // Reads sample `index` into `slots`, replacing it under on_error = kSkip.
+  void read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+                   WorkerState* worker);
+  void record_skip(uint64_t index, const std::exception_ptr& error);
+};
+
+// Iterator factories (epoch_iterator.cc).
+std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
+                                                    uint64_t epoch, uint64_t start_batch);
+std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
+                                                      uint64_t epoch, uint64_t start_batch);
+
+inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              since)
+      .count();
+}
+
+}  // namespace stoker

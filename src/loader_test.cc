@@ -1,0 +1,271 @@
+#include "stoker/loader.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <thread>
+
+#include "stoker/errors.h"
+#include "stoker/sources/faulty.h"
+
+namespace stoker {
+namespace {
+
+using Batches = std::vector<std::vector<int64_t>>;
+
+std::shared_ptr<FaultySource> source(uint64_t n, std::set<uint64_t> fail = {}, int64_t delay = 0) {
+  return std::make_shared<FaultySource>(n, 1, std::move(fail), delay);
+}
+
+std::vector<int64_t> values(const Batch& b) {
+  const auto* p = reinterpret_cast<const int64_t*>(b.fields[0].data);
+  return {p, p + b.length};
+}
+
+Batches drain(EpochIterator& it) {
+  Batches out;
+  while (auto b = it.next()) out.push_back(values(*b));
+  return out;
+}
+
+Batches run(std::shared_ptr<const Source> src, LoaderOptions o, uint64_t epoch = 0,
+            uint64_t start = 0) {
+  Loader loader(std::move(src), o);
+  return drain(*loader.iterate(epoch, start));
+}
+
+int thread_count() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+TEST(Loader, EverySampleExactlyOncePerEpochAcrossRanks) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 150; ++trial) {
+    const uint64_t n = 1 + rng() % 200, world = 1 + rng() % 4;
+    LoaderOptions o;
+    o.batch_size = 1 + rng() % 16;
+    o.drop_last = rng() % 2;
+    o.shuffle = rng() % 2;
+    o.seed = rng();
+    o.num_workers = static_cast<int>(rng() % 4);
+    o.world_size = world;
+    std::map<int64_t, int> count;
+    std::set<size_t> batches_per_rank;
+    for (uint64_t r = 0; r < world; ++r) {
+      o.rank = r;
+      const Batches bs = run(source(n), o, trial);
+      batches_per_rank.insert(bs.size());
+      for (const auto& b : bs)
+        for (int64_t v : b) ++count[v];
+    }
+    ASSERT_EQ(batches_per_rank.size(), 1u) << "ranks got different batch counts";
+    const uint64_t per_rank = o.drop_last ? n / world : (n + world - 1) / world;
+    const uint64_t kept = o.drop_last ? per_rank / o.batch_size * o.batch_size : per_rank;
+    uint64_t total = 0;
+    for (auto [v, c] : count) {
+      ASSERT_GE(v, 0);
+      ASSERT_LT(v, static_cast<int64_t>(n));
+      if (o.drop_last) {
+        ASSERT_EQ(c, 1) << "sample " << v << " repeated";
+      }
+      total += c;
+    }
+    ASSERT_EQ(total, kept * world);
+    if (!o.drop_last) {
+      ASSERT_EQ(count.size(), n) << "a sample is missing";
+    }
+  }
+}
+
+TEST(Loader, BatchesAreIdenticalForAnyWorkerCountAndPrefetch) {
+  LoaderOptions o;
+  o.batch_size = 7;
+  o.shuffle = true;
+  o.seed = 99;
+  o.num_workers = 0;
+  const Batches reference = run(source(500), o, 3);
+  for (int workers : {1, 2, 4})
+    for (int prefetch : {1, 2, 5}) {
+      o.num_workers = workers;
+      o.prefetch_factor = prefetch;
+      EXPECT_EQ(run(source(500), o, 3), reference) << workers << " workers, prefetch " << prefetch;
+    }
+}
+
+TEST(Loader, NewEpochNewOrderSameEpochSameOrder) {
+  LoaderOptions o;
+  o.batch_size = 10;
+  o.shuffle = true;
+  o.num_workers = 2;
+  EXPECT_EQ(run(source(100), o, 1), run(source(100), o, 1));
+  EXPECT_NE(run(source(100), o, 1), run(source(100), o, 2));
+}
+
+TEST(Loader, ResumeMidEpochMatchesUninterruptedRun) {
+  std::mt19937_64 rng(8);
+  for (int trial = 0; trial < 30; ++trial) {
+    LoaderOptions o;
+    o.batch_size = 1 + rng() % 8;
+    o.shuffle = true;
+    o.seed = rng();
+    o.num_workers = static_cast<int>(rng() % 3);
+    const uint64_t n = 20 + rng() % 100;
+    const Batches full = run(source(n), o, 4);
+    const uint64_t k = rng() % (full.size() + 1);
+    o.num_workers = static_cast<int>(rng() % 3);  // resume with another worker count
+    o.prefetch_factor = 1 + static_cast<int>(rng() % 3);
+    const Batches rest = run(source(n), o, 4, k);
+    ASSERT_EQ(rest, Batches(full.begin() + k, full.end()));
+  }
+}
+
+TEST(Loader, ErrorNamesTheSampleAndComesInOrder) {
+  for (int workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    Loader loader(source(20, {9}), o);
+    auto it = loader.iterate(0);
+    EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{4, 5, 6, 7}));
+    try {
+      it->next();
+      FAIL() << "expected a SampleError";
+    } catch (const SampleError& e) {
+      EXPECT_EQ(e.index(), 9u);
+      EXPECT_EQ(e.path(), "sample-9.bin");
+      EXPECT_NE(std::string(e.what()).find("sample 9 (sample-9.bin): corrupt data"),
+                std::string::npos)
+          << e.what();
+      EXPECT_THROW(std::rethrow_exception(e.cause()), DecodeError);
+    }
+    // The iterator goes on after the failed batch.
+    EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{12, 13, 14, 15}));
+  }
+}
+
+TEST(Loader, SkipReplacesDeterministicallyAndCounts) {
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.on_error = OnError::kSkip;
+  o.shuffle = true;
+  o.num_workers = 0;
+  const std::set<uint64_t> bad{3, 17, 18};
+  Loader loader0(source(40, bad), o);
+  const Batches reference = drain(*loader0.iterate(0));
+  EXPECT_EQ(loader0.stats().skipped, 3u);
+  ASSERT_EQ(loader0.stats().skipped_samples.size(), 3u);
+  EXPECT_NE(loader0.stats().skipped_samples[0].find("(sample-"), std::string::npos);
+  size_t total = 0;
+  for (const auto& b : reference)
+    for (int64_t v : b) {
+      EXPECT_EQ(bad.count(v), 0u) << "a failed sample was delivered";
+      ++total;
+    }
+  EXPECT_EQ(total, 40u);
+  o.num_workers = 3;
+  EXPECT_EQ(run(source(40, bad), o), reference);
+}
+
+TEST(Loader, BufferMemoryStaysUnderBudget) {
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.num_workers = 4;
+  o.prefetch_factor = 8;
+  o.memory_budget = 3 * 16 * 8 * 64 + 100;  // three buffers of 16 samples x 64 int64
+  auto src = std::make_shared<FaultySource>(5000, 64, std::set<uint64_t>{});
+  Loader loader(src, o);
+  uint64_t samples = 0;
+  auto it = loader.iterate(0);
+  while (auto b = it->next()) samples += b->length;
+  EXPECT_EQ(samples, 5000u);
+  EXPECT_LE(loader.stats().buffer_bytes_peak, o.memory_budget);
+  EXPECT_GT(loader.stats().buffer_bytes_peak, 0u);
+}
+
+TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
+  for (int workers : {0, 2}) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    o.memory_budget = 2 * 4 * 8;
+    Loader loader(source(100), o);
+    auto it = loader.iterate(0);
+    std::vector<std::shared_ptr<Batch>> held{it->next(), it->next()};
+    EXPECT_THROW(it->next(), BudgetExceeded);
+    held.pop_back();  // free one: the stream goes on
+    EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{8, 9, 10, 11}));
+  }
+}
+
+TEST(Loader, DestroyingAnIteratorMidEpochJoinsItsThreads) {
+  const int before = thread_count();
+  {
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.num_workers = 4;
+    Loader loader(source(1000, {}, 2000), o);
+    auto it = loader.iterate(0);
+    it->next();
+    EXPECT_GE(thread_count(), before + 4);
+  }
+  EXPECT_EQ(thread_count(), before);
+}
+
+TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
+  const int before = thread_count();
+  {
+    LoaderOptions o;
+    o.batch_size = 1;
+    o.num_workers = 4;
+    o.memory_budget = 8;  // one buffer
+    Loader loader(source(100), o);
+    auto it = loader.iterate(0);
+    auto held = it->next();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(thread_count(), before);
+}
+
+TEST(Loader, StatsCountBatchesSamplesAndWaits) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = 2;
+  Loader loader(source(100, {}, 100), o);
+  auto it = loader.iterate(0);
+  while (it->next()) {
+  }
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.batches, 13u);
+  EXPECT_EQ(s.samples, 100u);
+  EXPECT_GT(s.read_seconds, 0.005);
+  EXPECT_GT(s.consumer_wait_seconds, 0.0);
+}
+
+TEST(Loader, RejectsInvalidOptions) {
+  LoaderOptions o;
+  o.num_workers = -2;
+  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  o.num_workers = kMaxWorkers + 1;
+  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  o = {};
+  o.prefetch_factor = 0;
+  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  o = {};
+  o.batch_size = 0;
+  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  o = {};
+  Loader ok(source(10), o);
+  EXPECT_THROW(ok.iterate(0, 11), InvalidArgument);
+  EXPECT_GE(ok.options().num_workers, 1);
+  EXPECT_EQ(ok.options().prefetch_factor, 2);
+}
+
+}  // namespace
+}  // namespace stoker

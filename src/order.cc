@@ -1,0 +1,60 @@
+#include "stoker/order.h"
+
+#include <bit>
+#include <string>
+
+#include "stoker/errors.h"
+#include "stoker/random.h"
+
+namespace stoker {
+
+EpochOrder::EpochOrder(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch)
+    : n_(n), shuffle_(shuffle && n > 1) {
+  if (!shuffle_) return;
+  // Smallest even bit count whose domain holds n; cycle-walking then takes < 4 steps on average.
+  const int bits = std::max(2, static_cast<int>(std::bit_width(n - 1)));
+  half_bits_ = (bits + 1) / 2;
+  half_mask_ = (uint64_t{1} << half_bits_) - 1;
+  for (int r = 0; r < kRounds; ++r) round_keys_[r] = hash_key(seed, epoch, 0x5eed0000 + r);
+}
+
+uint64_t EpochOrder::permute(uint64_t x) const {
+  uint64_t left = x >> half_bits_, right = x & half_mask_;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t f = mix64(right ^ round_keys_[r]) & half_mask_;
+    const uint64_t next_right = left ^ f;
+    left = right;
+    right = next_right;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t EpochOrder::operator[](uint64_t position) const {
+  if (!shuffle_) return position;
+  // Cycle-walking: a bijection on the power-of-two domain restricted to [0, n) stays a bijection.
+  uint64_t x = permute(position);
+  while (x >= n_) x = permute(x);
+  return x;
+}
+
+BatchPlan::BatchPlan(uint64_t num_samples, uint64_t batch_size, bool drop_last, uint64_t rank,
+                     uint64_t world_size)
+    : n_(num_samples), batch_size_(batch_size), rank_(rank), world_size_(world_size) {
+  if (batch_size == 0) throw InvalidArgument("batch_size must be a positive integer, got 0");
+  if (world_size == 0) throw InvalidArgument("world_size must be a positive integer, got 0");
+  if (rank >= world_size)
+    throw InvalidArgument("rank must be in [0, world_size): got rank " + std::to_string(rank) +
+                          " with world_size " + std::to_string(world_size));
+  if (n_ == 0) return;
+  per_rank_ = drop_last ? n_ / world_size_ : (n_ + world_size_ - 1) / world_size_;
+  num_batches_ = drop_last ? per_rank_ / batch_size_ : (per_rank_ + batch_size_ - 1) / batch_size_;
+}
+
+uint64_t BatchPlan::batch_length(uint64_t b) const {
+  const uint64_t begin = b * batch_size_;
+  return std::min(batch_size_, per_rank_ - begin);
+}
+
+uint64_t BatchPlan::global_position(uint64_t k) const { return (rank_ + k * world_size_) % n_; }
+
+}  // namespace stoker

@@ -1,0 +1,65 @@
+#include "stoker/sources/array.h"
+
+#include <cstring>
+
+#include "stoker/errors.h"
+
+namespace stoker {
+namespace {
+
+// Copies the strided block of dimensions [dim, ndim) starting at `src` densely to `dst`.
+std::byte* copy_strided(const std::byte* src, const ArrayView& v, size_t dim, std::byte* dst) {
+  const size_t item = v.dtype.bytes();
+  if (dim == v.shape.size()) {
+    std::memcpy(dst, src, item);
+    return dst + item;
+  }
+  for (int64_t i = 0; i < v.shape[dim]; ++i) dst = copy_strided(src + i * v.strides[dim], v, dim + 1, dst);
+  return dst;
+}
+
+}  // namespace
+
+ArraySource::ArraySource(std::vector<ArrayView> arrays, std::shared_ptr<const void> owner)
+    : owner_(std::move(owner)) {
+  if (arrays.empty()) throw InvalidArgument("ArrayDataset needs at least one array");
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    ArrayView& v = arrays[a];
+    if (v.shape.empty())
+      throw InvalidArgument("array " + std::to_string(a) +
+                            " is 0-dimensional; arrays need a first dimension of samples");
+    if (v.strides.size() != v.shape.size())
+      throw InvalidArgument("array " + std::to_string(a) + ": shape and strides differ in length");
+    if (a > 0 && v.shape[0] != arrays[0].shape[0])
+      throw InvalidArgument("all arrays need the same number of samples (first dimension): array 0 "
+                            "has " + std::to_string(arrays[0].shape[0]) + ", array " +
+                            std::to_string(a) + " has " + std::to_string(v.shape[0]));
+    if (v.name.empty()) v.name = std::to_string(a);
+    FieldSpec spec{v.name, v.dtype, std::vector<int64_t>(v.shape.begin() + 1, v.shape.end())};
+    // Dense rows: strides of dimensions 1.. are those of a C-contiguous row.
+    bool dense = true;
+    int64_t expect = static_cast<int64_t>(v.dtype.bytes());
+    for (size_t d = v.shape.size(); d-- > 1;) {
+      if (v.shape[d] != 1 && v.strides[d] != expect) dense = false;
+      expect *= v.shape[d];
+    }
+    columns_.push_back({v, dense, spec.sample_bytes()});
+    fields_.push_back(std::move(spec));
+  }
+  size_ = static_cast<uint64_t>(arrays[0].shape[0]);
+}
+
+void ArraySource::read(const SampleKey& key, std::span<std::byte* const> slots,
+                       WorkerState*) const {
+  const auto row = static_cast<int64_t>(key.index);
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    const Column& col = columns_[c];
+    const std::byte* src = col.view.data + row * col.view.strides[0];
+    if (col.contiguous_rows)
+      std::memcpy(slots[c], src, col.row_bytes);
+    else
+      copy_strided(src, col.view, 1, slots[c]);
+  }
+}
+
+}  // namespace stoker
