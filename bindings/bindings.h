@@ -1,0 +1,14 @@
+// Registration functions of the Python extension, one per subsystem (see module.cc).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace stoker::python {
+
+namespace nb = nanobind;
+
+void register_errors(nb::module_& m);
+void register_sources(nb::module_& m);
+void register_loader(nb::module_& m);
+
+}  // namespace stoker::python

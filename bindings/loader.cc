@@ -1,0 +1,134 @@
+// The loader and its epoch iterator. Batches leave as zero-copy NumPy arrays or torch tensors (via
+// DLPack) that share one owner: the batch buffer returns to the pool when the last of them dies.
+#include "stoker/loader.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "stoker/errors.h"
+
+namespace stoker::python {
+namespace {
+
+enum class Output { kNumpy, kTorch };
+
+template <typename Framework>
+nb::object export_field(const BatchField& f, nb::handle owner) {
+  std::vector<size_t> shape(f.shape.begin(), f.shape.end());
+  const nb::dlpack::dtype dtype{static_cast<uint8_t>(f.dtype.code), f.dtype.bits, 1};
+  return nb::ndarray<Framework>(f.data, shape.size(), shape.data(), owner, nullptr, dtype,
+                                nb::device::cpu::value)
+      .cast();
+}
+
+nb::tuple export_batch(std::shared_ptr<Batch> batch, Output output) {
+  const Batch& b = *batch;
+  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)), [](void* p) noexcept {
+    delete static_cast<std::shared_ptr<Batch>*>(p);
+  });
+  nb::list fields;
+  for (const BatchField& f : b.fields)
+    fields.append(output == Output::kTorch ? export_field<nb::pytorch>(f, owner)
+                                           : export_field<nb::numpy>(f, owner));
+  return nb::tuple(fields);
+}
+
+// Waits for the next batch without holding the GIL, checking for Ctrl-C between short waits.
+nb::tuple next_batch(EpochIterator& it, Output output) {
+  std::shared_ptr<Batch> batch;
+  for (;;) {
+    EpochIterator::Status status;
+    {
+      nb::gil_scoped_release release;
+      status = it.next_for(std::chrono::milliseconds(50), &batch);
+    }
+    if (status == EpochIterator::Status::kBatch) return export_batch(std::move(batch), output);
+    if (status == EpochIterator::Status::kEnd) throw nb::stop_iteration();
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+}
+
+PinMemory parse_pin(const std::string& s) {
+  if (s == "auto") return PinMemory::kAuto;
+  if (s == "on") return PinMemory::kOn;
+  if (s == "off") return PinMemory::kOff;
+  throw InvalidArgument("pin_memory must be \"auto\", True or False");
+}
+
+OnError parse_on_error(const std::string& s) {
+  if (s == "raise") return OnError::kRaise;
+  if (s == "skip") return OnError::kSkip;
+  throw InvalidArgument("on_error must be \"raise\" or \"skip\", got \"" + s + "\"");
+}
+
+nb::dict stats_dict(const LoaderStats& s) {
+  nb::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["skipped"] = s.skipped;
+  d["skipped_samples"] = s.skipped_samples;
+  d["read_s"] = s.read_seconds;
+  d["buffer_wait_s"] = s.buffer_wait_seconds;
+  d["consumer_wait_s"] = s.consumer_wait_seconds;
+  d["buffer_bytes"] = s.buffer_bytes;
+  d["buffer_bytes_peak"] = s.buffer_bytes_peak;
+  d["memory_budget"] = s.memory_budget;
+  d["batch_bytes"] = s.batch_bytes;
+  return d;
+}
+
+}  // namespace
+
+void register_loader(nb::module_& m) {
+  nb::class_<EpochIterator>(m, "EpochIterator")
+      .def(
+          "next", [](EpochIterator& it, bool torch) {
+            return next_batch(it, torch ? Output::kTorch : Output::kNumpy);
+          },
+          nb::arg("torch"), "The next batch as a tuple of arrays; StopIteration at the end.")
+      .def_prop_ro("position", &EpochIterator::position)
+      .def_prop_ro("epoch", &EpochIterator::epoch);
+
+  nb::class_<Loader>(m, "Loader")
+      .def(nb::new_([](std::shared_ptr<Source> source, uint64_t batch_size, bool shuffle,
+                       uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
+                       const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
+                       uint64_t world_size, const std::string& on_error) {
+             LoaderOptions o;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.drop_last = drop_last;
+             o.num_workers = num_workers;
+             o.prefetch_factor = prefetch_factor;
+             o.pin_memory = parse_pin(pin_memory);
+             o.memory_budget = memory_budget;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.on_error = parse_on_error(on_error);
+             return std::make_shared<Loader>(std::move(source), o);
+           }),
+           nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
+           nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
+           nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"),
+           nb::arg("world_size"), nb::arg("on_error"))
+      .def("__len__", &Loader::num_batches)
+      .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
+      .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
+      .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
+      .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
+      .def_prop_ro("pinned", &Loader::pinned)
+      .def("iterate", &Loader::iterate, nb::arg("epoch"), nb::arg("start_batch") = 0,
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("stats", [](const Loader& l) { return stats_dict(l.stats()); });
+
+  m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
+  m.def("usable_cores", &usable_cores, "Cores this process may run on.");
+  m.def("physical_memory_bytes", &physical_memory_bytes);
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,9 @@
+// The extension module stoker._native; `stoker/__init__.py` re-exports the public names.
+#include "bindings.h"
+
+NB_MODULE(_native, m) {
+  m.doc() = "Stoker's native engine";
+  stoker::python::register_errors(m);
+  stoker::python::register_sources(m);
+  stoker::python::register_loader(m);
+}

@@ -1,0 +1,77 @@
+// Native sources: arrays, token files, and the synthetic FaultySource used by tests.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/set.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "stoker/errors.h"
+#include "stoker/sources/array.h"
+#include "stoker/sources/faulty.h"
+#include "stoker/sources/tokens.h"
+
+namespace stoker::python {
+namespace {
+
+using AnyArray = nb::ndarray<nb::ro, nb::device::cpu>;
+
+DType parse_token_dtype(const std::string& name) {
+  if (name == "uint16") return {DType::kUInt, 16};
+  if (name == "uint32") return {DType::kUInt, 32};
+  throw InvalidArgument("dtype must be \"uint16\" or \"uint32\", got \"" + name + "\"");
+}
+
+std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
+                                               std::vector<std::string> names) {
+  std::vector<ArrayView> views;
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const AnyArray& arr = arrays[a];
+    ArrayView v;
+    v.data = static_cast<const std::byte*>(arr.data());
+    const auto dt = arr.dtype();
+    if (dt.lanes != 1) throw InvalidArgument("vector dtypes are not supported");
+    v.dtype = {static_cast<DType::Code>(dt.code), dt.bits};
+    const int64_t item = dt.bits / 8;
+    for (size_t d = 0; d < arr.ndim(); ++d) {
+      v.shape.push_back(static_cast<int64_t>(arr.shape(d)));
+      v.strides.push_back(arr.stride(d) * item);
+    }
+    v.name = a < names.size() ? names[a] : std::to_string(a);
+    views.push_back(std::move(v));
+  }
+  // The source keeps the arrays (and so their Python owners) alive.
+  auto owner = std::make_shared<std::vector<AnyArray>>(std::move(arrays));
+  return std::make_shared<ArraySource>(std::move(views), std::move(owner));
+}
+
+}  // namespace
+
+void register_sources(nb::module_& m) {
+  nb::class_<Source>(m, "Source")
+      .def("__len__", &Source::size)
+      .def_prop_ro("field_names", [](const Source& s) {
+        std::vector<std::string> names;
+        for (const auto& f : s.fields()) names.push_back(f.name);
+        return names;
+      });
+
+  nb::class_<ArraySource, Source>(m, "ArraySource")
+      .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"));
+
+  nb::class_<TokenSource, Source>(m, "TokenSource")
+      .def(nb::new_([](const std::string& path, const std::string& dtype, uint64_t seq_len) {
+             return std::make_shared<TokenSource>(path, parse_token_dtype(dtype), seq_len);
+           }),
+           nb::arg("path"), nb::arg("dtype"), nb::arg("seq_len"))
+      .def_prop_ro("num_tokens", &TokenSource::num_tokens);
+
+  nb::class_<FaultySource, Source>(m, "FaultySource")
+      .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {
+             return std::make_shared<FaultySource>(size, width, std::move(fail), delay_us);
+           }),
+           nb::arg("size"), nb::arg("width") = 1, nb::arg("fail") = std::set<uint64_t>{},
+           nb::arg("delay_us") = 0);
+}
+
+}  // namespace stoker::python

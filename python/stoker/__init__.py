@@ -1,0 +1,24 @@
+"""Stoker: a data-loading engine that keeps accelerators fed.
+
+C++ threads read, decode and collate samples straight into pooled batch buffers, handed to PyTorch
+or NumPy without a copy; every sample exactly once per epoch, bit-identical batches whatever the
+worker count, resumable mid-epoch, bounded memory.
+"""
+
+from ._native import cuda_available, usable_cores
+from .datasets import ArrayDataset, TokenDataset
+from .errors import DecodeError, MemoryBudgetError, SampleError
+from .loader import DataLoader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArrayDataset",
+    "DataLoader",
+    "DecodeError",
+    "MemoryBudgetError",
+    "SampleError",
+    "TokenDataset",
+    "cuda_available",
+    "usable_cores",
+]

@@ -1,0 +1,22 @@
+"""Stoker's Python exception types (the native engine raises these)."""
+
+
+class SampleError(RuntimeError):
+    """A sample failed while being produced. ``index`` and ``path`` name it; ``__cause__`` is the
+    original error (a :class:`DecodeError`, an ``OSError``, ...)."""
+
+    def __init__(self, message, index, path=""):
+        super().__init__(message)
+        self.index = index
+        self.path = path or None
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.index, self.path or ""))
+
+
+class DecodeError(ValueError):
+    """Input data that cannot be decoded: corrupt, truncated, empty, unsupported or too large."""
+
+
+class MemoryBudgetError(MemoryError):
+    """The memory budget cannot hold what was asked for (for example, every batch is kept)."""

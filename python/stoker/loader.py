@@ -1,0 +1,244 @@
+"""``stoker.DataLoader``: the Python front of the native loader."""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import warnings
+
+from . import _native
+from .errors import MemoryBudgetError
+
+_STATE_VERSION = 1
+_MAX_WORKERS = 256
+_MAX_PREFETCH = 64
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_bytes(value):
+    if value is None:
+        return 0  # the engine's default: half of physical memory
+    if _is_int(value) and value > 0:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+            if n > 0:
+                return n
+    raise ValueError(
+        f"memory_budget must be None, a positive number of bytes, or a size such as '4GiB' or "
+        f"'512MB', got {value!r}")
+
+
+def _knob(name, value, low, high):
+    if value == "auto":
+        return -1
+    if not _is_int(value) or not low <= value <= high:
+        raise ValueError(f'{name} must be "auto" or an integer in [{low}, {high}], got {value!r}')
+    return value
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _torch_available():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class DataLoader:
+    """Batches of a native dataset, produced ahead of the consumer by C++ threads.
+
+    Every knob defaults to ``"auto"``. Batches depend only on (dataset, batch_size, shuffle, seed,
+    epoch, drop_last, rank, world_size): never on ``num_workers`` or ``prefetch_factor``.
+
+    Args:
+        dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``).
+        batch_size: samples per batch.
+        shuffle: visit samples in a seeded random order, new for every epoch.
+        seed: the seed of the order (and of per-sample randomness).
+        drop_last: drop the final partial batch (and, across ranks, the uneven tail).
+        num_workers: worker threads; 0 produces batches on the calling thread.
+        prefetch_factor: batches in flight per worker.
+        pin_memory: page-locked batch buffers; "auto" pins when a CUDA device is present.
+        memory_budget: bytes (or a size like "2GiB") that batch buffers may use together;
+            None means half of physical memory.
+        rank, world_size: this process's share of each epoch; default to the RANK and WORLD_SIZE
+            environment variables (torchrun), else 0 and 1.
+        output: "torch" (tensors; NumPy arrays when torch is not installed) or "numpy".
+        on_error: "raise" (default) or "skip" (replace a failed sample deterministically, count
+            it in ``stats()``).
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
+                 num_workers="auto", prefetch_factor="auto", pin_memory="auto",
+                 memory_budget=None, rank=None, world_size=None, output="torch",
+                 on_error="raise"):
+        source = getattr(dataset, "_source", None)
+        if not isinstance(source, _native.Source):
+            raise TypeError(
+                f"stoker.DataLoader needs a Stoker dataset (ArrayDataset, TokenDataset), got "
+                f"{type(dataset).__name__}")
+        if not _is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if not _is_int(seed) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        workers = _knob("num_workers", num_workers, 0, _MAX_WORKERS)
+        prefetch = _knob("prefetch_factor", prefetch_factor, 1, _MAX_PREFETCH)
+        pin = {"auto": "auto", True: "on", False: "off"}.get(pin_memory) \
+            if isinstance(pin_memory, (bool, str)) else None
+        if pin is None:
+            raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
+        if pin == "on" and not _native.cuda_available():
+            warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
+                          stacklevel=2)
+            pin = "off"
+        budget = _parse_bytes(memory_budget)
+        rank = _env_int("RANK", 0) if rank is None else rank
+        world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+        if not _is_int(world_size) or world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        if not _is_int(rank) or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        if output not in ("torch", "numpy"):
+            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.on_error = on_error
+        self.output = output
+        self._torch = output == "torch" and _torch_available()
+        self._loader = _native.Loader(source, batch_size, shuffle, seed, drop_last, workers,
+                                      prefetch, pin, budget, rank, world_size, on_error)
+        self._single = len(source.field_names) == 1
+        self._next_epoch = 0
+        self._start_batch = 0
+        self._current = None  # the native iterator of the epoch in progress
+
+    # The knobs as resolved: "auto" replaced by the value in use.
+    @property
+    def num_workers(self):
+        return self._loader.num_workers
+
+    @property
+    def prefetch_factor(self):
+        return self._loader.prefetch_factor
+
+    @property
+    def pin_memory(self):
+        return self._loader.pinned
+
+    @property
+    def memory_budget(self):
+        return self._loader.memory_budget
+
+    def __len__(self):
+        return len(self._loader)
+
+    def set_epoch(self, epoch):
+        """Makes the next iteration run epoch ``epoch`` from its start."""
+        if not _is_int(epoch) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self._next_epoch = epoch
+        self._start_batch = 0
+
+    def __iter__(self):
+        native = self._loader.iterate(self._next_epoch, self._start_batch)
+        self._current = native
+        self._next_epoch += 1
+        self._start_batch = 0
+        return _Iterator(self, native)
+
+    def state_dict(self):
+        """Where the next batch comes from, as a small JSON-serializable dict."""
+        it = self._current
+        if it is not None and it.position < len(self):
+            epoch, batch = it.epoch, it.position
+        else:
+            epoch, batch = self._next_epoch, self._start_batch
+        return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": self.seed,
+                "shuffle": self.shuffle, "batch_size": self.batch_size,
+                "drop_last": self.drop_last, "num_samples": len(self.dataset),
+                "rank": self.rank, "world_size": self.world_size}
+
+    def load_state_dict(self, state):
+        """Makes the next iteration resume exactly where ``state`` was taken, whatever the
+        num_workers and prefetch_factor of this loader."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError(f"not a stoker.DataLoader state (version {_STATE_VERSION}): {state!r}")
+        for key in ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "world_size"):
+            mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
+            if state.get(key) != mine:
+                raise ValueError(
+                    f"the state was saved with {key}={state.get(key)!r} but this loader has "
+                    f"{key}={mine!r}; resuming would not reproduce the same batches")
+        epoch, batch = state.get("epoch"), state.get("batch")
+        if not _is_int(epoch) or epoch < 0 or not _is_int(batch) or not 0 <= batch <= len(self):
+            raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}")
+        self._current = None
+        self._next_epoch, self._start_batch = epoch, batch
+
+    def stats(self):
+        """Counters since the loader was made: batches, samples, skipped samples, seconds spent
+        reading, waiting for buffers and waiting as the consumer, buffer memory and its peak."""
+        s = self._loader.stats()
+        s.update(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor,
+                 pin_memory=self.pin_memory)
+        return s
+
+
+class _Iterator:
+    __slots__ = ("_loader", "_native", "_torch", "_single")
+
+    def __init__(self, loader, native):
+        self._loader = loader
+        self._native = native
+        self._torch = loader._torch
+        self._single = loader._single
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return 0 if self._native is None else len(self._loader) - self._native.position
+
+    def __next__(self):
+        if self._native is None:
+            raise StopIteration
+        try:
+            fields = self._native.next(self._torch)
+        except StopIteration:
+            self._native = None  # joins the worker threads now, not at garbage collection
+            raise
+        except MemoryBudgetError:
+            # Batches the consumer dropped may still wait in reference cycles: collect, retry once.
+            gc.collect()
+            fields = self._native.next(self._torch)
+        return fields[0] if self._single else fields

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Stoker builds against, if any is missing.
+set -euo pipefail
+packages=(g++ libgtest-dev python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A Python that already has venv (pyenv, a custom build) needs no python3-venv.
+if python3 -c "import venv, ensurepip" 2>/dev/null; then
+  missing=("${missing[@]/python3-venv}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing system packages: ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+$sudo_cmd apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
