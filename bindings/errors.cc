@@ -2,6 +2,8 @@
 // its index, path and cause (as __cause__).
 #include "stoker/errors.h"
 
+#include <nanobind/stl/string.h>
+
 #include "bindings.h"
 
 namespace stoker::python {

@@ -140,7 +140,9 @@ class DataLoader:
         self._single = len(source.field_names) == 1
         self._next_epoch = 0
         self._start_batch = 0
-        self._current = None  # the native iterator of the epoch in progress
+        # [epoch, batches delivered] of the latest iteration; shared with its iterator, so the
+        # loader holds no reference to the iterator (dropping it stops its threads).
+        self._cursor = None
 
     # The knobs as resolved: "auto" replaced by the value in use.
     @property
@@ -171,16 +173,16 @@ class DataLoader:
 
     def __iter__(self):
         native = self._loader.iterate(self._next_epoch, self._start_batch)
-        self._current = native
+        self._cursor = [self._next_epoch, self._start_batch]
         self._next_epoch += 1
         self._start_batch = 0
-        return _Iterator(self, native)
+        return _Iterator(self, native, self._cursor)
 
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict."""
-        it = self._current
-        if it is not None and it.position < len(self):
-            epoch, batch = it.epoch, it.position
+        cursor = self._cursor
+        if cursor is not None and cursor[1] < len(self):
+            epoch, batch = cursor
         else:
             epoch, batch = self._next_epoch, self._start_batch
         return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": self.seed,
@@ -202,7 +204,7 @@ class DataLoader:
         epoch, batch = state.get("epoch"), state.get("batch")
         if not _is_int(epoch) or epoch < 0 or not _is_int(batch) or not 0 <= batch <= len(self):
             raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}")
-        self._current = None
+        self._cursor = None
         self._next_epoch, self._start_batch = epoch, batch
 
     def stats(self):
@@ -215,11 +217,12 @@ class DataLoader:
 
 
 class _Iterator:
-    __slots__ = ("_loader", "_native", "_torch", "_single")
+    __slots__ = ("_length", "_native", "_cursor", "_torch", "_single")
 
-    def __init__(self, loader, native):
-        self._loader = loader
+    def __init__(self, loader, native, cursor):
+        self._length = len(loader)
         self._native = native
+        self._cursor = cursor
         self._torch = loader._torch
         self._single = loader._single
 
@@ -227,18 +230,22 @@ class _Iterator:
         return self
 
     def __len__(self):
-        return 0 if self._native is None else len(self._loader) - self._native.position
+        return self._length - self._cursor[1]
 
     def __next__(self):
         if self._native is None:
             raise StopIteration
         try:
-            fields = self._native.next(self._torch)
+            try:
+                fields = self._native.next(self._torch)
+            except MemoryBudgetError:
+                # Batches the consumer dropped may still sit in reference cycles: collect, retry.
+                gc.collect()
+                fields = self._native.next(self._torch)
         except StopIteration:
             self._native = None  # joins the worker threads now, not at garbage collection
             raise
-        except MemoryBudgetError:
-            # Batches the consumer dropped may still wait in reference cycles: collect, retry once.
-            gc.collect()
-            fields = self._native.next(self._torch)
+        finally:
+            if self._native is not None:
+                self._cursor[1] = self._native.position  # a failed batch counts as consumed
         return fields[0] if self._single else fields

@@ -1,0 +1,16 @@
+"""Datasets for testing failure handling and shutdown (used by Stoker's own tests).
+
+``FaultyDataset(size, width=1, fail=(), delay_us=0)``: sample ``i`` is ``width`` int64 values all
+equal to ``i``; samples in ``fail`` raise a DecodeError with path ``sample-<i>.bin``; each read
+sleeps ``delay_us`` microseconds in the native worker (a slow stage, no GIL held).
+"""
+
+from . import _native
+
+
+class FaultyDataset:
+    def __init__(self, size, width=1, fail=(), delay_us=0):
+        self._source = _native.FaultySource(size, width, set(fail), delay_us)
+
+    def __len__(self):
+        return len(self._source)
