@@ -3,16 +3,14 @@
 // libjpeg reports errors by calling error_exit, which must not return: we longjmp back to the
 // setjmp in the calling function. Functions that call setjmp hold no objects with destructors, so
 // the longjmp skips no C++ cleanup; buffers are sized before entering them.
-#include <jerror.h>
-#include <jpeglib.h>
-
 #include <algorithm>
 #include <csetjmp>
-#include <cstdio>  // jpeglib.h needs FILE and size_t
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "decode_region.h"
+#include "libjpeg.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::internal {

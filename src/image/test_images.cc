@@ -1,12 +1,13 @@
 #include "test_images.h"
 
-#include <jpeglib.h>
 #include <png.h>
 
 #include <cmath>
-#include <cstdio>  // jpeglib.h needs FILE and size_t
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "libjpeg.h"
 
 namespace stoker::image::testing {
 
