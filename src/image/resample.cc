@@ -35,7 +35,8 @@ void compute_coeffs(const AxisSpec& s, AxisCoeffs& c) {
   c.k.assign(static_cast<size_t>(s.out_size) * c.ksize, 0);
   c.lo = s.in_size;
   c.hi = 0;
-  std::vector<double> w(c.ksize);
+  std::vector<double>& w = c.weights;
+  w.resize(c.ksize);
   for (int i = 0; i < s.out_size; ++i) {
     const int xx = i + s.out_offset;
     if (xx < 0 || xx >= s.full_out) continue;  // padding

@@ -25,10 +25,11 @@ struct AxisSpec {
 
 struct AxisCoeffs {
   int ksize = 0;
-  std::vector<int> first;  // per output pixel, first source pixel it reads
-  std::vector<int> count;  // per output pixel, how many (0: padding)
-  std::vector<int32_t> k;  // out_size * ksize fixed-point weights
-  int lo = 0, hi = 0;      // source pixels read by any output pixel: [lo, hi)
+  std::vector<int> first;       // per output pixel, first source pixel it reads
+  std::vector<int> count;       // per output pixel, how many (0: padding)
+  std::vector<int32_t> k;       // out_size * ksize fixed-point weights
+  int lo = 0, hi = 0;           // source pixels read by any output pixel: [lo, hi)
+  std::vector<double> weights;  // working space, kept so steady state does not allocate
 };
 
 constexpr int kPrecisionBits = 32 - 8 - 2;
