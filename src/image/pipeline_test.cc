@@ -104,6 +104,20 @@ TEST(Pipeline, RandomResizedCropAndFlipEqualStepByStep) {
   EXPECT_LT(flips, 20);
 }
 
+TEST(Pipeline, FlipBeforeACropMirrorsTheCrop) {
+  const int w = 21, h = 9;
+  const auto rgb = pattern_rgb(w, h, 6);
+  const auto f = encode_png(rgb.data(), w * 3, w, h, PNG_COLOR_TYPE_RGB, 8);
+  Img flipped{w, h, rgb};
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      std::memcpy(&flipped.rgb[(y * w + x) * 3], &rgb[(y * w + w - 1 - x) * 3], 3);
+  // left = round((21 - 12) / 2) = round(4.5) = 4 in the flipped image.
+  const Img expect = crop(flipped, 0, 4, 9, 12);
+  const ImagePipeline p({RandomHorizontalFlip(1.0), CenterCrop(9, 12), kHwc8});
+  EXPECT_EQ(run_u8(p, f, SampleRng(0, 0, 0)), expect.rgb);
+}
+
 TEST(Pipeline, DctScalingStaysClose) {
   const int w = 1024, h = 768;
   const auto rgb = pattern_rgb(w, h, 1);
