@@ -14,7 +14,11 @@
 //   fixed size (end with CenterCrop, RandomResizedCrop or Resize(h, w)), when ToTensor/Normalize
 //   come before a geometric transform, or when Normalize has no float ToTensor before it.
 //   Without ToTensor the output is uint8 CHW.
-// - run() throws DecodeError for bad input; dst is then unspecified.
+// - run() throws DecodeError for bad input; dst is then unspecified. A JPEG is read only up to
+//   the last row the output needs, so damage after that row goes unnoticed (it cannot affect
+//   the output); decode() reads to the end and reports it.
+// - A warm ImageScratch makes no allocations of ours; libjpeg and libpng still allocate
+//   their per-image state internally.
 #pragma once
 
 #include <array>
