@@ -1,0 +1,91 @@
+// ImagePipeline: decoding fused with torchvision-style augmentation.
+//
+// Built from an ordered list of transforms, it turns an encoded image (JPEG or PNG) into one
+// fixed-size output tensor the way torchvision does on PIL images
+// (`Image.open(f).convert("RGB")`, then the transforms), but in one pass: the geometric
+// transforms are composed into a single source box, only that region is decoded (JPEG: with DCT
+// scaling when the output is much smaller), and one PIL-equivalent bilinear resample writes the
+// output with flip, dtype, layout and normalisation fused in.
+//
+// Contract:
+// - Thread safety: an ImagePipeline is immutable after construction; run() may be called
+//   concurrently from many threads, each with its own ImageScratch and SampleRng.
+// - Construction throws InvalidArgument when the transforms are invalid or do not end in a
+//   fixed size (end with CenterCrop, RandomResizedCrop or Resize(h, w)), when ToTensor/Normalize
+//   come before a geometric transform, or when Normalize has no float ToTensor before it.
+//   Without ToTensor the output is uint8 CHW.
+// - run() throws DecodeError for bad input; dst is then unspecified. A JPEG is read only up to
+//   the last row the output needs, so damage after that row goes unnoticed (it cannot affect
+//   the output); decode() reads to the end and reports it.
+// - A warm ImageScratch makes no allocations of ours; libjpeg and libpng still allocate
+//   their per-image state internally.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "stoker/image/decode.h"
+#include "stoker/image/transforms.h"
+#include "stoker/random.h"
+
+namespace stoker::image {
+
+namespace internal {
+struct ScratchImpl;
+}
+
+struct PipelineOptions {
+  uint64_t max_pixels = kDefaultMaxPixels;
+  // JPEG DCT scaling is used only while the decoded region stays at least this many times the
+  // output size on both axes (the resample then still antialiases). <= 0 disables it, giving
+  // output bit-identical to PIL.
+  double dct_min_ratio = 2.0;
+};
+
+// Per-thread reusable buffers and decoder state. Use one per thread; not thread-safe.
+class ImageScratch {
+ public:
+  ImageScratch();
+  ~ImageScratch();
+  ImageScratch(ImageScratch&&) noexcept;
+  ImageScratch& operator=(ImageScratch&&) noexcept;
+
+ private:
+  friend class ImagePipeline;
+  std::unique_ptr<internal::ScratchImpl> impl_;
+};
+
+class ImagePipeline {
+ public:
+  explicit ImagePipeline(std::vector<Transform> transforms, PipelineOptions options = {});
+
+  int height() const { return height_; }
+  int width() const { return width_; }
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  // {3, H, W} for CHW, {H, W, 3} for HWC.
+  std::array<int64_t, 3> output_shape() const;
+  size_t output_bytes() const;
+
+  // Decodes `file` and writes exactly output_bytes() bytes to dst. `rng` supplies the random
+  // parameters (torchvision's draws, in transform order). REQUIRES: dst suitably aligned for the
+  // dtype (2 or 4 bytes).
+  void run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
+           ImageScratch& scratch) const;
+
+ private:
+  std::vector<Transform> transforms_;
+  PipelineOptions options_;
+  int height_ = 0, width_ = 0;
+  DType dtype_ = DType::kUInt8;
+  Layout layout_ = Layout::kCHW;
+  // Per channel and 8-bit value, the output element (bytes of the dtype): fuses ToTensor's
+  // scaling and Normalize into a table look-up.
+  std::vector<std::byte> lut_;
+};
+
+}  // namespace stoker::image

@@ -1,0 +1,92 @@
+// torchvision-style transforms, as values for ImagePipeline.
+//
+// Each type validates its arguments on construction and throws stoker::InvalidArgument saying
+// what is allowed (validate() repeats the check; ImagePipeline calls it, since members are
+// public). Semantics follow torchvision.transforms on PIL images with BILINEAR interpolation.
+//
+// Thread safety: plain values; the free functions are reentrant.
+#pragma once
+
+#include <array>
+#include <utility>
+#include <variant>
+
+#include "stoker/random.h"
+
+namespace stoker::image {
+
+// torchvision RandomResizedCrop(size=(height, width), scale, ratio): a random crop of random
+// area fraction `scale` and aspect ratio (w/h) `ratio`, resized to height x width.
+struct RandomResizedCrop {
+  RandomResizedCrop(int height, int width, std::pair<double, double> scale = {0.08, 1.0},
+                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0});
+  void validate() const;
+  int height, width;
+  std::pair<double, double> scale, ratio;
+};
+
+// torchvision Resize: Resize(n) scales the shorter side to n (the longer becomes
+// int(n * long / short)); Resize(h, w) resizes to exactly h x w.
+struct Resize {
+  explicit Resize(int shorter_side);
+  Resize(int height, int width);
+  void validate() const;
+  bool exact() const { return shorter_side == 0; }
+  int shorter_side = 0;       // 0 for an exact size
+  int height = 0, width = 0;  // 0 unless exact
+};
+
+// torchvision CenterCrop: top = int(round((H - h) / 2.0)), likewise left; zero padding where the
+// crop is larger than the image.
+struct CenterCrop {
+  explicit CenterCrop(int size) : CenterCrop(size, size) {}
+  CenterCrop(int height, int width);
+  void validate() const;
+  int height, width;
+};
+
+// torchvision RandomHorizontalFlip: flips when a uniform draw is < p.
+struct RandomHorizontalFlip {
+  explicit RandomHorizontalFlip(double p = 0.5);
+  void validate() const;
+  double p;
+};
+
+enum class DType { kUInt8, kFloat32, kFloat16, kBFloat16 };
+enum class Layout { kCHW, kHWC };
+
+// Conversion to the output tensor: uint8 keeps 0..255; float types hold value / 255.
+struct ToTensor {
+  explicit ToTensor(DType dtype = DType::kFloat32, Layout layout = Layout::kCHW)
+      : dtype(dtype), layout(layout) {}
+  void validate() const {}
+  DType dtype;
+  Layout layout;
+};
+
+// (x - mean) / std per channel, in float32, after a float ToTensor. std must be non-zero.
+struct Normalize {
+  Normalize(std::array<float, 3> mean, std::array<float, 3> std);
+  void validate() const;
+  std::array<float, 3> mean, std;
+};
+
+using Transform =
+    std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, Normalize>;
+
+// A crop in integer pixels of the image it applies to; may extend outside it (padding).
+struct CropBox {
+  int top, left, height, width;
+};
+
+// torchvision RandomResizedCrop.get_params: 10 attempts, then the central fallback. Draws from
+// rng in torchvision's order (scale, log-ratio, then top, left).
+CropBox random_resized_crop_params(int image_height, int image_width, const RandomResizedCrop& t,
+                                   SampleRng& rng);
+
+// torchvision's output size (height, width) of Resize on an image_height x image_width image.
+std::pair<int, int> resize_output_size(int image_height, int image_width, const Resize& t);
+
+CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t);
+
+}  // namespace stoker::image

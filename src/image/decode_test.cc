@@ -1,0 +1,335 @@
+#include "stoker/image/decode.h"
+
+#include <gtest/gtest.h>
+#include <png.h>
+#include <zlib.h>
+
+#include <random>
+#include <string>
+
+#include "decode_region.h"
+#include "stoker/errors.h"
+#include "test_images.h"
+
+namespace stoker::image {
+namespace {
+
+using testing::as_bytes;
+using testing::encode_jpeg;
+using testing::encode_png;
+using testing::JpegParams;
+using testing::max_abs_diff;
+using testing::mean_abs_diff;
+using testing::pattern_rgb;
+
+std::string decode_error_of(std::span<const std::byte> bytes) {
+  try {
+    decode(bytes);
+  } catch (const DecodeError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Sniff, KnowsJpegAndPngAndNamesOtherBytes) {
+  const auto rgb = pattern_rgb(8, 8);
+  EXPECT_EQ(sniff(encode_jpeg(rgb.data(), 8, 8, 3)), ImageFormat::kJpeg);
+  EXPECT_EQ(sniff(encode_png(rgb.data(), 24, 8, 8, PNG_COLOR_TYPE_RGB, 8)), ImageFormat::kPng);
+  EXPECT_EQ(decode_error_of({}), "unsupported image format (empty input)");
+  const std::string text = "Hello, this is a text file\n";
+  const std::string msg = decode_error_of(std::as_bytes(std::span(text)));
+  EXPECT_NE(msg.find("unsupported image format (first bytes: 48 65 6c 6c 6f 2c 20 74)"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Jpeg, RoundTripAtQuality100) {
+  const int w = 67, h = 45;  // not multiples of the block size
+  const auto rgb = pattern_rgb(w, h);
+  const auto file = encode_jpeg(rgb.data(), w, h, 3);
+  const ImageInfo info = read_info(file);
+  EXPECT_EQ(info.width, w);
+  EXPECT_EQ(info.height, h);
+  EXPECT_EQ(info.format, ImageFormat::kJpeg);
+  const DecodedImage img = decode(file);
+  ASSERT_EQ(img.width, w);
+  ASSERT_EQ(img.height, h);
+  EXPECT_LT(mean_abs_diff(img.rgb, rgb), 1.0);
+  EXPECT_LE(max_abs_diff(img.rgb, rgb), 6);
+}
+
+TEST(Jpeg, ProgressiveDecodesLikeBaseline) {
+  const int w = 50, h = 40;
+  const auto rgb = pattern_rgb(w, h, 3);
+  const DecodedImage base = decode(encode_jpeg(rgb.data(), w, h, 3, {.quality = 90}));
+  const DecodedImage prog =
+      decode(encode_jpeg(rgb.data(), w, h, 3, {.quality = 90, .progressive = true}));
+  EXPECT_EQ(base.rgb, prog.rgb);
+}
+
+TEST(Jpeg, GrayscaleIsReplicated) {
+  const int w = 30, h = 20;
+  std::vector<uint8_t> gray(w * h);
+  for (int i = 0; i < w * h; ++i) gray[i] = static_cast<uint8_t>(i * 7 % 256 / 4 + 60);
+  const DecodedImage img = decode(encode_jpeg(gray.data(), w, h, 1));
+  std::vector<uint8_t> expect;
+  for (uint8_t g : gray) expect.insert(expect.end(), {g, g, g});
+  for (int i = 0; i < w * h; ++i) {
+    ASSERT_EQ(img.rgb[i * 3], img.rgb[i * 3 + 1]);
+    ASSERT_EQ(img.rgb[i * 3], img.rgb[i * 3 + 2]);
+  }
+  EXPECT_LT(mean_abs_diff(img.rgb, expect), 1.0);
+}
+
+// PIL's CMYK -> RGB, on the CMYK values PIL sees.
+std::vector<uint8_t> pil_cmyk_to_rgb(const std::vector<uint8_t>& cmyk, bool inverted) {
+  std::vector<uint8_t> rgb;
+  for (size_t i = 0; i < cmyk.size(); i += 4) {
+    auto v = [&](int c) { return inverted ? 255 - cmyk[i + c] : cmyk[i + c]; };
+    const double nk = 255 - v(3);
+    for (int c = 0; c < 3; ++c) rgb.push_back(static_cast<uint8_t>(nk - nk * v(c) / 255.0 + 0.5));
+  }
+  return rgb;
+}
+
+TEST(Jpeg, CmykAndYcckConvertLikePil) {
+  const int w = 24, h = 16;
+  std::vector<uint8_t> cmyk(w * h * 4);
+  for (int i = 0; i < w * h; ++i) {
+    cmyk[i * 4 + 0] = static_cast<uint8_t>(i * 3);
+    cmyk[i * 4 + 1] = static_cast<uint8_t>(255 - i);
+    cmyk[i * 4 + 2] = static_cast<uint8_t>(100);
+    cmyk[i * 4 + 3] = static_cast<uint8_t>(i % 64);
+  }
+  for (bool adobe : {true, false}) {
+    SCOPED_TRACE(adobe ? "YCCK with Adobe marker (inverted)" : "plain CMYK");
+    const DecodedImage img = decode(encode_jpeg(cmyk.data(), w, h, 4, {.adobe = adobe}));
+    EXPECT_LT(mean_abs_diff(img.rgb, pil_cmyk_to_rgb(cmyk, adobe)), 1.5);
+  }
+}
+
+std::vector<uint8_t> rgb_of_gray(const std::vector<uint8_t>& g) {
+  std::vector<uint8_t> v;
+  for (uint8_t x : g) v.insert(v.end(), {x, x, x});
+  return v;
+}
+
+TEST(Png, ColorTypesAndDepthsBecomeRgb8) {
+  const int w = 13, h = 7;
+  const auto rgb = pattern_rgb(w, h);
+  // RGB 8-bit, plain and interlaced.
+  for (bool interlace : {false, true}) {
+    const auto f = encode_png(rgb.data(), w * 3, w, h, PNG_COLOR_TYPE_RGB, 8, interlace);
+    EXPECT_EQ(decode(f).rgb, rgb) << "interlace " << interlace;
+  }
+  // RGBA: alpha dropped, not composited.
+  std::vector<uint8_t> rgba;
+  for (int i = 0; i < w * h; ++i) {
+    rgba.insert(rgba.end(), {rgb[i * 3], rgb[i * 3 + 1], rgb[i * 3 + 2], uint8_t(i * 5)});
+  }
+  EXPECT_EQ(decode(encode_png(rgba.data(), w * 4, w, h, PNG_COLOR_TYPE_RGBA, 8)).rgb, rgb);
+  // 16-bit RGB: high byte.
+  std::vector<uint8_t> rgb16;
+  for (uint8_t v : rgb) rgb16.insert(rgb16.end(), {v, uint8_t(255 - v)});
+  EXPECT_EQ(decode(encode_png(rgb16.data(), w * 6, w, h, PNG_COLOR_TYPE_RGB, 16, true)).rgb, rgb);
+  // Gray 8-bit and gray+alpha.
+  std::vector<uint8_t> gray(w * h), ga;
+  for (int i = 0; i < w * h; ++i) {
+    gray[i] = static_cast<uint8_t>(i * 11);
+    ga.insert(ga.end(), {gray[i], uint8_t(i)});
+  }
+  EXPECT_EQ(decode(encode_png(gray.data(), w, w, h, PNG_COLOR_TYPE_GRAY, 8)).rgb,
+            rgb_of_gray(gray));
+  EXPECT_EQ(decode(encode_png(ga.data(), w * 2, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8)).rgb,
+            rgb_of_gray(gray));
+  // 1-bit gray: 0 -> 0, 1 -> 255.
+  std::vector<uint8_t> bits(2 * h, 0xA5);  // 13 pixels fit in 2 bytes per row
+  const DecodedImage b = decode(encode_png(bits.data(), 2, w, h, PNG_COLOR_TYPE_GRAY, 1));
+  EXPECT_EQ(b.rgb[0], 255);
+  EXPECT_EQ(b.rgb[3], 0);
+  EXPECT_EQ(b.rgb[6], 255);
+}
+
+TEST(Png, PaletteIsExpanded) {
+  const int w = 9, h = 5;
+  const std::vector<uint8_t> palette = {255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30};
+  std::vector<uint8_t> idx(w * h), expect;
+  for (int i = 0; i < w * h; ++i) {
+    idx[i] = static_cast<uint8_t>(i % 4);
+    expect.insert(expect.end(), palette.begin() + idx[i] * 3, palette.begin() + idx[i] * 3 + 3);
+  }
+  const auto f = encode_png(idx.data(), w, w, h, PNG_COLOR_TYPE_PALETTE, 8, false, palette);
+  EXPECT_EQ(decode(f).rgb, expect);
+}
+
+// --- Bad input: always DecodeError, with a message that says what went wrong. ---
+
+TEST(BadInput, TruncatedJpegAtSeveralPoints) {
+  const auto rgb = pattern_rgb(64, 48);
+  for (bool progressive : {false, true}) {
+    const auto f = encode_jpeg(rgb.data(), 64, 48, 3, {.quality = 90, .progressive = progressive});
+    for (size_t cut : {size_t{1}, size_t{3}, size_t{20}, size_t{200}, f.size() / 2, f.size() - 10,
+                       f.size() - 2}) {
+      const std::string msg = decode_error_of(std::span(f).first(cut));
+      EXPECT_TRUE(msg.starts_with("JPEG: ") || msg.starts_with("unsupported"))
+          << "cut " << cut << ": " << msg;
+    }
+    EXPECT_NE(decode_error_of(std::span(f).first(f.size() / 2)).find("Premature end"),
+              std::string::npos);
+  }
+}
+
+TEST(BadInput, TruncatedPng) {
+  const auto rgb = pattern_rgb(40, 30);
+  const auto f = encode_png(rgb.data(), 120, 40, 30, PNG_COLOR_TYPE_RGB, 8);
+  for (size_t cut : {size_t{5}, size_t{8}, size_t{20}, size_t{40}, f.size() / 2}) {
+    const std::string msg = decode_error_of(std::span(f).first(cut));
+    EXPECT_TRUE(msg.starts_with("PNG: ") || msg.starts_with("unsupported"))
+        << "cut " << cut << ": " << msg;
+  }
+}
+
+TEST(BadInput, RandomBytesAfterValidMagic) {
+  std::mt19937 gen(42);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<std::byte> f(200 + trial * 13);
+    for (auto& b : f) b = std::byte(gen() & 0xFF);
+    const bool jpeg = trial % 2 == 0;
+    const std::vector<uint8_t> magic =
+        jpeg ? std::vector<uint8_t>{0xFF, 0xD8, 0xFF}
+             : std::vector<uint8_t>{0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    for (size_t i = 0; i < magic.size(); ++i) f[i] = std::byte(magic[i]);
+    EXPECT_THROW(decode(f), DecodeError);
+  }
+}
+
+TEST(BadInput, CorruptedJpegBodyNeverCrashes) {
+  const auto rgb = pattern_rgb(64, 64);
+  const auto good = encode_jpeg(rgb.data(), 64, 64, 3, {.quality = 80});
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    auto f = good;
+    for (int k = 0; k < 4; ++k) f[gen() % f.size()] = std::byte(gen() & 0xFF);
+    try {
+      decode(f);  // some corruptions still decode; they must not crash
+    } catch (const DecodeError&) {
+    }
+  }
+}
+
+TEST(BadInput, CorruptJpegHeader) {
+  const auto rgb = pattern_rgb(16, 16);
+  auto f = encode_jpeg(rgb.data(), 16, 16, 3);
+  // Find SOF0 and claim 0 components.
+  for (size_t i = 0; i + 9 < f.size(); ++i) {
+    if (f[i] == std::byte{0xFF} && f[i + 1] == std::byte{0xC0}) {
+      f[i + 9] = std::byte{0};
+      break;
+    }
+  }
+  EXPECT_TRUE(decode_error_of(f).starts_with("JPEG: ")) << decode_error_of(f);
+}
+
+TEST(BadInput, CorruptPngHeaderCrc) {
+  const auto rgb = pattern_rgb(16, 16);
+  auto f = encode_png(rgb.data(), 48, 16, 16, PNG_COLOR_TYPE_RGB, 8);
+  f[20] ^= std::byte{0x01};  // inside IHDR data: the CRC no longer matches
+  const std::string msg = decode_error_of(f);
+  EXPECT_NE(msg.find("CRC"), std::string::npos) << msg;
+}
+
+void put_be32(std::vector<std::byte>& f, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) f[at + i] = std::byte((v >> (24 - 8 * i)) & 0xFF);
+}
+
+TEST(BadInput, PixelLimitCheckedFromTheHeader) {
+  const auto rgb = pattern_rgb(16, 16);
+  // JPEG whose SOF claims 65000 x 65000 (the format's maximum is 65535).
+  auto j = encode_jpeg(rgb.data(), 16, 16, 3);
+  for (size_t i = 0; i + 9 < j.size(); ++i) {
+    if (j[i] == std::byte{0xFF} && j[i + 1] == std::byte{0xC0}) {
+      j[i + 5] = std::byte{0xFD}, j[i + 6] = std::byte{0xE8};  // height 65000
+      j[i + 7] = std::byte{0xFD}, j[i + 8] = std::byte{0xE8};  // width 65000
+      break;
+    }
+  }
+  const std::string jmsg = decode_error_of(j);
+  EXPECT_NE(jmsg.find("65000x65000"), std::string::npos) << jmsg;
+  EXPECT_NE(jmsg.find("89478485"), std::string::npos) << jmsg;
+  EXPECT_THROW(read_info(j), DecodeError);
+  // PNG whose IHDR claims 100000 x 100000, with a valid CRC.
+  auto p = encode_png(rgb.data(), 48, 16, 16, PNG_COLOR_TYPE_RGB, 8);
+  put_be32(p, 16, 100000);
+  put_be32(p, 20, 100000);
+  put_be32(p, 29, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(&p[12]), 17)));
+  const std::string pmsg = decode_error_of(p);
+  EXPECT_NE(pmsg.find("100000x100000"), std::string::npos) << pmsg;
+  EXPECT_NE(pmsg.find("limit"), std::string::npos) << pmsg;
+  // A smaller limit applies too.
+  EXPECT_THROW(decode(encode_jpeg(rgb.data(), 16, 16, 3), 255), DecodeError);
+  EXPECT_NO_THROW(decode(encode_jpeg(rgb.data(), 16, 16, 3), 256));
+}
+
+// --- Partial decoding equals full decoding + crop (no DCT scaling). ---
+
+void expect_region_matches_full(const std::vector<std::byte>& f, internal::Rect want) {
+  const DecodedImage full = decode(f);
+  internal::DecodeScratch scratch;
+  const ImageInfo info = read_info(f);
+  const internal::DecodedRegion r =
+      internal::decode_region(f, info, kDefaultMaxPixels, 8, want, scratch);
+  ASSERT_LE(r.rect.x0, want.x0);
+  ASSERT_GE(r.rect.x1, want.x1);
+  ASSERT_LE(r.rect.y0, want.y0);
+  ASSERT_GE(r.rect.y1, want.y1);
+  for (int y = want.y0; y < want.y1; ++y) {
+    for (int x = want.x0; x < want.x1; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t got = r.rgb[(y - r.rect.y0) * r.stride + (x - r.rect.x0) * 3 + c];
+        ASSERT_EQ(got, full.rgb[(y * full.width + x) * 3 + c]) << "x " << x << " y " << y;
+      }
+    }
+  }
+}
+
+TEST(PartialDecode, EqualsFullDecodeThenCrop) {
+  const int w = 203, h = 151;
+  const auto rgb = pattern_rgb(w, h, 5);
+  const internal::Rect rects[] = {{0, 0, w, h},    {37, 21, 120, 90}, {0, 50, 17, 51},
+                                  {150, 0, w, 33}, {64, 64, 80, 80},  {1, 1, w - 1, h - 1}};
+  for (bool subsample : {false, true}) {
+    for (bool progressive : {false, true}) {
+      const auto f = encode_jpeg(
+          rgb.data(), w, h, 3, {.quality = 85, .progressive = progressive, .subsample = subsample});
+      for (const auto& r : rects) {
+        SCOPED_TRACE(::testing::Message()
+                     << "subsample " << subsample << " progressive " << progressive << " rect "
+                     << r.x0 << "," << r.y0 << "," << r.x1 << "," << r.y1);
+        expect_region_matches_full(f, r);
+      }
+    }
+  }
+  const auto png = encode_png(rgb.data(), w * 3, w, h, PNG_COLOR_TYPE_RGB, 8);
+  for (const auto& r : rects) expect_region_matches_full(png, r);
+}
+
+TEST(PartialDecode, DctScalingGivesTheScaledSize) {
+  const int w = 200, h = 120;
+  const auto rgb = pattern_rgb(w, h);
+  const auto f = encode_jpeg(rgb.data(), w, h, 3, {.subsample = true});
+  internal::DecodeScratch scratch;
+  for (int num : {1, 2, 4, 8}) {
+    const int sw = internal::scaled_size(w, num), sh = internal::scaled_size(h, num);
+    const auto r =
+        internal::decode_region(f, read_info(f), kDefaultMaxPixels, num, {0, 0, sw, sh}, scratch);
+    EXPECT_EQ(r.rect.width(), sw);
+    EXPECT_EQ(r.rect.height(), sh);
+    // A downscaled gradient keeps its mean colour.
+    double mean = 0;
+    for (int i = 0; i < sw * sh; ++i) mean += r.rgb[i * 3];
+    EXPECT_NEAR(mean / (sw * sh), 127.5, 3.0) << num;
+  }
+}
+
+}  // namespace
+}  // namespace stoker::image

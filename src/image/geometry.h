@@ -1,0 +1,50 @@
+// Internal: composition of the geometric transforms into one resample.
+//
+// torchvision applies crops and resizes one after another to PIL images. Per axis, every such
+// chain is (or, for a resize after a resize, is approximated by) one PIL resize of a float box of
+// a source window, followed by a crop of its output: AxisPlan. The horizontal flip commutes with
+// resampling, so it is applied once when writing the output.
+#pragma once
+
+#include <vector>
+
+#include "resample.h"
+#include "stoker/image/transforms.h"
+#include "stoker/random.h"
+
+namespace stoker::image::internal {
+
+struct AxisPlan {
+  int lo = 0, hi = 0;        // source window the filter may read (PIL's image at resize time)
+  double in0 = 0, in1 = 0;   // resize box, relative to lo
+  int full_out = 0;          // resize output size
+  int offset = 0, size = 0;  // crop of the resize output (outside [0, full_out): zero padding)
+  bool resized = false;
+
+  // Source-to-output size ratio of the resize (> 1 when downscaling).
+  double ratio() const { return (in1 - in0) / full_out; }
+  AxisSpec spec() const {
+    return AxisSpec{hi - lo, static_cast<float>(in0), static_cast<float>(in1), full_out, offset,
+                    size};
+  }
+};
+
+struct GeometryPlan {
+  AxisPlan x, y;
+  bool flip = false;
+};
+
+// Draws the random parameters in transform order (torchvision's) and composes the geometric
+// transforms of an image_width x image_height image. Non-geometric transforms are skipped.
+GeometryPlan plan_geometry(const std::vector<Transform>& transforms, int image_width,
+                           int image_height, SampleRng& rng);
+
+// The same plan in the coordinates of the image decoded at scale scale_num/8 (JPEG DCT scaling),
+// whose size on this axis is scaled_size.
+AxisPlan scale_axis(const AxisPlan& a, int scale_num, int scaled_size);
+
+// The smallest DCT scale (n/8) that keeps the decoded region at least min_ratio times the output
+// on both axes; 8 when min_ratio <= 0 or no reduction qualifies.
+int choose_scale_num(const GeometryPlan& p, double min_ratio);
+
+}  // namespace stoker::image::internal

@@ -1,0 +1,151 @@
+// PNG decoding through libpng.
+//
+// libpng reports errors through png_error, which longjmps to png_jmpbuf. As in jpeg.cc, the
+// functions that call setjmp hold no objects with destructors; buffers are sized between them.
+#include <png.h>
+
+#include <csetjmp>
+#include <cstring>
+#include <string>
+
+#include "decode_region.h"
+#include "stoker/errors.h"
+
+namespace stoker::image::internal {
+namespace {
+
+struct Source {
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+  char message[256];
+};
+
+void read_fn(png_structp png, png_bytep out, size_t n) {
+  auto* src = static_cast<Source*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "truncated file (unexpected end of data)");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+[[noreturn]] void error_fn(png_structp png, png_const_charp msg) {
+  auto* src = static_cast<Source*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof src->message, "%s", msg);
+  png_longjmp(png, 1);
+}
+
+// Warnings (bad ancillary chunks such as a wrong sRGB profile) leave the pixels intact.
+void warning_fn(png_structp, png_const_charp) {}
+
+// Owns the libpng structs; destroyed outside the setjmp frames.
+class PngReader {
+ public:
+  explicit PngReader(std::span<const std::byte> bytes)
+      : src_{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0, {}} {
+    png_ = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src_, error_fn, warning_fn);
+    if (png_) info_ = png_create_info_struct(png_);
+    if (!png_ || !info_) throw DecodeError("PNG: out of memory creating the decoder");
+    png_set_read_fn(png_, &src_, read_fn);
+    // Our own limit is checked after the header; libpng's must not reject first.
+    png_set_user_limits(png_, 0x7fffffff, 0x7fffffff);
+  }
+  ~PngReader() { png_destroy_read_struct(&png_, &info_, nullptr); }
+  PngReader(const PngReader&) = delete;
+  PngReader& operator=(const PngReader&) = delete;
+
+  png_structp png() { return png_; }
+  png_infop info() { return info_; }
+  [[noreturn]] void fail() const { throw DecodeError(std::string("PNG: ") + src_.message); }
+
+ private:
+  Source src_;
+  png_structp png_ = nullptr;
+  png_infop info_ = nullptr;
+};
+
+struct Header {
+  png_uint_32 width, height;
+  int bit_depth, color_type, interlace;
+};
+
+bool read_header(PngReader& r, Header& h) {
+  png_structp png = r.png();
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_read_info(png, r.info());
+  png_get_IHDR(png, r.info(), &h.width, &h.height, &h.bit_depth, &h.color_type, &h.interlace,
+               nullptr, nullptr);
+  return true;
+}
+
+// Transformations to 8-bit RGB the way PIL's convert("RGB") sees the image.
+bool set_rgb8(PngReader& r, const Header& h, int& passes, size_t& rowbytes) {
+  png_structp png = r.png();
+  if (setjmp(png_jmpbuf(png))) return false;
+  if (h.color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (h.color_type == PNG_COLOR_TYPE_GRAY && h.bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (h.bit_depth == 16) png_set_strip_16(png);
+  if (h.color_type & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+  if (!(h.color_type & PNG_COLOR_MASK_COLOR)) png_set_gray_to_rgb(png);
+  passes = png_set_interlace_handling(png);
+  png_read_update_info(png, r.info());
+  rowbytes = png_get_rowbytes(png, r.info());
+  return true;
+}
+
+// Non-interlaced: rows arrive in order, so keep only the wanted ones and stop after the last.
+bool read_rows(PngReader& r, Rect want, uint8_t* row, uint8_t* out) {
+  png_structp png = r.png();
+  if (setjmp(png_jmpbuf(png))) return false;
+  const size_t n = static_cast<size_t>(want.width()) * 3;
+  for (int y = 0; y < want.y1; ++y) {
+    png_read_row(png, row, nullptr);
+    if (y >= want.y0) std::memcpy(out + (y - want.y0) * n, row + want.x0 * 3, n);
+  }
+  return true;
+}
+
+// Interlaced: every pass touches every row, so decode the whole image.
+bool read_image(PngReader& r, png_bytepp rows) {
+  png_structp png = r.png();
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_read_image(png, rows);
+  return true;
+}
+
+}  // namespace
+
+ImageInfo png_read_info(std::span<const std::byte> bytes, uint64_t max_pixels) {
+  PngReader r(bytes);
+  Header h{};
+  if (!read_header(r, h)) r.fail();
+  check_pixel_limit(h.width, h.height, max_pixels);
+  return ImageInfo{static_cast<int>(h.width), static_cast<int>(h.height), ImageFormat::kPng};
+}
+
+DecodedRegion png_decode_region(std::span<const std::byte> bytes, uint64_t max_pixels, Rect want,
+                                DecodeScratch& scratch) {
+  PngReader r(bytes);
+  Header h{};
+  if (!read_header(r, h)) r.fail();
+  check_pixel_limit(h.width, h.height, max_pixels);
+  int passes = 1;
+  size_t rowbytes = 0;
+  if (!set_rgb8(r, h, passes, rowbytes)) r.fail();
+  if (rowbytes != static_cast<size_t>(h.width) * 3) {
+    throw DecodeError("PNG: unexpected row size after conversion to RGB");
+  }
+  if (passes == 1) {
+    scratch.row.resize(rowbytes);
+    scratch.pixels.resize(static_cast<size_t>(want.width()) * 3 * want.height());
+    if (!read_rows(r, want, scratch.row.data(), scratch.pixels.data())) r.fail();
+    return DecodedRegion{want, scratch.pixels.data(), static_cast<size_t>(want.width()) * 3};
+  }
+  scratch.pixels.resize(rowbytes * h.height);
+  std::vector<png_bytep> rows(h.height);
+  for (png_uint_32 y = 0; y < h.height; ++y) rows[y] = scratch.pixels.data() + y * rowbytes;
+  if (!read_image(r, rows.data())) r.fail();
+  const Rect all{0, 0, static_cast<int>(h.width), static_cast<int>(h.height)};
+  return DecodedRegion{all, scratch.pixels.data(), rowbytes};
+}
+
+}  // namespace stoker::image::internal

@@ -1,0 +1,51 @@
+// Internal: PIL's two-pass bilinear resampling, generalised to "resize, then crop the result"
+// so that the pipeline can produce its output in a single resample.
+//
+// Follows Pillow's libImaging/Resample.c (precompute_coeffs, normalize_coeffs_8bpc,
+// ImagingResample{Horizontal,Vertical}_8bpc): same coefficient arithmetic (float box, double
+// filter weights, 22-bit fixed point), same rounding, so results are bit-identical.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace stoker::image::internal {
+
+// One axis of: PIL resize of an image `in_size` pixels long, box [in0, in1) to `full_out`
+// pixels, then a crop of `out_size` pixels starting at `out_offset` of that result. Output pixels
+// that fall outside [0, full_out) are zero (CenterCrop's padding).
+struct AxisSpec {
+  int in_size = 0;
+  float in0 = 0, in1 = 0;
+  int full_out = 0;
+  int out_offset = 0;
+  int out_size = 0;
+};
+
+struct AxisCoeffs {
+  int ksize = 0;
+  std::vector<int> first;       // per output pixel, first source pixel it reads
+  std::vector<int> count;       // per output pixel, how many (0: padding)
+  std::vector<int32_t> k;       // out_size * ksize fixed-point weights
+  int lo = 0, hi = 0;           // source pixels read by any output pixel: [lo, hi)
+  std::vector<double> weights;  // working space, kept so steady state does not allocate
+};
+
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+void compute_coeffs(const AxisSpec& spec, AxisCoeffs& c);
+
+// Moves the source coordinate system: pixel p becomes p + delta.
+void shift_coeffs(AxisCoeffs& c, int delta);
+
+// Receives each output row (3 * out_width bytes of RGB) in order.
+using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);
+
+// Resamples `src` (RGB, `stride` bytes per row; pixel (x, y) of the coefficient coordinate
+// system at src + y * stride + 3 * x, for the rows/columns the coefficients read). `tmp` holds
+// the horizontal pass and `row` one output row; both are resized as needed and reusable.
+void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const AxisCoeffs& v,
+                   std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx);
+
+}  // namespace stoker::image::internal

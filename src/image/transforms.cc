@@ -1,0 +1,110 @@
+#include "stoker/image/transforms.h"
+
+#include <cmath>
+#include <string>
+
+#include "stoker/errors.h"
+
+namespace stoker::image {
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw InvalidArgument(what);
+}
+
+// Python's round(): half to even, as torchvision relies on.
+int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
+
+}  // namespace
+
+RandomResizedCrop::RandomResizedCrop(int height, int width, std::pair<double, double> scale,
+                                     std::pair<double, double> ratio)
+    : height(height), width(width), scale(scale), ratio(ratio) {
+  validate();
+}
+
+void RandomResizedCrop::validate() const {
+  require(height > 0 && width > 0, "RandomResizedCrop: height and width must be positive");
+  require(scale.first > 0 && scale.first <= scale.second,
+          "RandomResizedCrop: scale must satisfy 0 < scale.min <= scale.max");
+  require(ratio.first > 0 && ratio.first <= ratio.second,
+          "RandomResizedCrop: ratio must satisfy 0 < ratio.min <= ratio.max");
+}
+
+Resize::Resize(int shorter_side) : shorter_side(shorter_side) {
+  require(shorter_side > 0, "Resize: the shorter side must be positive");
+}
+
+Resize::Resize(int height, int width) : height(height), width(width) { validate(); }
+
+void Resize::validate() const {
+  require(exact() ? height > 0 && width > 0 && shorter_side == 0
+                  : shorter_side > 0 && height == 0 && width == 0,
+          "Resize: give either a positive shorter side or a positive (height, width)");
+}
+
+CenterCrop::CenterCrop(int height, int width) : height(height), width(width) { validate(); }
+
+void CenterCrop::validate() const {
+  require(height > 0 && width > 0, "CenterCrop: height and width must be positive");
+}
+
+RandomHorizontalFlip::RandomHorizontalFlip(double p) : p(p) { validate(); }
+
+void RandomHorizontalFlip::validate() const {
+  require(p >= 0 && p <= 1, "RandomHorizontalFlip: p must be in [0, 1]");
+}
+
+Normalize::Normalize(std::array<float, 3> mean, std::array<float, 3> std) : mean(mean), std(std) {
+  validate();
+}
+
+void Normalize::validate() const {
+  for (int c = 0; c < 3; ++c) {
+    require(std::isfinite(mean[c]) && std::isfinite(std[c]) && std[c] != 0,
+            "Normalize: mean must be finite and std finite and non-zero");
+  }
+}
+
+CropBox random_resized_crop_params(int image_height, int image_width, const RandomResizedCrop& t,
+                                   SampleRng& rng) {
+  const double area = static_cast<double>(image_height) * image_width;
+  const double log_lo = std::log(t.ratio.first), log_hi = std::log(t.ratio.second);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.uniform(t.scale.first, t.scale.second);
+    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const int w = py_round(std::sqrt(target_area * aspect));
+    const int h = py_round(std::sqrt(target_area / aspect));
+    if (0 < w && w <= image_width && 0 < h && h <= image_height) {
+      const int top = static_cast<int>(rng.uniform_int(0, image_height - h + 1));
+      const int left = static_cast<int>(rng.uniform_int(0, image_width - w + 1));
+      return CropBox{top, left, h, w};
+    }
+  }
+  // Fallback: the central crop with the aspect ratio clamped into range.
+  const double in_ratio = static_cast<double>(image_width) / image_height;
+  int w = image_width, h = image_height;
+  if (in_ratio < t.ratio.first) {
+    h = py_round(w / t.ratio.first);
+  } else if (in_ratio > t.ratio.second) {
+    w = py_round(h * t.ratio.second);
+  }
+  return CropBox{(image_height - h) / 2, (image_width - w) / 2, h, w};
+}
+
+std::pair<int, int> resize_output_size(int image_height, int image_width, const Resize& t) {
+  if (t.exact()) return {t.height, t.width};
+  const bool portrait = image_width <= image_height;
+  const int shorter = portrait ? image_width : image_height;
+  const int longer = portrait ? image_height : image_width;
+  // torchvision: int(size * long / short), a float product truncated.
+  const int new_long = static_cast<int>(static_cast<double>(t.shorter_side) * longer / shorter);
+  return portrait ? std::pair{new_long, t.shorter_side} : std::pair{t.shorter_side, new_long};
+}
+
+CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t) {
+  return CropBox{py_round((image_height - t.height) / 2.0), py_round((image_width - t.width) / 2.0),
+                 t.height, t.width};
+}
+
+}  // namespace stoker::image
