@@ -82,7 +82,8 @@ _ASPECT_P = (0.40, 0.38, 0.05, 0.12, 0.05)
 _PORTRAIT_FRACTION = 0.10
 _SECONDARY_PHOTO_FRACTION = 0.25  # a class draws this share from its second photo
 _NOISE_SIGMA = (3.0, 8.0)  # sensor grain, in 8-bit levels
-_QUALITY_SKEW = 6.0  # mean quality ~92.5
+_QUALITY_SKEW = 6.0
+_QUALITY_UNIFORM = 0.2  # with the skew: mean quality ~91, all of 75-95 used
 _CROP_AREA = (0.45, 1.0)  # fraction of the largest crop with the output aspect
 _SHARPEN = (120, 220)  # unsharp-mask percent
 
@@ -184,10 +185,14 @@ def _draw_size(rng: np.random.Generator) -> tuple[int, int]:
 
 
 def _draw_quality(rng: np.random.Generator) -> int:
-    # Skewed toward the top of the range like Flickr-sourced ImageNet files (most are saved at
-    # high quality); Beta(a, 1) has mean a / (a + 1).
+    # Most Flickr-sourced ImageNet files are saved at high quality: Beta(a, 1) (mean
+    # a / (a + 1)) skews toward the top, and a uniform share keeps the whole range in use.
     lo, hi = _QUALITY_RANGE
-    return lo + int(math.floor((hi - lo + 1) * float(rng.beta(_QUALITY_SKEW, 1.0))))
+    if rng.random() < _QUALITY_UNIFORM:
+        u = float(rng.random())
+    else:
+        u = float(rng.beta(_QUALITY_SKEW, 1.0))
+    return lo + min(hi - lo, int(math.floor((hi - lo + 1) * u)))
 
 
 def _make_plan(num_classes: int, images_per_class: int, seed: int) -> list[dict]:

@@ -161,3 +161,13 @@ def test_statistics_default_build(tmp_path):
     assert progressive >= 1 and gray >= 1
     assert progressive == m["counts"]["progressive"] and gray == m["counts"]["grayscale"]
     assert len(set(sizes)) > 50  # varied, not a fixed size
+
+
+def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sd, "_render", boom)
+    with pytest.raises(KeyboardInterrupt):
+        sd.make_sample(tmp_path / "half", **SMALL)
+    assert list(tmp_path.iterdir()) == []  # neither root nor a temp dir beside it
