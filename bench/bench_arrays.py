@@ -27,10 +27,11 @@ For each workload:
   the same cores can hope for. Single-thread memcpy is shown for context.
 
 Each loader configuration is built fresh (dataset included, so both sides map the file anew),
-iterated for a few warm-up batches, then timed for a fixed number of batches (the rest of the
-epoch, without the final partial batch) or a time limit, whichever comes first. Start-up (building
-the loader and getting its first batch, worker processes included) is reported on its own and is
-not part of the steady rate. Each batch is consumed minimally (one element read), and dropped
+iterated for a few warm-up batches, then timed for a fixed number of batches (20,000) or a time
+limit (4 s), whichever comes first; when an epoch ends inside that window the next one follows,
+its start-up amortized in the rate (as in training). Start-up of the first epoch (building the
+loader and getting its first batch, worker processes included) is reported on its own and is not
+part of the steady rate. Each batch is consumed minimally (one element read), and dropped
 before the next is asked for. Every measurement is repeated (3 times by default), the reps
 interleaving stoker, torch and memcpy so that drift on a shared machine hits all of them; the
 median is reported with the min-max spread.
@@ -277,8 +278,16 @@ def wait_for_children(timeout=10.0):
                            f"{[p.pid for p in alive]}")
 
 
-def measure(work: Workload, cfg: Config, warmup: int, time_limit: float) -> Run:
-    """One measurement: start-up (loader + first batch), warm-up, then the steady rate."""
+def samples_in(batch):
+    first = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return first.shape[0]
+
+
+def measure(work: Workload, cfg: Config, warmup: int, max_batches: int,
+            time_limit: float) -> Run:
+    """One measurement: start-up (loader + first batch), warm-up, then the steady rate over
+    `max_batches` batches or `time_limit` seconds, whichever comes first. An epoch that ends
+    during the steady phase is followed by the next one, its start-up counted in the rate."""
     gc.collect()
     t0 = time.perf_counter()
     loader = make_loader(work, cfg)
@@ -287,17 +296,19 @@ def measure(work: Workload, cfg: Config, warmup: int, time_limit: float) -> Run:
     startup = time.perf_counter() - t0
     for _ in range(warmup - 1):
         touch(next(it))
-    # The rest of the epoch without the final partial batch, or the time limit.
-    full_batches = work.num_samples // work.batch_size
-    budget = max(1, full_batches - warmup)
-    n = 0
+    batches = samples = 0
     t0 = time.perf_counter()
     deadline = t0 + time_limit
-    while n < budget:
-        batch = next(it)
+    while batches < max_batches:
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)  # the next epoch (stoker advances its epoch, torch reshuffles)
+            continue
         touch(batch)
+        samples += samples_in(batch)
         del batch
-        n += 1
+        batches += 1
         if time.perf_counter() >= deadline:
             break
     elapsed = time.perf_counter() - t0
@@ -306,8 +317,7 @@ def measure(work: Workload, cfg: Config, warmup: int, time_limit: float) -> Run:
     gc.collect()
     if cfg.side == "torch":
         wait_for_children()
-    return Run(samples_per_s=n * work.batch_size / elapsed, startup_s=startup, batches=n,
-               stats=stats)
+    return Run(samples_per_s=samples / elapsed, startup_s=startup, batches=batches, stats=stats)
 
 
 def memcpy_rate(total_bytes: int, threads: int, repeats: int = 3, trials: int = 3) -> float:
@@ -422,6 +432,9 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=float,
                    help="seconds of steady iteration per measurement (default 4; 0.25 quick)")
     p.add_argument("--warmup", type=int, help="warm-up batches (default 5; 2 quick)")
+    p.add_argument("--max-batches", type=int,
+                   help="batches of the steady phase unless the time limit comes first "
+                        "(default 20000; 200 quick)")
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--token-batch", type=int, default=32)
     p.add_argument("--rows-batch", type=int, default=256,
@@ -432,6 +445,7 @@ def parse_args(argv=None):
     args.reps = args.reps or (1 if args.quick else 3)
     args.time_limit = args.time_limit or (0.25 if args.quick else 4.0)
     args.warmup = args.warmup or (2 if args.quick else 5)
+    args.max_batches = args.max_batches or (200 if args.quick else 20_000)
     return args
 
 
@@ -460,8 +474,8 @@ def main(argv=None) -> int:
           f"python {platform.python_version()}; {cores} usable cores, "
           f"torch intra-op threads {torch.get_num_threads()}; load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"reps {args.reps}, warm-up {args.warmup} batches, steady phase <= "
-          f"{args.time_limit:g} s or the rest of the epoch{' (QUICK)' if args.quick else ''}")
+    print(f"reps {args.reps}, warm-up {args.warmup} batches, steady phase {args.max_batches:,} "
+          f"batches or {args.time_limit:g} s, whichever first{' (QUICK)' if args.quick else ''}")
     for work in works:
         print(f"page cache: read {work.path.name} "
               f"({work.path.stat().st_size / 2**20:,.0f} MiB) in {warm_page_cache(work.path):.2f} s")
@@ -481,7 +495,8 @@ def main(argv=None) -> int:
             bound["multi"].append(memcpy_rate(copy_bytes, cores))
             bound["single"].append(memcpy_rate(copy_bytes, 1))
             for r in results:
-                r.runs.append(measure(work, r.config, args.warmup, args.time_limit))
+                r.runs.append(measure(work, r.config, args.warmup, args.max_batches,
+                                      args.time_limit))
             print(f"   [{work.name}] rep {rep + 1}/{args.reps} done", flush=True)
         bound["multi_median"] = statistics.median(bound["multi"])
         bound["single_median"] = statistics.median(bound["single"])

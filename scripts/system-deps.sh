@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Stoker builds against, if any is missing.
 set -euo pipefail
-packages=(g++ libgtest-dev python3-venv)
+packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

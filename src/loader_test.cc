@@ -36,7 +36,14 @@ Batches run(std::shared_ptr<const Source> src, LoaderOptions o, uint64_t epoch =
   return drain(*loader.iterate(epoch, start));
 }
 
+// Threads of this process. The first call starts a thread and joins it, so that runtimes which
+// start a helper thread of their own on first use (TSan does) have done so before counting.
 int thread_count() {
+  static const bool warmed = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)warmed;
   int n = 0;
   DIR* d = opendir("/proc/self/task");
   while (dirent* e = readdir(d)) n += e->d_name[0] != '.';

@@ -11,6 +11,12 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run Stoker's main job on its built-in sample data")
     demo.add_argument("--root", help="where the sample data lives (default: ~/.cache/stoker)")
+    sub.add_parser("make-sample", add_help=False,
+                   help="build the built-in ImageNet-like sample data (see make-sample --help)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["make-sample"]:
+        from .sample_data import main as make_sample_main
+        return make_sample_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run_demo
