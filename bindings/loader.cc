@@ -27,9 +27,8 @@ nb::object export_field(const BatchField& f, nb::handle owner) {
 
 nb::tuple export_batch(std::shared_ptr<Batch> batch, Output output) {
   const Batch& b = *batch;
-  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)), [](void* p) noexcept {
-    delete static_cast<std::shared_ptr<Batch>*>(p);
-  });
+  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)),
+                    [](void* p) noexcept { delete static_cast<std::shared_ptr<Batch>*>(p); });
   nb::list fields;
   for (const BatchField& f : b.fields)
     fields.append(output == Output::kTorch ? export_field<nb::pytorch>(f, owner)
@@ -86,7 +85,8 @@ nb::dict stats_dict(const LoaderStats& s) {
 void register_loader(nb::module_& m) {
   nb::class_<EpochIterator>(m, "EpochIterator")
       .def(
-          "next", [](EpochIterator& it, bool torch) {
+          "next",
+          [](EpochIterator& it, bool torch) {
             return next_batch(it, torch ? Output::kTorch : Output::kNumpy);
           },
           nb::arg("torch"), "The next batch as a tuple of arrays; StopIteration at the end.")
@@ -114,8 +114,8 @@ void register_loader(nb::module_& m) {
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
            nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
-           nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"),
-           nb::arg("world_size"), nb::arg("on_error"))
+           nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"), nb::arg("world_size"),
+           nb::arg("on_error"))
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })

@@ -92,7 +92,9 @@ class ThreadedIterator final : public EpochIterator {
     while (!slot.ready) {
       check_stall_locked();
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+      consumer_waiting_ = true;
       ready_.wait_until(lock, slice);
+      consumer_waiting_ = false;
       if (!slot.ready && Clock::now() >= deadline) {
         st_->consumer_wait_ns += elapsed_ns(start);
         return Status::kTimeout;
@@ -102,8 +104,9 @@ class ThreadedIterator final : public EpochIterator {
     Slot taken = std::move(slot);
     slot = Slot{};
     ++next_deliver_;
+    const bool wake_workers = workers_waiting_ > 0;
     lock.unlock();
-    window_.notify_all();
+    if (wake_workers) window_.notify_all();
     st_->consumer_wait_ns += elapsed_ns(start);
     if (taken.error) std::rethrow_exception(taken.error);
     ++st_->batches;
@@ -136,10 +139,12 @@ class ThreadedIterator final : public EpochIterator {
       uint64_t b;
       {
         std::unique_lock lock(mu_);
-        if (!window_.wait(lock, stop, [this] {
-              return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_;
-            }))
-          return;
+        ++workers_waiting_;
+        const bool claimable = window_.wait(lock, stop, [this] {
+          return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_;
+        });
+        --workers_waiting_;
+        if (!claimable) return;
         if (next_claim_ >= end_) return;
         b = next_claim_++;
       }
@@ -152,11 +157,13 @@ class ThreadedIterator final : public EpochIterator {
         result.batch.reset();  // its buffer goes back to the pool
       }
       result.ready = true;
+      bool wake_consumer;
       {
         std::lock_guard lock(mu_);
         ring_[b % depth_] = std::move(result);
+        wake_consumer = consumer_waiting_ && b == next_deliver_;
       }
-      ready_.notify_all();
+      if (wake_consumer) ready_.notify_one();
     }
   }
 
@@ -181,11 +188,13 @@ class ThreadedIterator final : public EpochIterator {
   const uint64_t depth_;
 
   mutable std::mutex mu_;
-  std::condition_variable_any window_;  // workers wait here for a batch number to claim
-  std::condition_variable_any ready_;   // the consumer waits here for its batch
-  std::vector<Slot> ring_;              // guarded by mu_; slot of batch b is b % depth_
-  uint64_t next_claim_;                 // guarded by mu_
-  uint64_t next_deliver_;               // guarded by mu_
+  std::condition_variable_any window_;            // workers wait here for a batch number to claim
+  std::condition_variable ready_;                 // the consumer waits here for its batch
+  std::vector<Slot> ring_;                        // guarded by mu_; slot of batch b is b % depth_
+  uint64_t next_claim_;                           // guarded by mu_
+  uint64_t next_deliver_;                         // guarded by mu_
+  bool consumer_waiting_ = false;                 // guarded by mu_; skips needless notifies
+  int workers_waiting_ = 0;                       // guarded by mu_
   std::optional<Clock::time_point> stall_since_;  // consumer thread only
 
   std::stop_source stop_;

@@ -37,8 +37,7 @@ struct CudaDriver {
       return fn != nullptr;
     };
     if (!(sym(init, "cuInit") && sym(device_get_count, "cuDeviceGetCount") &&
-          sym(device_get, "cuDeviceGet") &&
-          sym(primary_ctx_retain, "cuDevicePrimaryCtxRetain") &&
+          sym(device_get, "cuDeviceGet") && sym(primary_ctx_retain, "cuDevicePrimaryCtxRetain") &&
           sym(ctx_push, "cuCtxPushCurrent_v2") && sym(ctx_pop, "cuCtxPopCurrent_v2") &&
           sym(mem_host_alloc, "cuMemHostAlloc") && sym(mem_free_host, "cuMemFreeHost")))
       return;

@@ -5,7 +5,8 @@
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
 //   shuffle), never on num_workers or prefetch depth: batch b of an epoch is bit-identical however
 //   it was produced. Batches are delivered in order.
-// - Resume: iterate(epoch, start_batch) yields exactly the batches start_batch, start_batch + 1, ...
+// - Resume: iterate(epoch, start_batch) yields exactly the batches start_batch, start_batch + 1,
+// ...
 //   of that epoch; the state to resume from is three numbers.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
 //   back to the pool when the last reference to the Batch is dropped.
@@ -40,10 +41,10 @@ struct LoaderOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
-  int num_workers = -1;         // threads; -1 = auto (usable cores); 0 = on the consumer's thread
-  int prefetch_factor = -1;     // batches in flight per worker; -1 = auto (2)
+  int num_workers = -1;      // threads; -1 = auto (usable cores); 0 = on the consumer's thread
+  int prefetch_factor = -1;  // batches in flight per worker; -1 = auto (2)
   PinMemory pin_memory = PinMemory::kAuto;  // auto = pinned when a CUDA device is present
-  uint64_t memory_budget = 0;   // bytes for batch buffers; 0 = auto (half of physical memory)
+  uint64_t memory_budget = 0;  // bytes for batch buffers; 0 = auto (half of physical memory)
   uint64_t rank = 0;
   uint64_t world_size = 1;
   OnError on_error = OnError::kRaise;
@@ -75,10 +76,10 @@ struct LoaderStats {
   uint64_t samples = 0;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_samples;  // "index: path: message", the most recent ones
-  double read_seconds = 0;           // worker time spent producing samples
-  double buffer_wait_seconds = 0;    // worker time spent waiting for a free buffer
-  double consumer_wait_seconds = 0;  // consumer time spent waiting for the next batch
-  uint64_t buffer_bytes = 0;         // batch buffer memory that exists now
+  double read_seconds = 0;                   // worker time spent producing samples
+  double buffer_wait_seconds = 0;            // worker time spent waiting for a free buffer
+  double consumer_wait_seconds = 0;          // consumer time spent waiting for the next batch
+  uint64_t buffer_bytes = 0;                 // batch buffer memory that exists now
   uint64_t buffer_bytes_peak = 0;
   uint64_t memory_budget = 0;
   uint64_t batch_bytes = 0;  // one buffer

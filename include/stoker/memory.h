@@ -1,7 +1,7 @@
 // Host memory for batch buffers: pageable, or pinned (page-locked) for fast copies to a GPU.
 //
-// Pinned memory comes from the CUDA driver (libcuda.so.1), loaded at run time: Stoker builds and runs
-// without CUDA, and pinned memory is used only when a driver and a device are present.
+// Pinned memory comes from the CUDA driver (libcuda.so.1), loaded at run time: Stoker builds and
+// runs without CUDA, and pinned memory is used only when a driver and a device are present.
 //
 // Thread safety: all functions are safe to call from any thread.
 #pragma once

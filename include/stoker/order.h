@@ -47,7 +47,8 @@ class BatchPlan {
   uint64_t samples_per_rank() const { return per_rank_; }
   uint64_t num_batches() const { return num_batches_; }
   uint64_t batch_size() const { return batch_size_; }
-  // Samples in batch b (batch_size, or fewer for a final partial batch). REQUIRES: b < num_batches().
+  // Samples in batch b (batch_size, or fewer for a final partial batch). REQUIRES: b <
+  // num_batches().
   uint64_t batch_length(uint64_t b) const;
   // Position in the global order of this rank's k-th sample, already wrapped into [0, n).
   // REQUIRES: k < samples_per_rank().

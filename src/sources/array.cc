@@ -14,7 +14,8 @@ std::byte* copy_strided(const std::byte* src, const ArrayView& v, size_t dim, st
     std::memcpy(dst, src, item);
     return dst + item;
   }
-  for (int64_t i = 0; i < v.shape[dim]; ++i) dst = copy_strided(src + i * v.strides[dim], v, dim + 1, dst);
+  for (int64_t i = 0; i < v.shape[dim]; ++i)
+    dst = copy_strided(src + i * v.strides[dim], v, dim + 1, dst);
   return dst;
 }
 
@@ -31,9 +32,11 @@ ArraySource::ArraySource(std::vector<ArrayView> arrays, std::shared_ptr<const vo
     if (v.strides.size() != v.shape.size())
       throw InvalidArgument("array " + std::to_string(a) + ": shape and strides differ in length");
     if (a > 0 && v.shape[0] != arrays[0].shape[0])
-      throw InvalidArgument("all arrays need the same number of samples (first dimension): array 0 "
-                            "has " + std::to_string(arrays[0].shape[0]) + ", array " +
-                            std::to_string(a) + " has " + std::to_string(v.shape[0]));
+      throw InvalidArgument(
+          "all arrays need the same number of samples (first dimension): array 0 "
+          "has " +
+          std::to_string(arrays[0].shape[0]) + ", array " + std::to_string(a) + " has " +
+          std::to_string(v.shape[0]));
     if (v.name.empty()) v.name = std::to_string(a);
     FieldSpec spec{v.name, v.dtype, std::vector<int64_t>(v.shape.begin() + 1, v.shape.end())};
     // Dense rows: strides of dimensions 1.. are those of a C-contiguous row.

@@ -44,9 +44,10 @@ TEST(ArraySource, ReadsStridedAndReversedViews) {
 
 TEST(ArraySource, RejectsMismatchedLengths) {
   std::vector<float> a(10), b(9);
-  EXPECT_THROW(ArraySource({{reinterpret_cast<const std::byte*>(a.data()), kFloat32, {10}, {4}, "a"},
-                            {reinterpret_cast<const std::byte*>(b.data()), kFloat32, {9}, {4}, "b"}}),
-               InvalidArgument);
+  EXPECT_THROW(
+      ArraySource({{reinterpret_cast<const std::byte*>(a.data()), kFloat32, {10}, {4}, "a"},
+                   {reinterpret_cast<const std::byte*>(b.data()), kFloat32, {9}, {4}, "b"}}),
+      InvalidArgument);
   EXPECT_THROW(ArraySource({}), InvalidArgument);
 }
 

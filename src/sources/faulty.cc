@@ -7,8 +7,7 @@
 
 namespace stoker {
 
-FaultySource::FaultySource(uint64_t size, int64_t width, std::set<uint64_t> fail,
-                           int64_t delay_us)
+FaultySource::FaultySource(uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us)
     : size_(size), width_(width), fail_(std::move(fail)), delay_us_(delay_us) {
   if (width < 1) throw InvalidArgument("width must be a positive integer");
   fields_ = {{"value", kInt64, {width}}};

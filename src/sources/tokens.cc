@@ -54,7 +54,8 @@ TokenSource::TokenSource(std::string path, DType token_dtype, uint64_t seq_len)
   void* map = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);  // the mapping stays valid without the descriptor
-  if (map == MAP_FAILED) throw IoError("cannot map token file " + path_ + ": " + std::strerror(err));
+  if (map == MAP_FAILED)
+    throw IoError("cannot map token file " + path_ + ": " + std::strerror(err));
   map_ = static_cast<const std::byte*>(map);
   size_ = (num_tokens_ - 1) / seq_len;
   const std::vector<int64_t> shape{static_cast<int64_t>(seq_len)};
