@@ -86,7 +86,7 @@ TEST(TarShardFiles, IndexesKeysInMemberOrderWithLongNamesPaxAndDirectories) {
   t.member("a/x001.json", "{}");
   t.long_name(long_dir + "/x002.JPEG", "JPEG-002");
   t.long_name(long_dir + "/x002.cls", "7");
-  t.member("x003.cls", "-2");  // label before image
+  t.member("pax/x003.cls", "-2");  // label before image
   t.pax_path("pax/x003.png", "PNG-003");
   t.member("link.jpg", "", '2');                 // symlink: skipped
   t.member("only.json", "{}");                   // no image, no label: not a sample
