@@ -47,9 +47,9 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     sample_bytes.push_back(f.sample_bytes());
     bytes += f.sample_bytes() * options.batch_size;
   }
-  pool = BatchPool::create(
-      std::max<size_t>(bytes, 1), options.memory_budget,
-      options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
+  pool = BatchPool::create(std::max<size_t>(bytes, 1), options.memory_budget,
+                           options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned
+                                                                : MemoryKind::kPageable);
 }
 
 std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const {
@@ -108,10 +108,10 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
       // the number of the epoch's samples that were replaced, not of failed attempts.
     }
   }
-  throw SampleError(
-      index, source->path(index),
-      std::make_exception_ptr(Error("on_error=\"skip\": no readable replacement found after " +
-                                    std::to_string(kSkipAttempts) + " attempts")));
+  throw SampleError(index, source->path(index),
+                    std::make_exception_ptr(Error(
+                        "on_error=\"skip\": no readable replacement found after " +
+                        std::to_string(kSkipAttempts) + " attempts")));
 }
 
 void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error) {
