@@ -37,8 +37,11 @@ def _size_pair(name, size, allow_single=True):
     else:
         raise ValueError(f"{name} size must be a positive int or a (height, width) pair of "
                          f"positive ints, got {size!r}")
-    if not (0 < h <= _MAX_SIDE and 0 < w <= _MAX_SIDE):
-        raise ValueError(f"{name} size must be in [1, {_MAX_SIDE}], got {size!r}")
+    if h <= 0 or w <= 0:
+        raise ValueError(f"{name} size must be a positive int or a (height, width) pair of "
+                         f"positive ints, got {size!r}")
+    if h > _MAX_SIDE or w > _MAX_SIDE:
+        raise ValueError(f"{name} size must be at most {_MAX_SIDE}, got {size!r}")
     return h, w
 
 
