@@ -104,7 +104,8 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
       source->read({options.seed, epoch, other}, slots, worker);
       return;
     } catch (...) {
-      record_skip(other, std::current_exception());
+      // Not counted: `other` is recorded when its own turn in the epoch comes, so `skipped` is
+      // the number of the epoch's samples that were replaced, not of failed attempts.
     }
   }
   throw SampleError(

@@ -157,6 +157,22 @@ TEST(Loader, ErrorNamesTheSampleAndComesInOrder) {
   }
 }
 
+TEST(Loader, SkippedCountsReplacedSamplesNotFailedReplacements) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.on_error = OnError::kSkip;
+  o.num_workers = 0;
+  // Most samples are bad, so replacement candidates often fail too; each bad sample still counts
+  // once, when its own turn comes.
+  const std::set<uint64_t> bad{0, 1, 2, 3, 4, 5};
+  Loader loader(source(10, bad), o);
+  const Batches batches = drain(*loader.iterate(0));
+  EXPECT_EQ(loader.stats().skipped, 6u);
+  EXPECT_EQ(loader.stats().skipped_samples.size(), 6u);
+  for (const auto& b : batches)
+    for (int64_t v : b) EXPECT_EQ(bad.count(v), 0u);
+}
+
 TEST(Loader, SkipReplacesDeterministicallyAndCounts) {
   LoaderOptions o;
   o.batch_size = 5;

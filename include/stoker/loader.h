@@ -74,7 +74,7 @@ struct Batch {
 struct LoaderStats {
   uint64_t batches = 0;
   uint64_t samples = 0;
-  uint64_t skipped = 0;
+  uint64_t skipped = 0;  // samples replaced under kSkip (a failed replacement is not counted)
   std::vector<std::string> skipped_samples;  // "index: path: message", the most recent ones
   double read_seconds = 0;                   // worker time spent producing samples
   double buffer_wait_seconds = 0;            // worker time spent waiting for a free buffer

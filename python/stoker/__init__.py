@@ -6,8 +6,10 @@ worker count, resumable mid-epoch, bounded memory.
 """
 
 from ._native import cuda_available, usable_cores
+from . import transforms
 from .datasets import ArrayDataset, TokenDataset
 from .errors import DecodeError, MemoryBudgetError, SampleError
+from .images import ImageFolder, TarShards
 from .loader import DataLoader
 
 __version__ = "0.1.0"
@@ -16,9 +18,12 @@ __all__ = [
     "ArrayDataset",
     "DataLoader",
     "DecodeError",
+    "ImageFolder",
     "MemoryBudgetError",
     "SampleError",
+    "TarShards",
     "TokenDataset",
     "cuda_available",
+    "transforms",
     "usable_cores",
 ]

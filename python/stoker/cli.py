@@ -13,10 +13,16 @@ def main(argv=None):
     demo.add_argument("--root", help="where the sample data lives (default: ~/.cache/stoker)")
     sub.add_parser("make-sample", add_help=False,
                    help="build the built-in ImageNet-like sample data (see make-sample --help)")
+    sub.add_parser("stats", add_help=False,
+                   help="per-channel mean and std of an image dataset, for Normalize "
+                        "(see stats --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["make-sample"]:
         from .sample_data import main as make_sample_main
         return make_sample_main(argv[1:])
+    if argv[:1] == ["stats"]:
+        from .stats import main as stats_main
+        return stats_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run_demo

@@ -70,7 +70,8 @@ class DataLoader:
     epoch, drop_last, rank, world_size): never on ``num_workers`` or ``prefetch_factor``.
 
     Args:
-        dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``).
+        dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``, ``ImageFolder``,
+            ``TarShards``).
         batch_size: samples per batch.
         shuffle: visit samples in a seeded random order, new for every epoch.
         seed: the seed of the order (and of per-sample randomness).
@@ -92,10 +93,12 @@ class DataLoader:
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise"):
         source = getattr(dataset, "_source", None)
+        if source is None and getattr(dataset, "_unbatchable", None):
+            raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
         if not isinstance(source, _native.Source):
             raise TypeError(
-                f"stoker.DataLoader needs a Stoker dataset (ArrayDataset, TokenDataset), got "
-                f"{type(dataset).__name__}")
+                f"stoker.DataLoader needs a Stoker dataset (ArrayDataset, TokenDataset, "
+                f"ImageFolder, TarShards), got {type(dataset).__name__}")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):

@@ -1,0 +1,87 @@
+// ImageFiles: N encoded image files with integer labels, read by index.
+//
+// Two providers share the interface:
+// - ImageFolderFiles: one file per sample, with the (path, class index) list supplied by the
+//   caller (the Python front applies torchvision's ImageFolder scan rules).
+// - TarShardFiles: WebDataset shards; an index of (shard, data offset, size, label) per sample is
+//   built once at construction, and read() is one pread into the member's bytes.
+//
+// Contract:
+// - Thread safety: immutable after construction; every method may be called concurrently. read()
+//   uses pread only (no shared file offsets).
+// - Ownership: TarShardFiles keeps its shard descriptors open for its lifetime; ImageFolderFiles
+//   opens and closes a file per read().
+// - Errors: read() throws IoError naming path(i) when the file cannot be opened or read in full.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stoker {
+
+class ImageFiles {
+ public:
+  virtual ~ImageFiles() = default;
+
+  virtual uint64_t size() const = 0;
+  // REQUIRES for the indexed methods: i < size().
+  virtual int64_t label(uint64_t i) const = 0;
+  // The file for error messages: its path, or "shard.tar:member" for a tar member.
+  virtual std::string path(uint64_t i) const = 0;
+  // Replaces `buffer`'s contents with the file's bytes (its capacity is reused).
+  virtual void read(uint64_t i, std::vector<std::byte>& buffer) const = 0;
+};
+
+class ImageFolderFiles final : public ImageFiles {
+ public:
+  // (path, class index) per sample, in sample order. Files are not opened here.
+  explicit ImageFolderFiles(std::vector<std::pair<std::string, int64_t>> samples);
+
+  uint64_t size() const override { return samples_.size(); }
+  int64_t label(uint64_t i) const override { return samples_[i].second; }
+  std::string path(uint64_t i) const override { return samples_[i].first; }
+  void read(uint64_t i, std::vector<std::byte>& buffer) const override;
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> samples_;
+};
+
+class TarShardFiles final : public ImageFiles {
+ public:
+  // Indexes every shard (ustar, GNU long names, pax `path=`). A sample is a WebDataset key (the
+  // member path up to the first '.' of its basename) with one image member (jpg, jpeg or png, any
+  // case) and one `cls` member holding a decimal integer. Samples are in shard order, then member
+  // order. Throws IoError for a shard that cannot be opened or read, and InvalidArgument naming the
+  // shard (and member) for a truncated or corrupt tar, a key without an image or with no or an
+  // invalid label.
+  explicit TarShardFiles(std::vector<std::string> shard_paths);
+  ~TarShardFiles() override;
+  TarShardFiles(const TarShardFiles&) = delete;
+  TarShardFiles& operator=(const TarShardFiles&) = delete;
+
+  uint64_t size() const override { return members_.size(); }
+  int64_t label(uint64_t i) const override { return members_[i].label; }
+  std::string path(uint64_t i) const override;
+  void read(uint64_t i, std::vector<std::byte>& buffer) const override;
+
+  size_t num_shards() const { return shards_.size(); }
+
+ private:
+  struct Member {
+    uint32_t shard;
+    uint64_t offset;  // of the data, in bytes from the start of the shard
+    uint64_t size;
+    int64_t label;
+    std::string name;  // member path of the image
+  };
+  void index_shard(uint32_t shard);
+
+  std::vector<std::string> shards_;
+  std::vector<int> fds_;
+  std::vector<Member> members_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,72 @@
+// Image sources: encoded image files decoded by the worker threads straight into batch slots.
+//
+// ImageSource: fields "image" (the pipeline's output shape and dtype) and "label" (int64 scalar).
+// Sample i is pipeline.run(file bytes of i, SampleRng(seed, epoch, i)), so augmentation depends
+// only on (seed, epoch, index): bit-identical whatever the worker count.
+//
+// ChannelStatsSource: one float64 field "stats" of 7 values per sample, from the full-size decode:
+// sum of R, G, B and sum of squares of R, G, B (values scaled to [0, 1]), then the pixel count.
+// Summing over every sample gives the dataset's per-channel mean and std.
+//
+// Contract:
+// - Thread safety: immutable; read() is safe from any number of threads, each with its own
+//   WorkerState (a reusable byte buffer and, for ImageSource, an ImageScratch).
+// - Ownership: the files and the pipeline are shared and must not change.
+// - Errors: read() throws IoError (file unreadable) or DecodeError (bad image, or larger than the
+//   pixel limit); the loader names the sample with path(index).
+#pragma once
+
+#include <memory>
+
+#include "stoker/image/pipeline.h"
+#include "stoker/source.h"
+#include "stoker/sources/image_files.h"
+
+namespace stoker {
+
+// Stoker's element type for an image::DType.
+DType to_dtype(image::DType dtype);
+
+class ImageSource final : public Source {
+ public:
+  // REQUIRES: files and pipeline are not null.
+  ImageSource(std::shared_ptr<const ImageFiles> files,
+              std::shared_ptr<const image::ImagePipeline> pipeline);
+
+  uint64_t size() const override { return files_->size(); }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  void read(const SampleKey& key, std::span<std::byte* const> slots,
+            WorkerState* state) const override;
+  std::string path(uint64_t index) const override { return files_->path(index); }
+  std::unique_ptr<WorkerState> make_worker_state() const override;
+
+  const ImageFiles& files() const { return *files_; }
+
+ private:
+  std::shared_ptr<const ImageFiles> files_;
+  std::shared_ptr<const image::ImagePipeline> pipeline_;
+  std::vector<FieldSpec> fields_;
+};
+
+class ChannelStatsSource final : public Source {
+ public:
+  static constexpr int kValues = 7;
+
+  // REQUIRES: files is not null. Images over max_pixels fail with DecodeError.
+  ChannelStatsSource(std::shared_ptr<const ImageFiles> files,
+                     uint64_t max_pixels = image::kDefaultMaxPixels);
+
+  uint64_t size() const override { return files_->size(); }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  void read(const SampleKey& key, std::span<std::byte* const> slots,
+            WorkerState* state) const override;
+  std::string path(uint64_t index) const override { return files_->path(index); }
+  std::unique_ptr<WorkerState> make_worker_state() const override;
+
+ private:
+  std::shared_ptr<const ImageFiles> files_;
+  uint64_t max_pixels_;
+  std::vector<FieldSpec> fields_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,184 @@
+"""Image classification datasets: torchvision's ImageFolder layout and WebDataset tar shards.
+
+Both decode and augment in C++ worker threads (see :mod:`stoker.transforms`); a
+``stoker.DataLoader`` over them yields ``(images, labels)`` batches. Augmentation randomness
+depends only on (seed, epoch, sample index), so batches are bit-identical whatever the worker
+count.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from . import _native
+from .transforms import _pipeline_spec
+
+__all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
+
+# torchvision.datasets.folder.IMG_EXTENSIONS: the files ImageFolder lists. Stoker decodes JPEG and
+# PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+_DEFAULT_MAX_PIXELS = 89_478_485  # PIL's Image.MAX_IMAGE_PIXELS
+
+_NO_TRANSFORM = (
+    "{name} was made without a transform, so its images have different sizes and cannot be "
+    "batched; pass a transform that ends in a fixed size, e.g. "
+    "transform=stoker.transforms.Compose([Resize(256), CenterCrop(224), ToTensor()])")
+
+
+def _check_max_pixels(max_pixels):
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
+        raise ValueError(f"max_pixels must be a positive integer, got {max_pixels!r}")
+    return max_pixels
+
+
+class _ImageDataset:
+    """What ImageFolder and TarShards share: the native files, the transform and the source."""
+
+    def _init_source(self, files, transform, max_pixels):
+        self._files = files
+        self.transform = transform
+        self.max_pixels = _check_max_pixels(max_pixels)
+        if transform is None:
+            self._unbatchable = _NO_TRANSFORM.format(name=type(self).__name__)
+        else:
+            self._source = _native.ImageSource(files, _pipeline_spec(transform), max_pixels)
+            self._shape = tuple(self._source.image_shape)
+            self._dtype = self._source.image_dtype
+
+    def __len__(self):
+        return len(self._files)
+
+    def _index(self, index):
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an integer, got {type(index).__name__}")
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} samples")
+        return i
+
+    def __getitem__(self, index):
+        """``(image, label)``: the transformed image (drawn with seed 0, epoch 0, this index) as
+        an array, or without a transform the decoded HWC uint8 RGB array."""
+        i = self._index(index)
+        label = self._files.label(i)
+        if self.transform is None:
+            return self._decode(i), label
+        image_bytes, _ = self._source.sample(i, 0, 0)
+        return _as_array(image_bytes, self._dtype, self._shape), label
+
+    def _decode(self, i):
+        return _native.decode_file(self._files.read(i), self.max_pixels)
+
+    def __repr__(self):
+        lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}"]
+        lines += [f"    {line}" for line in self._extra_repr()]
+        if self.transform is not None:
+            lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
+        return "\n".join(lines)
+
+
+def _as_array(data, dtype, shape):
+    if dtype == "bfloat16":  # NumPy has no bfloat16: a torch tensor
+        import torch
+        return torch.frombuffer(bytearray(data), dtype=torch.bfloat16).reshape(shape)
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _has_image_extension(filename):
+    return filename.lower().endswith(IMG_EXTENSIONS)
+
+
+class ImageFolder(_ImageDataset):
+    """torchvision's ImageFolder: ``root/<class>/**/<file>``, classes in sorted order.
+
+    Attributes as torchvision's: ``root``, ``classes``, ``class_to_idx``, ``samples`` (list of
+    ``(path, class_index)``), ``targets``, ``imgs``. ``transform`` is a :mod:`stoker.transforms`
+    pipeline; a DataLoader needs one that ends in a fixed size. Images over ``max_pixels`` pixels
+    fail to decode (PIL's default limit).
+    """
+
+    def __init__(self, root, transform=None, max_pixels=_DEFAULT_MAX_PIXELS):
+        self.root = os.path.expanduser(os.fspath(root))
+        self.classes, self.class_to_idx = self.find_classes(self.root)
+        self.samples = self.make_dataset(self.root, self.class_to_idx)
+        self.targets = [s[1] for s in self.samples]
+        self.imgs = self.samples
+        self._init_source(_native.ImageFolderFiles(self.samples), transform, max_pixels)
+
+    @staticmethod
+    def find_classes(directory):
+        """Sorted names of the subdirectories of ``directory`` and their indices."""
+        try:
+            classes = sorted(e.name for e in os.scandir(directory) if e.is_dir())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"Couldn't find any class folder in {directory}.") from None
+        if not classes:
+            raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+        return classes, {name: i for i, name in enumerate(classes)}
+
+    @staticmethod
+    def make_dataset(directory, class_to_idx):
+        """torchvision's make_dataset: files with an image extension (any case), walked
+        recursively (following links) in sorted order, class by class."""
+        samples = []
+        empty = set(class_to_idx)
+        for target_class in sorted(class_to_idx):
+            class_index = class_to_idx[target_class]
+            target_dir = os.path.join(directory, target_class)
+            if not os.path.isdir(target_dir):
+                continue
+            for root, _, fnames in sorted(os.walk(target_dir, followlinks=True)):
+                for fname in sorted(fnames):
+                    path = os.path.join(root, fname)
+                    if _has_image_extension(path) and os.path.isfile(path):
+                        samples.append((path, class_index))
+                        empty.discard(target_class)
+        if empty:
+            raise FileNotFoundError(
+                f"Found no valid file for the classes {', '.join(sorted(empty))}. "
+                f"Supported extensions are: {', '.join(IMG_EXTENSIONS)}")
+        return samples
+
+    def _decode(self, i):
+        return _native.decode_file(self.samples[i][0], self.max_pixels)
+
+    def _extra_repr(self):
+        return [f"Root location: {self.root}"]
+
+
+class TarShards(_ImageDataset):
+    """WebDataset shards: ``<key>.jpg`` / ``.jpeg`` / ``.png`` with a ``<key>.cls`` label.
+
+    ``paths`` is a list of shard paths (in that order) or a string: one path or a glob pattern
+    (its matches sorted). The shards are indexed once, in C++; samples are in shard order, then
+    member order. ``labels`` (also ``targets``) holds each sample's label.
+    """
+
+    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS):
+        if isinstance(paths, (str, os.PathLike)):
+            pattern = os.path.expanduser(os.fspath(paths))
+            found = sorted(glob.glob(pattern))
+            if not found:
+                raise FileNotFoundError(f"no tar shard matches {pattern!r}")
+            self.paths = found
+        else:
+            self.paths = [os.path.expanduser(os.fspath(p)) for p in paths]
+            if not self.paths:
+                raise ValueError("TarShards needs at least one shard path")
+        files = _native.TarShardFiles(self.paths)
+        self.labels = list(files.labels)
+        self.targets = self.labels
+        self._init_source(files, transform, max_pixels)
+
+    def path(self, index):
+        """``shard.tar:member`` of sample ``index``."""
+        return self._files.path(self._index(index))
+
+    def _extra_repr(self):
+        return [f"Shards: {len(self.paths)}"]

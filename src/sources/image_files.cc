@@ -1,0 +1,343 @@
+#include "stoker/sources/image_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "stoker/errors.h"
+
+namespace stoker {
+namespace {
+
+constexpr uint64_t kBlock = 512;
+
+// Reads exactly `n` bytes at `offset`; returns the number read (< n only at end of file).
+size_t pread_full(int fd, void* dst, size_t n, uint64_t offset, const std::string& what) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r =
+        ::pread(fd, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("cannot read " + what + ": " + std::strerror(errno));
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string field_string(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
+
+// A numeric header field: octal (space/NUL padded) or GNU base-256 (high bit of the first byte).
+bool parse_number(const char* p, size_t n, uint64_t* out) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  if (u[0] & 0x80) {
+    if (u[0] != 0x80) return false;  // negative or too large
+    uint64_t v = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (v >> 56) return false;
+      v = (v << 8) | u[i];
+    }
+    *out = v;
+    return true;
+  }
+  size_t i = 0;
+  while (i < n && (p[i] == ' ' || p[i] == '\0')) ++i;
+  uint64_t v = 0;
+  bool any = false;
+  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
+    if (v >> 60) return false;
+    v = v * 8 + static_cast<uint64_t>(p[i] - '0');
+    any = true;
+  }
+  for (; i < n; ++i)
+    if (p[i] != ' ' && p[i] != '\0') return false;
+  *out = any ? v : 0;
+  return true;
+}
+
+bool checksum_ok(const std::array<char, kBlock>& h) {
+  uint64_t stored = 0;
+  if (!parse_number(h.data() + 148, 8, &stored)) return false;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kBlock; ++i)
+    sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
+  return sum == stored;
+}
+
+// Records "LEN key=value\n" of a pax header; sets path and size when present.
+bool parse_pax(const std::string& data, std::string* path, uint64_t* size, bool* has_size) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (data[pos] == '\0') break;
+    size_t sp = data.find(' ', pos);
+    if (sp == std::string::npos) return false;
+    uint64_t len = 0;
+    for (size_t i = pos; i < sp; ++i) {
+      if (data[i] < '0' || data[i] > '9') return false;
+      len = len * 10 + static_cast<uint64_t>(data[i] - '0');
+      if (len > data.size()) return false;
+    }
+    if (len <= sp - pos || pos + len > data.size() || data[pos + len - 1] != '\n') return false;
+    const std::string record = data.substr(sp + 1, pos + len - 1 - (sp + 1));
+    const size_t eq = record.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      *path = value;
+    } else if (key == "size") {
+      uint64_t v = 0;
+      if (value.empty()) return false;
+      for (char c : value) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + static_cast<uint64_t>(c - '0');
+      }
+      *size = v;
+      *has_size = true;
+    }
+    pos += len;
+  }
+  return true;
+}
+
+// A decimal integer with optional surrounding whitespace and sign.
+bool parse_label(const std::string& s, int64_t* out) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  if (b == e) return false;
+  bool neg = false;
+  if (s[b] == '+' || s[b] == '-') neg = s[b++] == '-';
+  if (b == e) return false;
+  uint64_t v = 0;
+  for (size_t i = b; i < e; ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(s[i] - '0');
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  }
+  *out = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  return true;
+}
+
+}  // namespace
+
+// --------------------------------------------------------------------------- ImageFolderFiles
+
+ImageFolderFiles::ImageFolderFiles(std::vector<std::pair<std::string, int64_t>> samples)
+    : samples_(std::move(samples)) {}
+
+void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
+  const std::string& p = samples_[i].first;
+  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw IoError("cannot open " + p + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw IoError("cannot stat " + p + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw IoError("cannot read " + p + ": not a regular file");
+  const size_t n = static_cast<size_t>(st.st_size);
+  buffer.resize(n);
+  const size_t got = pread_full(fd.get(), buffer.data(), n, 0, p);
+  if (got != n) throw IoError("cannot read " + p + ": file shrank while being read");
+}
+
+// --------------------------------------------------------------------------- TarShardFiles
+
+TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
+    : shards_(std::move(shard_paths)) {
+  if (shards_.size() > std::numeric_limits<uint32_t>::max())
+    throw InvalidArgument("too many tar shards");
+  fds_.reserve(shards_.size());
+  try {
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0)
+        throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
+      fds_.push_back(fd);
+      index_shard(s);
+    }
+  } catch (...) {
+    for (int fd : fds_) ::close(fd);
+    throw;
+  }
+}
+
+TarShardFiles::~TarShardFiles() {
+  for (int fd : fds_) ::close(fd);
+}
+
+std::string TarShardFiles::path(uint64_t i) const {
+  const Member& m = members_[i];
+  return shards_[m.shard] + ":" + m.name;
+}
+
+void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
+  const Member& m = members_[i];
+  buffer.resize(m.size);
+  const size_t got = pread_full(fds_[m.shard], buffer.data(), m.size, m.offset, path(i));
+  if (got != m.size) throw IoError("cannot read " + path(i) + ": the tar shard was truncated");
+}
+
+void TarShardFiles::index_shard(uint32_t s) {
+  const std::string& shard = shards_[s];
+  const int fd = fds_[s];
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  auto corrupt = [&](const std::string& what) {
+    return InvalidArgument("tar shard " + shard + ": " + what);
+  };
+
+  struct Group {
+    std::string image_name;
+    uint64_t image_offset = 0, image_size = 0;
+    bool has_image = false;
+    std::string label_text, label_name;
+    bool has_label = false;
+  };
+  std::unordered_map<std::string, size_t> group_of;
+  std::vector<std::pair<std::string, Group>> groups;  // in order of first member
+
+  std::string long_name, pax_path, global_path;
+  uint64_t pax_size = 0;
+  bool has_pax_size = false;
+  std::array<char, kBlock> h{};
+  uint64_t pos = 0;
+  for (;;) {
+    if (pos == file_size) break;  // no end-of-archive blocks: accepted
+    const size_t got = pread_full(fd, h.data(), kBlock, pos, "tar shard " + shard);
+    if (got != kBlock)
+      throw corrupt("truncated tar: partial header at offset " + std::to_string(pos));
+    if (std::all_of(h.begin(), h.end(), [](char c) { return c == 0; })) break;  // end of archive
+    if (!checksum_ok(h))
+      throw corrupt("corrupt tar: bad header checksum at offset " + std::to_string(pos) +
+                    " (not a tar file, or damaged)");
+    uint64_t size = 0;
+    if (!parse_number(h.data() + 124, 12, &size))
+      throw corrupt("corrupt tar: bad size field at offset " + std::to_string(pos));
+    const char type = h[156];
+    std::string name = field_string(h.data(), 100);
+    if (std::memcmp(h.data() + 257, "ustar", 5) == 0) {
+      const std::string prefix = field_string(h.data() + 345, 155);
+      if (!prefix.empty()) name = prefix + "/" + name;
+    }
+    const bool extension = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    if (!extension) {
+      if (!long_name.empty())
+        name = long_name;
+      else if (!pax_path.empty())
+        name = pax_path;
+      else if (!global_path.empty())
+        name = global_path;
+      if (has_pax_size) size = pax_size;
+      long_name.clear();
+      pax_path.clear();
+      has_pax_size = false;
+    }
+    const uint64_t data = pos + kBlock;
+    if (size > file_size || data + size > file_size)
+      throw corrupt("truncated tar: member '" + name + "' needs " + std::to_string(size) +
+                    " bytes at offset " + std::to_string(data) + " but the file has " +
+                    std::to_string(file_size));
+    const uint64_t next = data + (size + kBlock - 1) / kBlock * kBlock;
+
+    if (extension) {
+      if (size > (64u << 20))
+        throw corrupt("corrupt tar: extended header of " + std::to_string(size) + " bytes");
+      std::string text(size, '\0');
+      pread_full(fd, text.data(), size, data, "tar shard " + shard);
+      if (type == 'L') {
+        long_name = text.substr(0, strnlen(text.data(), text.size()));
+      } else if (type == 'x' || type == 'g') {
+        std::string p;
+        uint64_t sz = 0;
+        bool has = false;
+        if (!parse_pax(text, &p, &sz, &has))
+          throw corrupt("corrupt tar: bad pax header at offset " + std::to_string(pos));
+        if (type == 'x') {
+          if (!p.empty()) pax_path = p;
+          if (has) pax_size = sz, has_pax_size = true;
+        } else if (!p.empty()) {
+          global_path = p;
+        }
+      }
+      pos = next;
+      continue;
+    }
+    pos = next;
+    if (type != '0' && type != '\0' && type != '7') continue;  // directories, links, devices
+    while (name.size() > 2 && name.compare(0, 2, "./") == 0) name.erase(0, 2);
+
+    const size_t slash = name.rfind('/');
+    const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
+    if (dot == std::string::npos) continue;  // no extension: not part of a sample
+    const std::string key = name.substr(0, dot);
+    const std::string ext = lower(name.substr(dot + 1));
+    auto [it, inserted] = group_of.try_emplace(key, groups.size());
+    if (inserted) groups.emplace_back(key, Group{});
+    Group& g = groups[it->second].second;
+    if (ext == "jpg" || ext == "jpeg" || ext == "png") {
+      if (g.has_image)
+        throw corrupt("key '" + key + "' has two images: '" + g.image_name + "' and '" + name +
+                      "'");
+      g.has_image = true;
+      g.image_name = name;
+      g.image_offset = data;
+      g.image_size = size;
+    } else if (ext == "cls") {
+      if (size > 64)
+        throw corrupt("member '" + name + "': invalid label (" + std::to_string(size) +
+                      " bytes; expected a decimal integer)");
+      std::string text(size, '\0');
+      pread_full(fd, text.data(), size, data, "tar shard " + shard);
+      g.label_text = text;
+      g.label_name = name;
+      g.has_label = true;
+    }
+  }
+
+  for (const auto& [key, g] : groups) {
+    if (!g.has_image) {
+      if (!g.has_label) continue;  // only other members (e.g. .json): not a sample
+      throw corrupt("key '" + key + "' has a label ('" + g.label_name +
+                    "') but no image member (.jpg, .jpeg or .png)");
+    }
+    if (!g.has_label)
+      throw corrupt("member '" + g.image_name + "': key '" + key + "' has no label ('" + key +
+                    ".cls')");
+    int64_t label = 0;
+    if (!parse_label(g.label_text, &label))
+      throw corrupt("member '" + g.label_name + "': invalid label '" + g.label_text +
+                    "' (expected a decimal integer)");
+    members_.push_back({s, g.image_offset, g.image_size, label, g.image_name});
+  }
+}
+
+}  // namespace stoker

@@ -1,0 +1,95 @@
+#include "stoker/sources/image_source.h"
+
+#include <cstring>
+
+#include "stoker/errors.h"
+#include "stoker/image/decode.h"
+
+namespace stoker {
+namespace {
+
+struct ImageWorkerState final : WorkerState {
+  std::vector<std::byte> buffer;
+  image::ImageScratch scratch;
+};
+
+struct BufferWorkerState final : WorkerState {
+  std::vector<std::byte> buffer;
+};
+
+}  // namespace
+
+DType to_dtype(image::DType dtype) {
+  switch (dtype) {
+    case image::DType::kUInt8:
+      return kUInt8;
+    case image::DType::kFloat32:
+      return kFloat32;
+    case image::DType::kFloat16:
+      return DType{DType::kFloat, 16};
+    case image::DType::kBFloat16:
+      return DType{DType::kBFloat, 16};
+  }
+  throw InvalidArgument("unknown image dtype");
+}
+
+ImageSource::ImageSource(std::shared_ptr<const ImageFiles> files,
+                         std::shared_ptr<const image::ImagePipeline> pipeline)
+    : files_(std::move(files)), pipeline_(std::move(pipeline)) {
+  if (!files_ || !pipeline_) throw InvalidArgument("ImageSource needs files and a pipeline");
+  const auto shape = pipeline_->output_shape();
+  fields_ = {{"image", to_dtype(pipeline_->dtype()), {shape.begin(), shape.end()}},
+             {"label", kInt64, {}}};
+}
+
+std::unique_ptr<WorkerState> ImageSource::make_worker_state() const {
+  return std::make_unique<ImageWorkerState>();
+}
+
+void ImageSource::read(const SampleKey& key, std::span<std::byte* const> slots,
+                       WorkerState* state) const {
+  ImageWorkerState local;
+  auto* ws = state != nullptr ? static_cast<ImageWorkerState*>(state) : &local;
+  files_->read(key.index, ws->buffer);
+  SampleRng rng(key.seed, key.epoch, key.index);
+  pipeline_->run(ws->buffer, rng, slots[0], ws->scratch);
+  const int64_t label = files_->label(key.index);
+  std::memcpy(slots[1], &label, sizeof label);
+}
+
+ChannelStatsSource::ChannelStatsSource(std::shared_ptr<const ImageFiles> files, uint64_t max_pixels)
+    : files_(std::move(files)), max_pixels_(max_pixels) {
+  if (!files_) throw InvalidArgument("ChannelStatsSource needs files");
+  fields_ = {{"stats", DType{DType::kFloat, 64}, {kValues}}};
+}
+
+std::unique_ptr<WorkerState> ChannelStatsSource::make_worker_state() const {
+  return std::make_unique<BufferWorkerState>();
+}
+
+void ChannelStatsSource::read(const SampleKey& key, std::span<std::byte* const> slots,
+                              WorkerState* state) const {
+  BufferWorkerState local;
+  auto* ws = state != nullptr ? static_cast<BufferWorkerState*>(state) : &local;
+  files_->read(key.index, ws->buffer);
+  const image::DecodedImage img = image::decode(ws->buffer, max_pixels_);
+  // Exact integer sums per row, accumulated in double: no rounding until the final scaling.
+  uint64_t sum[3] = {0, 0, 0}, sq[3] = {0, 0, 0};
+  const uint8_t* p = img.rgb.data();
+  const size_t n = static_cast<size_t>(img.width) * img.height;
+  for (size_t i = 0; i < n; ++i, p += 3) {
+    for (int c = 0; c < 3; ++c) {
+      sum[c] += p[c];
+      sq[c] += uint64_t{p[c]} * p[c];
+    }
+  }
+  double out[kValues];
+  for (int c = 0; c < 3; ++c) {
+    out[c] = static_cast<double>(sum[c]) / 255.0;
+    out[3 + c] = static_cast<double>(sq[c]) / (255.0 * 255.0);
+  }
+  out[6] = static_cast<double>(n);
+  std::memcpy(slots[0], out, sizeof out);
+}
+
+}  // namespace stoker
