@@ -5,9 +5,8 @@
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
 //   shuffle), never on num_workers or prefetch depth: batch b of an epoch is bit-identical however
 //   it was produced. Batches are delivered in order.
-// - Resume: iterate(epoch, start_batch) yields exactly the batches start_batch, start_batch + 1,
-// ...
-//   of that epoch; the state to resume from is three numbers.
+// - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
+//   epoch; the state to resume from is three numbers.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
 //   back to the pool when the last reference to the Batch is dropped.
 // - Errors: a sample that throws reaches the consumer, at its batch's turn, as a SampleError naming
