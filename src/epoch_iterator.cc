@@ -1,11 +1,13 @@
 // The two ways an epoch's batches are produced: on the consumer's thread (num_workers = 0), or by
 // worker threads that run ahead of the consumer up to the prefetch depth.
+#include <atomic>
 #include <condition_variable>
 #include <optional>
 #include <stop_token>
 #include <thread>
 
 #include "loader_state.h"
+#include "stoker/diagnosis.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -15,6 +17,12 @@ using Clock = std::chrono::steady_clock;
 
 // How long the consumer may find every buffer in its own hands before it is told so.
 constexpr auto kStallLimit = std::chrono::milliseconds(1000);
+
+// Autotune: the largest prefetch factor it may choose, and the minimum window between decisions.
+constexpr int kAutotuneMaxPrefetch = 8;
+constexpr double kAutotuneWindowSeconds = 0.2;
+constexpr uint64_t kAutotuneWindowBatches = 3;
+constexpr size_t kAutotuneLogged = 256;
 
 BudgetExceeded budget_error(const BatchPool& pool) {
   return BudgetExceeded(
@@ -68,18 +76,40 @@ class ThreadedIterator final : public EpochIterator {
         order_(st_->source->size(), st_->options.shuffle, st_->options.seed, epoch),
         epoch_(epoch),
         end_(st_->plan.num_batches()),
-        depth_(static_cast<uint64_t>(st_->options.prefetch_factor) *
-               static_cast<uint64_t>(st_->options.num_workers)),
-        ring_(depth_),
+        autotune_(st_->autotune_workers || st_->autotune_prefetch),
+        ring_size_(static_cast<uint64_t>(autotune_ && st_->autotune_prefetch
+                                             ? kAutotuneMaxPrefetch
+                                             : st_->options.prefetch_factor) *
+                   static_cast<uint64_t>(st_->options.num_workers)),
+        ring_(ring_size_),
         next_claim_(start),
         next_deliver_(start) {
     const int n = static_cast<int>(std::min<uint64_t>(st_->options.num_workers, end_ - start));
+    if (autotune_) {
+      AutotuneLimits lim;
+      lim.tune_workers = st_->autotune_workers;
+      lim.tune_prefetch = st_->autotune_prefetch;
+      lim.max_workers = std::max(n, 1);
+      lim.max_prefetch = st_->autotune_prefetch ? kAutotuneMaxPrefetch : st_->options.prefetch_factor;
+      lim.max_buffers = st_->pool->capacity();
+      std::lock_guard lock(st_->autotune_mu);
+      const int w = st_->autotune_workers ? std::min(st_->autotune_active, lim.max_workers)
+                                          : st_->options.num_workers;
+      const int p = st_->autotune_prefetch ? st_->autotune_prefetch_now : st_->options.prefetch_factor;
+      controller_.emplace(lim, w, p);
+      active_ = controller_->workers();
+      depth_ = controller_->depth();
+    } else {
+      active_ = n;
+      depth_ = ring_size_;
+    }
+    window_start_ = Clock::now();
     workers_.reserve(n);
-    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
+    for (int i = 0; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
   }
 
   ~ThreadedIterator() override {
-    stop_.request_stop();  // wakes every wait that holds the token: window, pool
+    stop_.request_stop();  // wakes every wait that holds the token: window, pool, park
     for (std::thread& t : workers_) t.join();
   }
 
@@ -88,7 +118,7 @@ class ThreadedIterator final : public EpochIterator {
     const auto deadline = start + timeout;
     std::unique_lock lock(mu_);
     if (next_deliver_ >= end_) return Status::kEnd;
-    Slot& slot = ring_[next_deliver_ % depth_];
+    Slot& slot = ring_[next_deliver_ % ring_size_];
     while (!slot.ready) {
       check_stall_locked();
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
@@ -96,7 +126,9 @@ class ThreadedIterator final : public EpochIterator {
       ready_.wait_until(lock, slice);
       consumer_waiting_ = false;
       if (!slot.ready && Clock::now() >= deadline) {
-        st_->consumer_wait_ns += elapsed_ns(start);
+        const int64_t waited = elapsed_ns(start);
+        st_->consumer_wait_ns += waited;
+        window_wait_ns_ += waited;
         return Status::kTimeout;
       }
     }
@@ -104,10 +136,12 @@ class ThreadedIterator final : public EpochIterator {
     Slot taken = std::move(slot);
     slot = Slot{};
     ++next_deliver_;
+    const int64_t waited = elapsed_ns(start);
+    if (autotune_) autotune_locked(waited, taken.batch ? taken.batch->length : 0);
     const bool wake_workers = workers_waiting_ > 0;
     lock.unlock();
     if (wake_workers) window_.notify_all();
-    st_->consumer_wait_ns += elapsed_ns(start);
+    st_->consumer_wait_ns += waited;
     if (taken.error) std::rethrow_exception(taken.error);
     ++st_->batches;
     st_->samples += taken.batch->length;
@@ -121,6 +155,12 @@ class ThreadedIterator final : public EpochIterator {
   }
   uint64_t epoch() const override { return epoch_; }
 
+  std::vector<AutotuneDecision> drain_decisions() override {
+    std::vector<AutotuneDecision> out;
+    out.swap(new_decisions_);
+    return out;
+  }
+
  private:
   struct Slot {
     std::shared_ptr<Batch> batch;
@@ -128,10 +168,14 @@ class ThreadedIterator final : public EpochIterator {
     bool ready = false;
   };
 
-  void work() {
+  void work(int me) {
     const std::stop_token stop = stop_.get_token();
     std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
     while (!stop.stop_requested()) {
+      if (autotune_) {  // parked while the controller keeps this worker inactive
+        std::unique_lock lock(mu_);
+        if (!park_.wait(lock, stop, [&] { return me < active_; })) return;
+      }
       const auto waited = Clock::now();
       Buffer buffer = st_->pool->acquire(stop);
       st_->buffer_wait_ns += elapsed_ns(waited);
@@ -140,15 +184,18 @@ class ThreadedIterator final : public EpochIterator {
       {
         std::unique_lock lock(mu_);
         ++workers_waiting_;
-        const bool claimable = window_.wait(lock, stop, [this] {
-          return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_;
+        const bool claimable = window_.wait(lock, stop, [&] {
+          return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_ || me >= active_;
         });
         --workers_waiting_;
         if (!claimable) return;
         if (next_claim_ >= end_) return;
+        if (me >= active_) continue;  // parked meanwhile: the buffer goes back to the pool
         b = next_claim_++;
       }
       Slot result;
+      const auto started = Clock::now();
+      const int64_t cpu_started = thread_cpu_ns();
       try {
         result.batch = st_->make_batch(epoch_, b, std::move(buffer));
         st_->fill(*result.batch, order_, worker.get());
@@ -156,15 +203,52 @@ class ThreadedIterator final : public EpochIterator {
         result.error = std::current_exception();
         result.batch.reset();  // its buffer goes back to the pool
       }
+      busy_ns_ += elapsed_ns(started);
+      st_->worker_cpu_ns += thread_cpu_ns() - cpu_started;
       result.ready = true;
       bool wake_consumer;
       {
         std::lock_guard lock(mu_);
-        ring_[b % depth_] = std::move(result);
+        ring_[b % ring_size_] = std::move(result);
         wake_consumer = consumer_waiting_ && b == next_deliver_;
       }
       if (wake_consumer) ready_.notify_one();
     }
+  }
+
+  // One controller window: figures since the last decision, then maybe a new worker count or
+  // prefetch depth. Called by the consumer, under mu_, after each delivered batch.
+  void autotune_locked(int64_t waited_ns, uint64_t samples) {
+    window_wait_ns_ += waited_ns;
+    window_samples_ += samples;
+    ++window_batches_;
+    uint64_t ready = 0;
+    for (uint64_t b = next_deliver_; b < next_claim_; ++b) ready += ring_[b % ring_size_].ready;
+    occupancy_sum_ += depth_ > 0 ? double(ready) / double(depth_) : 0;
+    const auto now = Clock::now();
+    const double secs = std::chrono::duration<double>(now - window_start_).count();
+    if (secs < kAutotuneWindowSeconds || window_batches_ < kAutotuneWindowBatches) return;
+    AutotuneFigures f;
+    f.seconds = secs;
+    f.consumer_wait_fraction = std::min(1.0, window_wait_ns_ * 1e-9 / secs);
+    const int64_t busy = busy_ns_.exchange(0);
+    f.worker_busy_fraction = std::min(1.0, busy * 1e-9 / (secs * std::max(active_, 1)));
+    f.queue_occupancy = occupancy_sum_ / double(window_batches_);
+    f.samples_per_s = double(window_samples_) / secs;
+    window_start_ = now;
+    window_wait_ns_ = 0;
+    window_samples_ = 0;
+    window_batches_ = 0;
+    occupancy_sum_ = 0;
+    const double t = std::chrono::duration<double>(now - st_->created).count();
+    std::optional<AutotuneDecision> d = controller_->update(t, f);
+    if (!d) return;
+    active_ = controller_->workers();
+    depth_ = controller_->depth();
+    st_->record_autotune(*d);
+    if (new_decisions_.size() < kAutotuneLogged) new_decisions_.push_back(*d);
+    park_.notify_all();
+    window_.notify_all();
   }
 
   // The consumer waits for a batch nobody has claimed while the pool is exhausted: every buffer
@@ -185,9 +269,20 @@ class ThreadedIterator final : public EpochIterator {
   const EpochOrder order_;
   const uint64_t epoch_;
   const uint64_t end_;
-  const uint64_t depth_;
+  const bool autotune_;
+  const uint64_t ring_size_;  // >= any depth the controller may set
 
   mutable std::mutex mu_;
+  uint64_t depth_;  // guarded by mu_; batches claimed or ready beyond the one delivered next
+  int active_;      // guarded by mu_; workers allowed to claim (the others are parked)
+  std::optional<AutotuneController> controller_;  // guarded by mu_
+  std::atomic<int64_t> busy_ns_{0};               // workers' time producing, this window
+  Clock::time_point window_start_;                // consumer thread only, as the window figures
+  int64_t window_wait_ns_ = 0;
+  uint64_t window_samples_ = 0, window_batches_ = 0;
+  double occupancy_sum_ = 0;
+  std::vector<AutotuneDecision> new_decisions_;   // consumer thread only; drained by bindings
+  std::condition_variable_any park_;              // inactive workers wait here
   std::condition_variable_any window_;            // workers wait here for a batch number to claim
   std::condition_variable ready_;                 // the consumer waits here for its batch
   std::vector<Slot> ring_;                        // guarded by mu_; slot of batch b is b % depth_

@@ -12,6 +12,7 @@ namespace {
 constexpr size_t kFieldAlign = 64;
 constexpr int kSkipAttempts = 16;        // replacements tried before the error is raised anyway
 constexpr size_t kSkippedListed = 1000;  // skipped samples remembered for stats()
+constexpr size_t kAutotuneListed = 200;  // autotune decisions remembered for stats()
 
 LoaderOptions resolve(LoaderOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
@@ -21,7 +22,11 @@ LoaderOptions resolve(LoaderOptions o) {
     throw InvalidArgument("prefetch_factor must be \"auto\" or an integer in [1, " +
                           std::to_string(kMaxPrefetchFactor) + "], got " +
                           std::to_string(o.prefetch_factor));
-  if (o.num_workers == -1) o.num_workers = usable_cores();
+  if (o.cpu_budget < 0 || o.cpu_budget > kMaxWorkers)
+    throw InvalidArgument("cpu_budget must be 0 (usable cores) or an integer in [1, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.cpu_budget));
+  if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
+  if (o.num_workers == -1) o.num_workers = o.cpu_budget;
   if (o.prefetch_factor == -1) o.prefetch_factor = 2;
   if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
   if (o.pin_memory == PinMemory::kAuto)
@@ -40,6 +45,9 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
       options(resolve(opts)),
       plan(source->size(), options.batch_size, options.drop_last, options.rank,
            options.world_size) {
+  autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
+  autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
+  autotune_prefetch_now = options.prefetch_factor;
   size_t bytes = 0;
   for (const FieldSpec& f : source->fields()) {
     bytes = align_up(bytes, kFieldAlign);
@@ -122,6 +130,14 @@ void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error)
   if (skipped_samples.size() > kSkippedListed) skipped_samples.pop_front();
 }
 
+void Loader::State::record_autotune(const AutotuneDecision& d) {
+  std::lock_guard lock(autotune_mu);
+  autotune_active = d.workers_to;
+  autotune_prefetch_now = d.prefetch_to;
+  autotune_log.push_back(d);
+  if (autotune_log.size() > kAutotuneListed) autotune_log.pop_front();
+}
+
 Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
   if (!source) throw InvalidArgument("the loader needs a source");
   state_ = std::make_shared<State>(std::move(source), options);
@@ -160,6 +176,14 @@ LoaderStats Loader::stats() const {
   out.buffer_bytes_peak = s.pool->peak_bytes_allocated();
   out.memory_budget = s.options.memory_budget;
   out.batch_bytes = s.pool->buffer_bytes();
+  out.worker_cpu_seconds = s.worker_cpu_ns * 1e-9;
+  out.autotune = s.autotune_workers || s.autotune_prefetch;
+  {
+    std::lock_guard lock(s.autotune_mu);
+    out.active_workers = s.autotune_workers ? s.autotune_active : s.options.num_workers;
+    out.prefetch_factor = s.autotune_prefetch ? s.autotune_prefetch_now : s.options.prefetch_factor;
+    out.autotune_decisions.assign(s.autotune_log.begin(), s.autotune_log.end());
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <mutex>
 
@@ -30,6 +31,17 @@ struct Loader::State {
   std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
   mutable std::mutex skipped_mu;
   std::deque<std::string> skipped_samples;  // guarded by skipped_mu; bounded
+  std::atomic<int64_t> worker_cpu_ns{0};
+
+  // Online autotune: which knobs were "auto", and the controller's values, carried from one
+  // iterator (epoch) to the next.
+  bool autotune_workers = false, autotune_prefetch = false;
+  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  mutable std::mutex autotune_mu;
+  int autotune_active = 1;                        // guarded by autotune_mu
+  int autotune_prefetch_now = 2;                  // guarded by autotune_mu
+  std::deque<AutotuneDecision> autotune_log;      // guarded by autotune_mu; bounded
+  void record_autotune(const AutotuneDecision& d);
 
  private:
   // Reads sample `index` into `slots`, replacing it under on_error = kSkip.

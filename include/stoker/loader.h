@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/autotune.h"
 #include "stoker/batch_pool.h"
 #include "stoker/dtype.h"
 #include "stoker/source.h"
@@ -40,13 +41,17 @@ struct LoaderOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
-  int num_workers = -1;      // threads; -1 = auto (usable cores); 0 = on the consumer's thread
-  int prefetch_factor = -1;  // batches in flight per worker; -1 = auto (2)
+  // threads; -1 = auto: cpu_budget threads, of which the online autotune controller keeps as many
+  // active as pay (starting from 1); 0 = on the consumer's thread
+  int num_workers = -1;
+  // batches in flight per worker; -1 = auto: starts at 2, set by the autotune controller
+  int prefetch_factor = -1;
   PinMemory pin_memory = PinMemory::kAuto;  // auto = pinned when a CUDA device is present
   uint64_t memory_budget = 0;  // bytes for batch buffers; 0 = auto (half of physical memory)
   uint64_t rank = 0;
   uint64_t world_size = 1;
   OnError on_error = OnError::kRaise;
+  int cpu_budget = 0;  // cores autotune may use for workers; 0 = usable cores
 };
 
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
@@ -82,6 +87,13 @@ struct LoaderStats {
   uint64_t buffer_bytes_peak = 0;
   uint64_t memory_budget = 0;
   uint64_t batch_bytes = 0;  // one buffer
+  double worker_cpu_seconds = 0;  // CPU time of worker threads producing batches
+  // Online autotune (num_workers and/or prefetch_factor "auto"): the values in use now and the
+  // controller's most recent decisions (bounded list, oldest first).
+  bool autotune = false;
+  int active_workers = 0;
+  int prefetch_factor = 0;
+  std::vector<AutotuneDecision> autotune_decisions;
 };
 
 class EpochIterator;
@@ -132,6 +144,9 @@ class EpochIterator {
   // Batches delivered so far, counted from the start of the epoch (start_batch included).
   virtual uint64_t position() const = 0;
   virtual uint64_t epoch() const = 0;
+
+  // Autotune decisions made by this iterator since the last call (consumer thread only).
+  virtual std::vector<AutotuneDecision> drain_decisions() { return {}; }
 };
 
 }  // namespace stoker

@@ -1,0 +1,84 @@
+// The online autotune controller: while training runs, it sets the number of active worker threads
+// and the prefetch depth of a loader whose num_workers / prefetch_factor are "auto".
+//
+// Stoker's stages are fused (a worker reads, decodes, transforms and collates a sample into its
+// batch slot), so the two stages it balances are the worker pool and the consumer. Every window
+// (>= kWindow and a few batches) it gets the figures of that window and decides:
+// - starved (consumer waits > wait_high of the time):
+//   - workers busy (>= busy_high): one more active worker, within the CPU budget and the memory
+//     budget. The next window checks the gain: less than min_gain (and still starved) means the
+//     cores are saturated: the worker is removed and that count becomes a ceiling for
+//     ceiling_seconds.
+//   - workers not busy: they wait for buffers or for the window: one more prefetch step.
+// - comfortable (consumer waits < wait_low) for shrink_windows windows in a row, with the
+//   workers' load fitting in one worker fewer below shrink_busy: one worker fewer (parked, not
+//   destroyed). A shrink that starves the consumer is undone and its count becomes a floor.
+// - in between: nothing (hysteresis band).
+// Memory: depth + workers + 1 buffers never exceed the pool's capacity (the memory budget).
+//
+// Thread safety: not thread-safe; the iterator calls it from the consumer thread, under its lock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace stoker {
+
+struct AutotuneFigures {
+  double seconds = 0;                 // window length
+  double consumer_wait_fraction = 0;  // consumer time waiting for a batch / window
+  double worker_busy_fraction = 0;    // active workers' time producing / (workers x window)
+  double queue_occupancy = 0;         // ready batches ahead of the consumer / depth, averaged
+  double samples_per_s = 0;           // delivered in the window
+};
+
+struct AutotuneDecision {
+  double time_s = 0;  // since the loader was made
+  int workers_from = 0, workers_to = 0;
+  int prefetch_from = 0, prefetch_to = 0;
+  AutotuneFigures figures;
+  std::string reason;
+};
+
+struct AutotuneLimits {
+  bool tune_workers = true;
+  bool tune_prefetch = true;
+  int max_workers = 1;         // the CPU budget (threads that exist)
+  int max_prefetch = 16;
+  uint64_t max_buffers = 0;    // pool capacity under the memory budget
+  double wait_high = 0.10, wait_low = 0.03;
+  double busy_high = 0.80, shrink_busy = 0.70;
+  double min_gain = 0.05;
+  int shrink_windows = 3;
+  double ceiling_seconds = 30;
+};
+
+class AutotuneController {
+ public:
+  AutotuneController(const AutotuneLimits& limits, int workers, int prefetch);
+
+  // Feeds one window's figures, taken at time `now_s`; returns the change made, if any.
+  std::optional<AutotuneDecision> update(double now_s, const AutotuneFigures& f);
+
+  int workers() const { return workers_; }
+  int prefetch() const { return prefetch_; }
+  uint64_t depth() const { return uint64_t(workers_) * uint64_t(prefetch_); }
+  bool fits(int workers, int prefetch) const;
+
+ private:
+  std::optional<AutotuneDecision> change(double now_s, const AutotuneFigures& f, int workers,
+                                         int prefetch, std::string reason);
+
+  AutotuneLimits lim_;
+  int workers_, prefetch_;
+  // After a grow: the throughput before it, to check the gain in the next window.
+  std::optional<double> grow_check_;
+  int ceiling_ = 0;  // 0 = none
+  double ceiling_until_ = 0;
+  int floor_ = 1;
+  bool shrunk_last_ = false;
+  int calm_windows_ = 0;
+};
+
+}  // namespace stoker
