@@ -3,6 +3,8 @@
 #include "stoker/loader.h"
 
 #include <nanobind/ndarray.h>
+
+#include <cstdio>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -36,6 +38,37 @@ nb::tuple export_batch(std::shared_ptr<Batch> batch, Output output) {
   return nb::tuple(fields);
 }
 
+nb::dict decision_dict(const AutotuneDecision& d) {
+  nb::dict out;
+  out["time_s"] = d.time_s;
+  out["num_workers"] = nb::make_tuple(d.workers_from, d.workers_to);
+  out["prefetch_factor"] = nb::make_tuple(d.prefetch_from, d.prefetch_to);
+  out["consumer_wait_fraction"] = d.figures.consumer_wait_fraction;
+  out["worker_busy_fraction"] = d.figures.worker_busy_fraction;
+  out["queue_occupancy"] = d.figures.queue_occupancy;
+  out["samples_per_s"] = d.figures.samples_per_s;
+  out["reason"] = d.reason;
+  return out;
+}
+
+// New autotune decisions go to the Python logger "stoker.autotune" (INFO).
+void log_decisions(EpochIterator& it) {
+  std::vector<AutotuneDecision> decisions = it.drain_decisions();
+  if (decisions.empty()) return;
+  nb::object logger = nb::module_::import_("logging").attr("getLogger")("stoker.autotune");
+  for (const AutotuneDecision& d : decisions) {
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "t=%.2fs num_workers %d -> %d, prefetch_factor %d -> %d (%s; consumer wait "
+                  "%.0f%%, workers busy %.0f%%, queue %.0f%%, %.0f samples/s)",
+                  d.time_s, d.workers_from, d.workers_to, d.prefetch_from, d.prefetch_to,
+                  d.reason.c_str(), 100 * d.figures.consumer_wait_fraction,
+                  100 * d.figures.worker_busy_fraction, 100 * d.figures.queue_occupancy,
+                  d.figures.samples_per_s);
+    logger.attr("info")(msg);
+  }
+}
+
 // Waits for the next batch without holding the GIL, checking for Ctrl-C between short waits.
 nb::tuple next_batch(EpochIterator& it, Output output) {
   std::shared_ptr<Batch> batch;
@@ -45,6 +78,7 @@ nb::tuple next_batch(EpochIterator& it, Output output) {
       nb::gil_scoped_release release;
       status = it.next_for(std::chrono::milliseconds(50), &batch);
     }
+    log_decisions(it);
     if (status == EpochIterator::Status::kBatch) return export_batch(std::move(batch), output);
     if (status == EpochIterator::Status::kEnd) throw nb::stop_iteration();
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -77,6 +111,13 @@ nb::dict stats_dict(const LoaderStats& s) {
   d["buffer_bytes_peak"] = s.buffer_bytes_peak;
   d["memory_budget"] = s.memory_budget;
   d["batch_bytes"] = s.batch_bytes;
+  d["worker_cpu_s"] = s.worker_cpu_seconds;
+  d["active_workers"] = s.active_workers;
+  d["prefetch_factor_now"] = s.prefetch_factor;
+  d["autotune_enabled"] = s.autotune;
+  nb::list decisions;
+  for (const AutotuneDecision& a : s.autotune_decisions) decisions.append(decision_dict(a));
+  d["autotune"] = decisions;
   return d;
 }
 
@@ -97,7 +138,7 @@ void register_loader(nb::module_& m) {
       .def(nb::new_([](std::shared_ptr<Source> source, uint64_t batch_size, bool shuffle,
                        uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
                        const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
-                       uint64_t world_size, const std::string& on_error) {
+                       uint64_t world_size, const std::string& on_error, int cpu_budget) {
              LoaderOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -110,12 +151,13 @@ void register_loader(nb::module_& m) {
              o.rank = rank;
              o.world_size = world_size;
              o.on_error = parse_on_error(on_error);
+             o.cpu_budget = cpu_budget;
              return std::make_shared<Loader>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
            nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
            nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"), nb::arg("world_size"),
-           nb::arg("on_error"))
+           nb::arg("on_error"), nb::arg("cpu_budget") = 0)
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })

@@ -8,6 +8,7 @@ worker count, resumable mid-epoch, bounded memory.
 from ._native import cuda_available, usable_cores
 from . import transforms
 from .datasets import ArrayDataset, TokenDataset
+from .diagnose import diagnose
 from .errors import DecodeError, MemoryBudgetError, SampleError
 from .images import ImageFolder, TarShards
 from .loader import DataLoader
@@ -24,6 +25,7 @@ __all__ = [
     "TarShards",
     "TokenDataset",
     "cuda_available",
+    "diagnose",
     "transforms",
     "usable_cores",
 ]

@@ -16,7 +16,18 @@ def main(argv=None):
     sub.add_parser("stats", add_help=False,
                    help="per-channel mean and std of an image dataset, for Normalize "
                         "(see stats --help)")
+    sub.add_parser("tune", add_help=False,
+                   help="find num_workers, prefetch_factor, pin_memory (and batch_size) for "
+                        "Stoker's loader or a torch DataLoader (see tune --help)")
+    sub.add_parser("diagnose", add_help=False,
+                   help="is the loader or the model the bottleneck? (see diagnose --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["tune"]:
+        from .tune import main as tune_main
+        return tune_main(argv[1:])
+    if argv[:1] == ["diagnose"]:
+        from .diagnose import main as diagnose_main
+        return diagnose_main(argv[1:])
     if argv[:1] == ["make-sample"]:
         from .sample_data import main as make_sample_main
         return make_sample_main(argv[1:])

@@ -86,12 +86,16 @@ class DataLoader:
         output: "torch" (tensors; NumPy arrays when torch is not installed) or "numpy".
         on_error: "raise" (default) or "skip" (replace a failed sample deterministically, count
             it in ``stats()``).
+        cpu_budget: cores the online autotune may give to workers when num_workers is "auto"
+            (None: usable cores). With num_workers and/or prefetch_factor "auto", a controller
+            starts at one active worker and sets both while the loader runs; its decisions are
+            in ``stats()["autotune"]`` and logged to the "stoker.autotune" logger.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise"):
+                 on_error="raise", cpu_budget=None):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
@@ -139,7 +143,9 @@ class DataLoader:
         self.output = output
         self._torch = output == "torch" and _torch_available()
         self._loader = _native.Loader(source, batch_size, shuffle, seed, drop_last, workers,
-                                      prefetch, pin, budget, rank, world_size, on_error)
+                                      prefetch, pin, budget, rank, world_size, on_error,
+                                      cpu_budget=0 if cpu_budget is None else
+                                      _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS))
         self._single = len(source.field_names) == 1
         self._next_epoch = 0
         self._start_batch = 0
