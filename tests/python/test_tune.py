@@ -1,0 +1,142 @@
+"""stoker tune, stoker.diagnose and the online autotune: the C++ search through its bindings on
+synthetic callbacks, the CLI's JSON and PNG, verdicts for slow and fast consumers, and autotune
+within the memory budget with a bounded decision log."""
+
+import json
+import logging
+import random
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker import _native
+from stoker.testing import FaultyDataset
+from stoker.tune import main as tune_main, tune_loader
+
+
+def plateau_model(config):
+    w = config["num_workers"]
+    p = config["prefetch_factor"]
+    return 100.0 * min(w, 3) * (1.0 if p >= 2 else 0.8)
+
+
+KNOBS = [{"name": "num_workers", "values": [1, 2, 3, 4, 6, 8], "start": 2, "min": 0, "max": 256},
+         {"name": "prefetch_factor", "values": [1, 2, 4], "start": 1, "min": 1, "max": 64}]
+
+
+def test_tuner_finds_the_plateau_with_seeded_noise_and_stops():
+    rng = random.Random(3)
+    calls = []
+
+    def measure(config):
+        calls.append(dict(config))
+        return plateau_model(config) * rng.uniform(0.99, 1.01)
+
+    r = _native.tune_callback(KNOBS, measure, None, {"repeats": 3})
+    assert r["recommended"] == {"num_workers": 3, "prefetch_factor": 2}
+    assert r["stopped"] == "converged"
+    assert len(r["points"]) == len(calls) and len(calls) % 3 == 0
+    assert all("samples_per_s" in p and "num_workers" in p for p in r["points"])
+    assert len(calls) // 3 < 6 * 3  # fewer configurations than the grid
+
+
+def test_tuner_respects_the_memory_budget():
+    def memory(config):
+        return _native.estimate_loader_memory(config, 1000, 10)
+
+    budget = memory({"num_workers": 2, "prefetch_factor": 2})
+    seen = []
+    r = _native.tune_callback(KNOBS, lambda c: seen.append(dict(c)) or plateau_model(c), memory,
+                              {"repeats": 1, "memory_budget": budget})
+    assert seen and all(memory(c) <= budget for c in seen)
+    assert r["over_budget"]
+    assert memory(r["recommended"]) <= budget
+
+
+def test_tune_loader_native_measurements():
+    ds = stoker.ArrayDataset(np.zeros((2000, 64), np.float32))
+    knobs = [{"name": "num_workers", "values": [1, 2], "start": 1},
+             {"name": "prefetch_factor", "values": [1, 2], "start": 2}]
+    r = tune_loader(ds, batch_size=50, knobs=knobs, repeats=1, seconds=0.02, shuffle=False)
+    assert set(r["recommended"]) == {"num_workers", "prefetch_factor"}
+    assert all(p["samples_per_s"] > 0 for p in r["points"])
+
+
+def test_cli_tune_writes_json_and_png(tmp_path, capsys):
+    root = tmp_path / "imgs"
+    from PIL import Image
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(8):
+            Image.new("RGB", (64, 48), (i * 20, 100, 50)).save(root / c / f"{i}.jpg")
+    out_json, out_png = tmp_path / "t.json", tmp_path / "t.png"
+    rc = tune_main([str(root), "--batch-size", "4", "--repeats", "1", "--seconds", "0.02",
+                    "--max-workers", "2", "--json", str(out_json), "--plot", str(out_png)])
+    assert rc == 0
+    data = json.loads(out_json.read_text())
+    assert {"recommended", "points"} <= set(data)
+    assert {"num_workers", "prefetch_factor", "pin_memory"} <= set(data["recommended"])
+    assert data["points"] and all("samples_per_s" in p for p in data["points"])
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "recommended:" in capsys.readouterr().out
+    # The recommendation is usable as DataLoader keyword arguments.
+    stoker.DataLoader(stoker.ArrayDataset(np.arange(10)), **data["recommended"])
+
+
+def test_diagnose_slow_consumer_is_compute_bound():
+    loader = stoker.DataLoader(FaultyDataset(100_000, delay_us=100), batch_size=4, num_workers=2,
+                               output="numpy")
+    report = stoker.diagnose(loader, lambda b: time.sleep(0.02), seconds=1.0)
+    assert report.verdict == report["verdict"] == "compute-bound"
+    assert report["wait_fraction"] < 0.1
+    assert report.limiting_stage == "consumer" and "mixed precision" in report.action
+
+
+def test_diagnose_fast_consumer_is_input_bound():
+    loader = stoker.DataLoader(FaultyDataset(100_000, delay_us=2000), batch_size=4,
+                               num_workers=1, output="numpy")
+    report = stoker.diagnose(loader, lambda b: None, seconds=1.0)
+    assert report.verdict == "input-bound"
+    assert report["wait_fraction"] > 0.5
+    assert report.limiting_stage == "workers"
+    stages = {s["name"]: s for s in report["figures"]["stages"]}
+    assert stages["workers"]["samples_per_s"] > 0 and report["figures"]["core_utilization"]
+
+
+def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
+    ds = FaultyDataset(100_000, width=256, delay_us=300)  # 2 KiB samples
+    batch_bytes = 8 * 256 * 8
+    budget = 6 * batch_bytes
+    loader = stoker.DataLoader(ds, batch_size=8, memory_budget=budget, cpu_budget=4,
+                               output="numpy")
+    with caplog.at_level(logging.INFO, logger="stoker.autotune"):
+        start = time.perf_counter()
+        for epoch in range(100):
+            loader.set_epoch(epoch)
+            for i, _ in enumerate(loader):
+                if time.perf_counter() - start > 3 or i > 400:
+                    break
+            if time.perf_counter() - start > 3:
+                break
+    s = loader.stats()
+    assert s["autotune_enabled"]
+    assert s["buffer_bytes_peak"] <= budget
+    assert s["autotune"], "the controller made no decision"
+    assert len(s["autotune"]) <= 200
+    assert s["active_workers"] >= 2  # grew from one worker
+    d = s["autotune"][0]
+    assert d["num_workers"][0] == 1 and "reason" in d
+    assert all(a["num_workers"][1] * a["prefetch_factor"][1] + a["num_workers"][1] + 1 <= 6
+               for a in s["autotune"])
+    assert any("num_workers" in r.getMessage() for r in caplog.records)
+
+
+def test_autotune_batches_identical_to_fixed_workers():
+    ds = stoker.ArrayDataset(np.arange(5000, dtype=np.int64))
+    fixed = [b.tolist() for b in stoker.DataLoader(ds, batch_size=7, shuffle=True, seed=2,
+                                                    num_workers=2, output="numpy")]
+    auto = [b.tolist() for b in stoker.DataLoader(ds, batch_size=7, shuffle=True, seed=2,
+                                                   cpu_budget=4, output="numpy")]
+    assert fixed == auto
