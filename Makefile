@@ -45,6 +45,8 @@ test: install cpp cpp-asan cpp-tsan
 
 bench: install
 	$(PY) bench/bench_arrays.py
+	$(PY) bench/bench_tune.py
+	$(PY) bench/bench_autotune.py
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

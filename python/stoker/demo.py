@@ -87,4 +87,22 @@ def run_demo(root=None):
     got = digest(next(it2) for _ in range(8))
     print(f"resume from {state['epoch']=}, {state['batch']=} with another worker count: "
           f"{'identical' if got == expected else 'DIFFERENT'} batches")
+    tune_demo()
     return 0 if same and got == expected else 1
+
+
+def tune_demo():
+    """A short `stoker tune --quick` on the built-in image sample data."""
+    from stoker.tune import ProgressBar, default_knobs, print_table, tune_loader
+    print("\nstoker tune --quick (bare loader on the built-in ImageNet-like sample data, "
+          "RandomResizedCrop(224) + flip + Normalize, batch 64):")
+    knobs = default_knobs()
+    bar = ProgressBar(8, time_budget=6.0)
+    result = tune_loader(batch_size=64, knobs=knobs, repeats=2, seconds=0.15, time_budget=6.0,
+                         progress=bar, min_batches=2)
+    bar.close()
+    print_table(result)
+    rec = ", ".join(f"{k}={v!r}" for k, v in result["recommended"].items())
+    print(f"recommended: stoker.DataLoader(dataset, batch_size=64, {rec})  "
+          f"({result['samples_per_s']:.0f} samples/s; {len(result['points'])} runs, "
+          f"{result['measuring_seconds']:.1f} s measuring)")
