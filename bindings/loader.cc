@@ -46,6 +46,7 @@ nb::dict decision_dict(const AutotuneDecision& d) {
   out["consumer_wait_fraction"] = d.figures.consumer_wait_fraction;
   out["worker_busy_fraction"] = d.figures.worker_busy_fraction;
   out["queue_occupancy"] = d.figures.queue_occupancy;
+  out["worker_blocked_fraction"] = d.figures.worker_blocked_fraction;
   out["samples_per_s"] = d.figures.samples_per_s;
   out["reason"] = d.reason;
   return out;

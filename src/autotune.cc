@@ -69,9 +69,10 @@ std::optional<AutotuneDecision> AutotuneController::update(double now_s, const A
                       "consumer waits, workers busy; memory budget: shallower prefetch");
       }
     }
-    if (lim_.tune_prefetch && f.worker_busy_fraction < lim_.busy_high &&
+    if (lim_.tune_prefetch && f.worker_blocked_fraction > lim_.blocked_high &&
         prefetch_ < lim_.max_prefetch && fits(workers_, prefetch_ + 1))
-      return change(now_s, f, workers_, prefetch_ + 1, "consumer waits, workers idle: deeper prefetch");
+      return change(now_s, f, workers_, prefetch_ + 1,
+                    "consumer waits, workers blocked by the prefetch depth: deeper prefetch");
     return std::nullopt;
   }
 

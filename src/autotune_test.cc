@@ -72,6 +72,7 @@ TEST(Autotune, DeeperPrefetchWhenWorkersIdleButConsumerWaits) {
   AutotuneFigures f;
   f.consumer_wait_fraction = 0.3;
   f.worker_busy_fraction = 0.4;
+  f.worker_blocked_fraction = 0.5;
   f.samples_per_s = 100;
   auto d = c.update(1, f);
   ASSERT_TRUE(d);

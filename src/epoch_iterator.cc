@@ -184,9 +184,13 @@ class ThreadedIterator final : public EpochIterator {
       {
         std::unique_lock lock(mu_);
         ++workers_waiting_;
-        const bool claimable = window_.wait(lock, stop, [&] {
+        auto can_claim = [&] {
           return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_ || me >= active_;
-        });
+        };
+        const bool blocked = !can_claim();  // by the prefetch depth
+        const auto blocked_since = Clock::now();
+        const bool claimable = window_.wait(lock, stop, can_claim);
+        if (blocked) blocked_ns_ += elapsed_ns(blocked_since);
         --workers_waiting_;
         if (!claimable) return;
         if (next_claim_ >= end_) return;
@@ -234,6 +238,8 @@ class ThreadedIterator final : public EpochIterator {
     const int64_t busy = busy_ns_.exchange(0);
     f.worker_busy_fraction = std::min(1.0, busy * 1e-9 / (secs * std::max(active_, 1)));
     f.queue_occupancy = occupancy_sum_ / double(window_batches_);
+    f.worker_blocked_fraction =
+        std::min(1.0, blocked_ns_.exchange(0) * 1e-9 / (secs * std::max(active_, 1)));
     f.samples_per_s = double(window_samples_) / secs;
     window_start_ = now;
     window_wait_ns_ = 0;
@@ -277,6 +283,7 @@ class ThreadedIterator final : public EpochIterator {
   int active_;      // guarded by mu_; workers allowed to claim (the others are parked)
   std::optional<AutotuneController> controller_;  // guarded by mu_
   std::atomic<int64_t> busy_ns_{0};               // workers' time producing, this window
+  std::atomic<int64_t> blocked_ns_{0};            // workers' time blocked by depth, this window
   Clock::time_point window_start_;                // consumer thread only, as the window figures
   int64_t window_wait_ns_ = 0;
   uint64_t window_samples_ = 0, window_batches_ = 0;

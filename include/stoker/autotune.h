@@ -9,7 +9,8 @@
 //     budget. The next window checks the gain: less than min_gain (and still starved) means the
 //     cores are saturated: the worker is removed and that count becomes a ceiling for
 //     ceiling_seconds.
-//   - workers not busy: they wait for buffers or for the window: one more prefetch step.
+//   - workers blocked by the prefetch depth (> blocked_high of their time): one more prefetch
+//     step. (Idle time at epoch ends is neither busy nor blocked, hence busy_high below 1.)
 // - comfortable (consumer waits < wait_low) for shrink_windows windows in a row, with the
 //   workers' load fitting in one worker fewer below shrink_busy: one worker fewer (parked, not
 //   destroyed). A shrink that starves the consumer is undone and its count becomes a floor.
@@ -30,6 +31,7 @@ struct AutotuneFigures {
   double consumer_wait_fraction = 0;  // consumer time waiting for a batch / window
   double worker_busy_fraction = 0;    // active workers' time producing / (workers x window)
   double queue_occupancy = 0;         // ready batches ahead of the consumer / depth, averaged
+  double worker_blocked_fraction = 0;  // active workers' time blocked by the prefetch depth
   double samples_per_s = 0;           // delivered in the window
 };
 
@@ -48,7 +50,7 @@ struct AutotuneLimits {
   int max_prefetch = 16;
   uint64_t max_buffers = 0;    // pool capacity under the memory budget
   double wait_high = 0.10, wait_low = 0.03;
-  double busy_high = 0.80, shrink_busy = 0.70;
+  double busy_high = 0.60, shrink_busy = 0.70, blocked_high = 0.10;
   double min_gain = 0.05;
   int shrink_windows = 3;
   double ceiling_seconds = 30;
