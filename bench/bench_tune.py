@@ -22,7 +22,7 @@ from stoker.tune import default_knobs, sample_dataset, tune_loader
 def measure(ds, config, batch_size, seconds):
     base = {"batch_size": batch_size, "shuffle": True, "seed": 0}
     knobs = [{"name": k, "values": [v], "start": v} for k, v in config.items()]
-    r = _native.tune_loader(ds._source, knobs, base, {"repeats": 1}, seconds)
+    r = _native.tune_loader(ds._source, knobs, {**base, "min_batches": 2}, {"repeats": 1}, seconds)
     return r["points"][0]["samples_per_s"], r["measuring_seconds"]
 
 

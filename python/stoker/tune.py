@@ -107,7 +107,7 @@ def _finish(result, kind):
 
 def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=None,
                 repeats=3, seconds=0.4, time_budget=None, max_workers=None, knobs=None,
-                progress=None, shuffle=True, seed=0, min_batches=4):
+                progress=None, shuffle=True, seed=0, min_batches=2):
     """Tunes ``stoker.DataLoader`` over ``dataset`` (default: the built-in sample data). The
     measurements run in C++; returns the result dict (see the module docstring)."""
     from .loader import _parse_bytes
@@ -342,7 +342,7 @@ def main(argv=None):
                                  memory_budget=args.memory_budget, repeats=repeats,
                                  seconds=seconds, time_budget=time_budget,
                                  max_workers=args.max_workers, knobs=knobs, progress=bar,
-                                 min_batches=2 if args.quick else 4)
+                                 min_batches=2)
         bar.close()
     except (OSError, ValueError, RuntimeError, ImportError) as e:
         print(f"stoker tune: error: {e}", file=sys.stderr)
