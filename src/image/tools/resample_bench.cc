@@ -1,6 +1,6 @@
 // Dev tool: times internal::resample_rgb8 (the pipeline's one resample) in ns per output pixel.
 //
-//   stoker_resample_bench [REPS]
+//   stoker_resample_bench [REPS] [auto|generic|portable|avx2]
 //
 // Cases: RandomResizedCrop-like 300x250 box of a 500x375 image -> 224x224; upscale 120x100 ->
 // 224x224; 2.2x downscale 493x493 -> 224x224. Each reports the median of 7 runs of REPS calls
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../resample.h"
@@ -67,6 +68,15 @@ double run_case(const Case& c, int reps) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 1000;
+  const std::string kernel = argc > 2 ? argv[2] : "auto";
+  const ResampleKernel k = kernel == "generic"    ? ResampleKernel::kGeneric
+                           : kernel == "portable" ? ResampleKernel::kPortable
+                           : kernel == "avx2"     ? ResampleKernel::kAvx2
+                                                  : ResampleKernel::kAuto;
+  if (!set_resample_kernel(k)) {
+    std::fprintf(stderr, "kernel %s is not available here\n", kernel.c_str());
+    return 1;
+  }
   const Case cases[] = {
       {"rrc 300x250 box of 500x375 -> 224", 500, 375, 100.5f, 60.25f, 400.5f, 310.25f, 224, 224},
       {"upscale 120x100 -> 224", 120, 100, 0, 0, 120, 100, 224, 224},
