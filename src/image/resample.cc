@@ -255,8 +255,8 @@ __attribute__((target("avx2"))) void h_row_avx2_t(const uint8_t* in, const AxisC
     sum = _mm256_packus_epi16(sum, sum);  // lane i: R G B 0 ...
     const uint32_t w0 = static_cast<uint32_t>(_mm256_cvtsi256_si32(sum));
     const uint32_t w1 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(sum, 1)));
-    std::memcpy(out, &w0, 4);      // its 4th byte is overwritten next
-    std::memcpy(out + 3, &w1, 3);
+    std::memcpy(out, &w0, 4);  // 4th bytes are junk, overwritten next (tmp has slack)
+    std::memcpy(out + 3, &w1, 4);
   }
   if (x < out_w) h_pixel_padded<0>(in, h, x, out);
 }
