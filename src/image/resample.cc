@@ -44,7 +44,8 @@ void build_fast_form(AxisCoeffs& c) {
   for (int i = 0; i < out; ++i) {
     const int first = c.first[i], n = c.count[i];
     // The AVX2 kernel reads 3 * taps + 2 bytes from the window start: keep them in [lo, hi).
-    const int start = n == 0 ? c.lo : std::min(first, c.hi - taps - 1);
+    // Padding pixels (all-zero weights) read a window at lo, which must fit too.
+    const int start = std::min(n == 0 ? c.lo : first, c.hi - taps - 1);
     if (start < c.lo || start + taps < first + n) continue;
     const int32_t* k = &c.k[static_cast<size_t>(i) * c.ksize];
     bool fits = true;  // pmaddwd needs each weight as two int16 halves
