@@ -10,5 +10,6 @@ namespace nb = nanobind;
 void register_errors(nb::module_& m);
 void register_sources(nb::module_& m);
 void register_loader(nb::module_& m);
+void register_workers(nb::module_& m);
 
 }  // namespace stoker::python

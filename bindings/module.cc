@@ -6,4 +6,5 @@ NB_MODULE(_native, m) {
   stoker::python::register_errors(m);
   stoker::python::register_sources(m);
   stoker::python::register_loader(m);
+  stoker::python::register_workers(m);
 }
