@@ -7,7 +7,7 @@ worker count, resumable mid-epoch, bounded memory.
 
 from ._native import cuda_available, usable_cores
 from .datasets import ArrayDataset, TokenDataset
-from .errors import DecodeError, MemoryBudgetError, SampleError
+from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .loader import DataLoader
 
 __version__ = "0.1.0"
@@ -21,4 +21,5 @@ __all__ = [
     "TokenDataset",
     "cuda_available",
     "usable_cores",
+    "WorkerError",
 ]

@@ -63,6 +63,15 @@ def _torch_available():
     return True
 
 
+_PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
+                "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
+                "generator": None, "worker_type": "auto", "seed_samples": True}
+
+
+def _is_native(dataset):
+    return isinstance(getattr(dataset, "_source", None), _native.Source)
+
+
 class DataLoader:
     """Batches of a native dataset, produced ahead of the consumer by C++ threads.
 
@@ -87,15 +96,27 @@ class DataLoader:
             it in ``stats()``).
     """
 
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if cls is DataLoader and dataset is not None and not _is_native(dataset):
+            from .python_datasets import PythonLoader  # imports torch: only when needed
+            return super().__new__(PythonLoader)
+        return super().__new__(cls)
+
     def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise"):
+                 on_error="raise", **python_options):
         source = getattr(dataset, "_source", None)
         if not isinstance(source, _native.Source):
             raise TypeError(
-                f"stoker.DataLoader needs a Stoker dataset (ArrayDataset, TokenDataset), got "
-                f"{type(dataset).__name__}")
+                f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
+                f"TokenDataset), or a Python one with __getitem__, got {type(dataset).__name__}")
+        for key, value in python_options.items():
+            if key not in _PY_DEFAULTS:
+                raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
+            if value is not _PY_DEFAULTS[key] and value != _PY_DEFAULTS[key]:
+                raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
+                                 f"and seed samples in the engine")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
@@ -249,3 +270,4 @@ class _Iterator:
             if self._native is not None:
                 self._cursor[1] = self._native.position  # a failed batch counts as consumed
         return fields[0] if self._single else fields
+
