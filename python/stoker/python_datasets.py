@@ -84,8 +84,8 @@ def _remote_error(packed):
     return err
 
 
-class _Unset:
-    pass
+class DataLoaderTimeout(RuntimeError, TimeoutError):
+    """No batch within ``timeout`` seconds (a RuntimeError, as torch raises)."""
 
 
 def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
@@ -513,7 +513,7 @@ class _PythonIterator:
                 return msg
             waited += _POLL_S
             if timeout and waited >= timeout:
-                raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
+                raise DataLoaderTimeout(f"DataLoader timed out after {timeout} seconds")
 
     def _take(self, tid):
         msg = self._receive(tid)
@@ -532,7 +532,7 @@ class _PythonIterator:
         except StopIteration:
             self._finish(clean=True)
             raise
-        except (KeyboardInterrupt, WorkerError, SystemExit):
+        except (KeyboardInterrupt, WorkerError, SystemExit, TimeoutError):
             self._finish(clean=False)
             raise
         return batch
