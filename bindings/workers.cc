@@ -3,8 +3,8 @@
 // pool of batch buffers in shared memory that worker processes write and the consumer exports
 // without a copy.
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
