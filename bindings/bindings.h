@@ -11,5 +11,6 @@ void register_errors(nb::module_& m);
 void register_sources(nb::module_& m);
 void register_loader(nb::module_& m);
 void register_images(nb::module_& m);
+void register_workers(nb::module_& m);
 
 }  // namespace stoker::python

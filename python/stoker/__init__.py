@@ -8,7 +8,7 @@ worker count, resumable mid-epoch, bounded memory.
 from ._native import cuda_available, usable_cores
 from . import transforms
 from .datasets import ArrayDataset, TokenDataset
-from .errors import DecodeError, MemoryBudgetError, SampleError
+from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .images import ImageFolder, TarShards
 from .loader import DataLoader
 
@@ -26,4 +26,5 @@ __all__ = [
     "cuda_available",
     "transforms",
     "usable_cores",
+    "WorkerError",
 ]
