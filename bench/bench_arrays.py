@@ -274,6 +274,12 @@ def touch(batch):
     return first[0, 0]
 
 
+def samples_in(batch):
+    """Samples in a batch (the final batch of an epoch may be short)."""
+    first = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return first.shape[0]
+
+
 def wait_for_children(timeout=10.0):
     """Makes sure no worker process of a previous configuration is still alive."""
     me = psutil.Process()
@@ -282,11 +288,6 @@ def wait_for_children(timeout=10.0):
     if alive:
         raise RuntimeError(f"worker processes still alive after {timeout} s: "
                            f"{[p.pid for p in alive]}")
-
-
-def samples_in(batch):
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return first.shape[0]
 
 
 def measure(work: Workload, cfg: Config, warmup: int, max_batches: int,

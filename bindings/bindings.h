@@ -12,5 +12,6 @@ void register_sources(nb::module_& m);
 void register_loader(nb::module_& m);
 void register_images(nb::module_& m);
 void register_tune(nb::module_& m);
+void register_workers(nb::module_& m);
 
 }  // namespace stoker::python

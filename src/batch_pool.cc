@@ -16,11 +16,22 @@ std::shared_ptr<BatchPool> BatchPool::create(size_t buffer_bytes, size_t budget_
   return std::shared_ptr<BatchPool>(new BatchPool(buffer_bytes, budget_bytes / buffer_bytes, kind));
 }
 
+std::shared_ptr<BatchPool> BatchPool::create_shared(size_t buffer_bytes, size_t budget_bytes,
+                                                    std::shared_ptr<SharedArena> arena) {
+  const size_t page_rounded = (buffer_bytes + 4095) / 4096 * 4096;  // what carve() hands out
+  if (!arena || buffer_bytes == 0 || budget_bytes / buffer_bytes * page_rounded > arena->size())
+    throw InvalidArgument("a shared pool needs an arena at least as large as its budget");
+  auto pool = create(buffer_bytes, budget_bytes, MemoryKind::kPageable);
+  pool->arena_ = std::move(arena);
+  return pool;
+}
+
 BatchPool::BatchPool(size_t buffer_bytes, size_t capacity, MemoryKind kind)
     : buffer_bytes_(buffer_bytes), capacity_(capacity), kind_(kind) {}
 
 BatchPool::~BatchPool() {
   // Every Buffer holds a reference to the pool, so all buffers are back in free_ by now.
+  if (arena_) return;  // carved from the arena, which unmaps it
   for (std::byte* b : free_) free_host(kind_, b);
 }
 
@@ -34,7 +45,10 @@ Buffer BatchPool::take_locked(std::unique_lock<std::mutex>& lock) {
     peak_allocated_ = std::max(peak_allocated_, allocated_);
     lock.unlock();
     try {
-      raw = static_cast<std::byte*>(allocate_host(kind_, buffer_bytes_));
+      // The arena holds capacity_ buffers by construction (create_shared checks the budget).
+      raw = arena_ ? arena_->carve(buffer_bytes_)
+                   : static_cast<std::byte*>(allocate_host(kind_, buffer_bytes_));
+      if (raw == nullptr) throw std::bad_alloc();
     } catch (...) {
       lock.lock();
       --allocated_;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "stoker/memory.h"
+#include "stoker/shared_arena.h"
 
 namespace stoker {
 
@@ -30,6 +31,11 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   // REQUIRES: 0 < buffer_bytes <= budget_bytes (InvalidArgument otherwise).
   static std::shared_ptr<BatchPool> create(size_t buffer_bytes, size_t budget_bytes,
                                            MemoryKind kind);
+  // As create(), with buffers carved from `arena` (shared with forked worker processes) instead
+  // of the heap. REQUIRES: also (budget_bytes / buffer_bytes) buffers, each
+  // rounded up to 4096 bytes, fit in the arena.
+  static std::shared_ptr<BatchPool> create_shared(size_t buffer_bytes, size_t budget_bytes,
+                                                  std::shared_ptr<SharedArena> arena);
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;
@@ -43,6 +49,8 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   size_t buffer_bytes() const { return buffer_bytes_; }
   size_t capacity() const { return capacity_; }
   MemoryKind kind() const { return kind_; }
+  // The arena buffers come from; nullptr for heap buffers.
+  const std::shared_ptr<SharedArena>& arena() const { return arena_; }
   // True when every buffer the budget allows exists and is in use.
   bool exhausted() const;
   size_t bytes_allocated() const;       // buffers that exist, free or in use
@@ -57,6 +65,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   const size_t buffer_bytes_;
   const size_t capacity_;
   const MemoryKind kind_;
+  std::shared_ptr<SharedArena> arena_;  // set once by create_shared, before any buffer exists
   mutable std::mutex mu_;
   std::condition_variable_any available_;
   std::vector<std::byte*> free_;  // guarded by mu_

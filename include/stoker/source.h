@@ -60,6 +60,10 @@ class Source {
   // The file behind sample `index`, for error messages; empty when there is none.
   virtual std::string path(uint64_t /*index*/) const { return {}; }
 
+  // A hint that sample `index` will be read soon: a source whose samples live in memory can start
+  // loading them into cache so that random access overlaps memory latency. Must not throw.
+  virtual void prefetch(uint64_t /*index*/) const {}
+
   // Per-thread state for read(); nullptr when the source needs none.
   virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }
 };

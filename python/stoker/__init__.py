@@ -9,7 +9,7 @@ from ._native import cuda_available, usable_cores
 from . import transforms
 from .datasets import ArrayDataset, TokenDataset
 from .diagnose import diagnose
-from .errors import DecodeError, MemoryBudgetError, SampleError
+from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .images import ImageFolder, TarShards
 from .loader import DataLoader
 
@@ -28,4 +28,5 @@ __all__ = [
     "diagnose",
     "transforms",
     "usable_cores",
+    "WorkerError",
 ]

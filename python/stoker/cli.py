@@ -10,7 +10,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="stoker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run Stoker's main job on its built-in sample data")
-    demo.add_argument("--root", help="where the sample data lives (default: ~/.cache/stoker)")
+    demo.add_argument("--root", help="where the sample data lives (default: the sample data root)")
     sub.add_parser("make-sample", add_help=False,
                    help="build the built-in ImageNet-like sample data (see make-sample --help)")
     sub.add_parser("stats", add_help=False,

@@ -20,3 +20,16 @@ class DecodeError(ValueError):
 
 class MemoryBudgetError(MemoryError):
     """The memory budget cannot hold what was asked for (for example, every batch is kept)."""
+
+
+class WorkerError(RuntimeError):
+    """A worker process of a Python dataset died (killed by a signal, or exited): ``worker`` and
+    ``pid`` name it, and the message names the signal."""
+
+    def __init__(self, message, worker=None, pid=None):
+        super().__init__(message)
+        self.worker = worker
+        self.pid = pid
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.worker, self.pid))

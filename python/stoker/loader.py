@@ -63,6 +63,18 @@ def _torch_available():
     return True
 
 
+_PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
+                "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
+                "generator": None, "worker_type": "auto", "seed_samples": True}
+
+
+def _is_native(dataset):
+    """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
+    ImageFolder without a transform: the native loader explains why)."""
+    return (isinstance(getattr(dataset, "_source", None), _native.Source)
+            or getattr(dataset, "_unbatchable", None) is not None)
+
+
 class DataLoader:
     """Batches of a native dataset, produced ahead of the consumer by C++ threads.
 
@@ -92,17 +104,30 @@ class DataLoader:
             in ``stats()["autotune"]`` and logged to the "stoker.autotune" logger.
     """
 
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if cls is DataLoader and dataset is not None and not _is_native(dataset):
+            from .python_datasets import PythonLoader  # imports torch: only when needed
+            return super().__new__(PythonLoader)
+        return super().__new__(cls)
+
     def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise", cpu_budget=None):
+                 on_error="raise", cpu_budget=None, **python_options):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
         if not isinstance(source, _native.Source):
             raise TypeError(
-                f"stoker.DataLoader needs a Stoker dataset (ArrayDataset, TokenDataset, "
-                f"ImageFolder, TarShards), got {type(dataset).__name__}")
+                f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
+                f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
+                f"got {type(dataset).__name__}")
+        for key, value in python_options.items():
+            if key not in _PY_DEFAULTS:
+                raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
+            if value is not _PY_DEFAULTS[key] and value != _PY_DEFAULTS[key]:
+                raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
+                                 f"and seed samples in the engine")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
@@ -258,3 +283,4 @@ class _Iterator:
             if self._native is not None:
                 self._cursor[1] = self._native.position  # a failed batch counts as consumed
         return fields[0] if self._single else fields
+

@@ -30,6 +30,19 @@ struct AxisCoeffs {
   std::vector<int32_t> k;       // out_size * ksize fixed-point weights
   int lo = 0, hi = 0;           // source pixels read by any output pixel: [lo, hi)
   std::vector<double> weights;  // working space, kept so steady state does not allocate
+
+  // Fast horizontal form (built by compute_coeffs; shift-invariant). Each output pixel reads a
+  // window of `taps` source pixels (the largest count, rounded up to even) starting at
+  // first - off, with its weights zero-padded to that window (`kp`; `kv` holds the same weights
+  // split as hi * 2^11 + lo in int16, laid out for the AVX2 kernel: per pair of output pixels,
+  // per pair of taps, 16 hi then 16 lo). The window is moved left where it would end past `hi`,
+  // and must leave 2 readable bytes after it; off == kSlow marks pixels whose window does not fit
+  // in [lo, hi), which take the generic path.
+  static constexpr int kSlow = -(1 << 30);
+  int taps = 0;
+  std::vector<int> off;
+  std::vector<int32_t> kp;
+  std::vector<int16_t> kv;
 };
 
 constexpr int kPrecisionBits = 32 - 8 - 2;
@@ -47,5 +60,11 @@ using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);
 // the horizontal pass and `row` one output row; both are resized as needed and reusable.
 void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const AxisCoeffs& v,
                    std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx);
+
+// Which kernels resample_rgb8 uses: kAuto picks the best the CPU supports. For tests and
+// benchmarks (not thread-safe against concurrent resamples); returns false if `k` is not
+// available on this CPU/build.
+enum class ResampleKernel { kAuto, kGeneric, kPortable, kAvx2 };
+bool set_resample_kernel(ResampleKernel k);
 
 }  // namespace stoker::image::internal

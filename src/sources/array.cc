@@ -1,5 +1,6 @@
 #include "stoker/sources/array.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "stoker/errors.h"
@@ -62,6 +63,20 @@ void ArraySource::read(const SampleKey& key, std::span<std::byte* const> slots,
       std::memcpy(slots[c], src, col.row_bytes);
     else
       copy_strided(src, col.view, 1, slots[c]);
+  }
+}
+
+}  // namespace stoker
+
+namespace stoker {
+
+void ArraySource::prefetch(uint64_t index) const {
+  constexpr size_t kLine = 64;
+  constexpr size_t kMaxLines = 64;  // rows longer than 4 KiB stream well on their own
+  for (const Column& col : columns_) {
+    const std::byte* row = col.view.data + static_cast<int64_t>(index) * col.view.strides[0];
+    const size_t lines = std::min(kMaxLines, (col.row_bytes + kLine - 1) / kLine);
+    for (size_t l = 0; l < lines; ++l) __builtin_prefetch(row + l * kLine);
   }
 }
 

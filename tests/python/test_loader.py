@@ -244,9 +244,11 @@ def test_invalid_arguments_say_what_is_allowed(kwargs, message):
         stoker.DataLoader(index_dataset(10), **kwargs)
 
 
-def test_rejects_a_non_stoker_dataset():
-    with pytest.raises(TypeError, match="needs a Stoker dataset"):
-        stoker.DataLoader([1, 2, 3])
+def test_rejects_what_is_not_a_dataset():
+    with pytest.raises(TypeError, match="needs a dataset"):
+        stoker.DataLoader(42)
+    with pytest.raises(ValueError, match="for Python datasets"):
+        stoker.DataLoader(index_dataset(4), collate_fn=list)
 
 
 def test_auto_knobs_resolve_and_stats_report():

@@ -31,6 +31,7 @@ class ArraySource final : public Source {
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
+  void prefetch(uint64_t index) const override;
 
  private:
   struct Column {

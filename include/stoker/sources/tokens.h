@@ -28,6 +28,7 @@ class TokenSource final : public Source {
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
+  void prefetch(uint64_t index) const override;
   std::string path(uint64_t) const override { return path_; }
 
   uint64_t num_tokens() const { return num_tokens_; }

@@ -1,0 +1,157 @@
+"""stoker.DataLoader vs torch.utils.data.DataLoader on Python datasets, side by side.
+
+Two datasets: "heavy" (PIL JPEG decode + NumPy augmentation, CPU-bound) and "light" (returns
+small tensors). For each: both loaders at equal num_workers, and each at its best num_workers.
+Reports samples/s, time to first batch and peak RSS summed over the main process and its workers
+(sampled every 10 ms with psutil). Each measurement runs in a fresh subprocess.
+
+    python bench/bench_python_datasets.py [--quick]
+"""
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.abspath(__file__)
+
+
+def make_datasets():
+    import torch
+    from PIL import Image
+    from torch.utils.data import Dataset
+
+    rng = np.random.default_rng(0)
+    jpegs = []
+    for _ in range(16):
+        img = Image.fromarray(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8).repeat(
+            1, axis=0))
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=90)
+        jpegs.append(buf.getvalue())
+
+    class Heavy(Dataset):
+        def __len__(self):
+            return 1536
+
+        def __getitem__(self, i):
+            img = np.asarray(Image.open(io.BytesIO(jpegs[i % len(jpegs)])).convert("RGB"))
+            y, x = np.random.randint(0, 32, 2)
+            crop = img[y:y + 224, x:x + 224].astype(np.float32) / 255.0
+            if np.random.rand() < 0.5:
+                crop = crop[:, ::-1]
+            crop = (crop - 0.45) / 0.25
+            return torch.from_numpy(np.ascontiguousarray(crop.transpose(2, 0, 1))), i % 1000
+
+    class Light(Dataset):
+        def __len__(self):
+            return 100_000
+
+        def __getitem__(self, i):
+            return torch.full((16,), float(i)), i
+
+    return {"heavy": (Heavy(), 32), "light": (Light(), 256)}
+
+
+def total_rss(pid):
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        procs = [p] + p.children(recursive=True)
+    except psutil.Error:
+        return 0
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(kind, which, workers):
+    """One run in this process: returns samples/s, first-batch seconds, peak total RSS."""
+    import torch
+
+    import stoker
+    datasets = make_datasets()
+    ds, bs = datasets[which]
+    peak = [total_rss(os.getpid())]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], total_rss(os.getpid()))
+            time.sleep(0.01)
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    start = time.perf_counter()
+    if kind == "torch":
+        loader = torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=True,
+                                             num_workers=workers)
+    else:
+        loader = stoker.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=workers,
+                                   worker_type="process", seed_samples=kind == "stoker")
+    first = None
+    n = 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - start
+        n += len(batch[1])
+    elapsed = time.perf_counter() - start
+    stop.set()
+    t.join()
+    return {"samples_s": n / elapsed, "first_s": first, "peak_rss": peak[0]}
+
+
+def run_child(kind, which, workers):
+    out = subprocess.run([sys.executable, HERE, "--child", kind, which, str(workers)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child", nargs=3)
+    ap.add_argument("--workers", default="0,1,2")
+    args = ap.parse_args()
+    if args.child:
+        kind, which, workers = args.child
+        print(json.dumps(measure(kind, which, int(workers))))
+        return
+    counts = [int(w) for w in args.workers.split(",")]
+    print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}")
+    for which in ("heavy", "light"):
+        results = {}
+        print(f"\n== {which} dataset")
+        print("(noseed: stoker with seed_samples=False)")
+        print(f"{'workers':>7} {'loader':>7} {'samples/s':>10} {'first batch':>12} "
+              f"{'peak RSS':>10}")
+        for w in counts:
+            for kind in ("torch", "stoker", "noseed"):
+                r = results[(kind, w)] = run_child(kind, which, w)
+                print(f"{w:>7} {kind:>7} {r['samples_s']:>10.0f} {r['first_s'] * 1e3:>10.0f}ms "
+                      f"{r['peak_rss'] / 2**20:>8.0f}MiB", flush=True)
+        for w in counts:
+            t, s = results[("torch", w)], results[("stoker", w)]
+            print(f"equal workers={w}: throughput {s['samples_s'] / t['samples_s']:.2f}x, "
+                  f"first batch {s['first_s'] / t['first_s']:.2f}x, "
+                  f"peak RSS {s['peak_rss'] / t['peak_rss']:.2f}x")
+        bt = max(counts, key=lambda w: results[("torch", w)]["samples_s"])
+        for kind in ("stoker", "noseed"):
+            bs = max(counts, key=lambda w: results[(kind, w)]["samples_s"])
+            t, s = results[("torch", bt)], results[(kind, bs)]
+            print(f"best vs best (torch {bt} workers, {kind} {bs}): throughput "
+                  f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "
+                  f"{s['first_s'] / t['first_s']:.2f}x, peak RSS "
+                  f"{s['peak_rss'] / t['peak_rss']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

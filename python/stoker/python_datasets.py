@@ -1,0 +1,716 @@
+"""``stoker.DataLoader`` for Python datasets: any map-style ``torch.utils.data.Dataset`` (or any
+object with ``__getitem__`` and ``__len__``) and ``IterableDataset``.
+
+Order: without a ``sampler``/``batch_sampler``, batches follow the engine's EpochOrder/BatchPlan
+(the same indices a native dataset with the same settings visits; shuffle is a seeded permutation,
+not torch's RandomSampler). With a ``sampler`` or ``batch_sampler``, its order, exactly as torch.
+
+Workers: ``worker_type="process"`` forks ``num_workers`` processes (see ``workers.py`` for how a
+batch travels through shared memory); ``"thread"`` runs ``__getitem__`` on threads (for datasets
+whose work releases the GIL; global RNGs are then not re-seeded per sample, since threads share
+them); ``"auto"`` picks threads on a free-threaded interpreter, processes otherwise.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import errno
+import multiprocessing
+import os
+import pickle
+import random
+import signal
+import sys
+import time
+import weakref
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
+from torch.utils.data._utils.collate import default_collate, default_convert
+
+from . import _native, workers
+from . import loader as _loader
+from .loader import DataLoader
+from .errors import SampleError, WorkerError
+
+_POLL_S = 0.05
+_STOP_GRACE_S = 0.5
+_MIN_SLOTS = 8
+
+
+def _free_threaded():
+    return hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled()
+
+
+_ERROR_CLASSES = {}
+
+
+def _error_class(exc_type):
+    """A SampleError that is also an instance of the worker's exception type (so ``except
+    ValueError`` catches it, as with torch), or plain SampleError when the two cannot mix."""
+    if exc_type is None or not issubclass(exc_type, Exception) or issubclass(exc_type,
+                                                                              SampleError):
+        return SampleError
+    cls = _ERROR_CLASSES.get(exc_type)
+    if cls is None:
+        try:
+            cls = type("SampleError", (SampleError, exc_type),
+                       {"__module__": "stoker.errors", "__str__": SampleError.__str__,
+                        "__reduce__": lambda self: (SampleError, (str(self), self.index))})
+            cls("probe", 0)
+        except Exception:
+            cls = SampleError
+        _ERROR_CLASSES[exc_type] = cls
+    return cls
+
+
+def _remote_error(packed):
+    index, module, qualname, message, tb, blob, worker_id, pid = packed
+    cause = None
+    if blob is not None:
+        try:
+            cause = pickle.loads(blob)
+        except Exception:
+            cause = None
+    if not isinstance(cause, BaseException):
+        cause = RuntimeError(f"{module}.{qualname}: {message}")
+    where = f"worker {worker_id} (pid {pid})" if worker_id is not None else "the main process"
+    what = f"sample {index}" if index is not None else "a batch"
+    text = (f"{what}: {qualname}: {message}\n\nCaught in {where}. Original traceback:\n{tb}")
+    err = _error_class(type(cause))(text, index)
+    err.__cause__ = cause
+    return err
+
+
+class DataLoaderTimeout(RuntimeError, TimeoutError):
+    """No batch within ``timeout`` seconds (a RuntimeError, as torch raises)."""
+
+
+def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
+             timeout, persistent_workers, worker_type):
+    """torch.utils.data.DataLoader's argument checks, with its messages."""
+    if isinstance(dataset, IterableDataset):
+        if shuffle not in (False, None):
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified shuffle "
+                             f"option, but got shuffle={shuffle}")
+        if sampler is not None:
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified sampler "
+                             f"option, but got sampler={sampler}")
+        if batch_sampler is not None:
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
+                             f"batch_sampler option, but got batch_sampler={batch_sampler}")
+    if sampler is not None and shuffle:
+        raise ValueError("sampler option is mutually exclusive with shuffle")
+    if batch_sampler is not None:
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                             "shuffle, sampler, and drop_last")
+    elif batch_size is None:
+        if drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+    elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size should be a positive integer value, but got "
+                         f"batch_size={batch_size}")
+    if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
+        raise ValueError("num_workers option should be non-negative; use num_workers=0 to "
+                         "disable multiprocessing.")
+    if not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError("timeout option should be non-negative")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0")
+    if worker_type not in ("auto", "process", "thread"):
+        raise ValueError(f'worker_type must be "auto", "process" or "thread", got '
+                         f'{worker_type!r}')
+
+
+class _ProcessWorkers:
+    """``n`` forked worker processes, each with a task pipe and a result pipe."""
+
+    def __init__(self, dataset, n, cfg, arena):
+        self.n = n
+        self.closed = False
+        self.pids, self.tasks, self.results = [], [], []
+        self.status = {}  # pid -> wait status of workers already reaped
+        parent = os.getpid()
+        pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False))
+                 for _ in range(n)]
+        fds = [c.fileno() for pair in pipes for p in pair for c in p]
+        try:
+            for w, ((task_r, task_w), (res_r, res_w)) in enumerate(pipes):
+                close = [fd for fd in fds if fd not in (task_r.fileno(), res_w.fileno())]
+                pid = os.fork()
+                if pid == 0:
+                    workers.worker_main(w, n, dataset, cfg, arena, task_r, res_w, parent, close)
+                task_r.close()
+                res_w.close()
+                self.pids.append(pid)
+                self.tasks.append(task_w)
+                self.results.append(res_r)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def send(self, w, task):
+        self.tasks[w].send_bytes(pickle.dumps(task, 5))
+
+    def recv(self, w, timeout):
+        """The next message of worker w, or None after ``timeout`` seconds. Raises WorkerError
+        when a worker died."""
+        conn = self.results[w]
+        try:
+            if conn.poll(timeout):
+                return pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            self._reap(self.pids[w], block=True)
+        self.check_alive()
+        return None
+
+    def _reap(self, pid, block=False):
+        if pid in self.status:
+            return True
+        try:
+            got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            got, status = pid, 0
+        if got == pid:
+            self.status[pid] = status
+            return True
+        return False
+
+    def check_alive(self):
+        for w, pid in enumerate(self.pids):
+            if self._reap(pid):
+                status = self.status[pid]
+                if os.WIFSIGNALED(status):
+                    sig = os.WTERMSIG(status)
+                    try:
+                        name = signal.Signals(sig).name
+                    except ValueError:
+                        name = str(sig)
+                    why = f"was killed by signal {name}"
+                else:
+                    why = f"exited unexpectedly with exit code {os.waitstatus_to_exitcode(status)}"
+                self.shutdown()
+                raise WorkerError(f"DataLoader worker {w} (pid {pid}) {why}", worker=w, pid=pid)
+
+    def shutdown(self):
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.results:
+            conn.close()  # a worker blocked on sending gets EPIPE and exits
+        for conn in self.tasks:
+            try:
+                conn.send_bytes(workers._STOP)
+            except OSError:
+                pass
+            conn.close()
+        deadline = time.monotonic() + _STOP_GRACE_S
+        alive = [pid for pid in self.pids if not self._reap(pid)]
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.002)
+            alive = [pid for pid in alive if not self._reap(pid)]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap(pid, block=True)
+
+
+class _ThreadWorkers:
+    def __init__(self, dataset, n, cfg):
+        self.n = n
+        self.pool = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="stoker-py")
+        self.producer = workers.Producer(dataset, cfg)
+        self.futures = {}
+
+    def send(self, w, task):
+        self.futures[task[0]] = self.pool.submit(self._run, task)
+
+    def _run(self, task):
+        try:
+            return (task[0],) + self.producer.produce(task)
+        except Exception as e:
+            return (task[0], "error", workers.pack_error(e, None))
+
+    def recv_task(self, tid, timeout):
+        try:
+            return self.futures.pop(tid).result(timeout)
+        except concurrent.futures.TimeoutError:
+            return None
+
+    def shutdown(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class PythonDataLoader:
+    """Mixin body of ``stoker.DataLoader`` for Python datasets (see loader.py)."""
+
+    def _init_python(self, dataset, batch_size, shuffle, seed, drop_last, num_workers,
+                     prefetch_factor, memory_budget, rank, world_size, output, on_error,
+                     sampler, batch_sampler, collate_fn, worker_init_fn, timeout,
+                     persistent_workers, generator, worker_type, seed_samples, parse_bytes,
+                     env_int):
+        shuffle = bool(shuffle) if shuffle is not None else False
+        validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
+                 timeout, persistent_workers, worker_type)
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        if output not in ("torch", "numpy"):
+            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
+        if on_error != "raise":
+            raise ValueError('on_error must be "raise" for Python datasets')
+        if prefetch_factor != "auto" and (not isinstance(prefetch_factor, int)
+                                          or not 1 <= prefetch_factor <= 64):
+            raise ValueError(f'prefetch_factor must be "auto" or an integer in [1, 64], got '
+                             f'{prefetch_factor!r}')
+        self.dataset = dataset
+        self._iterable = isinstance(dataset, IterableDataset)
+        self.batch_size = batch_size if batch_sampler is None else None
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.generator = generator
+        self.collate_fn = collate_fn
+        self.worker_init_fn = worker_init_fn
+        self.timeout = timeout
+        self.persistent_workers = persistent_workers
+        self.output = output
+        self.on_error = on_error
+        self.seed_samples = seed_samples
+        user_order = sampler is not None or batch_sampler is not None
+        self.rank = 0 if user_order or self._iterable else (
+            env_int("RANK", 0) if rank is None else rank)
+        self.world_size = 1 if user_order or self._iterable else (
+            env_int("WORLD_SIZE", 1) if world_size is None else world_size)
+        if not isinstance(self.world_size, int) or self.world_size < 1 or not (
+                isinstance(self.rank, int) and 0 <= self.rank < self.world_size):
+            raise ValueError(f"rank must be an integer in [0, world_size), got rank={rank!r}, "
+                             f"world_size={world_size!r}")
+        if batch_size is None and batch_sampler is None:
+            self._auto_batch = False
+        else:
+            self._auto_batch = True
+        if worker_type == "auto":
+            worker_type = "thread" if _free_threaded() else "process"
+        self.worker_type = worker_type
+        self._workers_n = min(_native.usable_cores(), 16) if num_workers == "auto" \
+            else num_workers
+        self._prefetch = 2 if prefetch_factor == "auto" else prefetch_factor
+        self._budget = parse_bytes(memory_budget) or _native.physical_memory_bytes() // 2
+        self._pool = None
+        self._arena = None
+        self._persistent = None
+        self._next_epoch = 0
+        self._start_batch = 0
+        self._cursor = None
+        self._stats = collections.Counter()
+        if user_order:
+            if batch_sampler is None:
+                self.batch_sampler = BatchSampler(sampler, batch_size, drop_last) \
+                    if self._auto_batch else None
+        self._finalizer = None
+
+    # -- sizes and order ----------------------------------------------------------------------
+
+    def _len_python(self):
+        if self._iterable:
+            n = len(self.dataset)  # TypeError when the dataset has no length, as with torch
+            if not self._auto_batch:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        if self.sampler is not None:
+            return len(self.sampler)
+        bs = self.batch_size if self._auto_batch else 1
+        return _native.plan_num_batches(len(self.dataset), bs, self.drop_last, self.rank,
+                                        self.world_size)
+
+    def _batches(self, epoch, start):
+        """(batch number, sample indices) of the epoch from ``start`` on."""
+        if self.batch_sampler is not None:
+            for b, indices in enumerate(self.batch_sampler):
+                if b >= start:
+                    yield b, list(indices)
+        elif self.sampler is not None:
+            for b, i in enumerate(self.sampler):
+                if b >= start:
+                    yield b, [i]
+        else:
+            n = len(self.dataset)
+            bs = self.batch_size if self._auto_batch else 1
+            for b in range(start, _native.plan_num_batches(n, bs, self.drop_last, self.rank,
+                                                           self.world_size)):
+                yield b, _native.batch_indices(n, bs, self.shuffle, self.seed, epoch,
+                                               self.drop_last, self.rank, self.world_size, b)
+
+    def _cfg(self, epoch):
+        return {"seed": self.seed, "collate_fn": self.collate_fn if self.collate_fn is not None
+                else (None if self._auto_batch else default_convert),
+                "auto_batch": self._auto_batch, "seed_samples": self.seed_samples,
+                "drop_last": self.drop_last, "worker_init_fn": self.worker_init_fn,
+                "base_epoch": epoch}
+
+    def _shared_pool(self):
+        if self._pool is None:
+            slots = max(_MIN_SLOTS, 2 * self._prefetch * self._workers_n + 2)
+            buffer_bytes = max(4096, self._budget // slots // 4096 * 4096)
+            self._pool = _native.SharedPool(buffer_bytes, buffer_bytes * slots)
+            self._arena = self._pool.arena_array(True)
+        return self._pool
+
+    def _iter_python(self):
+        epoch, start = self._next_epoch, self._start_batch
+        self._cursor = [epoch, start]
+        self._next_epoch += 1
+        self._start_batch = 0
+        if self._iterable and start:
+            raise ValueError("resuming an IterableDataset mid-epoch is not supported")
+        return _PythonIterator(self, epoch, start, self._cursor)
+
+    def _stats_python(self):
+        s = dict(self._stats)
+        for k in ("batches", "samples", "pickled_batches"):
+            s.setdefault(k, 0)
+        pool = self._pool
+        s.update(num_workers=self._workers_n, prefetch_factor=self._prefetch,
+                 worker_type=self.worker_type, memory_budget=self._budget,
+                 buffer_bytes=pool.bytes_allocated if pool else 0,
+                 buffer_bytes_peak=pool.peak_bytes_allocated if pool else 0,
+                 batch_bytes=pool.buffer_bytes if pool else 0)
+        return s
+
+
+def _shutdown(holder):
+    w = holder[0]
+    holder[0] = None
+    if w is not None:
+        w.shutdown()
+
+
+class _PythonIterator:
+    def __init__(self, loader, epoch, start, cursor):
+        self.loader = loader
+        self.epoch = epoch
+        self.cursor = cursor
+        self.length = len(loader) - start if not loader._iterable else None
+        self.n = loader._workers_n
+        self.window = max(1, loader._prefetch * self.n)
+        self.auto = loader._auto_batch
+        self.iterable = loader._iterable
+        self.batches = None if self.iterable else loader._batches(epoch, start)
+        self.holder = [None]
+        self.inflight = collections.OrderedDict()  # tid -> (worker, lease, batch no, indices)
+        self.groups = {}  # first tid of a split batch -> number of chunk tasks
+        self.next_tid = 0
+        self.rr = 0
+        self.active = list(range(self.n))
+        self.exhausted = False
+        self.done = False
+        cfg = loader._cfg(epoch)
+        if self.n == 0:
+            self.producer = workers.Producer(loader.dataset, cfg)
+            self.local_iter = None
+            if self.iterable:
+                from torch.utils.data._utils import worker as tw
+                tw._worker_info = None
+            return
+        if loader.worker_type == "thread":
+            self.workers = _ThreadWorkers(loader.dataset, self.n, cfg)
+            self.pool = None
+        else:
+            self.pool = loader._shared_pool()
+            persistent = loader._persistent
+            loader._persistent = None
+            if persistent is not None and not persistent.closed:
+                self.workers = persistent
+            else:
+                self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, loader._arena)
+        self.holder[0] = self.workers
+        self.finalizer = weakref.finalize(self, _shutdown, self.holder)
+        self.split_first = (not self.iterable and self.auto and loader.collate_fn is None
+                            and self.n >= 2 and loader.worker_type == "process")
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        if self.length is None:
+            return len(self.loader)
+        return self.length - (self.cursor[1] - (len(self.loader) - self.length))
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def _next_worker(self):
+        w = self.active[self.rr % len(self.active)]
+        self.rr += 1
+        return w
+
+    def _lease(self):
+        if self.pool is None:
+            return None
+        return self.pool.acquire(0)
+
+    def _send(self, indices, batch_no, group=None):
+        w = self._next_worker()
+        lease = self._lease()
+        tid = self.next_tid
+        self.next_tid += 1
+        offset = lease.offset if lease is not None else None
+        capacity = self.pool.buffer_bytes if lease is not None else 0
+        self.inflight[tid] = (w, lease, batch_no, indices)
+        self.workers.send(w, (tid, self.epoch, indices, offset, capacity))
+        return tid
+
+    def _fill(self):
+        while not self.exhausted and len(self.inflight) < self.window:
+            if self.iterable:
+                if not self.active:
+                    self.exhausted = True
+                    break
+                self._send(self.loader.batch_size if self.auto else 1, None)
+                continue
+            nxt = next(self.batches, None)
+            if nxt is None:
+                self.exhausted = True
+                break
+            b, indices = nxt
+            if self.split_first and len(indices) >= 2:
+                self.split_first = False
+                k = min(self.n, len(indices))
+                chunks = [indices[len(indices) * j // k:len(indices) * (j + 1) // k]
+                          for j in range(k)]
+                first = None
+                for chunk in chunks:
+                    tid = self._send(chunk, b)
+                    first = tid if first is None else first
+                self.groups[first] = k
+            else:
+                self.split_first = False
+                self._send(indices, b)
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _receive(self, tid):
+        w = self.inflight[tid][0]
+        waited = 0.0
+        timeout = self.loader.timeout
+        while True:
+            if isinstance(self.workers, _ThreadWorkers):
+                msg = self.workers.recv_task(tid, _POLL_S)
+            else:
+                msg = self.workers.recv(w, _POLL_S)
+            if msg is not None:
+                if msg[0] == -1:  # worker_init_fn failed
+                    raise _remote_error(msg[2])
+                return msg
+            waited += _POLL_S
+            if timeout and waited >= timeout:
+                raise DataLoaderTimeout(f"DataLoader timed out after {timeout} seconds")
+
+    def _take(self, tid):
+        msg = self._receive(tid)
+        w, lease, batch_no, indices = self.inflight.pop(tid)
+        self._last_worker = w
+        return msg, lease, indices
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        try:
+            if self.n == 0:
+                batch = self._next_local()
+            else:
+                batch = self._next_remote()
+        except StopIteration:
+            self._finish(clean=True)
+            raise
+        except (KeyboardInterrupt, WorkerError, SystemExit, TimeoutError):
+            self._finish(clean=False)
+            raise
+        return batch
+
+    def _deliver(self, batch, samples):
+        self.cursor[1] += 1
+        self.loader._stats["batches"] += 1
+        self.loader._stats["samples"] += samples
+        if self.loader.output == "numpy":
+            batch = _to_numpy(batch)
+        return batch
+
+    def _next_remote(self):
+        while True:
+            self._fill()
+            if not self.inflight:
+                raise StopIteration
+            tid = next(iter(self.inflight))
+            group = self.groups.pop(tid, 1)
+            msgs, leases, count = [], [], 0
+            for t in range(tid, tid + group):
+                msg, lease, indices = self._take(t)
+                msgs.append(msg)
+                leases.append(lease)
+                count += len(indices) if not self.iterable else 0
+            errors = [m for m in msgs if m[1] == "error"]
+            if errors:
+                self.cursor[1] += 1
+                raise _remote_error(errors[0][2])
+            if msgs[0][1] == "end":  # an IterableDataset worker ran out
+                if self._last_worker in self.active:
+                    self.active.remove(self._last_worker)
+                continue
+            for lease, msg in zip(leases, msgs):
+                if lease is None or not any(x[0] == "shm" for x in msg[2][2]):
+                    self.loader._stats["pickled_batches"] += 1
+            if self.iterable:
+                count = _batch_len(msgs[0][2])
+            if group == 1:
+                return self._deliver(workers.assemble(msgs[0][2], self.pool, leases[0]), count)
+            batch = workers.concat_fast([m[2] for m in msgs], self.pool, leases)
+            if batch is None:  # chunks disagree on structure: collate batch 0 here
+                _, indices = next(self.loader._batches(self.epoch, self.cursor[1]))
+                producer = workers.Producer(self.loader.dataset, self.loader._cfg(self.epoch))
+                batch = workers.assemble(producer.produce((0, self.epoch, indices, None, 0))[1],
+                                         None, None)
+            return self._deliver(batch, count)
+
+    def _next_local(self):
+        p = self.producer
+        states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+        try:
+            if self.iterable:
+                if self.local_iter is None:
+                    self.local_iter = iter(self.loader.dataset)
+                samples = []
+                for _ in range(self.loader.batch_size if self.auto else 1):
+                    try:
+                        samples.append(next(self.local_iter))
+                    except StopIteration:
+                        break
+                if not samples or (self.auto and self.loader.drop_last
+                                   and len(samples) < self.loader.batch_size):
+                    raise StopIteration
+                if not self.auto:
+                    return self._deliver(p.collate(samples[0]), 1)
+                cf = self.loader.collate_fn or default_collate
+                return self._deliver(cf(samples), len(samples))
+            if self.batches is None:
+                raise StopIteration
+            nxt = next(self.batches, None)
+            if nxt is None:
+                raise StopIteration
+            _, indices = nxt
+            samples = []
+            for i in indices:
+                try:
+                    samples.append(p.fetch(self.epoch, i))
+                except Exception as e:
+                    self.cursor[1] += 1
+                    raise _error_class(type(e))(
+                        f"sample {i}: {type(e).__qualname__}: {e}", i) from e
+            if not self.auto:
+                return self._deliver(p.collate(samples[0]), 1)
+            cf = self.loader.collate_fn or default_collate
+            return self._deliver(cf(samples), len(samples))
+        finally:
+            if self.loader.seed_samples:
+                random.setstate(states[0])
+                np.random.set_state(states[1])
+                torch.set_rng_state(states[2])
+
+    def _finish(self, clean):
+        self.done = True
+        if self.n == 0:
+            return
+        w = self.holder[0]
+        self.holder[0] = None
+        self.inflight.clear()
+        if w is None:
+            return
+        if clean and self.loader.persistent_workers and isinstance(w, _ProcessWorkers):
+            self.loader._persistent = w
+        else:
+            w.shutdown()
+
+
+def _batch_len(payload):
+    mode, struct, leaves, objects = payload
+    for leaf in leaves:
+        if leaf[0] == "shm":
+            return leaf[4][0] if leaf[4] else 1
+        if leaf[0] == "col":
+            return len(leaf[1])
+    for col in objects:
+        return len(col) if mode == "fast" else 1
+    return 1
+
+
+def _to_numpy(x):
+    if isinstance(x, torch.Tensor):
+        return x.numpy()
+    if isinstance(x, dict):
+        return {k: _to_numpy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_to_numpy(v) for v in x]
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_to_numpy(v) for v in x)
+    return x
+
+
+class PythonLoader(DataLoader, PythonDataLoader):
+    """stoker.DataLoader over a Python dataset (see python_datasets.py)."""
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
+                 num_workers="auto", prefetch_factor="auto", pin_memory="auto",
+                 memory_budget=None, rank=None, world_size=None, output="torch",
+                 on_error="raise", *, sampler=None, batch_sampler=None, collate_fn=None,
+                 worker_init_fn=None, timeout=0, persistent_workers=False, generator=None,
+                 worker_type="auto", seed_samples=True):
+        if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
+            raise TypeError(
+                f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
+                f"TokenDataset), or a Python one with __getitem__, got {type(dataset).__name__}")
+        if pin_memory not in ("auto", True, False):
+            raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
+        self._init_python(dataset, batch_size, shuffle, seed, drop_last, num_workers,
+                          prefetch_factor, memory_budget, rank, world_size, output, on_error,
+                          sampler, batch_sampler, collate_fn, worker_init_fn, timeout,
+                          persistent_workers, generator, worker_type, seed_samples,
+                          _loader._parse_bytes, _loader._env_int)
+
+    @property
+    def num_workers(self):
+        return self._workers_n
+
+    @property
+    def prefetch_factor(self):
+        return self._prefetch
+
+    @property
+    def pin_memory(self):
+        return False
+
+    @property
+    def memory_budget(self):
+        return self._budget
+
+    def __len__(self):
+        return self._len_python()
+
+    def __iter__(self):
+        return self._iter_python()
+
+    def __del__(self):
+        p = getattr(self, "_persistent", None)
+        if p is not None:
+            p.shutdown()
+
+    def stats(self):
+        return self._stats_python()

@@ -1,0 +1,367 @@
+"""Worker processes and threads that run a Python dataset's ``__getitem__`` (or ``__iter__``).
+
+How a batch travels (process workers):
+
+1. The consumer takes a buffer from the engine's SharedPool (a BatchPool carved from one memfd,
+   mapped before the workers are forked, so every worker sees it) and sends the worker a task:
+   ``(task id, epoch, sample indices, buffer offset, buffer bytes)``: a few dozen bytes.
+2. The worker seeds ``random``, ``numpy.random`` and ``torch`` from (seed, epoch, index) before
+   each ``__getitem__``, then collates. Fast path (default collate): every sample has the same
+   structure and the same shapes/dtypes per array leaf, so leaf k of the batch is written with one
+   ``torch.stack(..., out=)`` / ``np.stack(..., out=)`` straight into the shared buffer. Non-array
+   leaves (numbers, strings, other objects) travel pickled, a column per leaf, and are collated by
+   torch's ``default_collate`` in the consumer. Generic path (a ``collate_fn``, ``batch_size=None``,
+   samples whose structure or shapes differ, IterableDataset): the worker collates, and every
+   tensor/array of the result is copied into the shared buffer; the rest is pickled.
+3. The worker answers with the structure and the leaves' (offset, dtype, shape): the consumer
+   wraps the buffer as tensors without a copy. The buffer returns to the pool when the last of
+   those tensors dies. If no buffer is free (the consumer keeps many batches) or a batch does not
+   fit in one, the arrays are pickled through the pipe instead (counted in stats).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import ctypes
+import os
+import pickle
+import random
+import signal
+import sys
+import traceback
+
+import numpy as np
+import torch
+from torch.utils.data._utils import worker as _torch_worker
+from torch.utils.data._utils.collate import default_collate
+
+from . import _native
+
+_ALIGN = 64
+_torch_cpu_generator = torch.default_generator
+_STOP = b""
+_PR_SET_PDEATHSIG = 1
+
+
+def seed_sample(seed, epoch, index):
+    """Seeds ``random``, the legacy ``numpy.random`` and ``torch`` from (seed, epoch, index)."""
+    key = _native.sample_seed(seed, epoch, index)
+    random.seed(key)
+    np.random.seed(key & 0xFFFFFFFF)
+    _torch_cpu_generator.manual_seed(key)  # the CPU generator only: torch.manual_seed is 50x slower
+
+
+# ---------------------------------------------------------------------------------------------
+# Structures: a sample (or a collated batch) as a tree of containers with array and object leaves.
+# Nodes: ("L", k, torch dtype, shape) tensor; ("A", k, numpy dtype str, shape) ndarray;
+# ("O", k, type) anything else; ("M", type, keys, children) mapping; ("N", type, children)
+# namedtuple; ("T", children) tuple; ("S", type, children) other list/sequence.
+
+
+def flatten(obj, arrays, objects):
+    if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_nested:
+        arrays.append(obj)
+        return ("L", len(arrays) - 1, obj.dtype, tuple(obj.shape))
+    if type(obj) is np.ndarray and obj.dtype.kind in "biufc" and obj.dtype.isnative:
+        arrays.append(obj)
+        return ("A", len(arrays) - 1, obj.dtype.str, obj.shape)
+    if isinstance(obj, (str, bytes)):
+        pass
+    elif isinstance(obj, collections.abc.Mapping):
+        keys = tuple(obj.keys())
+        return ("M", type(obj), keys, tuple(flatten(obj[k], arrays, objects) for k in keys))
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return ("N", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+    elif isinstance(obj, tuple):
+        return ("T", tuple(flatten(v, arrays, objects) for v in obj))
+    elif isinstance(obj, list):
+        return ("S", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+    objects.append(obj)
+    return ("O", len(objects) - 1, type(obj))
+
+
+def rebuild(node, arrays, objects, collated):
+    """The structure with its leaves put back. ``collated``: as torch's default_collate shapes a
+    batch of samples with this structure (tuples become lists); otherwise exactly as flattened."""
+    tag = node[0]
+    if tag in ("L", "A"):
+        return arrays[node[1]]
+    if tag == "O":
+        return objects[node[1]]
+    if tag == "M":
+        _, kind, keys, children = node
+        d = {k: rebuild(c, arrays, objects, collated) for k, c in zip(keys, children)}
+        if kind is dict:
+            return d
+        try:
+            return kind(d)
+        except TypeError:
+            return d
+    if tag == "N":
+        return node[1](*(rebuild(c, arrays, objects, collated) for c in node[2]))
+    if tag == "T":
+        items = [rebuild(c, arrays, objects, collated) for c in node[1]]
+        return items if collated else tuple(items)
+    kind, items = node[1], [rebuild(c, arrays, objects, collated) for c in node[2]]
+    if kind is list:
+        return items
+    try:
+        return kind(items)
+    except TypeError:
+        return items
+
+
+_NP_TO_TORCH = {}
+
+
+def torch_dtype(np_dtype_str):
+    dt = _NP_TO_TORCH.get(np_dtype_str)
+    if dt is None:
+        dt = _NP_TO_TORCH[np_dtype_str] = torch.from_numpy(np.empty(0, np_dtype_str)).dtype
+    return dt
+
+
+def _nbytes(a):
+    return a.element_size() * a.numel() if isinstance(a, torch.Tensor) else a.nbytes
+
+
+def _aligned(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class Producer:
+    """Produces batches in a worker (process or thread): fetch, seed, collate, publish."""
+
+    def __init__(self, dataset, cfg, arena=None):
+        self.dataset = dataset
+        self.cfg = cfg  # dict: seed, collate_fn (None = default), auto_batch, seed_samples
+        self.arena_t = arena
+        self.arena_np = arena.numpy() if arena is not None else None
+        self.iterator = None
+        self.iter_epoch = None
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    def fetch(self, epoch, index):
+        if self.cfg["seed_samples"]:
+            seed_sample(self.cfg["seed"], epoch, index)
+        return self.dataset[index]
+
+    def fetch_iterable(self, epoch, count):
+        """Up to ``count`` samples of this worker's copy of an IterableDataset; [] at its end."""
+        if self.iter_epoch != epoch:
+            self.iterator, self.iter_epoch = iter(self.dataset), epoch
+        out = []
+        for _ in range(count):
+            try:
+                out.append(next(self.iterator))
+            except StopIteration:
+                break
+        return out
+
+    # -- producing --------------------------------------------------------------------------
+
+    def produce(self, task):
+        """The answer to ``task``: ("batch", payload) or raises (index attached as ``_index``)."""
+        _, epoch, indices, offset, capacity = task
+        if isinstance(indices, int):  # iterable dataset: `indices` is the batch size
+            samples = self.fetch_iterable(epoch, indices if self.cfg["auto_batch"] else 1)
+            if not samples or (self.cfg["drop_last"] and len(samples) < indices):
+                return ("end", None)
+            if not self.cfg["auto_batch"]:
+                return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
+            return ("batch", self.publish_samples(samples, offset, capacity))
+        samples = []
+        for i in indices:
+            try:
+                samples.append(self.fetch(epoch, i))
+            except BaseException as e:
+                e._stoker_index = i
+                raise
+        if not self.cfg["auto_batch"]:
+            return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
+        return ("batch", self.publish_samples(samples, offset, capacity))
+
+    def collate(self, x):
+        return self.cfg["collate_fn"](x)
+
+    def publish_samples(self, samples, offset, capacity):
+        if self.cfg["collate_fn"] is None:
+            fast = self.publish_fast(samples, offset, capacity)
+            if fast is not None:
+                return fast
+            return self.publish_exact(default_collate(samples), offset, capacity)
+        return self.publish_exact(self.collate(samples), offset, capacity)
+
+    def publish_fast(self, samples, offset, capacity):
+        arrays0, objects0 = [], []
+        struct = flatten(samples[0], arrays0, objects0)
+        columns = [[a] for a in arrays0]
+        ocolumns = [[o] for o in objects0]
+        for s in samples[1:]:
+            arrays, objects = [], []
+            if flatten(s, arrays, objects) != struct:
+                return None  # shapes or structure differ: torch's default_collate decides
+            for col, a in zip(columns, arrays):
+                col.append(a)
+            for col, o in zip(ocolumns, objects):
+                col.append(o)
+        n = len(samples)
+        sizes = [_nbytes(a) * n for a in arrays0]
+        total = sum(_aligned(b) for b in sizes)
+        leaves = []
+        if self.arena_t is not None and offset is not None and total <= capacity:
+            pos = 0
+            for col, a, size in zip(columns, arrays0, sizes):
+                start = offset + pos
+                if isinstance(a, torch.Tensor):
+                    dst = self.arena_t[start:start + size].view(a.dtype).view(n, *a.shape)
+                    torch.stack(col, out=dst)
+                    leaves.append(("shm", pos, size, a.dtype, (n, *a.shape), False))
+                else:
+                    dst = self.arena_np[start:start + size].view(a.dtype).reshape(n, *a.shape)
+                    np.stack(col, out=dst)
+                    leaves.append(("shm", pos, size, torch_dtype(a.dtype.str), (n, *a.shape),
+                                   False))
+                pos += _aligned(size)
+        else:
+            leaves = [("col", col) for col in columns]  # collated by the consumer
+        return ("fast", struct, leaves, ocolumns)
+
+    def publish_exact(self, batch, offset, capacity):
+        arrays, objects = [], []
+        struct = flatten(batch, arrays, objects)
+        sizes = [_nbytes(a) for a in arrays]
+        total = sum(_aligned(b) for b in sizes)
+        leaves = []
+        if self.arena_t is not None and offset is not None and total <= capacity:
+            pos = 0
+            for a, size in zip(arrays, sizes):
+                start = offset + pos
+                if isinstance(a, torch.Tensor):
+                    self.arena_t[start:start + size].view(a.dtype).view(a.shape).copy_(a)
+                    leaves.append(("shm", pos, size, a.dtype, tuple(a.shape), False))
+                else:
+                    np.copyto(self.arena_np[start:start + size].view(a.dtype).reshape(a.shape), a)
+                    leaves.append(("shm", pos, size, a.dtype.str, a.shape, True))
+                pos += _aligned(size)
+        else:
+            leaves = [("obj", a) for a in arrays]
+        return ("exact", struct, leaves, objects)
+
+
+def _leaf_arrays(payload, pool, lease):
+    leaves = payload[2]
+    shm = [leaf for leaf in leaves if leaf[0] == "shm"]
+    views = pool.view(lease, [(leaf[1], leaf[2]) for leaf in shm], True) if shm else []
+    arrays, it = [], iter(views)
+    for leaf in leaves:
+        if leaf[0] == "shm":
+            v = next(it)
+            _, _, _, dtype, shape, as_numpy = leaf
+            arrays.append(v.numpy().view(dtype).reshape(shape) if as_numpy
+                          else v.view(dtype).view(shape))
+        elif leaf[0] == "col":
+            arrays.append(default_collate(leaf[1]))
+        else:
+            arrays.append(leaf[1])
+    return arrays
+
+
+def assemble(payload, pool, lease):
+    """The consumer's half: the batch as tensors viewing the shared buffer (no copy)."""
+    mode, struct, _, objects = payload
+    arrays = _leaf_arrays(payload, pool, lease)
+    if mode == "fast":
+        objects = [default_collate(col) for col in objects]
+    return rebuild(struct, arrays, objects, collated=(mode == "fast"))
+
+
+def concat_fast(payloads, pool, leases):
+    """Batch 0 produced in chunks by several workers, as one batch (one copy, of that batch
+    only); None when the chunks do not share one structure."""
+    struct = payloads[0][1]
+    if any(p[0] != "fast" or p[1] != struct for p in payloads):
+        return None
+    parts = [_leaf_arrays(p, pool, lease) for p, lease in zip(payloads, leases)]
+    arrays = [torch.cat([part[k] for part in parts]) for k in range(len(parts[0]))]
+    objects = [default_collate([x for p in payloads for x in p[3][k]])
+               for k in range(len(payloads[0][3]))]
+    return rebuild(struct, arrays, objects, collated=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def pack_error(exc, worker_id):
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+    except Exception:
+        blob = None
+    return (getattr(exc, "_stoker_index", None), type(exc).__module__, type(exc).__qualname__,
+            str(exc), tb, blob, worker_id, os.getpid())
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker process
+
+
+def _die_with_parent(parent):
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def worker_main(worker_id, num_workers, dataset, cfg, arena, task_conn, result_conn, parent,
+                close_fds):
+    """Runs in the forked child; never returns."""
+    code = 0
+    try:
+        _die_with_parent(parent)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides; it stops us
+        for fd in close_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        torch.set_num_threads(1)
+        wseed = _native.sample_seed(cfg["seed"], 2**63 + worker_id, cfg["base_epoch"])
+        _torch_worker._worker_info = _torch_worker.WorkerInfo(
+            id=worker_id, num_workers=num_workers, seed=wseed, dataset=dataset)
+        random.seed(wseed)
+        np.random.seed(wseed & 0xFFFFFFFF)
+        torch.manual_seed(wseed)
+        producer = Producer(dataset, cfg, arena)
+        try:
+            if cfg["worker_init_fn"] is not None:
+                cfg["worker_init_fn"](worker_id)
+        except BaseException as e:
+            result_conn.send_bytes(pickle.dumps((-1, "error", pack_error(e, worker_id)), 5))
+            raise SystemExit(1)
+        while True:
+            raw = task_conn.recv_bytes()
+            if raw == _STOP:
+                break
+            task = pickle.loads(raw)
+            try:
+                tag, payload = producer.produce(task)
+                msg = (task[0], tag, payload)
+            except Exception as e:
+                msg = (task[0], "error", pack_error(e, worker_id))
+            result_conn.send_bytes(pickle.dumps(msg, 5))
+    except (EOFError, OSError, KeyboardInterrupt, SystemExit):
+        code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

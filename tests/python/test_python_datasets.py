@@ -1,0 +1,346 @@
+"""stoker.DataLoader over Python datasets: behaves like torch.utils.data.DataLoader (batching,
+collate, samplers, errors, timeout, worker_init_fn, IterableDataset sharding), with the engine's
+guarantees (exactly once, worker-count independence, resume) and clean shutdown."""
+
+import collections
+import gc
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from torch.utils.data import (BatchSampler, Dataset, IterableDataset, RandomSampler,
+                              SequentialSampler, get_worker_info)
+
+import stoker
+
+Point = collections.namedtuple("Point", "x y")
+
+
+class Nested(Dataset):
+    def __init__(self, n=23):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"t": torch.arange(4, dtype=torch.float32) * i,
+                "pair": (np.full((2, 3), i, dtype=np.int16), float(i) / 2),
+                "pt": Point(torch.tensor([i, -i]), i % 3 == 0),
+                "name": f"s{i}", "n": i, "np": np.float32(i)}
+
+
+class Random(Dataset):
+    """Augmentation with every global RNG: must not depend on which worker ran the sample."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.tensor([i, random.random(), np.random.rand(), torch.rand(1).item()],
+                            dtype=torch.float64)
+
+
+class Failing(Dataset):
+    def __init__(self, bad=7, n=20):
+        self.bad, self.n = bad, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError(f"bad sample {i}")
+        return torch.tensor([i])
+
+
+class Killing(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if i == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.tensor([i])
+
+
+class Slow(Dataset):
+    def __init__(self, delay, at=None):
+        self.delay, self.at = delay, at
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if self.at is None or i == self.at:
+            time.sleep(self.delay)
+        return torch.tensor([i])
+
+
+class Stream(IterableDataset):
+    def __init__(self, n=21):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        info = get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(wid, self.n, nw):
+            yield {"i": torch.tensor(i), "w": wid}
+
+
+@pytest.fixture
+def children():
+    """Child processes this test started (earlier tests' exceptions may keep theirs alive)."""
+    gc.collect()
+    before = {p.pid for p in psutil.Process().children()}
+    return lambda: [p for p in psutil.Process().children() if p.pid not in before]
+
+
+def same(a, b):
+    """Deep equality of collated batches, types included."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), (a, b)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    else:
+        assert a == b
+
+
+def both(ds, workers=2, **kw):
+    ours = list(stoker.DataLoader(ds, num_workers=workers, **kw))
+    theirs = list(torch.utils.data.DataLoader(ds, num_workers=0, **kw))
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        same(a, b)
+    return ours
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_default_collate_of_nested_samples_matches_torch(workers):
+    both(Nested(), workers, batch_size=5)
+    both(Nested(), workers, batch_size=5, drop_last=True)
+    both(Nested(7), workers, batch_size=None)
+
+
+def test_samplers_batch_sampler_and_collate_fn_match_torch():
+    def sampler():
+        return RandomSampler(range(23), generator=torch.Generator().manual_seed(3))
+    ours = list(stoker.DataLoader(Nested(), sampler=sampler(), batch_size=4, num_workers=2))
+    theirs = list(torch.utils.data.DataLoader(Nested(), sampler=sampler(), batch_size=4))
+    for a, b in zip(ours, theirs):
+        same(a, b)
+    both(Nested(), batch_sampler=BatchSampler(SequentialSampler(range(23)), 6, True))
+    both(Nested(), batch_size=4, collate_fn=lambda b: [s["n"] for s in b])
+    both(Nested(), batch_size=4, collate_fn=lambda b: {"t": torch.stack([s["t"] for s in b])})
+
+
+def test_argument_validation_matches_torch():
+    cases = [dict(batch_sampler=BatchSampler(range(4), 2, False), batch_size=3),
+             dict(batch_sampler=BatchSampler(range(4), 2, False), drop_last=True),
+             dict(sampler=range(4), shuffle=True), dict(batch_size=None, drop_last=True),
+             dict(num_workers=-1), dict(timeout=-1), dict(persistent_workers=True, num_workers=0)]
+    for kw in cases:
+        with pytest.raises(ValueError) as theirs:
+            torch.utils.data.DataLoader(Nested(), **kw)
+        with pytest.raises(ValueError, match=None) as ours:
+            stoker.DataLoader(Nested(), **kw)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(ValueError, match="expected unspecified shuffle option"):
+        stoker.DataLoader(Stream(), shuffle=True)
+
+
+def test_iterable_dataset_sharding_matches_torch():
+    for workers in (0, 2, 3):
+        ours = list(stoker.DataLoader(Stream(), batch_size=4, num_workers=workers))
+        theirs = list(torch.utils.data.DataLoader(Stream(), batch_size=4, num_workers=workers))
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            same(a, b)
+
+
+def test_worker_init_fn_runs_once_per_worker(tmp_path):
+    def init(worker_id):
+        with open(tmp_path / f"{worker_id}-{os.getpid()}", "w"):
+            pass
+    assert len(list(stoker.DataLoader(Nested(), batch_size=2, num_workers=3,
+                                      worker_init_fn=init))) == 12
+    assert sorted(p.split("-")[0] for p in os.listdir(tmp_path)) == ["0", "1", "2"]
+
+
+def test_order_is_the_native_loaders_and_exactly_once():
+    kw = dict(batch_size=7, shuffle=True, seed=9, drop_last=False)
+    native = [b.tolist() for b in stoker.DataLoader(
+        stoker.ArrayDataset(np.arange(50)), output="numpy", num_workers=1, **kw)]
+
+    class Index(Dataset):
+        def __len__(self):
+            return 50
+
+        def __getitem__(self, i):
+            return i
+    ours = [b.tolist() for b in stoker.DataLoader(Index(), num_workers=2, **kw)]
+    assert ours == native
+    assert sorted(sum(ours, [])) == list(range(50))
+
+
+def test_batches_identical_for_any_worker_count_with_random_augmentation():
+    def run(workers):
+        loader = stoker.DataLoader(Random(), batch_size=6, shuffle=True, num_workers=workers)
+        loader.set_epoch(3)
+        return [b for b in loader]
+    ref = run(0)
+    assert len({round(float(x), 6) for b in ref for x in b[:, 1]}) == 40  # really random
+    for workers in (1, 2, 4):
+        got = run(workers)
+        assert all(torch.equal(a, b) for a, b in zip(ref, got)) and len(got) == len(ref)
+    state = (random.getstate(), torch.get_rng_state())
+    run(0)  # in-process: the caller's RNG states are restored after each batch
+    assert state[0] == random.getstate() and torch.equal(state[1], torch.get_rng_state())
+
+
+def test_resume_from_state_dict():
+    loader = stoker.DataLoader(Random(), batch_size=4, shuffle=True, num_workers=2)
+    full = list(loader)
+    loader.set_epoch(0)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    del it
+    resumed = stoker.DataLoader(Random(), batch_size=4, shuffle=True, num_workers=1)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(full) - 3
+    assert all(torch.equal(a, b) for a, b in zip(rest, full[3:]))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_exception_keeps_type_message_traceback_and_index(workers):
+    loader = stoker.DataLoader(Failing(), batch_size=4, num_workers=workers)
+    got = []
+    with pytest.raises(ValueError) as info:  # catchable as the original type, as with torch
+        for b in loader:
+            got.append(b)
+    err = info.value
+    assert isinstance(err, stoker.SampleError) and err.index == 7
+    assert "bad sample 7" in str(err)
+    assert isinstance(err.__cause__, ValueError) and "bad sample 7" in str(err.__cause__)
+    if workers:
+        assert "Traceback" in str(err) and "__getitem__" in str(err)
+    assert len(got) == 1
+    del info, err
+    with pytest.raises(ValueError, match="bad sample 7"):
+        list(torch.utils.data.DataLoader(Failing(), batch_size=4))
+    gc.collect()
+
+
+def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
+    start = time.monotonic()
+    with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
+                                                 r"SIGKILL") as info:
+        list(stoker.DataLoader(Killing(), batch_size=2, num_workers=2))
+    assert time.monotonic() - start < 10
+    assert not psutil.pid_exists(info.value.pid) or \
+        psutil.Process(info.value.pid).status() == psutil.STATUS_ZOMBIE
+    assert children() == []
+
+
+def test_timeout_raises_like_torch(children):
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 0.3 seconds"):
+        list(stoker.DataLoader(Slow(3, at=2), batch_size=2, num_workers=1, timeout=0.3))
+    assert children() == []
+
+
+def shm_entries():
+    return set(os.listdir("/dev/shm"))
+
+
+def test_break_and_gc_leave_no_process_and_no_shared_memory_file(children):
+    before = shm_entries()
+    loader = stoker.DataLoader(Slow(0.01), batch_size=2, num_workers=3)
+    for _ in loader:
+        assert len(children()) == 3
+        break
+    assert children() == []
+    it = iter(loader)
+    next(it)
+    del it
+    assert children() == []
+    assert shm_entries() <= before
+
+
+def test_persistent_workers_are_reused_and_stopped(children):
+    loader = stoker.DataLoader(Nested(), batch_size=4, num_workers=2, persistent_workers=True)
+    list(loader)
+    pids = {p.pid for p in children()}
+    assert len(pids) == 2
+    second = list(loader)
+    assert {p.pid for p in children()} == pids
+    same(second[0], list(torch.utils.data.DataLoader(Nested(), batch_size=4))[0])
+    del loader
+    assert children() == []
+
+
+def test_ctrl_c_stops_workers(tmp_path):
+    script = textwrap.dedent("""
+        import sys, time, torch, psutil
+        sys.path.insert(0, %r)
+        import stoker
+        from test_python_datasets import Slow
+        loader = stoker.DataLoader(Slow(0.05), batch_size=1, num_workers=2)
+        for i, b in enumerate(loader):
+            if i == 1:
+                print(" ".join(str(p.pid) for p in psutil.Process().children()), flush=True)
+    """ % os.path.dirname(__file__))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    time.sleep(0.2)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids)
+
+
+def test_threads_and_numpy_output():
+    loader = stoker.DataLoader(Nested(), batch_size=5, num_workers=2, worker_type="thread")
+    for a, b in zip(loader, torch.utils.data.DataLoader(Nested(), batch_size=5)):
+        same(a, b)
+    batch = next(iter(stoker.DataLoader(Nested(), batch_size=5, num_workers=1, output="numpy")))
+    assert isinstance(batch["t"], np.ndarray) and batch["name"][0] == "s0"
+
+
+def test_batches_live_in_recycled_shared_buffers():
+    loader = stoker.DataLoader(Nested(), batch_size=4, num_workers=2, memory_budget="64MiB")
+    kept = list(loader)  # more batches than buffers: the rest travel pickled, still correct
+    for a, b in zip(kept, torch.utils.data.DataLoader(Nested(), batch_size=4)):
+        same(a, b)
+    del kept
+    for _ in range(3):
+        for _ in loader:
+            pass
+    s = loader.stats()
+    assert s["buffer_bytes"] <= s["memory_budget"]
+    assert s["batches"] == 4 * 6 and s["pickled_batches"] == 0
