@@ -7,13 +7,14 @@ measurements are interleaved so that drift on a shared machine hits both.
 
 - torch: ``torch.utils.data.DataLoader`` over the Dataset a PyTorch user writes: PIL decode and
   the torchvision operations written with PIL and NumPy (torchvision has no CPU build here), at
-  each num_workers in {0, 1, 2, 4}; the best is the reference.
+  each num_workers in {0, 1, 2, 4} (persistent workers); the best is the reference.
 - stoker: ``stoker.DataLoader(stoker.ImageFolder(root, transform=...))`` with every knob on auto.
 - bound: libjpeg-turbo full-size decode of the same files on all cores, no transforms.
 
-Reported per configuration: images/s (steady state, after the first batch), CPU seconds per
-image (all processes), peak RSS summed over the loader's processes (main + workers), and time to
-the first batch. Targets: >= 5x torch's best images/s, >= 0.9x the decode-only bound, peak RSS
+Each measurement runs in a fresh process, so that no loader inherits another's heap. Reported per
+configuration: images/s (steady state, after the first batch), CPU seconds per image (all
+processes), peak RSS summed over the loader's processes (main + workers), and time to the first
+batch. Targets: >= 5x torch's best images/s, >= 0.9x the decode-only bound, peak RSS
 <= 1/2 of torch's.
 """
 
@@ -25,6 +26,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -86,20 +88,24 @@ class PILImageFolder(torch.utils.data.Dataset):
 # ---- measurement ------------------------------------------------------------------------------
 
 class PeakRSS:
-    """Polls the summed RSS of this process and its children (torch's workers)."""
+    """Polls the summed RSS of a process tree (a measurement child and its workers)."""
 
-    def __init__(self, interval=0.02):
+    def __init__(self, pid, interval=0.02):
+        self.root = psutil.Process(pid)
         self.interval = interval
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self):
-        me = psutil.Process()
-        total = me.memory_info().rss
-        for child in me.children(recursive=True):
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except psutil.Error:
+            return
+        total = 0
+        for p in procs:
             try:
-                total += child.memory_info().rss
+                total += p.memory_info().rss
             except psutil.Error:
                 pass
         self.peak = max(self.peak, total)
@@ -116,7 +122,6 @@ class PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self._sample()
 
 
 def cpu_seconds():
@@ -133,29 +138,43 @@ def cpu_seconds():
     return total
 
 
-def measure(make_loader, batches):
-    """Images/s after the first batch, CPU s/image, peak RSS, time to first batch."""
-    with PeakRSS() as rss:
-        start = time.perf_counter()
-        loader = make_loader()
-        it = iter(loader)
-        next(it)
-        first = time.perf_counter() - start
-        cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
-        for _ in range(batches):
-            x, y = next(it)
+def run_one(make_loader, epochs):
+    """In the measurement child: time to the first batch, then (after the rest of that warm-up
+    epoch) images/s and CPU s/image over `epochs` whole epochs: a steady state that no batch
+    prefetched before the clock started can inflate."""
+    start = time.perf_counter()
+    loader = make_loader()
+    it = iter(loader)
+    next(it)
+    first = time.perf_counter() - start
+    for _ in it:
+        pass
+    cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
+    for _ in range(epochs):
+        for x, y in loader:
             n += len(y)
-        elapsed = time.perf_counter() - t0
-        cpu = cpu_seconds() - cpu0
-        del it, loader, x, y
-    return {"images_per_s": n / elapsed, "cpu_s_per_image": cpu / n, "peak_rss": rss.peak,
-            "first_batch_s": first}
+    elapsed = time.perf_counter() - t0
+    cpu = cpu_seconds() - cpu0
+    return {"images_per_s": n / elapsed, "cpu_s_per_image": cpu / n, "first_batch_s": first}
+
+
+def measure(loader, workers, epochs):
+    """Runs one configuration in a fresh process (so no loader inherits another's heap) and
+    adds the peak RSS of that process and its workers."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{loader}:{workers}",
+           "--epochs", str(epochs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    with PeakRSS(proc.pid) as rss:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"measurement {loader}:{workers} failed (exit {proc.returncode})")
+    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
 
 
 def torch_loader(samples, workers):
     def make():
         ds = PILImageFolder(samples)
-        kw = dict(prefetch_factor=2) if workers else {}
+        kw = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
         return torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True,
                                            num_workers=workers, **kw)
     return make
@@ -171,6 +190,20 @@ def stoker_loader(root, workers="auto"):
     return make
 
 
+def child(spec, epochs):
+    """One measurement in a fresh process; prints its figures as JSON."""
+    import warnings
+    warnings.simplefilter("ignore")  # torch's note on more workers than cores
+    name, workers = spec.split(":")
+    root = os.path.join(default_sample_root(), "train")
+    if name == "torch":
+        make = torch_loader(stoker.ImageFolder(root).samples, int(workers))
+    else:
+        make = stoker_loader(root, workers if workers == "auto" else int(workers))
+    print(json.dumps(run_one(make, epochs)))
+    return 0
+
+
 def median_of(runs):
     keys = runs[0].keys()
     return {k: statistics.median(r[k] for r in runs) for k in keys} | {
@@ -183,9 +216,13 @@ def main():
     p.add_argument("--quick", action="store_true", help="a short smoke run")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # LOADER:WORKERS, one measurement
+    p.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        return child(args.child, args.epochs)
     repeats = 1 if args.quick else args.repeats
-    batches = 2 if args.quick else 8
+    epochs = 1 if args.quick else 2
 
     manifest = make_sample(default_sample_root())
     root = os.path.join(default_sample_root(), "train")
@@ -200,20 +237,19 @@ def main():
     print(f"data: {len(samples)} JPEGs in {root} (mean {files['width']['mean']:.0f}x"
           f"{files['height']['mean']:.0f}, {files['bytes']['mean'] / 1024:.0f} KB), "
           f"{cores} cores, batch {BATCH}, "
-          f"{batches} batches per measurement, {repeats} repeats")
+          f"a warm-up epoch then {epochs} timed epoch(s) per measurement, {repeats} repeats")
 
     bound = stoker._native.decode_only(paths, cores, 1.0 if args.quick else 3.0)
     print(f"decode-only bound (libjpeg-turbo, full size, {cores} threads): "
           f"{bound['images_per_s']:,.0f} images/s, {bound['megapixels_per_s']:,.0f} MP/s")
 
-    configs = [("torch", w, torch_loader(samples, w)) for w in (0, 1, 2, 4)]
-    configs.append(("stoker", "auto", stoker_loader(root)))
+    configs = [("torch", w) for w in (0, 1, 2, 4)] + [("stoker", "auto")]
     if not args.quick:
-        configs += [("stoker", w, stoker_loader(root, w)) for w in (1, 2)]
-    runs = {(name, w): [] for name, w, _ in configs}
+        configs += [("stoker", w) for w in (1, 2)]
+    runs = {c: [] for c in configs}
     for _ in range(repeats):
-        for name, w, make in configs:
-            runs[(name, w)].append(measure(make, batches))
+        for name, w in configs:
+            runs[(name, w)].append(measure(name, w, epochs))
             print(".", end="", flush=True)
     print()
     results = {key: median_of(r) for key, r in runs.items()}

@@ -65,10 +65,11 @@ class InlineIterator final : public EpochIterator {
   std::unique_ptr<WorkerState> worker_;
 };
 
-// Worker threads claim batch numbers in order, each first taking a buffer from the pool, so every
-// claimed batch can finish: the batch the consumer waits for never waits behind later batches for
-// memory. At most `depth_` batches are claimed or ready beyond the one the consumer waits for; each
-// goes to its slot in a ring, and the consumer takes them in order.
+// Worker threads claim batch numbers in order. A worker first waits until a number may be claimed
+// (at most `depth_` batches claimed or ready beyond the one the consumer waits for), then takes a
+// buffer, then claims: every claimed batch can finish, so the batch the consumer waits for never
+// waits behind later batches for memory, and an idle worker holds no buffer. Each batch goes to
+// its slot in a ring, and the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
   ThreadedIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
@@ -176,12 +177,7 @@ class ThreadedIterator final : public EpochIterator {
         std::unique_lock lock(mu_);
         if (!park_.wait(lock, stop, [&] { return me < active_; })) return;
       }
-      const auto waited = Clock::now();
-      Buffer buffer = st_->pool->acquire(stop);
-      st_->buffer_wait_ns += elapsed_ns(waited);
-      if (!buffer) return;
-      uint64_t b;
-      {
+      {  // wait until a batch number can be claimed before taking memory for it
         std::unique_lock lock(mu_);
         ++workers_waiting_;
         auto can_claim = [&] {
@@ -192,9 +188,21 @@ class ThreadedIterator final : public EpochIterator {
         const bool claimable = window_.wait(lock, stop, can_claim);
         if (blocked) blocked_ns_ += elapsed_ns(blocked_since);
         --workers_waiting_;
-        if (!claimable) return;
+        if (!claimable || next_claim_ >= end_) return;
+        if (me >= active_) continue;  // parked meanwhile
+      }
+      const auto waited = Clock::now();
+      Buffer buffer = st_->pool->acquire(stop);
+      st_->buffer_wait_ns += elapsed_ns(waited);
+      if (!buffer) return;
+      uint64_t b;
+      {
+        // Claim only with a buffer in hand, so every claimed batch can finish: the batch the
+        // consumer waits for never waits behind later batches for memory. Another worker may
+        // have taken the last claimable number meanwhile; then the buffer goes back.
+        std::lock_guard lock(mu_);
         if (next_claim_ >= end_) return;
-        if (me >= active_) continue;  // parked meanwhile: the buffer goes back to the pool
+        if (me >= active_ || next_claim_ >= next_deliver_ + depth_) continue;
         b = next_claim_++;
       }
       Slot result;

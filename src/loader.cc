@@ -48,6 +48,9 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
            options.world_size) {
   autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
   autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
+  // An autotuned depth starts at one batch per worker (the least memory that keeps every worker
+  // busy) and deepens only when workers are measurably blocked by it.
+  if (autotune_prefetch) options.prefetch_factor = 1;
   autotune_prefetch_now = options.prefetch_factor;
   size_t bytes = 0;
   for (const FieldSpec& f : source->fields()) {
