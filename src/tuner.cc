@@ -14,9 +14,19 @@ using Clock = std::chrono::steady_clock;
 
 struct Eval {
   std::vector<double> runs;
-  double mean = 0;
-  double noise = 0;  // (max - min) / mean
+  double mean = 0;       // the median of the runs: one disturbed run does not move it
+  double noise = 0;      // (max - min) / median, the spread reported to the user
+  double decision = 0;   // 2 x 1.4826 x MAD / median: a robust two-sigma band for comparisons
 };
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const double upper = v[mid];
+  return (*std::max_element(v.begin(), v.begin() + mid) + upper) / 2;
+}
 
 std::string describe(const Config& c) {
   std::string s;
@@ -62,8 +72,14 @@ class Search {
         moved = moved || *m;
       }
       if (!moved) {
-        stopped = "converged";
-        break;
+        // Knobs interact (more workers pay off only with larger batches, say): before stopping,
+        // try raising each pair of knobs together, a step each.
+        const std::optional<bool> jumped = probe_pairs(incumbent);
+        if (!jumped) return finish(incumbent, "time_budget");
+        if (!*jumped) {
+          stopped = "converged";
+          break;
+        }
       }
     }
     return finish(incumbent, stopped);
@@ -113,11 +129,12 @@ class Search {
       if (progress_) progress_(p);
       e.runs.push_back(v);
     }
-    double sum = 0;
-    for (double v : e.runs) sum += v;
-    e.mean = sum / e.runs.size();
+    e.mean = median(e.runs);
     const auto [lo, hi] = std::minmax_element(e.runs.begin(), e.runs.end());
     e.noise = e.mean > 0 ? (*hi - *lo) / e.mean : 0;
+    std::vector<double> dev;
+    for (double v : e.runs) dev.push_back(std::abs(v - e.mean));
+    e.decision = e.mean > 0 ? 2 * 1.4826 * median(dev) / e.mean : 0;
     return &cache_.emplace(c, std::move(e)).first->second;
   }
 
@@ -144,7 +161,7 @@ class Search {
         if (out_of_time_) return std::nullopt;
         if (e == nullptr) break;  // over budget
         const Eval& inc = cache_.at(incumbent);
-        double noise = std::max({inc.noise, e->noise, opt_.noise_floor});
+        double noise = std::max({inc.decision, e->decision, opt_.noise_floor});
         // On the plateau axis a step up must also clear the plateau tolerance, or a later step
         // down (accepted within that tolerance) could undo it round after round.
         if (plateau) noise = std::max(noise, opt_.plateau_tolerance);
@@ -160,6 +177,36 @@ class Search {
       if (moved) break;
     }
     return moved;
+  }
+
+  // Moves the incumbent to the best configuration one step up on two knobs at once, if that beats
+  // it by more than the noise. Returns whether it moved; nullopt when the time budget ran out.
+  std::optional<bool> probe_pairs(Config& incumbent) {
+    auto step_up = [&](const Knob& k, Config& c) {
+      auto it = std::find(k.values.begin(), k.values.end(), c[k.name]);
+      if (it == k.values.end() || it + 1 == k.values.end()) return false;
+      c[k.name] = *(it + 1);
+      return true;
+    };
+    const Eval inc = cache_.at(incumbent);
+    std::optional<Config> best;
+    double best_value = 0;
+    for (size_t i = 0; i < knobs_.size(); ++i)
+      for (size_t j = i + 1; j < knobs_.size(); ++j) {
+        Config cand = incumbent;
+        if (!step_up(knobs_[i], cand) || !step_up(knobs_[j], cand)) continue;
+        const Eval* e = evaluate(cand);
+        if (out_of_time_) return std::nullopt;
+        if (e == nullptr) continue;  // over budget
+        const double noise = std::max({inc.decision, e->decision, opt_.noise_floor});
+        if (e->mean > inc.mean * (1 + noise) && e->mean > best_value) {
+          best = cand;
+          best_value = e->mean;
+        }
+      }
+    if (!best) return false;
+    incumbent = *best;
+    return true;
   }
 
   TuneResult finish(Config incumbent, const std::string& stopped) {
@@ -250,15 +297,21 @@ double measure_loader(std::shared_ptr<const Source> source, const LoaderOptions&
   Loader loader(std::move(source), options);
   if (loader.num_batches() == 0) throw InvalidArgument("the dataset has no batches");
   uint64_t epoch = 0;
-  std::unique_ptr<EpochIterator> it = loader.iterate(epoch);
+  std::unique_ptr<EpochIterator> it = loader.iterate(epoch), next_it;
   if (!it->next()) return 0;  // the first batch: thread start, not timed
+  // A short dataset would measure its epoch-end tail (workers idle while the last batches finish)
+  // as much as its steady state; a training epoch is long enough for the tail not to matter. So
+  // the next epoch starts as the current one nears its end, as if epochs were one long stream.
+  const uint64_t lead = static_cast<uint64_t>(std::max(options.num_workers, 1));
   uint64_t batches = 0, samples = 0;
   const auto start = Clock::now();
   double elapsed = 0;
   while (batches < min_batches || elapsed < min_seconds) {
+    if (!next_it && it->position() + lead >= loader.num_batches())
+      next_it = loader.iterate(++epoch);
     std::shared_ptr<Batch> b = it->next();
     if (!b) {
-      it = loader.iterate(++epoch);
+      it = std::move(next_it);
       continue;
     }
     ++batches;

@@ -5,12 +5,17 @@
 // Search
 // - Greedy coordinate hill-climbing: each knob in turn walks from the incumbent value to its
 //   neighbours in its list of values while that improves, then the next knob; rounds repeat
-//   until a whole round moves nothing (or max_rounds / the time budget is reached).
-// - Every configuration is measured `repeats` times. Its noise is the relative spread of its
-//   repeats ((max - min) / mean), floored at noise_floor. A move counts only if the candidate's
-//   mean beats the incumbent's by more than the larger noise of the two.
+//   until a whole round moves nothing (or max_rounds / the time budget is reached). Before
+//   stopping, each pair of knobs is raised together by one step (knobs interact: more workers may
+//   pay off only with larger batches); the best such move that beats the incumbent starts
+//   another round.
+// - Every configuration is measured `repeats` times; its throughput is the median of the repeats
+//   and its spread ((max - min) / median) is reported. A move counts only if the candidate's
+//   median beats the incumbent's by more than the larger robust noise band of the two (two
+//   sigmas estimated from the median absolute deviation), floored at noise_floor: one disturbed
+//   run on a shared machine neither fakes a gain nor hides a real one.
 // - Plateau rule: for the plateau knob (num_workers), the recommendation is the smallest measured
-//   value, other knobs as recommended, whose mean is within plateau_tolerance of the best, so no
+//   value, other knobs as recommended, whose median is within plateau_tolerance of the best, so no
 //   CPU is spent for a gain within a few percent.
 // - Memory budget: a configuration whose estimate (memory_estimate) exceeds memory_budget is
 //   never measured; it is recorded in Result::over_budget instead.
@@ -64,9 +69,9 @@ struct TuneOptions {
 
 struct TuneResult {
   Config recommended;
-  double samples_per_s = 0;  // mean of the recommendation's repeats
+  double samples_per_s = 0;  // median of the recommendation's repeats
   double noise = 0;          // relative spread of the recommendation's repeats
-  Config best;               // highest mean measured (before the plateau rule)
+  Config best;               // highest median measured (before the plateau rule)
   double best_samples_per_s = 0;
   std::vector<TunePoint> points;  // every measurement, in order
   std::vector<Config> over_budget;  // configurations skipped by the memory budget
