@@ -3,12 +3,12 @@
 #include "stoker/loader.h"
 
 #include <nanobind/ndarray.h>
-
-#include <cstdio>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+
+#include <cstdio>
 
 #include "bindings.h"
 #include "stoker/errors.h"

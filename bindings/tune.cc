@@ -34,7 +34,8 @@ TuneOptions parse_options(const nb::dict& d) {
   TuneOptions o;
   if (d.contains("repeats")) o.repeats = nb::cast<int>(d["repeats"]);
   if (d.contains("noise_floor")) o.noise_floor = nb::cast<double>(d["noise_floor"]);
-  if (d.contains("plateau_tolerance")) o.plateau_tolerance = nb::cast<double>(d["plateau_tolerance"]);
+  if (d.contains("plateau_tolerance"))
+    o.plateau_tolerance = nb::cast<double>(d["plateau_tolerance"]);
   if (d.contains("memory_budget")) o.memory_budget = nb::cast<uint64_t>(d["memory_budget"]);
   if (d.contains("max_rounds")) o.max_rounds = nb::cast<int>(d["max_rounds"]);
   if (d.contains("time_budget_s")) o.time_budget_s = nb::cast<double>(d["time_budget_s"]);

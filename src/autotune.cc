@@ -31,6 +31,23 @@ std::optional<AutotuneDecision> AutotuneController::change(double now_s, const A
 
 std::optional<AutotuneDecision> AutotuneController::update(double now_s, const AutotuneFigures& f) {
   if (ceiling_ != 0 && now_s >= ceiling_until_) ceiling_ = 0;
+  if (prefetch_ceiling_ != 0 && now_s >= prefetch_ceiling_until_) prefetch_ceiling_ = 0;
+
+  // The window after a deeper prefetch: keep it only if it paid.
+  if (deepen_check_) {
+    const double before = *deepen_check_;
+    deepen_check_.reset();
+    if (f.samples_per_s < before * (1 + lim_.min_gain) && prefetch_ > 1) {
+      prefetch_ceiling_ = prefetch_ - 1;
+      prefetch_ceiling_until_ = now_s + lim_.ceiling_seconds;
+      char why[160];
+      std::snprintf(why, sizeof why,
+                    "the last prefetch step added no throughput (%.0f -> %.0f samples/s): "
+                    "prefetch ceiling %d",
+                    before, f.samples_per_s, prefetch_ceiling_);
+      return change(now_s, f, workers_, prefetch_ - 1, why);
+    }
+  }
   const bool starved = f.consumer_wait_fraction > lim_.wait_high;
 
   // The window after a grow: keep the worker only if it paid.
@@ -69,10 +86,21 @@ std::optional<AutotuneDecision> AutotuneController::update(double now_s, const A
                       "consumer waits, workers busy; memory budget: shallower prefetch");
       }
     }
+    const int prefetch_cap =
+        prefetch_ceiling_ != 0 ? std::min(prefetch_ceiling_, lim_.max_prefetch) : lim_.max_prefetch;
     if (lim_.tune_prefetch && f.worker_blocked_fraction > lim_.blocked_high &&
-        prefetch_ < lim_.max_prefetch && fits(workers_, prefetch_ + 1))
+        prefetch_ < prefetch_cap && fits(workers_, prefetch_ + 1)) {
+      deepen_check_ = f.samples_per_s;
       return change(now_s, f, workers_, prefetch_ + 1,
                     "consumer waits, workers blocked by the prefetch depth: deeper prefetch");
+    }
+    // Neither busy nor blocked: the time goes to per-batch hand-offs (small, fast batches).
+    // Another worker overlaps them; the check after the grow undoes it if it does not pay.
+    if (lim_.tune_workers && workers_ < cap && fits(workers_ + 1, prefetch_)) {
+      grow_check_ = f.samples_per_s;
+      return change(now_s, f, workers_ + 1, prefetch_,
+                    "consumer waits, workers neither busy nor blocked: overlap hand-offs");
+    }
     return std::nullopt;
   }
 

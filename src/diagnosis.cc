@@ -28,8 +28,12 @@ const StageFigures* stage(const DiagnosisInputs& in, const std::string& name) {
 
 // NVML, loaded at run time; only the few calls needed.
 struct Nvml {
-  struct Utilization { unsigned gpu, memory; };
-  struct Memory { unsigned long long total, free, used; };
+  struct Utilization {
+    unsigned gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
   using Init = int (*)();
   using Handle = int (*)(unsigned, void**);
   using Util = int (*)(void*, Utilization*);
@@ -69,13 +73,13 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
   const double buffer_wait = std::clamp(in.buffer_wait_seconds / worker_time, 0.0, 1.0);
 
   // 1. Memory.
-  const bool host_high = in.physical_memory_bytes > 0 &&
-                         in.rss_bytes >= rules.memory_high * in.physical_memory_bytes;
-  const bool pinned_high = in.pinned_budget_bytes > 0 &&
-                           in.pinned_bytes >= rules.memory_high * in.pinned_budget_bytes;
-  const bool buffers_high = in.memory_budget > 0 &&
-                            in.buffer_bytes_peak >= rules.memory_high * in.memory_budget &&
-                            buffer_wait > rules.buffer_wait_high && d.wait_fraction > rules.wait_high;
+  const bool host_high =
+      in.physical_memory_bytes > 0 && in.rss_bytes >= rules.memory_high * in.physical_memory_bytes;
+  const bool pinned_high =
+      in.pinned_budget_bytes > 0 && in.pinned_bytes >= rules.memory_high * in.pinned_budget_bytes;
+  const bool buffers_high =
+      in.memory_budget > 0 && in.buffer_bytes_peak >= rules.memory_high * in.memory_budget &&
+      buffer_wait > rules.buffer_wait_high && d.wait_fraction > rules.wait_high;
   if (host_high || pinned_high || buffers_high) {
     d.verdict = "memory-bound";
     d.limiting_stage = "memory";
@@ -161,7 +165,8 @@ SystemSample read_system() {
   std::ifstream stat("/proc/stat");
   std::string line;
   while (std::getline(stat, line)) {
-    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !isdigit(static_cast<unsigned char>(line[3])))
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 ||
+        !isdigit(static_cast<unsigned char>(line[3])))
       continue;
     std::istringstream is(line.substr(line.find(' ')));
     uint64_t v[10] = {};

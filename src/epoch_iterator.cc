@@ -22,6 +22,10 @@ constexpr auto kStallLimit = std::chrono::milliseconds(1000);
 constexpr int kAutotuneMaxPrefetch = 8;
 constexpr double kAutotuneWindowSeconds = 0.2;
 constexpr uint64_t kAutotuneWindowBatches = 3;
+// Fast batches close a window sooner: an epoch of small batches can be over in less than
+// kAutotuneWindowSeconds, and the controller must still get to act within it.
+constexpr double kAutotuneFastWindowSeconds = 0.05;
+constexpr uint64_t kAutotuneFastWindowBatches = 100;
 constexpr size_t kAutotuneLogged = 256;
 
 BudgetExceeded budget_error(const BatchPool& pool) {
@@ -91,12 +95,14 @@ class ThreadedIterator final : public EpochIterator {
       lim.tune_workers = st_->autotune_workers;
       lim.tune_prefetch = st_->autotune_prefetch;
       lim.max_workers = std::max(n, 1);
-      lim.max_prefetch = st_->autotune_prefetch ? kAutotuneMaxPrefetch : st_->options.prefetch_factor;
+      lim.max_prefetch =
+          st_->autotune_prefetch ? kAutotuneMaxPrefetch : st_->options.prefetch_factor;
       lim.max_buffers = st_->pool->capacity();
       std::lock_guard lock(st_->autotune_mu);
       const int w = st_->autotune_workers ? std::min(st_->autotune_active, lim.max_workers)
                                           : st_->options.num_workers;
-      const int p = st_->autotune_prefetch ? st_->autotune_prefetch_now : st_->options.prefetch_factor;
+      const int p =
+          st_->autotune_prefetch ? st_->autotune_prefetch_now : st_->options.prefetch_factor;
       controller_.emplace(lim, w, p);
       active_ = controller_->workers();
       depth_ = controller_->depth();
@@ -239,7 +245,10 @@ class ThreadedIterator final : public EpochIterator {
     occupancy_sum_ += depth_ > 0 ? double(ready) / double(depth_) : 0;
     const auto now = Clock::now();
     const double secs = std::chrono::duration<double>(now - window_start_).count();
-    if (secs < kAutotuneWindowSeconds || window_batches_ < kAutotuneWindowBatches) return;
+    const bool full = secs >= kAutotuneWindowSeconds && window_batches_ >= kAutotuneWindowBatches;
+    const bool fast =
+        secs >= kAutotuneFastWindowSeconds && window_batches_ >= kAutotuneFastWindowBatches;
+    if (!full && !fast) return;
     AutotuneFigures f;
     f.seconds = secs;
     f.consumer_wait_fraction = std::min(1.0, window_wait_ns_ * 1e-9 / secs);

@@ -13,7 +13,8 @@ constexpr size_t kFieldAlign = 64;
 constexpr int kSkipAttempts = 16;        // replacements tried before the error is raised anyway
 constexpr size_t kSkippedListed = 1000;  // skipped samples remembered for stats()
 constexpr size_t kAutotuneListed = 200;  // autotune decisions remembered for stats()
-constexpr uint64_t kPrefetchAhead = 8;    // samples hinted ahead of the one being read
+constexpr uint64_t kPrefetchAhead = 8;   // samples hinted ahead of the one being read
+constexpr size_t kSmallBatchBytes = size_t{4} << 20;  // below: autotuned prefetch starts at 2
 
 LoaderOptions resolve(LoaderOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
@@ -48,9 +49,6 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
            options.world_size) {
   autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
   autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
-  // An autotuned depth starts at one batch per worker (the least memory that keeps every worker
-  // busy) and deepens only when workers are measurably blocked by it.
-  if (autotune_prefetch) options.prefetch_factor = 1;
   autotune_prefetch_now = options.prefetch_factor;
   size_t bytes = 0;
   for (const FieldSpec& f : source->fields()) {
@@ -58,6 +56,13 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     field_offsets.push_back(bytes);
     sample_bytes.push_back(f.sample_bytes());
     bytes += f.sample_bytes() * options.batch_size;
+  }
+  // An autotuned depth of large batches starts at one batch per worker (the least memory that
+  // keeps every worker busy) and deepens only when workers are measurably blocked by it; small
+  // batches start at two, where hand-off latency matters more than memory.
+  if (autotune_prefetch && bytes > kSmallBatchBytes) {
+    options.prefetch_factor = 1;
+    autotune_prefetch_now = 1;
   }
   pool = BatchPool::create(
       std::max<size_t>(bytes, 1), options.memory_budget,

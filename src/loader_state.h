@@ -38,9 +38,9 @@ struct Loader::State {
   bool autotune_workers = false, autotune_prefetch = false;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
-  int autotune_active = 1;                        // guarded by autotune_mu
-  int autotune_prefetch_now = 2;                  // guarded by autotune_mu
-  std::deque<AutotuneDecision> autotune_log;      // guarded by autotune_mu; bounded
+  int autotune_active = 1;                    // guarded by autotune_mu
+  int autotune_prefetch_now = 2;              // guarded by autotune_mu
+  std::deque<AutotuneDecision> autotune_log;  // guarded by autotune_mu; bounded
   void record_autotune(const AutotuneDecision& d);
 
  private:

@@ -287,7 +287,22 @@ TEST(Loader, RejectsInvalidOptions) {
   Loader ok(source(10), o);
   EXPECT_THROW(ok.iterate(0, 11), InvalidArgument);
   EXPECT_GE(ok.options().num_workers, 1);
-  EXPECT_EQ(ok.options().prefetch_factor, 1);  // autotuned: starts at one batch per worker
+  EXPECT_EQ(ok.options().prefetch_factor, 2);  // autotuned, small batches: starts at two
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(Loader, AutotunedPrefetchOfLargeBatchesStartsAtOne) {
+  LoaderOptions o;
+  o.batch_size = 64;
+  o.num_workers = 2;  // prefetch_factor stays "auto"
+  auto big = std::make_shared<FaultySource>(1000, 16 * 1024, std::set<uint64_t>{});  // 8 MiB
+  EXPECT_EQ(Loader(big, o).options().prefetch_factor, 1);
+  EXPECT_EQ(Loader(source(1000), o).options().prefetch_factor, 2);
 }
 
 }  // namespace

@@ -14,9 +14,9 @@ using Clock = std::chrono::steady_clock;
 
 struct Eval {
   std::vector<double> runs;
-  double mean = 0;       // the median of the runs: one disturbed run does not move it
-  double noise = 0;      // (max - min) / median, the spread reported to the user
-  double decision = 0;   // 2 x 1.4826 x MAD / median: a robust two-sigma band for comparisons
+  double mean = 0;      // the median of the runs: one disturbed run does not move it
+  double noise = 0;     // (max - min) / median, the spread reported to the user
+  double decision = 0;  // 2 x 1.4826 x MAD / median: a robust two-sigma band for comparisons
 };
 
 double median(std::vector<double> v) {
@@ -254,8 +254,8 @@ class Search {
 
 }  // namespace
 
-TuneResult tune(const std::vector<Knob>& knobs, const MeasureFn& measure, const TuneOptions& options,
-                const MemoryFn& memory, const ProgressFn& progress) {
+TuneResult tune(const std::vector<Knob>& knobs, const MeasureFn& measure,
+                const TuneOptions& options, const MemoryFn& memory, const ProgressFn& progress) {
   check_knobs(knobs);
   if (!measure) throw InvalidArgument("tune needs a measurement callback");
   if (options.repeats < 1) throw InvalidArgument("repeats must be at least 1");
@@ -269,9 +269,11 @@ uint64_t estimate_loader_memory(const Config& config, uint64_t sample_bytes,
     auto it = config.find(name);
     return it == config.end() ? def : it->second;
   };
-  const uint64_t batch = static_cast<uint64_t>(std::max<int64_t>(get("batch_size", default_batch_size), 1));
+  const uint64_t batch =
+      static_cast<uint64_t>(std::max<int64_t>(get("batch_size", default_batch_size), 1));
   const uint64_t workers = static_cast<uint64_t>(std::max<int64_t>(get("num_workers", 1), 0));
-  const uint64_t prefetch = static_cast<uint64_t>(std::max<int64_t>(get("prefetch_factor", default_prefetch), 1));
+  const uint64_t prefetch =
+      static_cast<uint64_t>(std::max<int64_t>(get("prefetch_factor", default_prefetch), 1));
   const uint64_t buffers = prefetch * workers + workers + 1;
   return sample_bytes * batch * buffers;
 }

@@ -28,7 +28,13 @@ std::vector<Knob> knobs() {
 TEST(Tuner, FindsThePlateauDeterministic) {
   int calls = 0;
   TuneOptions o;
-  TuneResult r = tune(knobs(), [&](const Config& c) { ++calls; return model(c); }, o);
+  TuneResult r = tune(
+      knobs(),
+      [&](const Config& c) {
+        ++calls;
+        return model(c);
+      },
+      o);
   EXPECT_EQ(r.recommended.at("num_workers"), 4);
   EXPECT_EQ(r.recommended.at("prefetch_factor"), 4);
   EXPECT_EQ(r.stopped, "converged");
@@ -60,7 +66,8 @@ TEST(Tuner, PlateauPicksFewestWorkersWithinTolerance) {
 TEST(Tuner, NeverMeasuresOverTheMemoryBudget) {
   TuneOptions o;
   const uint64_t sample = 1000;
-  o.memory_budget = estimate_loader_memory({{"num_workers", 3}, {"prefetch_factor", 2}}, sample, 10);
+  o.memory_budget =
+      estimate_loader_memory({{"num_workers", 3}, {"prefetch_factor", 2}}, sample, 10);
   auto mem = [&](const Config& c) { return estimate_loader_memory(c, sample, 10); };
   TuneResult r = tune(knobs(), model, o, mem);
   for (const TunePoint& p : r.points) {

@@ -10,7 +10,9 @@
 //     cores are saturated: the worker is removed and that count becomes a ceiling for
 //     ceiling_seconds.
 //   - workers blocked by the prefetch depth (> blocked_high of their time): one more prefetch
-//     step. (Idle time at epoch ends is neither busy nor blocked, hence busy_high below 1.)
+//     step, checked like a grow: undone, with a ceiling, if it brought less than min_gain. (Idle
+//     time at epoch ends is neither busy nor blocked, hence busy_high below 1.)
+//   - neither: the time goes to per-batch hand-offs; one more worker, kept only if it pays.
 // - comfortable (consumer waits < wait_low) for shrink_windows windows in a row, with the
 //   workers' load fitting in one worker fewer below shrink_busy: one worker fewer (parked, not
 //   destroyed). A shrink that starves the consumer is undone and its count becomes a floor.
@@ -27,12 +29,12 @@
 namespace stoker {
 
 struct AutotuneFigures {
-  double seconds = 0;                 // window length
-  double consumer_wait_fraction = 0;  // consumer time waiting for a batch / window
-  double worker_busy_fraction = 0;    // active workers' time producing / (workers x window)
-  double queue_occupancy = 0;         // ready batches ahead of the consumer / depth, averaged
+  double seconds = 0;                  // window length
+  double consumer_wait_fraction = 0;   // consumer time waiting for a batch / window
+  double worker_busy_fraction = 0;     // active workers' time producing / (workers x window)
+  double queue_occupancy = 0;          // ready batches ahead of the consumer / depth, averaged
   double worker_blocked_fraction = 0;  // active workers' time blocked by the prefetch depth
-  double samples_per_s = 0;           // delivered in the window
+  double samples_per_s = 0;            // delivered in the window
 };
 
 struct AutotuneDecision {
@@ -46,9 +48,9 @@ struct AutotuneDecision {
 struct AutotuneLimits {
   bool tune_workers = true;
   bool tune_prefetch = true;
-  int max_workers = 1;         // the CPU budget (threads that exist)
+  int max_workers = 1;  // the CPU budget (threads that exist)
   int max_prefetch = 16;
-  uint64_t max_buffers = 0;    // pool capacity under the memory budget
+  uint64_t max_buffers = 0;  // pool capacity under the memory budget
   double wait_high = 0.10, wait_low = 0.03;
   double busy_high = 0.60, shrink_busy = 0.70, blocked_high = 0.10;
   double min_gain = 0.05;
@@ -78,6 +80,9 @@ class AutotuneController {
   std::optional<double> grow_check_;
   int ceiling_ = 0;  // 0 = none
   double ceiling_until_ = 0;
+  std::optional<double> deepen_check_;  // throughput before the last deeper prefetch
+  int prefetch_ceiling_ = 0;            // 0 = none; set when deepening did not pay
+  double prefetch_ceiling_until_ = 0;
   int floor_ = 1;
   bool shrunk_last_ = false;
   int calm_windows_ = 0;

@@ -25,7 +25,7 @@
 namespace stoker {
 
 struct StageFigures {
-  std::string name;          // "workers" or "consumer"
+  std::string name;  // "workers" or "consumer"
   int threads = 0;
   double samples_per_s = 0;  // throughput of the stage over the run
   double busy_seconds = 0;   // wall time spent working (summed over threads)
@@ -51,10 +51,10 @@ struct DiagnosisInputs {
 };
 
 struct DiagnosisRules {
-  double wait_high = 0.10;          // consumer wait fraction above which the run is input-bound
-  double memory_high = 0.90;        // fraction of a memory limit counted as "near"
-  double buffer_wait_high = 0.25;   // worker time waiting for buffers that signals memory limits
-  double cpu_bound = 0.75;          // worker cpu/busy above which the workers are CPU-bound
+  double wait_high = 0.10;         // consumer wait fraction above which the run is input-bound
+  double memory_high = 0.90;       // fraction of a memory limit counted as "near"
+  double buffer_wait_high = 0.25;  // worker time waiting for buffers that signals memory limits
+  double cpu_bound = 0.75;         // worker cpu/busy above which the workers are CPU-bound
 };
 
 struct Diagnosis {
@@ -69,7 +69,7 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules = {});
 
 struct SystemSample {
   std::vector<uint64_t> core_busy, core_total;  // jiffies per core (/proc/stat)
-  uint64_t rss_bytes = 0;                        // /proc/self/status VmRSS
+  uint64_t rss_bytes = 0;                       // /proc/self/status VmRSS
   bool gpu_present = false;
   double gpu_utilization = 0;
   uint64_t gpu_memory_used = 0, gpu_memory_total = 0;

@@ -86,7 +86,7 @@ struct LoaderStats {
   uint64_t buffer_bytes = 0;                 // batch buffer memory that exists now
   uint64_t buffer_bytes_peak = 0;
   uint64_t memory_budget = 0;
-  uint64_t batch_bytes = 0;  // one buffer
+  uint64_t batch_bytes = 0;       // one buffer
   double worker_cpu_seconds = 0;  // CPU time of worker threads producing batches
   // Online autotune (num_workers and/or prefetch_factor "auto"): the values in use now and the
   // controller's most recent decisions (bounded list, oldest first).

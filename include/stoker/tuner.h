@@ -52,8 +52,8 @@ using Config = std::map<std::string, int64_t>;
 struct TunePoint {
   Config config;
   double samples_per_s = 0;
-  int repeat = 0;          // 0-based repeat number of this configuration
-  double seconds = 0;      // measuring time of this run
+  int repeat = 0;      // 0-based repeat number of this configuration
+  double seconds = 0;  // measuring time of this run
   uint64_t memory_estimate = 0;
 };
 
@@ -73,22 +73,23 @@ struct TuneResult {
   double noise = 0;          // relative spread of the recommendation's repeats
   Config best;               // highest median measured (before the plateau rule)
   double best_samples_per_s = 0;
-  std::vector<TunePoint> points;  // every measurement, in order
+  std::vector<TunePoint> points;    // every measurement, in order
   std::vector<Config> over_budget;  // configurations skipped by the memory budget
   double measuring_seconds = 0;
   int rounds = 0;
   std::string stopped;  // "converged", "max_rounds" or "time_budget"
 };
 
-using MeasureFn = std::function<double(const Config&)>;     // samples/s of one run
-using MemoryFn = std::function<uint64_t(const Config&)>;    // estimated bytes of a configuration
+using MeasureFn = std::function<double(const Config&)>;    // samples/s of one run
+using MemoryFn = std::function<uint64_t(const Config&)>;   // estimated bytes of a configuration
 using ProgressFn = std::function<void(const TunePoint&)>;  // after each measurement
 
 // Throws InvalidArgument for empty knob lists, values outside [min, max], unsorted values, a
 // start that is not a value, repeats < 1, or a start configuration over the memory budget when
 // no smaller configuration fits (then nothing can be measured).
-TuneResult tune(const std::vector<Knob>& knobs, const MeasureFn& measure, const TuneOptions& options,
-                const MemoryFn& memory = nullptr, const ProgressFn& progress = nullptr);
+TuneResult tune(const std::vector<Knob>& knobs, const MeasureFn& measure,
+                const TuneOptions& options, const MemoryFn& memory = nullptr,
+                const ProgressFn& progress = nullptr);
 
 // The loader's memory for a configuration: batch_bytes x (prefetch depth + workers + 1), where
 // prefetch depth = prefetch_factor x num_workers and batch_bytes = sample_bytes x batch_size.

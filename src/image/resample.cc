@@ -225,8 +225,8 @@ __attribute__((target("avx2"))) void h_row_avx2_t(const uint8_t* in, const AxisC
                                                   uint8_t* out) {
   const int out_w = static_cast<int>(h.count.size());
   const int pairs = Q ? Q : h.taps / 2;
-  const __m256i ctrl = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                        0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i ctrl = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 0,
+                                        -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m256i half = _mm256_set1_epi32(kHalf);
   const int* first = h.first.data();
   const int* off = h.off.data();

@@ -180,7 +180,8 @@ TEST(Resample, KernelsAgreeOnRandomInputs) {
   using internal::ResampleKernel;
   std::mt19937 gen(17);
   std::vector<ResampleKernel> kernels = {ResampleKernel::kPortable};
-  if (internal::set_resample_kernel(ResampleKernel::kAvx2)) kernels.push_back(ResampleKernel::kAvx2);
+  if (internal::set_resample_kernel(ResampleKernel::kAvx2))
+    kernels.push_back(ResampleKernel::kAvx2);
   int tried = 0;
   for (int trial = 0; trial < 600; ++trial) {
     const int w = 1 + gen() % 120, h = 1 + gen() % 40;
@@ -230,8 +231,8 @@ TEST(Resample, KernelsAgreeOnRandomInputs) {
     for (ResampleKernel k : kernels) {
       ASSERT_EQ(run(k), want) << "kernel " << int(k) << ": " << w << "x" << h << " box " << x0
                               << "," << y0 << "," << x1 << "," << y1 << " -> " << fw << "x" << fh
-                              << " crop " << ox << "," << oy << " " << cw << "x" << chh
-                              << " taps " << hc.taps;
+                              << " crop " << ox << "," << oy << " " << cw << "x" << chh << " taps "
+                              << hc.taps;
     }
     ++tried;
   }
@@ -248,9 +249,9 @@ TEST(ResizeBilinear, MatchesReferenceAtPipelineSizes) {
     int w, h;
     ResizeBox box;
   };
-  for (const Case& c : {Case{500, 375, {100.5f, 60.25f, 400.5f, 310.25f}},
-                        Case{120, 100, {0, 0, 120, 100}}, Case{493, 493, {0, 0, 493, 493}},
-                        Case{333, 251, {3.7f, 0.2f, 331.1f, 250.9f}}}) {
+  for (const Case& c :
+       {Case{500, 375, {100.5f, 60.25f, 400.5f, 310.25f}}, Case{120, 100, {0, 0, 120, 100}},
+        Case{493, 493, {0, 0, 493, 493}}, Case{333, 251, {3.7f, 0.2f, 331.1f, 250.9f}}}) {
     const auto src = noise(c.w, c.h, gen);
     std::vector<uint8_t> got(224 * 224 * 3);
     resize_bilinear(src, c.w, c.h, c.box, 224, 224, got);

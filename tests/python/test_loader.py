@@ -254,7 +254,7 @@ def test_rejects_what_is_not_a_dataset():
 def test_auto_knobs_resolve_and_stats_report():
     loader = stoker.DataLoader(index_dataset(100), batch_size=10)
     assert loader.num_workers == stoker.usable_cores()
-    assert loader.prefetch_factor == 1  # autotuned: starts at one batch per worker
+    assert loader.prefetch_factor == 2  # autotuned, small batches: starts at two per worker
     assert len(loader) == 10
     for _ in loader:
         pass
