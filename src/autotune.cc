@@ -29,41 +29,37 @@ std::optional<AutotuneDecision> AutotuneController::change(double now_s, const A
   return d;
 }
 
+bool AutotuneController::failed(Trial& t, double now_s, double samples_per_s, int undo_to,
+                                bool eligible) {
+  if (!t.before) return false;
+  const double before = *t.before;
+  t.before.reset();
+  if (!eligible || samples_per_s >= before * (1 + lim_.min_gain)) return false;
+  t.ceiling = undo_to;
+  t.ceiling_until = now_s + lim_.ceiling_seconds;
+  return true;
+}
+
 std::optional<AutotuneDecision> AutotuneController::update(double now_s, const AutotuneFigures& f) {
-  if (ceiling_ != 0 && now_s >= ceiling_until_) ceiling_ = 0;
-  if (prefetch_ceiling_ != 0 && now_s >= prefetch_ceiling_until_) prefetch_ceiling_ = 0;
-
-  // The window after a deeper prefetch: keep it only if it paid.
-  if (deepen_check_) {
-    const double before = *deepen_check_;
-    deepen_check_.reset();
-    if (f.samples_per_s < before * (1 + lim_.min_gain) && prefetch_ > 1) {
-      prefetch_ceiling_ = prefetch_ - 1;
-      prefetch_ceiling_until_ = now_s + lim_.ceiling_seconds;
-      char why[160];
-      std::snprintf(why, sizeof why,
-                    "the last prefetch step added no throughput (%.0f -> %.0f samples/s): "
-                    "prefetch ceiling %d",
-                    before, f.samples_per_s, prefetch_ceiling_);
-      return change(now_s, f, workers_, prefetch_ - 1, why);
-    }
-  }
+  for (Trial* t : {&grow_, &deepen_})
+    if (t->ceiling != 0 && now_s >= t->ceiling_until) t->ceiling = 0;
   const bool starved = f.consumer_wait_fraction > lim_.wait_high;
-
-  // The window after a grow: keep the worker only if it paid.
-  if (grow_check_) {
-    const double before = *grow_check_;
-    grow_check_.reset();
-    if (starved && f.samples_per_s < before * (1 + lim_.min_gain)) {
-      ceiling_ = workers_ - 1;
-      ceiling_until_ = now_s + lim_.ceiling_seconds;
-      char why[160];
-      std::snprintf(why, sizeof why,
-                    "the last worker added no throughput (%.0f -> %.0f samples/s): cores "
-                    "saturated, ceiling %d",
-                    before, f.samples_per_s, ceiling_);
-      return change(now_s, f, workers_ - 1, prefetch_, why);
-    }
+  char why[160];
+  const double before_deepen = deepen_.before.value_or(0);
+  if (failed(deepen_, now_s, f.samples_per_s, prefetch_ - 1, prefetch_ > 1)) {
+    std::snprintf(why, sizeof why,
+                  "the last prefetch step added no throughput (%.0f -> %.0f samples/s): "
+                  "prefetch ceiling %d",
+                  before_deepen, f.samples_per_s, deepen_.ceiling);
+    return change(now_s, f, workers_, prefetch_ - 1, why);
+  }
+  const double before_grow = grow_.before.value_or(0);
+  if (failed(grow_, now_s, f.samples_per_s, workers_ - 1, starved)) {
+    std::snprintf(why, sizeof why,
+                  "the last worker added no throughput (%.0f -> %.0f samples/s): cores "
+                  "saturated, ceiling %d",
+                  before_grow, f.samples_per_s, grow_.ceiling);
+    return change(now_s, f, workers_ - 1, prefetch_, why);
   }
 
   if (starved) {
@@ -74,30 +70,29 @@ std::optional<AutotuneDecision> AutotuneController::update(double now_s, const A
       if (workers_ + 1 <= lim_.max_workers && fits(workers_ + 1, prefetch_))
         return change(now_s, f, workers_ + 1, prefetch_, "the last shrink starved the consumer");
     }
-    const int cap = ceiling_ != 0 ? std::min(ceiling_, lim_.max_workers) : lim_.max_workers;
+    const int cap = grow_.cap(lim_.max_workers);
     if (lim_.tune_workers && f.worker_busy_fraction >= lim_.busy_high && workers_ < cap) {
       if (fits(workers_ + 1, prefetch_)) {
-        grow_check_ = f.samples_per_s;
+        grow_.before = f.samples_per_s;
         return change(now_s, f, workers_ + 1, prefetch_, "consumer waits, workers busy");
       }
       if (lim_.tune_prefetch && prefetch_ > 1 && fits(workers_ + 1, prefetch_ - 1)) {
-        grow_check_ = f.samples_per_s;
+        grow_.before = f.samples_per_s;
         return change(now_s, f, workers_ + 1, prefetch_ - 1,
                       "consumer waits, workers busy; memory budget: shallower prefetch");
       }
     }
-    const int prefetch_cap =
-        prefetch_ceiling_ != 0 ? std::min(prefetch_ceiling_, lim_.max_prefetch) : lim_.max_prefetch;
+    const int prefetch_cap = deepen_.cap(lim_.max_prefetch);
     if (lim_.tune_prefetch && f.worker_blocked_fraction > lim_.blocked_high &&
         prefetch_ < prefetch_cap && fits(workers_, prefetch_ + 1)) {
-      deepen_check_ = f.samples_per_s;
+      deepen_.before = f.samples_per_s;
       return change(now_s, f, workers_, prefetch_ + 1,
                     "consumer waits, workers blocked by the prefetch depth: deeper prefetch");
     }
     // Neither busy nor blocked: the time goes to per-batch hand-offs (small, fast batches).
     // Another worker overlaps them; the check after the grow undoes it if it does not pay.
     if (lim_.tune_workers && workers_ < cap && fits(workers_ + 1, prefetch_)) {
-      grow_check_ = f.samples_per_s;
+      grow_.before = f.samples_per_s;
       return change(now_s, f, workers_ + 1, prefetch_,
                     "consumer waits, workers neither busy nor blocked: overlap hand-offs");
     }

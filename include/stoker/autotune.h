@@ -22,6 +22,7 @@
 // Thread safety: not thread-safe; the iterator calls it from the consumer thread, under its lock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -77,12 +78,17 @@ class AutotuneController {
   AutotuneLimits lim_;
   int workers_, prefetch_;
   // After a grow: the throughput before it, to check the gain in the next window.
-  std::optional<double> grow_check_;
-  int ceiling_ = 0;  // 0 = none
-  double ceiling_until_ = 0;
-  std::optional<double> deepen_check_;  // throughput before the last deeper prefetch
-  int prefetch_ceiling_ = 0;            // 0 = none; set when deepening did not pay
-  double prefetch_ceiling_until_ = 0;
+  // A step up (one more worker, one more prefetch) on trial: the next window keeps it only if
+  // throughput rose by min_gain; otherwise it is undone and its old value becomes a ceiling.
+  struct Trial {
+    std::optional<double> before;  // samples/s of the window before the step
+    int ceiling = 0;               // 0 = none
+    double ceiling_until = 0;
+    int cap(int limit) const { return ceiling != 0 ? std::min(ceiling, limit) : limit; }
+  };
+  // Ends `t`'s trial; true when the step did not pay and `undo_to` became the ceiling.
+  bool failed(Trial& t, double now_s, double samples_per_s, int undo_to, bool eligible);
+  Trial grow_, deepen_;
   int floor_ = 1;
   bool shrunk_last_ = false;
   int calm_windows_ = 0;
