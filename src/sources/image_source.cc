@@ -1,6 +1,7 @@
 #include "stoker/sources/image_source.h"
 
 #include <cstring>
+#include <string>
 
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
@@ -33,10 +34,15 @@ DType to_dtype(image::DType dtype) {
   throw InvalidArgument("unknown image dtype");
 }
 
+ImageFilesSource::ImageFilesSource(std::shared_ptr<const ImageFiles> files, const char* who)
+    : files_(std::move(files)) {
+  if (!files_) throw InvalidArgument(std::string(who) + " needs files");
+}
+
 ImageSource::ImageSource(std::shared_ptr<const ImageFiles> files,
                          std::shared_ptr<const image::ImagePipeline> pipeline)
-    : files_(std::move(files)), pipeline_(std::move(pipeline)) {
-  if (!files_ || !pipeline_) throw InvalidArgument("ImageSource needs files and a pipeline");
+    : ImageFilesSource(std::move(files), "ImageSource"), pipeline_(std::move(pipeline)) {
+  if (!pipeline_) throw InvalidArgument("ImageSource needs a pipeline");
   const auto shape = pipeline_->output_shape();
   fields_ = {{"image", to_dtype(pipeline_->dtype()), {shape.begin(), shape.end()}},
              {"label", kInt64, {}}};
@@ -58,8 +64,7 @@ void ImageSource::read(const SampleKey& key, std::span<std::byte* const> slots,
 }
 
 ChannelStatsSource::ChannelStatsSource(std::shared_ptr<const ImageFiles> files, uint64_t max_pixels)
-    : files_(std::move(files)), max_pixels_(max_pixels) {
-  if (!files_) throw InvalidArgument("ChannelStatsSource needs files");
+    : ImageFilesSource(std::move(files), "ChannelStatsSource"), max_pixels_(max_pixels) {
   fields_ = {{"stats", DType{DType::kFloat, 64}, {kValues}}};
 }
 

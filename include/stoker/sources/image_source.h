@@ -27,28 +27,37 @@ namespace stoker {
 // Stoker's element type for an image::DType.
 DType to_dtype(image::DType dtype);
 
-class ImageSource final : public Source {
+// What both image sources share: one sample per file, named by the file's path.
+class ImageFilesSource : public Source {
+ public:
+  uint64_t size() const override { return files_->size(); }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  std::string path(uint64_t index) const override { return files_->path(index); }
+  const ImageFiles& files() const { return *files_; }
+
+ protected:
+  // REQUIRES: files is not null (InvalidArgument naming `who` otherwise).
+  ImageFilesSource(std::shared_ptr<const ImageFiles> files, const char* who);
+
+  std::shared_ptr<const ImageFiles> files_;
+  std::vector<FieldSpec> fields_;
+};
+
+class ImageSource final : public ImageFilesSource {
  public:
   // REQUIRES: files and pipeline are not null.
   ImageSource(std::shared_ptr<const ImageFiles> files,
               std::shared_ptr<const image::ImagePipeline> pipeline);
 
-  uint64_t size() const override { return files_->size(); }
-  const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
-  std::string path(uint64_t index) const override { return files_->path(index); }
   std::unique_ptr<WorkerState> make_worker_state() const override;
 
-  const ImageFiles& files() const { return *files_; }
-
  private:
-  std::shared_ptr<const ImageFiles> files_;
   std::shared_ptr<const image::ImagePipeline> pipeline_;
-  std::vector<FieldSpec> fields_;
 };
 
-class ChannelStatsSource final : public Source {
+class ChannelStatsSource final : public ImageFilesSource {
  public:
   static constexpr int kValues = 7;
 
@@ -56,17 +65,12 @@ class ChannelStatsSource final : public Source {
   ChannelStatsSource(std::shared_ptr<const ImageFiles> files,
                      uint64_t max_pixels = image::kDefaultMaxPixels);
 
-  uint64_t size() const override { return files_->size(); }
-  const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
-  std::string path(uint64_t index) const override { return files_->path(index); }
   std::unique_ptr<WorkerState> make_worker_state() const override;
 
  private:
-  std::shared_ptr<const ImageFiles> files_;
   uint64_t max_pixels_;
-  std::vector<FieldSpec> fields_;
 };
 
 }  // namespace stoker
