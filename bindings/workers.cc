@@ -5,6 +5,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -78,11 +80,160 @@ class SharedPool {
   std::shared_ptr<BatchPool> pool_;
 };
 
+// Seeds the interpreter's global generators for one sample by writing their states in place:
+// Python's `random` and NumPy's legacy `np.random` (both MT19937) get states expanded from keys
+// derived from the sample key, and torch's CPU generator is seeded through `torch_seed` (its
+// manual_seed). random.seed + np.random.seed cost ~6 us a call, this ~1 us. The field addresses
+// come from workers.py, which locates them once and checks them against getstate()/get_state();
+// it falls back to the generators' own seed() when they cannot be verified.
+class GlobalSeeder {
+ public:
+  GlobalSeeder(uintptr_t py_index, uintptr_t py_state, nb::object py_instance, uintptr_t np_key,
+               uintptr_t np_pos, uintptr_t np_has_gauss, uintptr_t np_gauss, nb::object torch_seed)
+      : py_index_(reinterpret_cast<int*>(py_index)),
+        py_state_(reinterpret_cast<uint32_t*>(py_state)),
+        py_instance_(std::move(py_instance)),
+        np_key_(reinterpret_cast<uint32_t*>(np_key)),
+        np_pos_(reinterpret_cast<int*>(np_pos)),
+        np_has_gauss_(reinterpret_cast<int*>(np_has_gauss)),
+        np_gauss_(reinterpret_cast<double*>(np_gauss)),
+        torch_seed_(std::move(torch_seed)) {}
+
+  // The keys each generator's state derives from: distinct, so the streams differ.
+  static uint64_t python_key(uint64_t key) { return mix64(key ^ 0x5851f42d4c957f2dULL); }
+  static uint64_t numpy_key(uint64_t key) { return mix64(key ^ 0x14057b7ef767814fULL); }
+
+  // Seeds for sample `index` of `epoch`: key = hash_key(seed, epoch, index).
+  // REQUIRES: the GIL (the generators are the interpreter's).
+  void seed(uint64_t seed, uint64_t epoch, uint64_t index) {
+    const uint64_t key = hash_key(seed, epoch, index);
+    expand_mt19937_state(python_key(key), py_state_);
+    *py_index_ = 624;  // the next draw regenerates the whole state
+    py_instance_.attr("gauss_next") = nb::none();
+    expand_mt19937_state(numpy_key(key), np_key_);
+    *np_pos_ = 624;
+    *np_has_gauss_ = 0;
+    *np_gauss_ = 0.0;
+    torch_seed_(key);
+  }
+
+ private:
+  int* py_index_;
+  uint32_t* py_state_;
+  nb::object py_instance_;
+  uint32_t* np_key_;
+  int* np_pos_;
+  int* np_has_gauss_;
+  double* np_gauss_;
+  nb::object torch_seed_;
+};
+
+// Checks that `obj` has the structure `node` (a node of workers.flatten's tree, built from sample
+// 0 of a batch) and appends its leaves to the columns: array leaf k to array_cols[k], object leaf
+// k to object_cols[k]. Types must match sample 0's exactly (array leaves: `array_types[k]`, and
+// the same dtype for NumPy arrays; shapes are left to torch.stack/np.stack, which raise exactly
+// as default_collate would). False at the first difference; the columns are then partial.
+bool gather(nb::handle node, nb::handle obj, const nb::tuple& array_types,
+            const nb::tuple& object_types, const nb::list& array_cols, const nb::list& object_cols,
+            const nb::tuple& np_dtypes) {
+  const nb::tuple n = nb::borrow<nb::tuple>(node);
+  const std::string_view tag = nb::cast<std::string_view>(n[0]);
+  const nb::handle type = obj.type();
+  switch (tag[0]) {
+    case 'L':
+    case 'A': {
+      const size_t k = nb::cast<size_t>(n[1]);
+      if (!type.is(array_types[k])) return false;
+      if (tag[0] == 'A' && !obj.attr("dtype").equal(np_dtypes[k])) return false;
+      nb::borrow<nb::list>(array_cols[k]).append(obj);
+      return true;
+    }
+    case 'O': {
+      const size_t k = nb::cast<size_t>(n[1]);
+      if (!type.is(object_types[k])) return false;
+      nb::borrow<nb::list>(object_cols[k]).append(obj);
+      return true;
+    }
+    case 'M': {  // ("M", type, keys, children)
+      if (!type.is(n[1])) return false;
+      const nb::tuple keys = nb::borrow<nb::tuple>(n[2]);
+      const nb::tuple children = nb::borrow<nb::tuple>(n[3]);
+      if (nb::len(obj) != keys.size()) return false;
+      size_t i = 0;
+      for (nb::handle key : obj.attr("keys")()) {
+        if (i >= keys.size() || !key.equal(keys[i])) return false;
+        ++i;
+      }
+      for (i = 0; i < keys.size(); ++i)
+        if (!gather(children[i], obj[keys[i]], array_types, object_types, array_cols, object_cols,
+                    np_dtypes))
+          return false;
+      return true;
+    }
+    case 'N':    // ("N", type, children)
+    case 'S':    // ("S", type, children)
+    case 'T': {  // ("T", children)
+      const bool typed = tag[0] != 'T';
+      if (typed ? !type.is(n[1]) : !type.is(reinterpret_cast<PyObject*>(&PyTuple_Type)))
+        return false;
+      const nb::tuple children = nb::borrow<nb::tuple>(n[typed ? 2 : 1]);
+      if (nb::len(obj) != children.size()) return false;
+      for (size_t i = 0; i < children.size(); ++i)
+        if (!gather(children[i], obj[i], array_types, object_types, array_cols, object_cols,
+                    np_dtypes))
+          return false;
+      return true;
+    }
+    default:
+      throw InvalidArgument("gather_columns: unknown structure tag");
+  }
+}
+
 }  // namespace
 
 void register_workers(nb::module_& m) {
   m.def("sample_seed", &hash_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("index"),
         "The per-sample key of (seed, epoch, index): random.h's hash_key.");
+
+  m.def(
+      "gather_columns",
+      [](nb::handle structure, const nb::sequence& samples, const nb::tuple& array_types,
+         const nb::tuple& object_types, const nb::tuple& np_dtypes) -> nb::object {
+        nb::list array_cols, object_cols;
+        for (size_t k = 0; k < array_types.size(); ++k) array_cols.append(nb::list());
+        for (size_t k = 0; k < object_types.size(); ++k) object_cols.append(nb::list());
+        for (nb::handle sample : samples)
+          if (!gather(structure, sample, array_types, object_types, array_cols, object_cols,
+                      np_dtypes))
+            return nb::none();
+        return nb::make_tuple(array_cols, object_cols);
+      },
+      nb::arg("structure"), nb::arg("samples"), nb::arg("array_types"), nb::arg("object_types"),
+      nb::arg("np_dtypes"),
+      "The batch's leaves as columns (array columns, object columns) when every sample has "
+      "`structure` (workers.flatten's tree of sample 0) with leaves of the same types, else "
+      "None. np_dtypes[k]: the dtype NumPy leaf k must have (None for tensors).");
+
+  m.def(
+      "mt19937_state",
+      [](uint64_t key, const std::string& generator) {
+        uint64_t k = generator == "random"  ? GlobalSeeder::python_key(key)
+                     : generator == "numpy" ? GlobalSeeder::numpy_key(key)
+                                            : throw InvalidArgument("generator: random or numpy");
+        std::vector<uint32_t> words(624);
+        expand_mt19937_state(k, words.data());
+        return words;
+      },
+      nb::arg("key"), nb::arg("generator"),
+      "The 624-word MT19937 state GlobalSeeder gives `generator` (\"random\" or \"numpy\") for "
+      "a sample key.");
+
+  nb::class_<GlobalSeeder>(m, "GlobalSeeder")
+      .def(nb::init<uintptr_t, uintptr_t, nb::object, uintptr_t, uintptr_t, uintptr_t, uintptr_t,
+                    nb::object>(),
+           nb::arg("py_index"), nb::arg("py_state"), nb::arg("py_instance"), nb::arg("np_key"),
+           nb::arg("np_pos"), nb::arg("np_has_gauss"), nb::arg("np_gauss"), nb::arg("torch_seed"))
+      .def("seed", &GlobalSeeder::seed, nb::arg("seed"), nb::arg("epoch"), nb::arg("index"));
 
   m.def(
       "plan_num_batches",

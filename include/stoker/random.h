@@ -30,6 +30,19 @@ constexpr uint64_t hash_key(uint64_t a, uint64_t b, uint64_t c) {
   return h;
 }
 
+// Fills a Mersenne Twister (MT19937) state of `words` 32-bit words from `key`, as a cheap
+// stand-in for MT's own seeding (which chains 624 dependent multiplies): word i is half of
+// mix64 of the key and i. Word 0's top bit is set, as init_by_array does, so the state is never
+// all zero. Used to seed Python's `random` and NumPy's legacy generator per sample.
+constexpr void expand_mt19937_state(uint64_t key, uint32_t* state, int words = 624) {
+  for (int i = 0; i < words; i += 2) {
+    const uint64_t x = mix64(key + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i / 2 + 1));
+    state[i] = static_cast<uint32_t>(x);
+    if (i + 1 < words) state[i + 1] = static_cast<uint32_t>(x >> 32);
+  }
+  state[0] |= 0x80000000u;
+}
+
 class SampleRng {
  public:
   constexpr SampleRng(uint64_t seed, uint64_t epoch, uint64_t index)

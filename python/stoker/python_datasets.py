@@ -135,6 +135,8 @@ class _ProcessWorkers:
         self.pids, self.tasks, self.results = [], [], []
         self.status = {}  # pid -> wait status of workers already reaped
         parent = os.getpid()
+        if cfg["seed_samples"]:
+            workers.sample_seeder()  # locate the generators once, before the fork
         pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False))
                  for _ in range(n)]
         fds = [c.fileno() for pair in pipes for p in pair for c in p]
@@ -225,7 +227,8 @@ class _ThreadWorkers:
     def __init__(self, dataset, n, cfg):
         self.n = n
         self.pool = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="stoker-py")
-        self.producer = workers.Producer(dataset, cfg)
+        # Threads share the global generators: seeding them per sample would race.
+        self.producer = workers.Producer(dataset, dict(cfg, seed_samples=False))
         self.futures = {}
 
     def send(self, w, task):

@@ -27,6 +27,7 @@ import os
 import pickle
 import random
 import signal
+import struct
 import sys
 import traceback
 
@@ -43,12 +44,93 @@ _STOP = b""
 _PR_SET_PDEATHSIG = 1
 
 
-def seed_sample(seed, epoch, index):
-    """Seeds ``random``, the legacy ``numpy.random`` and ``torch`` from (seed, epoch, index)."""
+def _seed_slow(seed, epoch, index):
     key = _native.sample_seed(seed, epoch, index)
-    random.seed(key)
-    np.random.seed(key & 0xFFFFFFFF)
-    _torch_cpu_generator.manual_seed(key)  # the CPU generator only: torch.manual_seed is 50x slower
+    random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
+    np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
+                         624, 0, 0.0))
+    _torch_cpu_generator.manual_seed(key)
+
+
+def _word_offset(blob, words, fmt):
+    """Byte offset of the packed ``words`` in ``blob``, aligned to their size, or -1."""
+    needle = struct.pack(f"{len(words)}{fmt}", *words)
+    size = struct.calcsize(fmt)
+    at = blob.find(needle)
+    while at >= 0 and at % size:
+        at = blob.find(needle, at + 1)
+    return at
+
+
+def _locate_global_rngs():
+    """The addresses of the state fields of ``random``'s and ``np.random``'s global MT19937
+    generators, found by matching their memory against getstate()/get_state(), and checked by
+    seeding through them. None when anything does not match (another interpreter or NumPy
+    layout): seeding then goes through the generators' own seed()."""
+    saved = random.getstate(), np.random.get_state()
+    try:
+        inst = random._inst
+        base = id(inst)
+        random.seed(12345)
+        random.random()
+        words = random.getstate()[1]  # 624 state words, then the index
+        blob = ctypes.string_at(base, type(inst).__basicsize__)
+        at = _word_offset(blob, words[:624], "I")
+        if at < 4 or struct.unpack_from("i", blob, at - 4)[0] != words[624]:
+            return None
+        py_state, py_index = base + at, base + at - 4
+
+        rs = np.random.mtrand._rand
+        bg = rs._bit_generator
+        if type(bg).__name__ != "MT19937":
+            return None
+        state_addr = bg.ctypes.state_address
+        np.random.seed(12345)
+        np.random.standard_normal()  # draws two normals, caches one: has_gauss = 1
+        _, keys, pos, has_gauss, gauss = rs.get_state(legacy=True)
+        if ctypes.string_at(state_addr, 624 * 4) != keys.astype("<u4").tobytes() or \
+                ctypes.c_int.from_address(state_addr + 624 * 4).value != pos or has_gauss != 1:
+            return None
+        rblob = ctypes.string_at(id(rs), type(rs).__basicsize__)
+        bitgen = _word_offset(rblob, [state_addr], "Q")  # bitgen_t, whose first field is state
+        aug = _word_offset(rblob, [id(rs) + bitgen], "Q") if bitgen >= 0 else -1
+        if aug < 0 or struct.unpack_from("i", rblob, aug + 8)[0] != 1 or \
+                struct.unpack_from("d", rblob, aug + 16)[0] != gauss:
+            return None
+        seeder = _native.GlobalSeeder(
+            py_index, py_state, inst, state_addr, state_addr + 624 * 4, id(rs) + aug + 8,
+            id(rs) + aug + 16, _torch_cpu_generator.manual_seed)
+        seeder.seed(1, 2, 3)
+        key = _native.sample_seed(1, 2, 3)
+        got_py, got_np = random.getstate(), rs.get_state(legacy=True)
+        if list(got_py[1]) != _native.mt19937_state(key, "random") + [624] or \
+                got_py[2] is not None or \
+                got_np[1].tolist() != _native.mt19937_state(key, "numpy") or \
+                got_np[2:] != (624, 0, 0.0) or _torch_cpu_generator.initial_seed() != key:
+            return None
+        return seeder
+    except Exception:
+        return None
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+
+
+_seeder = None
+
+
+def sample_seeder():
+    """The function ``(seed, epoch, index)`` that seeds ``random``, the legacy ``numpy.random``
+    and torch's CPU generator for sample ``index`` of ``epoch``. From key = hash_key(seed, epoch,
+    index): ``random`` and ``np.random`` get the MT19937 states ``_native.mt19937_state(key,
+    "random" / "numpy")`` (as their setstate/set_state with those words would give), torch
+    ``manual_seed(key)``. Native (~1.5 us) when the generators' fields could be located and
+    checked, else through setstate."""
+    global _seeder
+    if _seeder is None:
+        found = _locate_global_rngs()
+        _seeder = found.seed if found is not None else _seed_slow
+    return _seeder
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,12 +221,13 @@ class Producer:
         self.arena_np = arena.numpy() if arena is not None else None
         self.iterator = None
         self.iter_epoch = None
+        self.seed = sample_seeder() if cfg["seed_samples"] else None
 
     # -- fetching ---------------------------------------------------------------------------
 
     def fetch(self, epoch, index):
-        if self.cfg["seed_samples"]:
-            seed_sample(self.cfg["seed"], epoch, index)
+        if self.seed is not None:
+            self.seed(self.cfg["seed"], epoch, index)
         return self.dataset[index]
 
     def fetch_iterable(self, epoch, count):
@@ -196,16 +279,12 @@ class Producer:
     def publish_fast(self, samples, offset, capacity):
         arrays0, objects0 = [], []
         struct = flatten(samples[0], arrays0, objects0)
-        columns = [[a] for a in arrays0]
-        ocolumns = [[o] for o in objects0]
-        for s in samples[1:]:
-            arrays, objects = [], []
-            if flatten(s, arrays, objects) != struct:
-                return None  # shapes or structure differ: torch's default_collate decides
-            for col, a in zip(columns, arrays):
-                col.append(a)
-            for col, o in zip(ocolumns, objects):
-                col.append(o)
+        got = _native.gather_columns(
+            struct, samples, tuple(type(a) for a in arrays0), tuple(type(o) for o in objects0),
+            tuple(None if isinstance(a, torch.Tensor) else a.dtype for a in arrays0))
+        if got is None:
+            return None  # the structure or a leaf's type differs: default_collate decides
+        columns, ocolumns = got
         n = len(samples)
         sizes = [_nbytes(a) * n for a in arrays0]
         total = sum(_aligned(b) for b in sizes)
@@ -214,15 +293,19 @@ class Producer:
             pos = 0
             for col, a, size in zip(columns, arrays0, sizes):
                 start = offset + pos
-                if isinstance(a, torch.Tensor):
-                    dst = self.arena_t[start:start + size].view(a.dtype).view(n, *a.shape)
-                    torch.stack(col, out=dst)
-                    leaves.append(("shm", pos, size, a.dtype, (n, *a.shape), False))
-                else:
-                    dst = self.arena_np[start:start + size].view(a.dtype).reshape(n, *a.shape)
-                    np.stack(col, out=dst)
-                    leaves.append(("shm", pos, size, torch_dtype(a.dtype.str), (n, *a.shape),
-                                   False))
+                try:
+                    if isinstance(a, torch.Tensor):
+                        dst = self.arena_t[start:start + size].view(a.dtype).view(n, *a.shape)
+                        torch.stack(col, out=dst)
+                        dtype = a.dtype
+                    else:
+                        dst = self.arena_np[start:start + size].view(a.dtype).reshape(
+                            n, *a.shape)
+                        np.stack(col, out=dst)
+                        dtype = torch_dtype(a.dtype.str)
+                except (RuntimeError, ValueError, TypeError):
+                    return None  # shapes differ: default_collate raises torch's own error
+                leaves.append(("shm", pos, size, dtype, (n, *a.shape), False))
                 pos += _aligned(size)
         else:
             leaves = [("col", col) for col in columns]  # collated by the consumer

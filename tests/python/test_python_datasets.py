@@ -218,6 +218,32 @@ def test_batches_identical_for_any_worker_count_with_random_augmentation():
     assert state[0] == random.getstate() and torch.equal(state[1], torch.get_rng_state())
 
 
+def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normals():
+    from stoker import _native, workers
+    seeder = workers.sample_seeder()
+    draws = []
+    for leftover in (False, True):
+        if leftover:  # a previous sample left a cached normal in both generators
+            random.gauss(0, 1)
+            np.random.standard_normal()
+        seeder(5, 2, 11)
+        draws.append((random.random(), random.gauss(0, 1), np.random.rand(),
+                      np.random.standard_normal(), torch.rand(1).item()))
+    key = _native.sample_seed(5, 2, 11)
+    random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
+    np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
+                         624, 0, 0.0))
+    torch.manual_seed(key)
+    expected = (random.random(), random.gauss(0, 1), np.random.rand(),
+                np.random.standard_normal(), torch.rand(1).item())
+    assert draws == [expected, expected]
+    workers._seed_slow(5, 2, 12)  # the fallback path gives the same states as the native one
+    slow = (random.random(), np.random.rand(), torch.rand(1).item())
+    seeder(5, 2, 12)
+    assert slow == (random.random(), np.random.rand(), torch.rand(1).item())
+    assert random.random() != np.random.rand()  # the two generators get different states
+
+
 def test_resume_from_state_dict():
     loader = stoker.DataLoader(Random(), batch_size=4, shuffle=True, num_workers=2)
     full = list(loader)
