@@ -10,6 +10,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <sys/mman.h>
+
+#include <atomic>
+
 #include "bindings.h"
 #include "stoker/batch_pool.h"
 #include "stoker/errors.h"
@@ -29,9 +33,25 @@ struct Lease {
 class SharedPool {
  public:
   SharedPool(size_t buffer_bytes, size_t budget_bytes)
-      : arena_(SharedArena::create(budget_bytes / buffer_bytes * ((buffer_bytes + 4095) / 4096) *
-                                   4096)),
+      : arena_(SharedArena::create(kControlBytes + budget_bytes / buffer_bytes *
+                                                       ((buffer_bytes + 4095) / 4096) * 4096)),
+        control_(reinterpret_cast<uint64_t*>(arena_->carve(kControlBytes))),
         pool_(BatchPool::create_shared(buffer_bytes, budget_bytes, arena_)) {}
+
+  // A counter in the shared control page that every process forked after the pool sees: the
+  // consumer resets it, then it and the workers claim the samples of one batch with claim().
+  void reset_claims() { std::atomic_ref<uint64_t>(control_[0]).store(0); }
+  uint64_t claim() { return std::atomic_ref<uint64_t>(control_[0]).fetch_add(1); }
+
+  // Drops this process's mapping of a buffer's pages (the data stays in the shared memory for
+  // the other processes): a worker calls it after writing a batch, so the pages count once, in
+  // the consumer, rather than in every worker that ever wrote the buffer.
+  void unmap_pages(size_t offset, size_t bytes) const {
+    const size_t start = (offset + 4095) / 4096 * 4096;
+    const size_t end = (offset + bytes) / 4096 * 4096;
+    if (end > start && end <= arena_->size())
+      madvise(arena_->base() + start, end - start, MADV_DONTNEED);
+  }
 
   std::shared_ptr<Lease> acquire(int64_t timeout_ms) {
     Buffer b = pool_->acquire_for(std::stop_token(), std::chrono::milliseconds(timeout_ms));
@@ -76,7 +96,9 @@ class SharedPool {
   const BatchPool& pool() const { return *pool_; }
 
  private:
+  static constexpr size_t kControlBytes = 4096;
   std::shared_ptr<SharedArena> arena_;
+  uint64_t* control_;
   std::shared_ptr<BatchPool> pool_;
 };
 
@@ -267,6 +289,9 @@ void register_workers(nb::module_& m) {
       .def("acquire", &SharedPool::acquire, nb::arg("timeout_ms"),
            nb::call_guard<nb::gil_scoped_release>(),
            "A free buffer, or None after timeout_ms milliseconds.")
+      .def("reset_claims", &SharedPool::reset_claims)
+      .def("claim", &SharedPool::claim, "The next unclaimed number (0, 1, ...) since reset.")
+      .def("unmap_pages", &SharedPool::unmap_pages, nb::arg("offset"), nb::arg("bytes"))
       .def("view", &SharedPool::view, nb::arg("lease"), nb::arg("regions"), nb::arg("torch"))
       .def("arena_array", &SharedPool::arena_array, nb::arg("torch"))
       .def_prop_ro("buffer_bytes", [](const SharedPool& p) { return p.pool().buffer_bytes(); })

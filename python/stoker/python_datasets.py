@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import errno
+import gc
 import multiprocessing
 import os
 import pickle
@@ -127,25 +129,44 @@ def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, nu
 
 
 class _ProcessWorkers:
-    """``n`` forked worker processes, each with a task pipe and a result pipe."""
+    """``n`` forked worker processes, each with a task pipe and a result pipe. ``start`` of them
+    are forked at once, the rest by ``start_all()``."""
 
-    def __init__(self, dataset, n, cfg, arena):
+    def __init__(self, dataset, n, cfg, pool, arena, start):
         self.n = n
         self.closed = False
         self.pids, self.tasks, self.results = [], [], []
         self.status = {}  # pid -> wait status of workers already reaped
-        parent = os.getpid()
+        self.args = (dataset, cfg, pool, arena)
+        self.parent = os.getpid()
         if cfg["seed_samples"]:
             workers.sample_seeder()  # locate the generators once, before the fork
+        self._fork(start)
+
+    @property
+    def started(self):
+        return len(self.pids)
+
+    def start_all(self):
+        self._fork(self.n)
+
+    def _fork(self, upto):
+        dataset, cfg, pool, arena = self.args
+        first = len(self.pids)
         pipes = [(multiprocessing.Pipe(duplex=False), multiprocessing.Pipe(duplex=False))
-                 for _ in range(n)]
-        fds = [c.fileno() for pair in pipes for p in pair for c in p]
+                 for _ in range(first, upto)]
+        fds = [c.fileno() for pair in pipes for p in pair for c in p] + \
+            [c.fileno() for c in self.tasks + self.results]
+        # Frozen objects are out of the children's collections, which would otherwise write
+        # to every object's GC header and so copy every page of the parent's heap.
+        gc.freeze()
         try:
-            for w, ((task_r, task_w), (res_r, res_w)) in enumerate(pipes):
+            for w, ((task_r, task_w), (res_r, res_w)) in enumerate(pipes, first):
                 close = [fd for fd in fds if fd not in (task_r.fileno(), res_w.fileno())]
                 pid = os.fork()
                 if pid == 0:
-                    workers.worker_main(w, n, dataset, cfg, arena, task_r, res_w, parent, close)
+                    workers.worker_main(w, self.n, dataset, cfg, pool, arena, task_r, res_w,
+                                        self.parent, close)
                 task_r.close()
                 res_w.close()
                 self.pids.append(pid)
@@ -154,6 +175,8 @@ class _ProcessWorkers:
         except BaseException:
             self.shutdown()
             raise
+        finally:
+            gc.unfreeze()
 
     def send(self, w, task):
         self.tasks[w].send_bytes(pickle.dumps(task, 5))
@@ -225,7 +248,7 @@ class _ProcessWorkers:
 
 class _ThreadWorkers:
     def __init__(self, dataset, n, cfg):
-        self.n = n
+        self.n = self.started = n
         self.pool = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="stoker-py")
         # Threads share the global generators: seeding them per sample would race.
         self.producer = workers.Producer(dataset, dict(cfg, seed_samples=False))
@@ -391,6 +414,22 @@ class PythonDataLoader:
         return s
 
 
+@contextlib.contextmanager
+def _caller_rng_states_kept(keep=True):
+    """Runs samples in this process (seeding the global generators per sample) and gives the
+    caller its generator states back afterwards."""
+    if not keep:
+        yield
+        return
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
 def _shutdown(holder):
     w = holder[0]
     holder[0] = None
@@ -405,13 +444,13 @@ class _PythonIterator:
         self.cursor = cursor
         self.length = len(loader) - start if not loader._iterable else None
         self.n = loader._workers_n
-        self.window = max(1, loader._prefetch * self.n)
+        self.prefetch = loader._prefetch
         self.auto = loader._auto_batch
         self.iterable = loader._iterable
         self.batches = None if self.iterable else loader._batches(epoch, start)
         self.holder = [None]
         self.inflight = collections.OrderedDict()  # tid -> (worker, lease, batch no, indices)
-        self.groups = {}  # first tid of a split batch -> number of chunk tasks
+        self.shared = {}  # first tid of a shared batch -> (number of worker tasks, indices)
         self.next_tid = 0
         self.rr = 0
         self.active = list(range(self.n))
@@ -425,6 +464,10 @@ class _PythonIterator:
                 from torch.utils.data._utils import worker as tw
                 tw._worker_info = None
             return
+        # The first batch is produced by the workers and this process together (time to first
+        # batch: this process starts at once, workers join as they come up).
+        self.share_first = (not self.iterable and self.auto and loader.collate_fn is None
+                            and loader.worker_type == "process")
         if loader.worker_type == "thread":
             self.workers = _ThreadWorkers(loader.dataset, self.n, cfg)
             self.pool = None
@@ -435,11 +478,16 @@ class _PythonIterator:
             if persistent is not None and not persistent.closed:
                 self.workers = persistent
             else:
-                self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, loader._arena)
+                # One worker before the first batch (which this process helps produce), the
+                # others once it is out: each fork copies the page tables, ~7 ms for 300 MB.
+                self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, self.pool,
+                                               loader._arena, 1 if self.share_first else self.n)
+            self.main_producer = workers.Producer(loader.dataset, cfg, self.pool,
+                                                  loader._arena) if self.share_first else None
+        self.active = list(range(self.workers.started))
+        self.delivered = False
         self.holder[0] = self.workers
         self.finalizer = weakref.finalize(self, _shutdown, self.holder)
-        self.split_first = (not self.iterable and self.auto and loader.collate_fn is None
-                            and self.n >= 2 and loader.worker_type == "process")
 
     def __iter__(self):
         return self
@@ -461,19 +509,34 @@ class _PythonIterator:
             return None
         return self.pool.acquire(0)
 
-    def _send(self, indices, batch_no, group=None):
-        w = self._next_worker()
-        lease = self._lease()
+    def _send(self, indices, batch_no, lease=None, worker=None, shared=False):
+        w = self._next_worker() if worker is None else worker
+        if lease is None and not shared:
+            lease = self._lease()
         tid = self.next_tid
         self.next_tid += 1
         offset = lease.offset if lease is not None else None
         capacity = self.pool.buffer_bytes if lease is not None else 0
-        self.inflight[tid] = (w, lease, batch_no, indices)
-        self.workers.send(w, (tid, self.epoch, indices, offset, capacity))
+        # A shared batch's buffer is held once, by its first task.
+        self.inflight[tid] = (w, None if shared and w else lease, batch_no, indices)
+        self.workers.send(w, (tid, self.epoch, indices, offset, capacity, shared))
         return tid
 
+    def _send_shared(self, indices, batch_no):
+        """Batch ``batch_no`` for every worker and this process to produce together (see
+        Producer.produce_shared). False when no buffer is free."""
+        lease = self._lease()
+        if lease is None:
+            return False
+        self.pool.reset_claims()
+        tids = [self._send(indices, batch_no, lease=lease, worker=w, shared=True)
+                for w in self.active]
+        self.shared[tids[0]] = (len(tids), indices, lease)
+        return True
+
     def _fill(self):
-        while not self.exhausted and len(self.inflight) < self.window:
+        while not self.exhausted and len(self.inflight) < max(1, self.prefetch *
+                                                               len(self.active)):
             if self.iterable:
                 if not self.active:
                     self.exhausted = True
@@ -485,18 +548,8 @@ class _PythonIterator:
                 self.exhausted = True
                 break
             b, indices = nxt
-            if self.split_first and len(indices) >= 2:
-                self.split_first = False
-                k = min(self.n, len(indices))
-                chunks = [indices[len(indices) * j // k:len(indices) * (j + 1) // k]
-                          for j in range(k)]
-                first = None
-                for chunk in chunks:
-                    tid = self._send(chunk, b)
-                    first = tid if first is None else first
-                self.groups[first] = k
-            else:
-                self.split_first = False
+            share, self.share_first = self.share_first and len(indices) >= 2, False
+            if not (share and self._send_shared(indices, b)):
                 self._send(indices, b)
 
     # -- receiving ----------------------------------------------------------------------------
@@ -541,6 +594,7 @@ class _PythonIterator:
         return batch
 
     def _deliver(self, batch, samples):
+        self.delivered = True
         self.cursor[1] += 1
         self.loader._stats["batches"] += 1
         self.loader._stats["samples"] += samples
@@ -548,19 +602,35 @@ class _PythonIterator:
             batch = _to_numpy(batch)
         return batch
 
+    def _produce_own_share(self, indices, lease):
+        """This process's part of a shared batch, as a worker's message would carry it."""
+        task = (None, self.epoch, indices, lease.offset, self.pool.buffer_bytes, True)
+        try:
+            with _caller_rng_states_kept():
+                return (None,) + self.main_producer.produce(task)
+        except Exception as e:
+            return (None, "error", workers.pack_error(e, None))
+
     def _next_remote(self):
+        if self.workers.started < self.n and self.delivered:
+            self.workers.start_all()
+            self.active = list(range(self.n))
         while True:
             self._fill()
             if not self.inflight:
                 raise StopIteration
             tid = next(iter(self.inflight))
-            group = self.groups.pop(tid, 1)
+            group, shared_indices, shared_lease = self.shared.pop(tid, (1, None, None))
             msgs, leases, count = [], [], 0
+            if shared_indices is not None:
+                msgs.append(self._produce_own_share(shared_indices, shared_lease))
+                count = len(shared_indices)
             for t in range(tid, tid + group):
                 msg, lease, indices = self._take(t)
                 msgs.append(msg)
                 leases.append(lease)
-                count += len(indices) if not self.iterable else 0
+                if shared_indices is None and not self.iterable:
+                    count += len(indices)
             errors = [m for m in msgs if m[1] == "error"]
             if errors:
                 self.cursor[1] += 1
@@ -569,25 +639,35 @@ class _PythonIterator:
                 if self._last_worker in self.active:
                     self.active.remove(self._last_worker)
                 continue
-            for lease, msg in zip(leases, msgs):
-                if lease is None or not any(x[0] == "shm" for x in msg[2][2]):
-                    self.loader._stats["pickled_batches"] += 1
+            if shared_indices is not None:
+                return self._deliver(self._assemble_shared(msgs, shared_indices, shared_lease),
+                                     count)
+            lease, payload = leases[0], msgs[0][2]
+            if lease is None or not any(x[0] == "shm" for x in payload[2]):
+                self.loader._stats["pickled_batches"] += 1
             if self.iterable:
-                count = _batch_len(msgs[0][2])
-            if group == 1:
-                return self._deliver(workers.assemble(msgs[0][2], self.pool, leases[0]), count)
-            batch = workers.concat_fast([m[2] for m in msgs], self.pool, leases)
-            if batch is None:  # chunks disagree on structure: collate batch 0 here
-                _, indices = next(self.loader._batches(self.epoch, self.cursor[1]))
-                producer = workers.Producer(self.loader.dataset, self.loader._cfg(self.epoch))
-                batch = workers.assemble(producer.produce((0, self.epoch, indices, None, 0))[1],
-                                         None, None)
-            return self._deliver(batch, count)
+                count = _batch_len(payload)
+            return self._deliver(workers.assemble(payload, self.pool, lease), count)
+
+    def _assemble_shared(self, msgs, indices, lease):
+        payload = workers.merge_shared([m[2] for m in msgs], len(indices))
+        if payload is not None:
+            return workers.assemble(payload, self.pool, lease)
+        # The samples differ in structure or shapes: default_collate decides, as torch does.
+        del lease
+        self.loader._stats["pickled_batches"] += 1
+        producer = workers.Producer(self.loader.dataset, self.loader._cfg(self.epoch))
+        try:
+            with _caller_rng_states_kept():
+                payload = producer.produce((0, self.epoch, indices, None, 0, False))[1]
+        except Exception:
+            self.cursor[1] += 1  # the batch is spent, as when a worker raises
+            raise
+        return workers.assemble(payload, None, None)
 
     def _next_local(self):
         p = self.producer
-        states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-        try:
+        with _caller_rng_states_kept(self.loader.seed_samples):
             if self.iterable:
                 if self.local_iter is None:
                     self.local_iter = iter(self.loader.dataset)
@@ -622,11 +702,6 @@ class _PythonIterator:
                 return self._deliver(p.collate(samples[0]), 1)
             cf = self.loader.collate_fn or default_collate
             return self._deliver(cf(samples), len(samples))
-        finally:
-            if self.loader.seed_samples:
-                random.setstate(states[0])
-                np.random.set_state(states[1])
-                torch.set_rng_state(states[2])
 
     def _finish(self, clean):
         self.done = True

@@ -194,6 +194,7 @@ def rebuild(node, arrays, objects, collated):
 
 
 _NP_TO_TORCH = {}
+_NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex32)
 
 
 def torch_dtype(np_dtype_str):
@@ -214,11 +215,13 @@ def _aligned(n):
 class Producer:
     """Produces batches in a worker (process or thread): fetch, seed, collate, publish."""
 
-    def __init__(self, dataset, cfg, arena=None):
+    def __init__(self, dataset, cfg, pool=None, arena=None, unmap=False):
         self.dataset = dataset
         self.cfg = cfg  # dict: seed, collate_fn (None = default), auto_batch, seed_samples
+        self.pool = pool
         self.arena_t = arena
         self.arena_np = arena.numpy() if arena is not None else None
+        self.unmap = unmap  # a worker process: drop its mapping of each buffer it wrote
         self.iterator = None
         self.iter_epoch = None
         self.seed = sample_seeder() if cfg["seed_samples"] else None
@@ -246,7 +249,9 @@ class Producer:
 
     def produce(self, task):
         """The answer to ``task``: ("batch", payload) or raises (index attached as ``_index``)."""
-        _, epoch, indices, offset, capacity = task
+        _, epoch, indices, offset, capacity, shared = task
+        if shared:
+            return ("batch", self.produce_shared(epoch, indices, offset, capacity))
         if isinstance(indices, int):  # iterable dataset: `indices` is the batch size
             samples = self.fetch_iterable(epoch, indices if self.cfg["auto_batch"] else 1)
             if not samples or (self.cfg["drop_last"] and len(samples) < indices):
@@ -264,6 +269,49 @@ class Producer:
         if not self.cfg["auto_batch"]:
             return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
         return ("batch", self.publish_samples(samples, offset, capacity))
+
+    def produce_shared(self, epoch, indices, offset, capacity):
+        """Samples of one batch that several processes produce together: each claims the next
+        unproduced sample from the pool's shared counter and writes its array leaves straight
+        into their rows of the batch buffer; the object leaves go back by row. The layout
+        follows from the structure and the batch size alone, so every producer computes the
+        same one. Structure None: this producer claimed nothing; False: the samples differ in
+        structure or do not fit (the consumer then collates the batch itself)."""
+        n = len(indices)
+        struct, places, rows = None, None, {}
+        while True:
+            j = self.pool.claim()
+            if j >= n:
+                break
+            try:
+                sample = self.fetch(epoch, indices[j])
+            except BaseException as e:
+                e._stoker_index = indices[j]
+                raise
+            arrays, objects = [], []
+            s = flatten(sample, arrays, objects)
+            if struct is None:
+                struct, places, pos = s, [], 0
+                for a in arrays:
+                    places.append((pos, _nbytes(a)))
+                    pos += _aligned(_nbytes(a) * n)
+                if pos > capacity:
+                    return ("shared", False, None, None)
+            elif s != struct:
+                return ("shared", False, None, None)
+            for (pos, size), a in zip(places, arrays):
+                start = offset + pos + j * size
+                if isinstance(a, torch.Tensor) and a.dtype in _NOT_IN_NUMPY:
+                    self.arena_t[start:start + size].view(a.dtype).view(a.shape).copy_(a)
+                else:  # NumPy copies on this thread: torch's copy_ would wake its thread pool
+                    if isinstance(a, torch.Tensor):
+                        a = a.detach().numpy()
+                    np.copyto(self.arena_np[start:start + size].view(a.dtype).reshape(a.shape),
+                              a)
+            rows[j] = objects
+        if struct is not None and self.unmap:
+            self.pool.unmap_pages(offset, places[-1][0] + places[-1][1] * n if places else 0)
+        return ("shared", struct, places, rows)
 
     def collate(self, x):
         return self.cfg["collate_fn"](x)
@@ -307,6 +355,8 @@ class Producer:
                     return None  # shapes differ: default_collate raises torch's own error
                 leaves.append(("shm", pos, size, dtype, (n, *a.shape), False))
                 pos += _aligned(size)
+            if self.unmap:
+                self.pool.unmap_pages(offset, pos)
         else:
             leaves = [("col", col) for col in columns]  # collated by the consumer
         return ("fast", struct, leaves, ocolumns)
@@ -328,6 +378,8 @@ class Producer:
                     np.copyto(self.arena_np[start:start + size].view(a.dtype).reshape(a.shape), a)
                     leaves.append(("shm", pos, size, a.dtype.str, a.shape, True))
                 pos += _aligned(size)
+            if self.unmap:
+                self.pool.unmap_pages(offset, pos)
         else:
             leaves = [("obj", a) for a in arrays]
         return ("exact", struct, leaves, objects)
@@ -360,17 +412,38 @@ def assemble(payload, pool, lease):
     return rebuild(struct, arrays, objects, collated=(mode == "fast"))
 
 
-def concat_fast(payloads, pool, leases):
-    """Batch 0 produced in chunks by several workers, as one batch (one copy, of that batch
-    only); None when the chunks do not share one structure."""
-    struct = payloads[0][1]
-    if any(p[0] != "fast" or p[1] != struct for p in payloads):
+def _leaf_specs(node, out):
+    """{array leaf k: (torch dtype, shape)} of a flatten structure."""
+    tag = node[0]
+    if tag == "L":
+        out[node[1]] = (node[2], node[3])
+    elif tag == "A":
+        out[node[1]] = (torch_dtype(node[2]), node[3])
+    elif tag in ("M", "N", "S", "T"):
+        for child in node[-1]:
+            _leaf_specs(child, out)
+    return out
+
+
+def merge_shared(payloads, n):
+    """The producers' answers to one shared batch (Producer.produce_shared) as one "fast"
+    payload over the common buffer, or None when they disagree (the consumer collates)."""
+    got = [p for p in payloads if p[1] is not None]
+    if not got or any(p[1] is False for p in got):
         return None
-    parts = [_leaf_arrays(p, pool, lease) for p, lease in zip(payloads, leases)]
-    arrays = [torch.cat([part[k] for part in parts]) for k in range(len(parts[0]))]
-    objects = [default_collate([x for p in payloads for x in p[3][k]])
-               for k in range(len(payloads[0][3]))]
-    return rebuild(struct, arrays, objects, collated=True)
+    struct, places = got[0][1], got[0][2]
+    if any(p[1] != struct or p[2] != places for p in got):
+        return None
+    rows = {}
+    for p in got:
+        rows.update(p[3])
+    if len(rows) != n:
+        return None
+    specs = _leaf_specs(struct, {})
+    leaves = [("shm", pos, size * n, specs[k][0], (n, *specs[k][1]), False)
+              for k, (pos, size) in enumerate(places)]
+    columns = [[rows[j][k] for j in range(n)] for k in range(len(rows[0]))]
+    return ("fast", struct, leaves, columns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,8 +475,8 @@ def _die_with_parent(parent):
         os._exit(1)
 
 
-def worker_main(worker_id, num_workers, dataset, cfg, arena, task_conn, result_conn, parent,
-                close_fds):
+def worker_main(worker_id, num_workers, dataset, cfg, pool, arena, task_conn, result_conn,
+                parent, close_fds):
     """Runs in the forked child; never returns."""
     code = 0
     try:
@@ -421,7 +494,7 @@ def worker_main(worker_id, num_workers, dataset, cfg, arena, task_conn, result_c
         random.seed(wseed)
         np.random.seed(wseed & 0xFFFFFFFF)
         torch.manual_seed(wseed)
-        producer = Producer(dataset, cfg, arena)
+        producer = Producer(dataset, cfg, pool, arena, unmap=True)
         try:
             if cfg["worker_init_fn"] is not None:
                 cfg["worker_init_fn"](worker_id)

@@ -280,6 +280,43 @@ def test_exception_keeps_type_message_traceback_and_index(workers):
     gc.collect()
 
 
+class Uneven(Dataset):
+    """Numbers of mixed types, and (with ``bad_shape``) one tensor of another shape."""
+
+    def __init__(self, bad_shape=None):
+        self.bad_shape = bad_shape
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        t = torch.zeros(3 if i == self.bad_shape else 2) + i
+        return t, (i if i % 3 else i / 2)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_first_batch_shared_with_the_workers_falls_back_like_default_collate(workers):
+    # Batch 0 is produced by this process and the workers together: samples that differ in
+    # structure or shape must give what torch gives, value or error.
+    both(Uneven(), workers=workers, batch_size=4)
+    for bad in (1, 6):  # in the shared first batch, in a later one
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+            list(torch.utils.data.DataLoader(Uneven(bad), batch_size=4))
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+            list(stoker.DataLoader(Uneven(bad), batch_size=4, num_workers=workers))
+
+
+def test_error_in_the_shared_first_batch_names_the_sample():
+    for bad in range(4):  # whichever process claims it
+        loader = stoker.DataLoader(Failing(bad=bad), batch_size=4, num_workers=2)
+        it = iter(loader)
+        with pytest.raises(ValueError, match=f"bad sample {bad}") as info:
+            next(it)
+        assert info.value.index == bad
+        assert [b.tolist() for b in it] == [[[i] for i in range(k, k + 4)]
+                                            for k in range(4, 20, 4)]
+
+
 def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
     start = time.monotonic()
     with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
@@ -304,9 +341,11 @@ def shm_entries():
 def test_break_and_gc_leave_no_process_and_no_shared_memory_file(children):
     before = shm_entries()
     loader = stoker.DataLoader(Slow(0.01), batch_size=2, num_workers=3)
-    for _ in loader:
-        assert len(children()) == 3
-        break
+    for b, _ in enumerate(loader):
+        # The first batch comes from this process and one worker, the others start after it.
+        assert len(children()) == (1 if b == 0 else 3)
+        if b == 1:
+            break
     assert children() == []
     it = iter(loader)
     next(it)
