@@ -32,16 +32,22 @@ struct Lease {
 
 class SharedPool {
  public:
+  static constexpr size_t kControlBytes = 65536;
+
   SharedPool(size_t buffer_bytes, size_t budget_bytes)
       : arena_(SharedArena::create(kControlBytes + budget_bytes / buffer_bytes *
                                                        ((buffer_bytes + 4095) / 4096) * 4096)),
         control_(reinterpret_cast<uint64_t*>(arena_->carve(kControlBytes))),
         pool_(BatchPool::create_shared(buffer_bytes, budget_bytes, arena_)) {}
 
-  // A counter in the shared control page that every process forked after the pool sees: the
-  // consumer resets it, then it and the workers claim the samples of one batch with claim().
-  void reset_claims() { std::atomic_ref<uint64_t>(control_[0]).store(0); }
-  uint64_t claim() { return std::atomic_ref<uint64_t>(control_[0]).fetch_add(1); }
+  // Counters in the shared control pages that every process forked after the pool sees: the
+  // consumer resets counter c for a batch, then it and a worker claim the batch's samples with
+  // claim(c, count): each call returns the first of `count` numbers no one else got.
+  static constexpr size_t kCounters = kControlBytes / sizeof(uint64_t);
+  void reset_claims(size_t c) { std::atomic_ref<uint64_t>(control_[counter(c)]).store(0); }
+  uint64_t claim(size_t c, uint64_t count) {
+    return std::atomic_ref<uint64_t>(control_[counter(c)]).fetch_add(count);
+  }
 
   // Drops this process's mapping of a buffer's pages (the data stays in the shared memory for
   // the other processes): a worker calls it after writing a batch, so the pages count once, in
@@ -96,7 +102,11 @@ class SharedPool {
   const BatchPool& pool() const { return *pool_; }
 
  private:
-  static constexpr size_t kControlBytes = 4096;
+  static size_t counter(size_t c) {
+    if (c >= kCounters) throw InvalidArgument("claim counter out of range");
+    return c;
+  }
+
   std::shared_ptr<SharedArena> arena_;
   uint64_t* control_;
   std::shared_ptr<BatchPool> pool_;
@@ -289,8 +299,10 @@ void register_workers(nb::module_& m) {
       .def("acquire", &SharedPool::acquire, nb::arg("timeout_ms"),
            nb::call_guard<nb::gil_scoped_release>(),
            "A free buffer, or None after timeout_ms milliseconds.")
-      .def("reset_claims", &SharedPool::reset_claims)
-      .def("claim", &SharedPool::claim, "The next unclaimed number (0, 1, ...) since reset.")
+      .def("reset_claims", &SharedPool::reset_claims, nb::arg("counter"))
+      .def("claim", &SharedPool::claim, nb::arg("counter"), nb::arg("count"),
+           "The first of the next `count` unclaimed numbers of `counter` since its reset.")
+      .def_prop_ro_static("counters", [](nb::handle) { return SharedPool::kCounters; })
       .def("unmap_pages", &SharedPool::unmap_pages, nb::arg("offset"), nb::arg("bytes"))
       .def("view", &SharedPool::view, nb::arg("lease"), nb::arg("regions"), nb::arg("torch"))
       .def("arena_array", &SharedPool::arena_array, nb::arg("torch"))

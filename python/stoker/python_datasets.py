@@ -40,6 +40,7 @@ from .errors import SampleError, WorkerError
 _POLL_S = 0.05
 _STOP_GRACE_S = 0.5
 _MIN_SLOTS = 8
+_AUTO_PREFETCH_BYTES = 4 << 20
 
 
 def _free_threaded():
@@ -326,9 +327,14 @@ class PythonDataLoader:
         if worker_type == "auto":
             worker_type = "thread" if _free_threaded() else "process"
         self.worker_type = worker_type
-        self._workers_n = min(_native.usable_cores(), 16) if num_workers == "auto" \
+        # "auto": with process workers the consumer produces samples of the batch it waits for
+        # (see _PythonIterator), so it counts as one of the cores' producers.
+        cores = min(_native.usable_cores(), 16)
+        self._workers_n = max(1, cores - (worker_type == "process")) if num_workers == "auto" \
             else num_workers
-        self._prefetch = 2 if prefetch_factor == "auto" else prefetch_factor
+        # "auto": decided by the first batch's size (None until then), as the native autotune
+        # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.
+        self._prefetch = None if prefetch_factor == "auto" else prefetch_factor
         self._budget = parse_bytes(memory_budget) or _native.physical_memory_bytes() // 2
         self._pool = None
         self._arena = None
@@ -386,7 +392,7 @@ class PythonDataLoader:
 
     def _shared_pool(self):
         if self._pool is None:
-            slots = max(_MIN_SLOTS, 2 * self._prefetch * self._workers_n + 2)
+            slots = max(_MIN_SLOTS, 2 * (self._prefetch or 2) * self._workers_n + 2)
             buffer_bytes = max(4096, self._budget // slots // 4096 * 4096)
             self._pool = _native.SharedPool(buffer_bytes, buffer_bytes * slots)
             self._arena = self._pool.arena_array(True)
@@ -444,13 +450,12 @@ class _PythonIterator:
         self.cursor = cursor
         self.length = len(loader) - start if not loader._iterable else None
         self.n = loader._workers_n
-        self.prefetch = loader._prefetch
+        self.prefetch = loader._prefetch or 1
         self.auto = loader._auto_batch
         self.iterable = loader._iterable
         self.batches = None if self.iterable else loader._batches(epoch, start)
         self.holder = [None]
         self.inflight = collections.OrderedDict()  # tid -> (worker, lease, batch no, indices)
-        self.shared = {}  # first tid of a shared batch -> (number of worker tasks, indices)
         self.next_tid = 0
         self.rr = 0
         self.active = list(range(self.n))
@@ -464,10 +469,11 @@ class _PythonIterator:
                 from torch.utils.data._utils import worker as tw
                 tw._worker_info = None
             return
-        # The first batch is produced by the workers and this process together (time to first
-        # batch: this process starts at once, workers join as they come up).
-        self.share_first = (not self.iterable and self.auto and loader.collate_fn is None
-                            and loader.worker_type == "process")
+        # Batches whose samples this process may help produce while it waits for them (see
+        # Producer.produce_claimed): the first batch comes at once, and the consumer's idle time
+        # is a producer's, so fewer worker processes are needed.
+        self.claims = (not self.iterable and self.auto and loader.collate_fn is None
+                       and loader.worker_type == "process")
         if loader.worker_type == "thread":
             self.workers = _ThreadWorkers(loader.dataset, self.n, cfg)
             self.pool = None
@@ -481,9 +487,9 @@ class _PythonIterator:
                 # One worker before the first batch (which this process helps produce), the
                 # others once it is out: each fork copies the page tables, ~7 ms for 300 MB.
                 self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, self.pool,
-                                               loader._arena, 1 if self.share_first else self.n)
+                                               loader._arena, 1 if self.claims else self.n)
             self.main_producer = workers.Producer(loader.dataset, cfg, self.pool,
-                                                  loader._arena) if self.share_first else None
+                                                  loader._arena) if self.claims else None
         self.active = list(range(self.workers.started))
         self.delivered = False
         self.holder[0] = self.workers
@@ -509,30 +515,20 @@ class _PythonIterator:
             return None
         return self.pool.acquire(0)
 
-    def _send(self, indices, batch_no, lease=None, worker=None, shared=False):
-        w = self._next_worker() if worker is None else worker
-        if lease is None and not shared:
-            lease = self._lease()
+    def _send(self, indices, batch_no):
+        w = self._next_worker()
+        lease = self._lease()
         tid = self.next_tid
         self.next_tid += 1
         offset = lease.offset if lease is not None else None
         capacity = self.pool.buffer_bytes if lease is not None else 0
-        # A shared batch's buffer is held once, by its first task.
-        self.inflight[tid] = (w, None if shared and w else lease, batch_no, indices)
-        self.workers.send(w, (tid, self.epoch, indices, offset, capacity, shared))
+        counter = None
+        if self.claims and lease is not None:
+            counter = tid % self.pool.counters
+            self.pool.reset_claims(counter)
+        self.inflight[tid] = (w, lease, batch_no, indices, counter)
+        self.workers.send(w, (tid, self.epoch, indices, offset, capacity, counter))
         return tid
-
-    def _send_shared(self, indices, batch_no):
-        """Batch ``batch_no`` for every worker and this process to produce together (see
-        Producer.produce_shared). False when no buffer is free."""
-        lease = self._lease()
-        if lease is None:
-            return False
-        self.pool.reset_claims()
-        tids = [self._send(indices, batch_no, lease=lease, worker=w, shared=True)
-                for w in self.active]
-        self.shared[tids[0]] = (len(tids), indices, lease)
-        return True
 
     def _fill(self):
         while not self.exhausted and len(self.inflight) < max(1, self.prefetch *
@@ -547,35 +543,29 @@ class _PythonIterator:
             if nxt is None:
                 self.exhausted = True
                 break
-            b, indices = nxt
-            share, self.share_first = self.share_first and len(indices) >= 2, False
-            if not (share and self._send_shared(indices, b)):
-                self._send(indices, b)
+            self._send(nxt[1], nxt[0])
 
     # -- receiving ----------------------------------------------------------------------------
 
-    def _receive(self, tid):
+    def _receive(self, tid, poll_only=False):
+        """Worker's answer to task ``tid``; with ``poll_only``, None unless it is already here."""
         w = self.inflight[tid][0]
         waited = 0.0
         timeout = self.loader.timeout
         while True:
             if isinstance(self.workers, _ThreadWorkers):
-                msg = self.workers.recv_task(tid, _POLL_S)
+                msg = self.workers.recv_task(tid, 0 if poll_only else _POLL_S)
             else:
-                msg = self.workers.recv(w, _POLL_S)
+                msg = self.workers.recv(w, 0 if poll_only else _POLL_S)
             if msg is not None:
                 if msg[0] == -1:  # worker_init_fn failed
                     raise _remote_error(msg[2])
                 return msg
+            if poll_only:
+                return None
             waited += _POLL_S
             if timeout and waited >= timeout:
                 raise DataLoaderTimeout(f"DataLoader timed out after {timeout} seconds")
-
-    def _take(self, tid):
-        msg = self._receive(tid)
-        w, lease, batch_no, indices = self.inflight.pop(tid)
-        self._last_worker = w
-        return msg, lease, indices
 
     def __next__(self):
         if self.done:
@@ -593,7 +583,12 @@ class _PythonIterator:
             raise
         return batch
 
-    def _deliver(self, batch, samples):
+    def _deliver(self, batch, samples, payload=None):
+        """Hands ``batch`` out; ``payload``: the worker's description of it, when it has one."""
+        if self.loader._prefetch is None and payload is not None:
+            nbytes = sum(leaf[2] for leaf in payload[2] if leaf[0] == "shm")
+            self.loader._prefetch = 2 if nbytes <= _AUTO_PREFETCH_BYTES else 1
+            self.prefetch = self.loader._prefetch
         self.delivered = True
         self.cursor[1] += 1
         self.loader._stats["batches"] += 1
@@ -602,11 +597,11 @@ class _PythonIterator:
             batch = _to_numpy(batch)
         return batch
 
-    def _produce_own_share(self, indices, lease):
-        """This process's part of a shared batch, as a worker's message would carry it."""
-        task = (None, self.epoch, indices, lease.offset, self.pool.buffer_bytes, True)
+    def _help(self, indices, lease, counter):
+        """This process's part of a claimed batch it waits for, as a worker's message."""
+        task = (None, self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter)
         try:
-            with _caller_rng_states_kept():
+            with _caller_rng_states_kept(self.loader.seed_samples):
                 return (None,) + self.main_producer.produce(task)
         except Exception as e:
             return (None, "error", workers.pack_error(e, None))
@@ -620,50 +615,50 @@ class _PythonIterator:
             if not self.inflight:
                 raise StopIteration
             tid = next(iter(self.inflight))
-            group, shared_indices, shared_lease = self.shared.pop(tid, (1, None, None))
-            msgs, leases, count = [], [], 0
-            if shared_indices is not None:
-                msgs.append(self._produce_own_share(shared_indices, shared_lease))
-                count = len(shared_indices)
-            for t in range(tid, tid + group):
-                msg, lease, indices = self._take(t)
-                msgs.append(msg)
-                leases.append(lease)
-                if shared_indices is None and not self.iterable:
-                    count += len(indices)
+            w, lease, _, indices, counter = self.inflight[tid]
+            msgs = []
+            if counter is not None:
+                msg = self._receive(tid, poll_only=True)
+                if msg is None:  # not ready: produce what the worker has not claimed yet
+                    msgs.append(self._help(indices, lease, counter))
+                    msg = self._receive(tid)
+            else:
+                msg = self._receive(tid)
+            msgs.append(msg)
+            del self.inflight[tid]
             errors = [m for m in msgs if m[1] == "error"]
             if errors:
                 self.cursor[1] += 1
                 raise _remote_error(errors[0][2])
-            if msgs[0][1] == "end":  # an IterableDataset worker ran out
-                if self._last_worker in self.active:
-                    self.active.remove(self._last_worker)
+            if msg[1] == "end":  # an IterableDataset worker ran out
+                if w in self.active:
+                    self.active.remove(w)
                 continue
-            if shared_indices is not None:
-                return self._deliver(self._assemble_shared(msgs, shared_indices, shared_lease),
-                                     count)
-            lease, payload = leases[0], msgs[0][2]
+            count = len(indices) if not self.iterable else _batch_len(msg[2])
+            if counter is not None:
+                batch, payload = self._assemble_claimed(msgs, indices, lease)
+                return self._deliver(batch, count, payload)
+            payload = msg[2]
             if lease is None or not any(x[0] == "shm" for x in payload[2]):
                 self.loader._stats["pickled_batches"] += 1
-            if self.iterable:
-                count = _batch_len(payload)
-            return self._deliver(workers.assemble(payload, self.pool, lease), count)
+            return self._deliver(workers.assemble(payload, self.pool, lease), count, payload)
 
-    def _assemble_shared(self, msgs, indices, lease):
-        payload = workers.merge_shared([m[2] for m in msgs], len(indices))
+    def _assemble_claimed(self, msgs, indices, lease):
+        """(batch, payload) of a claimed batch from the producers' messages."""
+        payload = workers.merge_claimed([m[2] for m in msgs], len(indices))
         if payload is not None:
-            return workers.assemble(payload, self.pool, lease)
+            return workers.assemble(payload, self.pool, lease), payload
         # The samples differ in structure or shapes: default_collate decides, as torch does.
         del lease
         self.loader._stats["pickled_batches"] += 1
         producer = workers.Producer(self.loader.dataset, self.loader._cfg(self.epoch))
         try:
-            with _caller_rng_states_kept():
-                payload = producer.produce((0, self.epoch, indices, None, 0, False))[1]
+            with _caller_rng_states_kept(self.loader.seed_samples):
+                payload = producer.produce((0, self.epoch, indices, None, 0, None))[1]
         except Exception:
             self.cursor[1] += 1  # the batch is spent, as when a worker raises
             raise
-        return workers.assemble(payload, None, None)
+        return workers.assemble(payload, None, None), None
 
     def _next_local(self):
         p = self.producer

@@ -249,9 +249,9 @@ class Producer:
 
     def produce(self, task):
         """The answer to ``task``: ("batch", payload) or raises (index attached as ``_index``)."""
-        _, epoch, indices, offset, capacity, shared = task
-        if shared:
-            return ("batch", self.produce_shared(epoch, indices, offset, capacity))
+        _, epoch, indices, offset, capacity, counter = task
+        if counter is not None:
+            return ("batch", self.produce_claimed(epoch, indices, offset, capacity, counter))
         if isinstance(indices, int):  # iterable dataset: `indices` is the batch size
             samples = self.fetch_iterable(epoch, indices if self.cfg["auto_batch"] else 1)
             if not samples or (self.cfg["drop_last"] and len(samples) < indices):
@@ -270,48 +270,69 @@ class Producer:
             return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
         return ("batch", self.publish_samples(samples, offset, capacity))
 
-    def produce_shared(self, epoch, indices, offset, capacity):
-        """Samples of one batch that several processes produce together: each claims the next
-        unproduced sample from the pool's shared counter and writes its array leaves straight
-        into their rows of the batch buffer; the object leaves go back by row. The layout
-        follows from the structure and the batch size alone, so every producer computes the
-        same one. Structure None: this producer claimed nothing; False: the samples differ in
-        structure or do not fit (the consumer then collates the batch itself)."""
+    def produce_claimed(self, epoch, indices, offset, capacity, counter):
+        """Samples of one batch that this process produces together with others: it claims
+        chunks of the batch from the pool's shared ``counter`` until none is left, and writes
+        their array leaves straight into their rows of the batch buffer (one stack per leaf and
+        chunk); object leaves go back by chunk. The layout follows from the structure and the
+        batch size alone, so every producer computes the same one. Returns ("claimed", struct,
+        places, [(first row, rows, object columns)]): struct None when this process claimed nothing,
+        False when samples differ in structure, leaf types or shapes, or do not fit (the
+        consumer then collates the batch as default_collate does)."""
         n = len(indices)
-        struct, places, rows = None, None, {}
+        chunk = -(-n // 8)
+        struct, places, parts = None, None, []
+        mismatch = ("claimed", False, None, None)
         while True:
-            j = self.pool.claim()
-            if j >= n:
+            j0 = self.pool.claim(counter, chunk)
+            if j0 >= n:
                 break
-            try:
-                sample = self.fetch(epoch, indices[j])
-            except BaseException as e:
-                e._stoker_index = indices[j]
-                raise
-            arrays, objects = [], []
-            s = flatten(sample, arrays, objects)
+            rows = range(j0, min(n, j0 + chunk))
+            samples = []
+            for j in rows:
+                try:
+                    samples.append(self.fetch(epoch, indices[j]))
+                except BaseException as e:
+                    e._stoker_index = indices[j]
+                    raise
+            arrays0, objects0 = [], []
+            s = flatten(samples[0], arrays0, objects0)
             if struct is None:
                 struct, places, pos = s, [], 0
-                for a in arrays:
+                for a in arrays0:
                     places.append((pos, _nbytes(a)))
                     pos += _aligned(_nbytes(a) * n)
                 if pos > capacity:
-                    return ("shared", False, None, None)
+                    return mismatch
             elif s != struct:
-                return ("shared", False, None, None)
-            for (pos, size), a in zip(places, arrays):
-                start = offset + pos + j * size
-                if isinstance(a, torch.Tensor) and a.dtype in _NOT_IN_NUMPY:
-                    self.arena_t[start:start + size].view(a.dtype).view(a.shape).copy_(a)
-                else:  # NumPy copies on this thread: torch's copy_ would wake its thread pool
-                    if isinstance(a, torch.Tensor):
-                        a = a.detach().numpy()
-                    np.copyto(self.arena_np[start:start + size].view(a.dtype).reshape(a.shape),
-                              a)
-            rows[j] = objects
+                return mismatch
+            got = _native.gather_columns(
+                struct, samples, tuple(type(a) for a in arrays0),
+                tuple(type(o) for o in objects0),
+                tuple(None if isinstance(a, torch.Tensor) else a.dtype for a in arrays0))
+            if got is None:
+                return mismatch
+            columns, ocolumns = got
+            for (pos, size), col, a in zip(places, columns, arrays0):
+                start = offset + pos + j0 * size
+                end = start + size * len(rows)
+                try:
+                    self._stack_into(col, a, start, end)
+                except (RuntimeError, ValueError, TypeError):
+                    return mismatch
+            parts.append((j0, len(rows), ocolumns))
         if struct is not None and self.unmap:
             self.pool.unmap_pages(offset, places[-1][0] + places[-1][1] * n if places else 0)
-        return ("shared", struct, places, rows)
+        return ("claimed", struct, places, parts)
+
+    def _stack_into(self, col, a, start, end):
+        shape = (len(col), *a.shape)
+        if isinstance(a, torch.Tensor) and (self.unmap or a.dtype in _NOT_IN_NUMPY):
+            torch.stack(col, out=self.arena_t[start:end].view(a.dtype).view(shape))
+        else:  # the consumer: NumPy stacks on this thread, torch would wake its thread pool
+            if isinstance(a, torch.Tensor):
+                col = [t.detach().numpy() for t in col]
+            np.stack(col, out=self.arena_np[start:end].view(col[0].dtype).reshape(shape))
 
     def collate(self, x):
         return self.cfg["collate_fn"](x)
@@ -425,8 +446,8 @@ def _leaf_specs(node, out):
     return out
 
 
-def merge_shared(payloads, n):
-    """The producers' answers to one shared batch (Producer.produce_shared) as one "fast"
+def merge_claimed(payloads, n):
+    """The producers' answers to one claimed batch (Producer.produce_claimed) as one "fast"
     payload over the common buffer, or None when they disagree (the consumer collates)."""
     got = [p for p in payloads if p[1] is not None]
     if not got or any(p[1] is False for p in got):
@@ -434,15 +455,18 @@ def merge_shared(payloads, n):
     struct, places = got[0][1], got[0][2]
     if any(p[1] != struct or p[2] != places for p in got):
         return None
-    rows = {}
-    for p in got:
-        rows.update(p[3])
-    if len(rows) != n:
+    parts = sorted((part for p in got for part in p[3]), key=lambda part: part[0])
+    row = 0
+    for j0, rows, _ in parts:
+        if j0 != row:
+            return None
+        row += rows
+    if row != n:
         return None
     specs = _leaf_specs(struct, {})
     leaves = [("shm", pos, size * n, specs[k][0], (n, *specs[k][1]), False)
               for k, (pos, size) in enumerate(places)]
-    columns = [[rows[j][k] for j in range(n)] for k in range(len(rows[0]))]
+    columns = [[x for _, _, cols in parts for x in cols[k]] for k in range(len(parts[0][2]))]
     return ("fast", struct, leaves, columns)
 
 

@@ -306,6 +306,25 @@ def test_first_batch_shared_with_the_workers_falls_back_like_default_collate(wor
             list(stoker.DataLoader(Uneven(bad), batch_size=4, num_workers=workers))
 
 
+class WhoRan(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.tensor([i, random.randrange(1000)]), os.getpid()
+
+
+def test_the_consumer_produces_samples_of_the_batch_it_waits_for():
+    ref = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=0))
+    loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=1)
+    got = list(loader)
+    pids = {p for _, ps in got for p in ps.tolist()}
+    assert os.getpid() in pids and len(pids) == 2  # this process and the worker both produced
+    assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # the same samples
+    assert loader.stats()["pickled_batches"] == 0
+
+
 def test_error_in_the_shared_first_batch_names_the_sample():
     for bad in range(4):  # whichever process claims it
         loader = stoker.DataLoader(Failing(bad=bad), batch_size=4, num_workers=2)
