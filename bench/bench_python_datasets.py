@@ -1,9 +1,10 @@
 """stoker.DataLoader vs torch.utils.data.DataLoader on Python datasets, side by side.
 
 Two datasets: "heavy" (PIL JPEG decode + NumPy augmentation, CPU-bound) and "light" (returns
-small tensors). For each: both loaders at equal num_workers, and each at its best num_workers.
-Reports samples/s, time to first batch and peak RSS summed over the main process and its workers
-(sampled every 10 ms with psutil). Each measurement runs in a fresh subprocess.
+small tensors). For each: both loaders at equal num_workers, each at its best num_workers, and
+Stoker's default (num_workers="auto"). Reports samples/s, time to first batch and peak RSS summed
+over the main process and its workers (sampled every 10 ms with psutil). Each measurement runs in
+a fresh subprocess.
 
     python bench/bench_python_datasets.py [--quick]
 """
@@ -75,7 +76,7 @@ def total_rss(pid):
     return total
 
 
-def measure(kind, which, workers):
+def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's default)
     """One run in this process: returns samples/s, first-batch seconds, peak total RSS."""
     import torch
 
@@ -123,7 +124,7 @@ def main():
     args = ap.parse_args()
     if args.child:
         kind, which, workers = args.child
-        print(json.dumps(measure(kind, which, int(workers))))
+        print(json.dumps(measure(kind, which, workers if workers == "auto" else int(workers))))
         return
     counts = [int(w) for w in args.workers.split(",")]
     print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}")
@@ -133,11 +134,11 @@ def main():
         print("(noseed: stoker with seed_samples=False)")
         print(f"{'workers':>7} {'loader':>7} {'samples/s':>10} {'first batch':>12} "
               f"{'peak RSS':>10}")
-        for w in counts:
-            for kind in ("torch", "stoker", "noseed"):
-                r = results[(kind, w)] = run_child(kind, which, w)
-                print(f"{w:>7} {kind:>7} {r['samples_s']:>10.0f} {r['first_s'] * 1e3:>10.0f}ms "
-                      f"{r['peak_rss'] / 2**20:>8.0f}MiB", flush=True)
+        runs = [(w, kind) for w in counts for kind in ("torch", "stoker", "noseed")]
+        for w, kind in runs + [("auto", "stoker")]:
+            r = results[(kind, w)] = run_child(kind, which, w)
+            print(f"{w:>7} {kind:>7} {r['samples_s']:>10.0f} {r['first_s'] * 1e3:>10.0f}ms "
+                  f"{r['peak_rss'] / 2**20:>8.0f}MiB", flush=True)
         for w in counts:
             t, s = results[("torch", w)], results[("stoker", w)]
             print(f"equal workers={w}: throughput {s['samples_s'] / t['samples_s']:.2f}x, "
@@ -145,12 +146,17 @@ def main():
                   f"peak RSS {s['peak_rss'] / t['peak_rss']:.2f}x")
         bt = max(counts, key=lambda w: results[("torch", w)]["samples_s"])
         for kind in ("stoker", "noseed"):
-            bs = max(counts, key=lambda w: results[(kind, w)]["samples_s"])
+            options = counts + (["auto"] if kind == "stoker" else [])
+            bs = max(options, key=lambda w: results[(kind, w)]["samples_s"])
             t, s = results[("torch", bt)], results[(kind, bs)]
             print(f"best vs best (torch {bt} workers, {kind} {bs}): throughput "
                   f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "
                   f"{s['first_s'] / t['first_s']:.2f}x, peak RSS "
                   f"{s['peak_rss'] / t['peak_rss']:.2f}x")
+        s = results[("stoker", "auto")]
+        print(f"stoker default (auto) vs torch best ({bt} workers): throughput "
+              f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "
+              f"{s['first_s'] / t['first_s']:.2f}x, peak RSS {s['peak_rss'] / t['peak_rss']:.2f}x")
 
 
 if __name__ == "__main__":
