@@ -1,7 +1,8 @@
 // What the Python-dataset front (python/stoker/workers.py) needs from the engine: the epoch order
-// (so a Python dataset visits samples exactly as a native one does), the per-sample seed, and a
-// pool of batch buffers in shared memory that worker processes write and the consumer exports
-// without a copy.
+// (so a Python dataset visits samples exactly as a native one does), per-sample seeding of the
+// interpreter's global generators, the check that a batch's samples share one structure (and
+// their leaves as columns), and a pool of batch buffers in shared memory, with claim counters,
+// that worker processes and the consumer write and the consumer exports without a copy.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -9,7 +10,6 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-
 #include <sys/mman.h>
 
 #include <atomic>

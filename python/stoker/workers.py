@@ -3,20 +3,24 @@
 How a batch travels (process workers):
 
 1. The consumer takes a buffer from the engine's SharedPool (a BatchPool carved from one memfd,
-   mapped before the workers are forked, so every worker sees it) and sends the worker a task:
-   ``(task id, epoch, sample indices, buffer offset, buffer bytes)``: a few dozen bytes.
-2. The worker seeds ``random``, ``numpy.random`` and ``torch`` from (seed, epoch, index) before
-   each ``__getitem__``, then collates. Fast path (default collate): every sample has the same
-   structure and the same shapes/dtypes per array leaf, so leaf k of the batch is written with one
-   ``torch.stack(..., out=)`` / ``np.stack(..., out=)`` straight into the shared buffer. Non-array
-   leaves (numbers, strings, other objects) travel pickled, a column per leaf, and are collated by
-   torch's ``default_collate`` in the consumer. Generic path (a ``collate_fn``, ``batch_size=None``,
-   samples whose structure or shapes differ, IterableDataset): the worker collates, and every
-   tensor/array of the result is copied into the shared buffer; the rest is pickled.
-3. The worker answers with the structure and the leaves' (offset, dtype, shape): the consumer
-   wraps the buffer as tensors without a copy. The buffer returns to the pool when the last of
-   those tensors dies. If no buffer is free (the consumer keeps many batches) or a batch does not
-   fit in one, the arrays are pickled through the pipe instead (counted in stats).
+   mapped before the workers are forked, so every worker sees it), resets the batch's claim
+   counter (shared memory too) and sends one worker a task: ``(task id, epoch, sample indices,
+   buffer offset, buffer bytes, counter)``: a few dozen bytes.
+2. The worker, and the consumer while it waits for that batch, claim chunks of the batch from the
+   counter (Producer.produce_claimed). Before each ``__getitem__`` they seed ``random``,
+   ``numpy.random`` and ``torch`` from (seed, epoch, index). With the default collate and samples
+   of one structure (checked in C++), leaf k of a chunk is written with one
+   ``torch.stack(..., out=)`` into its rows of the shared buffer. Non-array leaves (numbers,
+   strings, other objects) travel pickled, a column per leaf, and are collated by torch's
+   ``default_collate`` in the consumer. Samples whose structure or shapes differ: the consumer
+   collates the batch with ``default_collate``, values and errors as torch's.
+   Without a buffer or a claim counter (a ``collate_fn``, ``batch_size=None``, IterableDataset,
+   threads), the worker produces the whole batch: it collates, and every tensor/array of the
+   result is copied into the shared buffer; the rest is pickled.
+3. The answers carry the structure and the leaves' (offset, dtype, shape): the consumer wraps the
+   buffer as tensors without a copy. The buffer returns to the pool when the last of those
+   tensors dies. If no buffer is free (the consumer keeps many batches) or a batch does not fit
+   in one, the arrays are pickled through the pipe instead (counted in stats).
 """
 
 from __future__ import annotations
