@@ -455,7 +455,8 @@ class _PythonIterator:
         self.iterable = loader._iterable
         self.batches = None if self.iterable else loader._batches(epoch, start)
         self.holder = [None]
-        self.inflight = collections.OrderedDict()  # tid -> (worker, lease, batch no, indices)
+        # tid -> (worker, lease, batch no, indices, claim counter or None)
+        self.inflight = collections.OrderedDict()
         self.next_tid = 0
         self.rr = 0
         self.active = list(range(self.n))
