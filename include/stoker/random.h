@@ -7,8 +7,10 @@
 // Thread safety: a SampleRng is a small value; use one per sample on one thread.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace stoker {
 
@@ -31,15 +33,29 @@ constexpr uint64_t hash_key(uint64_t a, uint64_t b, uint64_t c) {
 }
 
 // Fills a Mersenne Twister (MT19937) state of `words` 32-bit words from `key`, as a cheap
-// stand-in for MT's own seeding (which chains 624 dependent multiplies): word i is half of
-// mix64 of the key and i. Word 0's top bit is set, as init_by_array does, so the state is never
-// all zero. Used to seed Python's `random` and NumPy's legacy generator per sample.
-constexpr void expand_mt19937_state(uint64_t key, uint32_t* state, int words = 624) {
-  for (int i = 0; i < words; i += 2) {
-    const uint64_t x = mix64(key + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i / 2 + 1));
-    state[i] = static_cast<uint32_t>(x);
-    if (i + 1 < words) state[i + 1] = static_cast<uint32_t>(x >> 32);
+// stand-in for MT's own seeding (which chains 624 dependent multiplies): the words are the
+// little-endian halves of wyrand's 64-bit outputs (a counter-based generator, one 64x64->128
+// multiply an output) started at `key`. Word 0's top bit is set, as init_by_array does, so the
+// state is never all zero. About 0.2 us for 624 words. Seeds Python's `random`, NumPy's legacy
+// generator and torch's CPU generator per sample.
+inline void expand_mt19937_state(uint64_t key, uint32_t* state, int words = 624) {
+  uint64_t s = key;
+  const auto next = [&s] {
+    s += 0xa0761d6478bd642fULL;
+    const unsigned __int128 t = static_cast<unsigned __int128>(s) * (s ^ 0xe7037ed1a0b428dbULL);
+    return static_cast<uint64_t>(t >> 64) ^ static_cast<uint64_t>(t);
+  };
+  int i = 0;
+  for (; i + 1 < words; i += 2) {
+    const uint64_t x = next();
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(state + i, &x, sizeof x);  // one store: low half first
+    } else {
+      state[i] = static_cast<uint32_t>(x);
+      state[i + 1] = static_cast<uint32_t>(x >> 32);
+    }
   }
+  if (i < words) state[i] = static_cast<uint32_t>(next());
   state[0] |= 0x80000000u;
 }
 

@@ -427,13 +427,11 @@ def _caller_rng_states_kept(keep=True):
     if not keep:
         yield
         return
-    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    restore = workers.global_rng_states()
     try:
         yield
     finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
+        restore()
 
 
 def _shutdown(holder):

@@ -48,12 +48,30 @@ _STOP = b""
 _PR_SET_PDEATHSIG = 1
 
 
+_TORCH_STATE_BYTES = 5056  # sizeof(CPUGeneratorImplState): what get_state()/set_state() carry
+
+
+def _torch_state(key, words, left=1, next_word=0, double_normal=None, float_normal=None):
+    """torch's CPU generator state, as get_state() gives it, with MT19937 ``words`` and seed
+    ``key`` (the layout of ATen's CPUGeneratorImplState: seed, left, seeded, next, 624 words as
+    uint64, the cached double normal, the cached float normal)."""
+    b = bytearray(_TORCH_STATE_BYTES)
+    struct.pack_into("<QiiQ", b, 0, key, left, 1, next_word)
+    b[24:24 + 624 * 8] = np.asarray(words, "<u8").tobytes()
+    if double_normal is not None:
+        struct.pack_into("<d", b, 5024, double_normal)
+        struct.pack_into("<i", b, 5040, 1)
+    if float_normal is not None:
+        struct.pack_into("<f?", b, 5048, float_normal, True)
+    return torch.frombuffer(b, dtype=torch.uint8)
+
+
 def _seed_slow(seed, epoch, index):
     key = _native.sample_seed(seed, epoch, index)
     random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
     np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
                          624, 0, 0.0))
-    _torch_cpu_generator.manual_seed(key)
+    _torch_cpu_generator.set_state(_torch_state(key, _native.mt19937_state(key, "torch")))
 
 
 def _word_offset(blob, words, fmt):
@@ -66,12 +84,57 @@ def _word_offset(blob, words, fmt):
     return at
 
 
+def _readable(address, size):
+    """Whether [address, address + size) lies in one readable mapping of this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= address and address + size <= hi:
+                    return perms[0] == "r"
+    except OSError:
+        pass
+    return False
+
+
+def _locate_torch_generator():
+    """(engine, float-normal engaged flag, double-normal engaged flag) addresses of torch's
+    default CPU generator (a CPUGeneratorImpl: an at::mt19937_data_pod, then two optional cached
+    normals), found by giving it a marked state through set_state() and matching its memory.
+    None when anything does not match."""
+    gen = _torch_cpu_generator
+    if type(gen).__basicsize__ < 24 or gen.get_state().numel() != _TORCH_STATE_BYTES:
+        return None
+    impl = ctypes.c_size_t.from_address(id(gen) + 16).value  # THPGenerator.cdata's impl pointer
+    if not impl or not _readable(impl, 512 + 2544):
+        return None
+    marker = 0x5EED_C0DE_1234_5678
+    words = _native.mt19937_state(marker, "torch")
+    marked = _torch_state(marker, words, left=7, next_word=617, double_normal=-1.75,
+                          float_normal=3.25)
+    gen.set_state(marked)
+    if not torch.equal(gen.get_state(), marked):
+        return None
+    at = _word_offset(ctypes.string_at(impl, 512), [marker], "Q")
+    if at < 0 or struct.unpack("<i?xxxI", ctypes.string_at(impl + at + 8, 12)) != (7, True, 617) \
+            or ctypes.string_at(impl + at + 20, 624 * 4) != np.asarray(words, "<u4").tobytes():
+        return None
+    tail = ctypes.string_at(impl + at + 2516, 28)  # after the engine: the two optionals
+    f = tail.find(struct.pack("<f?", 3.25, True))
+    d = tail.find(struct.pack("<d?", -1.75, True))
+    if f < 0 or d < 0 or (at + 2516 + f) % 4 or (at + 2516 + d) % 8:
+        return None
+    return impl + at, impl + at + 2516 + f + 4, impl + at + 2516 + d + 8
+
+
 def _locate_global_rngs():
-    """The addresses of the state fields of ``random``'s and ``np.random``'s global MT19937
-    generators, found by matching their memory against getstate()/get_state(), and checked by
-    seeding through them. None when anything does not match (another interpreter or NumPy
-    layout): seeding then goes through setstate()/set_state() with the same states."""
-    saved = random.getstate(), np.random.get_state()
+    """A native seeder writing straight into the state fields of ``random``'s, ``np.random``'s
+    and torch's global MT19937 generators, found by matching their memory against
+    getstate()/get_state(), and checked by seeding through them. None when anything does not
+    match (another interpreter, NumPy or torch layout): seeding then goes through
+    setstate()/set_state() with the same states."""
+    saved = random.getstate(), np.random.get_state(), _torch_cpu_generator.get_state()
     try:
         inst = random._inst
         base = id(inst)
@@ -101,16 +164,21 @@ def _locate_global_rngs():
         if aug < 0 or struct.unpack_from("i", rblob, aug + 8)[0] != 1 or \
                 struct.unpack_from("d", rblob, aug + 16)[0] != gauss:
             return None
+        torch_fields = _locate_torch_generator()
+        if torch_fields is None:
+            return None
         seeder = _native.GlobalSeeder(
             py_index, py_state, inst, state_addr, state_addr + 624 * 4, id(rs) + aug + 8,
-            id(rs) + aug + 16, _torch_cpu_generator.manual_seed)
+            id(rs) + aug + 16, *torch_fields)
         seeder.seed(1, 2, 3)
         key = _native.sample_seed(1, 2, 3)
         got_py, got_np = random.getstate(), rs.get_state(legacy=True)
         if list(got_py[1]) != _native.mt19937_state(key, "random") + [624] or \
                 got_py[2] is not None or \
                 got_np[1].tolist() != _native.mt19937_state(key, "numpy") or \
-                got_np[2:] != (624, 0, 0.0) or _torch_cpu_generator.initial_seed() != key:
+                got_np[2:] != (624, 0, 0.0) or not torch.equal(
+                    _torch_cpu_generator.get_state(),
+                    _torch_state(key, _native.mt19937_state(key, "torch"))):
             return None
         return seeder
     except Exception:
@@ -118,23 +186,45 @@ def _locate_global_rngs():
     finally:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
+        _torch_cpu_generator.set_state(saved[2])
 
 
-_seeder = None
+_native_seeder = None  # a _native.GlobalSeeder, False where the fields could not be located
+
+
+def _global_seeder():
+    global _native_seeder
+    if _native_seeder is None:
+        _native_seeder = _locate_global_rngs() or False
+    return _native_seeder or None
 
 
 def sample_seeder():
     """The function ``(seed, epoch, index)`` that seeds ``random``, the legacy ``numpy.random``
     and torch's CPU generator for sample ``index`` of ``epoch``. From key = hash_key(seed, epoch,
-    index): ``random`` and ``np.random`` get the MT19937 states ``_native.mt19937_state(key,
-    "random" / "numpy")`` (as their setstate/set_state with those words would give), torch
-    ``manual_seed(key)``. Native (~2.2 us, half of it torch's manual_seed) when the generators' fields could be located and
-    checked, else through setstate."""
-    global _seeder
-    if _seeder is None:
-        found = _locate_global_rngs()
-        _seeder = found.seed if found is not None else _seed_slow
-    return _seeder
+    index): each gets the MT19937 state ``_native.mt19937_state(key, "random" / "numpy" /
+    "torch")``, as their setstate()/set_state() with those words would give (torch's with
+    initial_seed() = key and no cached normals). Native (~0.7 us) when the generators' fields
+    could be located and checked, else through those calls (~90 us)."""
+    native = _global_seeder()
+    return native.seed if native is not None else _seed_slow
+
+
+def global_rng_states():
+    """A snapshot of ``random``'s, ``np.random``'s and torch's CPU generator states (~1 us
+    native, else through getstate()/get_state(), ~70 us): call the function returned to put
+    them back."""
+    native = _global_seeder()
+    if native is not None:
+        saved = native.save()
+        return lambda: native.restore(saved)
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+
+    def restore():
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+    return restore
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +288,10 @@ def rebuild(node, arrays, objects, collated):
 
 
 _NP_TO_TORCH = {}
+# Below this many elements torch.stack copies on the calling thread (at::internal::GRAIN_SIZE);
+# above, the consumer stacks with NumPy so that torch's thread pool does not compete with the
+# workers. torch.stack costs ~0.15 us a tensor, NumPy's ~1.2 us (each needs .numpy()).
+_SERIAL_STACK_ELEMENTS = 32768
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex32)
 
 
@@ -338,7 +432,8 @@ class Producer:
     def _stack_into(self, col, a, start, end):
         """Stacks column ``col`` (leaves like ``a``) into arena bytes [start, end)."""
         shape = (len(col), *a.shape)
-        if isinstance(a, torch.Tensor) and (self.unmap or a.dtype in _NOT_IN_NUMPY):
+        if isinstance(a, torch.Tensor) and (self.unmap or a.dtype in _NOT_IN_NUMPY or
+                                            len(col) * a.numel() < _SERIAL_STACK_ELEMENTS):
             torch.stack(col, out=self.arena_t[start:end].view(a.dtype).view(shape))
         else:  # the consumer: NumPy stacks on this thread, torch would wake its thread pool
             if isinstance(a, torch.Tensor):
@@ -424,12 +519,26 @@ def _leaf_arrays(payload, pool, lease):
     return arrays
 
 
+def _collate_column(col):
+    """default_collate of a column of one object leaf. Python ints or floats (gather_columns
+    checked that every sample's leaf has sample 0's exact type) go through NumPy: the same int64
+    or float64 tensor as torch.tensor(col) gives, 5x faster. Anything else, and ints beyond
+    int64 (torch's own overflow error), through default_collate."""
+    kind = type(col[0])
+    if kind is int or kind is float:
+        try:
+            return torch.from_numpy(np.array(col, np.int64 if kind is int else np.float64))
+        except OverflowError:
+            pass
+    return default_collate(col)
+
+
 def assemble(payload, pool, lease):
     """The consumer's half: the batch as tensors viewing the shared buffer (no copy)."""
     mode, struct, _, objects = payload
     arrays = _leaf_arrays(payload, pool, lease)
     if mode == "fast":
-        objects = [default_collate(col) for col in objects]
+        objects = [_collate_column(col) for col in objects]
     return rebuild(struct, arrays, objects, collated=(mode == "fast"))
 
 

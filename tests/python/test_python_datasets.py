@@ -17,7 +17,7 @@ import psutil
 import pytest
 import torch
 from torch.utils.data import (BatchSampler, Dataset, IterableDataset, RandomSampler,
-                              SequentialSampler, get_worker_info)
+                              SequentialSampler, default_collate, get_worker_info)
 
 import stoker
 
@@ -221,27 +221,67 @@ def test_batches_identical_for_any_worker_count_with_random_augmentation():
 def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normals():
     from stoker import _native, workers
     seeder = workers.sample_seeder()
+    assert seeder is not workers._seed_slow  # the generators' fields were located here
     draws = []
     for leftover in (False, True):
-        if leftover:  # a previous sample left a cached normal in both generators
+        if leftover:  # a previous sample left a cached normal in each generator
             random.gauss(0, 1)
             np.random.standard_normal()
+            while workers._torch_cpu_generator.get_state()[5040] != 1:  # normal_is_valid
+                torch.randn(1)
         seeder(5, 2, 11)
         draws.append((random.random(), random.gauss(0, 1), np.random.rand(),
-                      np.random.standard_normal(), torch.rand(1).item()))
+                      np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item()))
     key = _native.sample_seed(5, 2, 11)
+    assert torch.initial_seed() == key
     random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
     np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
                          624, 0, 0.0))
-    torch.manual_seed(key)
+    torch.set_rng_state(workers._torch_state(key, _native.mt19937_state(key, "torch")))
     expected = (random.random(), random.gauss(0, 1), np.random.rand(),
-                np.random.standard_normal(), torch.rand(1).item())
+                np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item())
     assert draws == [expected, expected]
     workers._seed_slow(5, 2, 12)  # the fallback path gives the same states as the native one
     slow = (random.random(), np.random.rand(), torch.rand(1).item())
     seeder(5, 2, 12)
     assert slow == (random.random(), np.random.rand(), torch.rand(1).item())
-    assert random.random() != np.random.rand()  # the two generators get different states
+    # The three generators get different states.
+    assert len({random.random(), np.random.rand(), torch.rand(1, dtype=torch.float64).item()}) == 3
+
+
+def test_global_rng_states_puts_back_every_generator_with_its_cached_normals():
+    from stoker import workers
+    random.seed(3)
+    np.random.seed(4)
+    torch.manual_seed(5)
+    random.gauss(0, 1)  # each generator now holds a cached normal
+    np.random.standard_normal()
+    while workers._torch_cpu_generator.get_state()[5040] != 1:
+        torch.randn(1)
+    restore = workers.global_rng_states()
+    before = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
+              np.random.rand(), torch.randn(3), torch.rand(2))
+    workers.sample_seeder()(1, 2, 3)
+    random.random(), np.random.rand(), torch.rand(5)
+    restore()
+    after = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
+             np.random.rand(), torch.randn(3), torch.rand(2))
+    assert before[:4] == after[:4]
+    assert torch.equal(before[4], after[4]) and torch.equal(before[5], after[5])
+
+
+@pytest.mark.parametrize("column", [[1, -2, 3], [0.5, 2.0, -1.25], [True, False], [2**70, 1],
+                                    [2**63 - 1, -2**63]])
+def test_number_columns_collate_exactly_as_default_collate(column):
+    from stoker import workers
+    try:
+        expected = default_collate(column)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            workers._collate_column(column)
+        return
+    got = workers._collate_column(column)
+    assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
 def test_resume_from_state_dict():
