@@ -54,22 +54,24 @@ class SharedPool {
     return std::atomic_ref<uint64_t>(control_[counter(c)]).fetch_add(count);
   }
 
-  // Drops this process's mapping of a buffer's pages (the data stays in the shared memory for
-  // the other processes): a worker calls it after writing a batch, so the pages count once, in
-  // the consumer, rather than in every worker that ever wrote the buffer.
+  // Drops this process's mapping of the whole pages in arena bytes [offset, offset + bytes) (the
+  // data stays in the shared memory for the other processes): a worker calls it after writing a
+  // chunk of a batch, so the pages do not count in every worker that ever wrote the buffer.
   void unmap_pages(size_t offset, size_t bytes) const {
-    const size_t start = (offset + 4095) / 4096 * 4096;
-    const size_t end = (offset + bytes) / 4096 * 4096;
-    if (end > start && end <= arena_->size())
-      madvise(arena_->base() + start, end - start, MADV_DONTNEED);
+    if (offset + bytes <= arena_->size()) drop_pages(arena_->base() + offset, bytes);
   }
 
+  // A buffer for the consumer. When its last owner here dies (the lease and every array
+  // viewing it), this process drops its mapping of the buffer's pages, then the buffer returns
+  // to the pool: its pages count in the consumer's RSS only while a batch in it is alive.
   std::shared_ptr<Lease> acquire(int64_t timeout_ms) {
     Buffer b = pool_->acquire_for(std::stop_token(), std::chrono::milliseconds(timeout_ms));
     if (!b) return nullptr;
     auto lease = std::make_shared<Lease>();
     lease->offset = arena_->offset_of(b.get());
-    lease->buffer = std::move(b);
+    std::byte* data = b.get();
+    lease->buffer = Buffer(data, [inner = std::move(b), bytes = pool_->buffer_bytes()](
+                                     std::byte* p) { drop_pages(p, bytes); });
     return lease;
   }
 
@@ -110,6 +112,14 @@ class SharedPool {
   static size_t counter(size_t c) {
     if (c >= kCounters) throw InvalidArgument("claim counter out of range");
     return c;
+  }
+
+  // Drops this process's mapping of the whole pages inside [p, p + bytes).
+  static void drop_pages(std::byte* p, size_t bytes) {
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t start = (at + 4095) / 4096 * 4096;
+    const uintptr_t end = (at + bytes) / 4096 * 4096;
+    if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
   }
 
   std::shared_ptr<SharedArena> arena_;

@@ -455,6 +455,7 @@ class _PythonIterator:
         self.holder = [None]
         # tid -> (worker, lease, batch no, indices, claim counter or None)
         self.inflight = collections.OrderedDict()
+        self.helped = {}  # tid -> this process's answers for chunks of a batch not yet due
         self.next_tid = 0
         self.rr = 0
         self.active = list(range(self.n))
@@ -596,14 +597,33 @@ class _PythonIterator:
             batch = _to_numpy(batch)
         return batch
 
-    def _help(self, indices, lease, counter):
-        """This process's part of a claimed batch it waits for, as a worker's message."""
-        task = (None, self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter)
+    def _help(self, indices, lease, counter, max_chunks=None):
+        """This process's part of a claimed batch (all of what is left, or ``max_chunks``
+        chunks of it), as a worker's message."""
         try:
             with _caller_rng_states_kept(self.loader.seed_samples):
-                return (None,) + self.main_producer.produce(task)
+                return (None, "batch", self.main_producer.produce_claimed(
+                    self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter,
+                    max_chunks))
         except Exception as e:
             return (None, "error", workers.pack_error(e, None))
+
+    def _help_ahead(self, tid):
+        """While the last chunks of batch ``tid`` are still with its worker, this process
+        produces chunks of the batches after it, one at a time, so that it does not idle.
+        Returns tid's answer as soon as it is here, None when nothing is left to help with."""
+        for later, (_, lease, _, indices, counter) in list(self.inflight.items())[1:]:
+            if counter is None:
+                continue
+            while True:
+                part = self._help(indices, lease, counter, max_chunks=1)
+                self.helped.setdefault(later, []).append(part)
+                msg = self._receive(tid, poll_only=True)
+                if msg is not None or part[1] == "error":
+                    return msg
+                if not part[2][1]:  # nothing left to claim here (or the samples differ)
+                    break
+        return None
 
     def _next_remote(self):
         if self.workers.started < self.n and self.delivered:
@@ -615,13 +635,14 @@ class _PythonIterator:
                 raise StopIteration
             tid = next(iter(self.inflight))
             w, lease, _, indices, counter = self.inflight[tid]
-            msgs = []
+            msgs = self.helped.pop(tid, [])
+            msg = None
             if counter is not None:
                 msg = self._receive(tid, poll_only=True)
                 if msg is None:  # not ready: produce what the worker has not claimed yet
                     msgs.append(self._help(indices, lease, counter))
-                    msg = self._receive(tid)
-            else:
+                    msg = self._receive(tid, poll_only=True) or self._help_ahead(tid)
+            if msg is None:
                 msg = self._receive(tid)
             msgs.append(msg)
             del self.inflight[tid]
@@ -704,6 +725,7 @@ class _PythonIterator:
         w = self.holder[0]
         self.holder[0] = None
         self.inflight.clear()
+        self.helped.clear()
         if w is None:
             return
         if clean and self.loader.persistent_workers and isinstance(w, _ProcessWorkers):

@@ -379,7 +379,7 @@ class Producer:
             return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
         return ("batch", self.publish_samples(samples, offset, capacity))
 
-    def produce_claimed(self, epoch, indices, offset, capacity, counter):
+    def produce_claimed(self, epoch, indices, offset, capacity, counter, max_chunks=None):
         """Samples of one batch that this process produces together with others: it claims
         chunks of the batch from the pool's shared ``counter`` until none is left, and writes
         their array leaves straight into their rows of the batch buffer (one stack per leaf and
@@ -387,12 +387,13 @@ class Producer:
         batch size alone, so every producer computes the same one. Returns ("claimed", struct,
         places, [(first row, rows, object columns)]): struct None when this process claimed
         nothing, False when samples differ in structure, leaf types or shapes, or do not fit (the
-        consumer then collates the batch as default_collate does)."""
+        consumer then collates the batch as default_collate does). ``max_chunks``: stop after
+        claiming that many chunks."""
         n = len(indices)
         chunk = -(-n // 8)
         struct, places, parts = None, None, []
         mismatch = ("claimed", False, None, None)
-        while True:
+        while max_chunks is None or len(parts) < max_chunks:
             j0 = self.pool.claim(counter, chunk)
             if j0 >= n:
                 break
@@ -424,6 +425,8 @@ class Producer:
                     self._stack_into(col, a, start, end)
                 except (RuntimeError, ValueError, TypeError):
                     return mismatch
+                if self.unmap:  # a chunk's pages count in this process only while written
+                    self.pool.unmap_pages(start, end - start)
             parts.append((j0, len(rows), ocolumns))
         if struct is not None and self.unmap:
             self.pool.unmap_pages(offset, places[-1][0] + places[-1][1] * n if places else 0)

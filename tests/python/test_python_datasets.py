@@ -376,6 +376,44 @@ def test_error_in_the_shared_first_batch_names_the_sample():
                                             for k in range(4, 20, 4)]
 
 
+class SlowFailing(Failing):
+    def __getitem__(self, i):
+        time.sleep(0.001 * (i % 3))  # uneven: producers finish their chunks at different times
+        return super().__getitem__(i)
+
+
+def test_error_in_a_batch_the_consumer_helped_ahead_with_comes_in_order():
+    # The consumer produces chunks of later batches while the worker finishes the one due; a
+    # failure there must surface when its batch is due, after every batch before it.
+    for bad in (13, 22, 30):
+        loader = stoker.DataLoader(SlowFailing(bad=bad, n=40), batch_size=4, num_workers=1)
+        got = []
+        with pytest.raises(ValueError, match=f"bad sample {bad}") as info:
+            for b in loader:
+                got.append(b.flatten().tolist())
+        assert info.value.index == bad
+        assert got == [list(range(k, k + 4)) for k in range(0, bad // 4 * 4, 4)]
+
+
+def test_the_consumer_drops_its_pages_of_recycled_buffers():
+    def shmem_kib():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("RssShmem"))
+
+    class Big(Dataset):
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, i):
+            return torch.full((256, 1024), float(i))  # 1 MiB
+
+    before = shmem_kib()
+    for b in stoker.DataLoader(Big(), batch_size=4, num_workers=1):
+        assert b.sum().item() > -1  # touches every page of the 4 MiB batch
+    del b
+    assert shmem_kib() - before < 1024  # not the 8+ MiB of the buffers it touched
+
+
 def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
     start = time.monotonic()
     with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
