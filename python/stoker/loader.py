@@ -65,7 +65,8 @@ def _torch_available():
 
 _PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
                 "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
-                "generator": None, "worker_type": "auto", "seed_samples": True}
+                "generator": None, "worker_type": "auto", "seed_samples": True,
+                "consumer_helps": True}
 
 
 def _is_native(dataset):

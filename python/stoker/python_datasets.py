@@ -280,8 +280,8 @@ class PythonDataLoader:
     def _init_python(self, dataset, batch_size, shuffle, seed, drop_last, num_workers,
                      prefetch_factor, memory_budget, rank, world_size, output, on_error,
                      sampler, batch_sampler, collate_fn, worker_init_fn, timeout,
-                     persistent_workers, generator, worker_type, seed_samples, parse_bytes,
-                     env_int):
+                     persistent_workers, generator, worker_type, seed_samples, consumer_helps,
+                     parse_bytes, env_int):
         shuffle = bool(shuffle) if shuffle is not None else False
         validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
                  timeout, persistent_workers, worker_type)
@@ -291,6 +291,8 @@ class PythonDataLoader:
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
         if on_error != "raise":
             raise ValueError('on_error must be "raise" for Python datasets')
+        if not isinstance(consumer_helps, bool):
+            raise TypeError(f"consumer_helps must be True or False, got {consumer_helps!r}")
         if prefetch_factor != "auto" and (not isinstance(prefetch_factor, int)
                                           or not 1 <= prefetch_factor <= 64):
             raise ValueError(f'prefetch_factor must be "auto" or an integer in [1, 64], got '
@@ -311,6 +313,7 @@ class PythonDataLoader:
         self.output = output
         self.on_error = on_error
         self.seed_samples = seed_samples
+        self.consumer_helps = consumer_helps
         user_order = sampler is not None or batch_sampler is not None
         self.rank = 0 if user_order or self._iterable else (
             env_int("RANK", 0) if rank is None else rank)
@@ -327,11 +330,11 @@ class PythonDataLoader:
         if worker_type == "auto":
             worker_type = "thread" if _free_threaded() else "process"
         self.worker_type = worker_type
-        # "auto": with process workers the consumer produces samples of the batch it waits for
+        # "auto": with process workers the consumer produces samples of the batches it waits for
         # (see _PythonIterator), so it counts as one of the cores' producers.
         cores = min(_native.usable_cores(), 16)
-        self._workers_n = max(1, cores - (worker_type == "process")) if num_workers == "auto" \
-            else num_workers
+        helper = worker_type == "process" and consumer_helps and not timeout
+        self._workers_n = max(1, cores - helper) if num_workers == "auto" else num_workers
         # "auto": decided by the first batch's size (None until then), as the native autotune
         # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.
         self._prefetch = None if prefetch_factor == "auto" else prefetch_factor
@@ -469,11 +472,13 @@ class _PythonIterator:
                 from torch.utils.data._utils import worker as tw
                 tw._worker_info = None
             return
-        # Batches whose samples this process may help produce while it waits for them (see
-        # Producer.produce_claimed): the first batch comes at once, and the consumer's idle time
-        # is a producer's, so fewer worker processes are needed.
+        # Batches shared out by claims (see Producer.produce_claimed): this process helps produce
+        # those it waits for, so the first batch comes at once and the consumer's idle time is a
+        # producer's: fewer worker processes are needed. Not with consumer_helps=False, nor with
+        # a timeout: a sample that hangs here could not be timed out.
         self.claims = (not self.iterable and self.auto and loader.collate_fn is None
                        and loader.worker_type == "process")
+        self.helps = self.claims and loader.consumer_helps and not loader.timeout
         if loader.worker_type == "thread":
             self.workers = _ThreadWorkers(loader.dataset, self.n, cfg)
             self.pool = None
@@ -487,9 +492,9 @@ class _PythonIterator:
                 # One worker before the first batch (which this process helps produce), the
                 # others once it is out: each fork copies the page tables, ~7 ms for 300 MB.
                 self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, self.pool,
-                                               loader._arena, 1 if self.claims else self.n)
+                                               loader._arena, 1 if self.helps else self.n)
             self.main_producer = workers.Producer(loader.dataset, cfg, self.pool,
-                                                  loader._arena) if self.claims else None
+                                                  loader._arena) if self.helps else None
         self.active = list(range(self.workers.started))
         self.delivered = False
         self.holder[0] = self.workers
@@ -637,7 +642,7 @@ class _PythonIterator:
             w, lease, _, indices, counter = self.inflight[tid]
             msgs = self.helped.pop(tid, [])
             msg = None
-            if counter is not None:
+            if counter is not None and self.helps:
                 msg = self._receive(tid, poll_only=True)
                 if msg is None:  # not ready: produce what the worker has not claimed yet
                     msgs.append(self._help(indices, lease, counter))
@@ -766,7 +771,7 @@ class PythonLoader(DataLoader, PythonDataLoader):
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", *, sampler=None, batch_sampler=None, collate_fn=None,
                  worker_init_fn=None, timeout=0, persistent_workers=False, generator=None,
-                 worker_type="auto", seed_samples=True):
+                 worker_type="auto", seed_samples=True, consumer_helps=True):
         if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
@@ -777,7 +782,7 @@ class PythonLoader(DataLoader, PythonDataLoader):
                           prefetch_factor, memory_budget, rank, world_size, output, on_error,
                           sampler, batch_sampler, collate_fn, worker_init_fn, timeout,
                           persistent_workers, generator, worker_type, seed_samples,
-                          _loader._parse_bytes, _loader._env_int)
+                          consumer_helps, _loader._parse_bytes, _loader._env_int)
 
     @property
     def num_workers(self):

@@ -365,6 +365,18 @@ def test_the_consumer_produces_samples_of_the_batch_it_waits_for():
     assert loader.stats()["pickled_batches"] == 0
 
 
+def test_without_consumer_help_every_sample_runs_in_a_worker():
+    ref = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=0))
+    loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=2,
+                               consumer_helps=False)
+    got = list(loader)
+    pids = {p for _, ps in got for p in ps.tolist()}
+    assert os.getpid() not in pids and len(pids) == 2
+    assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]
+    with pytest.raises(TypeError, match="consumer_helps must be True or False"):
+        stoker.DataLoader(WhoRan(), consumer_helps="no")
+
+
 def test_error_in_the_shared_first_batch_names_the_sample():
     for bad in range(4):  # whichever process claims it
         loader = stoker.DataLoader(Failing(bad=bad), batch_size=4, num_workers=2)
@@ -418,7 +430,8 @@ def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
     start = time.monotonic()
     with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
                                                  r"SIGKILL") as info:
-        list(stoker.DataLoader(Killing(), batch_size=2, num_workers=2))
+        # consumer_helps=False: every sample runs in a worker, none in this process
+        list(stoker.DataLoader(Killing(), batch_size=2, num_workers=2, consumer_helps=False))
     assert time.monotonic() - start < 10
     assert not psutil.pid_exists(info.value.pid) or \
         psutil.Process(info.value.pid).status() == psutil.STATUS_ZOMBIE
