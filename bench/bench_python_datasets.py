@@ -4,14 +4,16 @@ Two datasets: "heavy" (PIL JPEG decode + NumPy augmentation, CPU-bound) and "lig
 small tensors). For each: both loaders at equal num_workers, each at its best num_workers, and
 Stoker's default (num_workers="auto"). Reports samples/s, time to first batch and peak RSS summed
 over the main process and its workers (sampled every 10 ms with psutil). Each measurement runs in
-a fresh subprocess.
+a fresh subprocess; every configuration runs --repeat times, the rounds interleaved (so a slow
+spell of this shared machine hits all of them alike), and the median of each figure is shown.
 
-    python bench/bench_python_datasets.py [--quick]
+    python bench/bench_python_datasets.py [--repeat 3] [--datasets heavy,light]
 """
 
 import argparse
 import io
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -121,22 +123,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--workers", default="0,1,2")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--datasets", default="heavy,light")
     args = ap.parse_args()
     if args.child:
         kind, which, workers = args.child
         print(json.dumps(measure(kind, which, workers if workers == "auto" else int(workers))))
         return
     counts = [int(w) for w in args.workers.split(",")]
-    print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}")
-    for which in ("heavy", "light"):
-        results = {}
+    print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}, "
+          f"median of {args.repeat} interleaved runs")
+    for which in args.datasets.split(","):
         print(f"\n== {which} dataset")
         print("(noseed: stoker with seed_samples=False)")
         print(f"{'workers':>7} {'loader':>7} {'samples/s':>10} {'first batch':>12} "
               f"{'peak RSS':>10}")
         runs = [(w, kind) for w in counts for kind in ("torch", "stoker", "noseed")]
-        for w, kind in runs + [("auto", "stoker")]:
-            r = results[(kind, w)] = run_child(kind, which, w)
+        runs.append(("auto", "stoker"))
+        rounds = [{(kind, w): run_child(kind, which, w) for w, kind in runs}
+                  for _ in range(args.repeat)]
+        results = {key: {f: statistics.median(r[key][f] for r in rounds)
+                         for f in rounds[0][key]} for key in rounds[0]}
+        for w, kind in runs:
+            r = results[(kind, w)]
             print(f"{w:>7} {kind:>7} {r['samples_s']:>10.0f} {r['first_s'] * 1e3:>10.0f}ms "
                   f"{r['peak_rss'] / 2**20:>8.0f}MiB", flush=True)
         for w in counts:

@@ -114,7 +114,7 @@ def _locate_torch_generator():
     marked = _torch_state(marker, words, left=7, next_word=617, double_normal=-1.75,
                           float_normal=3.25)
     gen.set_state(marked)
-    if not torch.equal(gen.get_state(), marked):
+    if gen.get_state().numpy().tobytes() != marked.numpy().tobytes():
         return None
     at = _word_offset(ctypes.string_at(impl, 512), [marker], "Q")
     if at < 0 or struct.unpack("<i?xxxI", ctypes.string_at(impl + at + 8, 12)) != (7, True, 617) \
@@ -176,9 +176,9 @@ def _locate_global_rngs():
         if list(got_py[1]) != _native.mt19937_state(key, "random") + [624] or \
                 got_py[2] is not None or \
                 got_np[1].tolist() != _native.mt19937_state(key, "numpy") or \
-                got_np[2:] != (624, 0, 0.0) or not torch.equal(
-                    _torch_cpu_generator.get_state(),
-                    _torch_state(key, _native.mt19937_state(key, "torch"))):
+                got_np[2:] != (624, 0, 0.0) or \
+                _torch_cpu_generator.get_state().numpy().tobytes() != \
+                _torch_state(key, _native.mt19937_state(key, "torch")).numpy().tobytes():
             return None
         return seeder
     except Exception:
