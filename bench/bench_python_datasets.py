@@ -78,6 +78,28 @@ def total_rss(pid):
     return total
 
 
+def measure_steady(kind, which, workers, epochs):
+    """Samples/s of each epoch after the first, workers kept between epochs."""
+    import torch
+
+    import stoker
+    ds, bs = make_datasets()[which]
+    if kind == "torch":
+        loader = torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=True,
+                                             num_workers=workers,
+                                             persistent_workers=workers > 0)
+    else:
+        loader = stoker.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=workers,
+                                   worker_type="process", persistent_workers=True)
+    rates = []
+    for _ in range(epochs + 1):
+        start, n = time.perf_counter(), 0
+        for batch in loader:
+            n += len(batch[1])
+        rates.append(n / (time.perf_counter() - start))
+    return {"samples_s": rates[1:]}
+
+
 def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's default)
     """One run in this process: returns samples/s, first-batch seconds, peak total RSS."""
     import torch
@@ -113,9 +135,9 @@ def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's defau
     return {"samples_s": n / elapsed, "first_s": first, "peak_rss": peak[0]}
 
 
-def run_child(kind, which, workers):
-    out = subprocess.run([sys.executable, HERE, "--child", kind, which, str(workers)],
-                         capture_output=True, text=True, check=True)
+def run_child(kind, which, workers, steady=0):
+    out = subprocess.run([sys.executable, HERE, "--child", kind, which, str(workers),
+                          "--steady", str(steady)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -125,10 +147,16 @@ def main():
     ap.add_argument("--workers", default="0,1,2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--datasets", default="heavy,light")
+    ap.add_argument("--steady", type=int, default=5,
+                    help="epochs after the first for the steady-state line (0: none)")
     args = ap.parse_args()
     if args.child:
         kind, which, workers = args.child
-        print(json.dumps(measure(kind, which, workers if workers == "auto" else int(workers))))
+        workers = workers if workers == "auto" else int(workers)
+        if args.steady and kind.startswith("steady-"):
+            print(json.dumps(measure_steady(kind[7:], which, workers, args.steady)))
+        else:
+            print(json.dumps(measure(kind, which, workers)))
         return
     counts = [int(w) for w in args.workers.split(",")]
     print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}, "
@@ -166,6 +194,13 @@ def main():
         print(f"stoker default (auto) vs torch best ({bt} workers): throughput "
               f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "
               f"{s['first_s'] / t['first_s']:.2f}x, peak RSS {s['peak_rss'] / t['peak_rss']:.2f}x")
+        if args.steady:  # epochs 2.. of one loader: no start-up (fork, first faults) in them
+            tr = run_child("steady-torch", which, bt, args.steady)["samples_s"]
+            sr = run_child("steady-stoker", which, "auto", args.steady)["samples_s"]
+            t_med, s_med = statistics.median(tr), statistics.median(sr)
+            print(f"steady state, median of {args.steady} epochs after the first (persistent "
+                  f"workers): torch {bt} workers {t_med:.0f}/s, stoker auto {s_med:.0f}/s: "
+                  f"{s_med / t_med:.2f}x")
 
 
 if __name__ == "__main__":
