@@ -21,13 +21,11 @@ import gc
 import multiprocessing
 import os
 import pickle
-import random
 import signal
 import sys
 import time
 import weakref
 
-import numpy as np
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
