@@ -13,5 +13,6 @@ void register_loader(nb::module_& m);
 void register_images(nb::module_& m);
 void register_tune(nb::module_& m);
 void register_workers(nb::module_& m);
+void register_seeding(nb::module_& m);
 
 }  // namespace stoker::python

@@ -9,4 +9,5 @@ NB_MODULE(_native, m) {
   stoker::python::register_images(m);
   stoker::python::register_tune(m);
   stoker::python::register_workers(m);
+  stoker::python::register_seeding(m);
 }

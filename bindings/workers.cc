@@ -1,8 +1,8 @@
 // What the Python-dataset front (python/stoker/workers.py) needs from the engine: the epoch order
-// (so a Python dataset visits samples exactly as a native one does), per-sample seeding of the
-// interpreter's global generators, the check that a batch's samples share one structure (and
-// their leaves as columns), and a pool of batch buffers in shared memory, with claim counters,
-// that worker processes and the consumer write and the consumer exports without a copy.
+// (so a Python dataset visits samples exactly as a native one does), the check that a batch's
+// samples share one structure (and their leaves as columns), and a pool of batch buffers in
+// shared memory, with claim counters, that worker processes and the consumer write and the
+// consumer exports without a copy. Per-sample seeding is in seeding.cc.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -23,7 +23,6 @@
 #include "stoker/batch_pool.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"
-#include "stoker/random.h"
 #include "stoker/shared_arena.h"
 
 namespace stoker::python {
@@ -127,114 +126,6 @@ class SharedPool {
   std::shared_ptr<BatchPool> pool_;
 };
 
-// Seeds the interpreter's global generators for one sample by writing their states in place:
-// Python's `random`, NumPy's legacy `np.random` and torch's default CPU generator (all MT19937)
-// get states expanded from keys derived from the sample key. The setstate()/set_state() calls
-// that do the same cost ~8 us a sample, torch's manual_seed alone ~1.1 us; this ~0.6 us. The
-// field addresses come from workers.py, which locates them once and checks them against
-// getstate()/get_state(); it falls back to those calls when they cannot be verified.
-class GlobalSeeder {
- public:
-  // torch's at::mt19937_data_pod (ATen/core/MT19937RNGEngine.h), the engine of CPUGeneratorImpl.
-  struct TorchMt {
-    uint64_t seed;
-    int32_t left;
-    bool seeded;
-    uint32_t next;
-    uint32_t state[624];
-  };
-  static_assert(offsetof(TorchMt, left) == 8 && offsetof(TorchMt, next) == 16 &&
-                offsetof(TorchMt, state) == 20);
-
-  GlobalSeeder(uintptr_t py_index, uintptr_t py_state, nb::object py_instance, uintptr_t np_key,
-               uintptr_t np_pos, uintptr_t np_has_gauss, uintptr_t np_gauss, uintptr_t torch_mt,
-               uintptr_t torch_float_engaged, uintptr_t torch_double_engaged)
-      : py_index_(reinterpret_cast<int*>(py_index)),
-        py_state_(reinterpret_cast<uint32_t*>(py_state)),
-        py_instance_(std::move(py_instance)),
-        np_key_(reinterpret_cast<uint32_t*>(np_key)),
-        np_pos_(reinterpret_cast<int*>(np_pos)),
-        np_has_gauss_(reinterpret_cast<int*>(np_has_gauss)),
-        np_gauss_(reinterpret_cast<double*>(np_gauss)),
-        torch_mt_(reinterpret_cast<TorchMt*>(torch_mt)),
-        torch_float_engaged_(reinterpret_cast<bool*>(torch_float_engaged)),
-        torch_double_engaged_(reinterpret_cast<bool*>(torch_double_engaged)),
-        fields_{{{py_index_, sizeof(int)},
-                 {py_state_, 624 * 4},
-                 {np_key_, 624 * 4},
-                 {np_pos_, sizeof(int)},
-                 {np_has_gauss_, sizeof(int)},
-                 {np_gauss_, sizeof(double)},
-                 {torch_mt_, sizeof(TorchMt)},
-                 // std::optional<float> / <double>: the value, then the engaged flag
-                 {torch_float_engaged_ - sizeof(float), sizeof(float) + 1},
-                 {torch_double_engaged_ - sizeof(double), sizeof(double) + 1}}} {}
-
-  // The keys each generator's state derives from: distinct, so the streams differ.
-  static uint64_t python_key(uint64_t key) { return mix64(key ^ 0x5851f42d4c957f2dULL); }
-  static uint64_t numpy_key(uint64_t key) { return mix64(key ^ 0x14057b7ef767814fULL); }
-  static uint64_t torch_key(uint64_t key) { return mix64(key ^ 0x2545f4914f6cdd1dULL); }
-
-  // Seeds for sample `index` of `epoch`: key = hash_key(seed, epoch, index). torch's generator
-  // reports `key` as its initial_seed(); its state is not manual_seed(key)'s (that chains 624
-  // dependent multiplies) but expanded like the others, with no cached normals.
-  // REQUIRES: the GIL (the generators are the interpreter's; torch's lock is not taken, as no
-  // other thread may draw from a generator while a sample is seeded).
-  void seed(uint64_t seed, uint64_t epoch, uint64_t index) {
-    const uint64_t key = hash_key(seed, epoch, index);
-    expand_mt19937_state(python_key(key), py_state_);
-    *py_index_ = 624;  // the next draw regenerates the whole state
-    py_instance_.attr("gauss_next") = nb::none();
-    expand_mt19937_state(numpy_key(key), np_key_);
-    *np_pos_ = 624;
-    *np_has_gauss_ = 0;
-    *np_gauss_ = 0.0;
-    expand_mt19937_state(torch_key(key), torch_mt_->state);
-    torch_mt_->seed = key;
-    torch_mt_->left = 1;  // the next draw regenerates the whole state
-    torch_mt_->seeded = true;
-    torch_mt_->next = 0;
-    *torch_float_engaged_ = false;
-    *torch_double_engaged_ = false;
-  }
-
-  // The three generators' states, for restore(): the fields seed() writes, as bytes, and
-  // `random`'s cached gauss_next. ~1 us; getstate()/setstate() of the three ~70 us.
-  // REQUIRES: the GIL.
-  nb::tuple save() const {
-    std::string blob;
-    for (const auto& [at, bytes] : fields_) blob.append(static_cast<const char*>(at), bytes);
-    return nb::make_tuple(nb::bytes(blob.data(), blob.size()), py_instance_.attr("gauss_next"));
-  }
-
-  // Puts back the states save() took. REQUIRES: the GIL; `saved` from this seeder's save().
-  void restore(const nb::tuple& saved) {
-    const nb::bytes blob = nb::cast<nb::bytes>(saved[0]);
-    size_t total = 0;
-    for (const auto& field : fields_) total += field.second;
-    if (blob.size() != total) throw InvalidArgument("not a state from this seeder's save()");
-    const char* from = blob.c_str();
-    for (const auto& [at, bytes] : fields_) {
-      std::memcpy(at, from, bytes);
-      from += bytes;
-    }
-    py_instance_.attr("gauss_next") = saved[1];
-  }
-
- private:
-  int* py_index_;
-  uint32_t* py_state_;
-  nb::object py_instance_;
-  uint32_t* np_key_;
-  int* np_pos_;
-  int* np_has_gauss_;
-  double* np_gauss_;
-  TorchMt* torch_mt_;
-  bool* torch_float_engaged_;
-  bool* torch_double_engaged_;
-  std::array<std::pair<void*, size_t>, 9> fields_;  // what save() and restore() copy
-};
-
 // Checks that `obj` has the structure `node` (a node of workers.flatten's tree, built from sample
 // 0 of a batch) and appends its leaves to the columns: array leaf k to array_cols[k], object leaf
 // k to object_cols[k]. Types must match sample 0's exactly (array leaves: `array_types[k]`, and
@@ -299,9 +190,6 @@ bool gather(nb::handle node, nb::handle obj, const nb::tuple& array_types,
 }  // namespace
 
 void register_workers(nb::module_& m) {
-  m.def("sample_seed", &hash_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("index"),
-        "The per-sample key of (seed, epoch, index): random.h's hash_key.");
-
   m.def(
       "gather_columns",
       [](nb::handle structure, const nb::sequence& samples, const nb::tuple& array_types,
@@ -320,32 +208,6 @@ void register_workers(nb::module_& m) {
       "The batch's leaves as columns (array columns, object columns) when every sample has "
       "`structure` (workers.flatten's tree of sample 0) with leaves of the same types, else "
       "None. np_dtypes[k]: the dtype NumPy leaf k must have (None for tensors).");
-
-  m.def(
-      "mt19937_state",
-      [](uint64_t key, const std::string& generator) {
-        uint64_t k = generator == "random"  ? GlobalSeeder::python_key(key)
-                     : generator == "numpy" ? GlobalSeeder::numpy_key(key)
-                     : generator == "torch"
-                         ? GlobalSeeder::torch_key(key)
-                         : throw InvalidArgument("generator: random, numpy or torch");
-        std::vector<uint32_t> words(624);
-        expand_mt19937_state(k, words.data());
-        return words;
-      },
-      nb::arg("key"), nb::arg("generator"),
-      "The 624-word MT19937 state GlobalSeeder gives `generator` (\"random\", \"numpy\" or "
-      "\"torch\") for a sample key.");
-
-  nb::class_<GlobalSeeder>(m, "GlobalSeeder")
-      .def(nb::init<uintptr_t, uintptr_t, nb::object, uintptr_t, uintptr_t, uintptr_t, uintptr_t,
-                    uintptr_t, uintptr_t, uintptr_t>(),
-           nb::arg("py_index"), nb::arg("py_state"), nb::arg("py_instance"), nb::arg("np_key"),
-           nb::arg("np_pos"), nb::arg("np_has_gauss"), nb::arg("np_gauss"), nb::arg("torch_mt"),
-           nb::arg("torch_float_engaged"), nb::arg("torch_double_engaged"))
-      .def("seed", &GlobalSeeder::seed, nb::arg("seed"), nb::arg("epoch"), nb::arg("index"))
-      .def("save", &GlobalSeeder::save)
-      .def("restore", &GlobalSeeder::restore, nb::arg("saved"));
 
   m.def(
       "plan_num_batches",

@@ -289,6 +289,9 @@ class PythonDataLoader:
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
         if on_error != "raise":
             raise ValueError('on_error must be "raise" for Python datasets')
+        if not (isinstance(seed_samples, bool) or seed_samples == "always"):
+            raise ValueError(f'seed_samples must be True, False or "always", got '
+                             f'{seed_samples!r}')
         if not isinstance(consumer_helps, bool):
             raise TypeError(f"consumer_helps must be True or False, got {consumer_helps!r}")
         if prefetch_factor != "auto" and (not isinstance(prefetch_factor, int)
@@ -708,14 +711,13 @@ class _PythonIterator:
             if nxt is None:
                 raise StopIteration
             _, indices = nxt
-            samples = []
-            for i in indices:
-                try:
-                    samples.append(p.fetch(self.epoch, i))
-                except Exception as e:
-                    self.cursor[1] += 1
-                    raise _error_class(type(e))(
-                        f"sample {i}: {type(e).__qualname__}: {e}", i) from e
+            try:
+                samples = p.fetch(self.epoch, indices)
+            except Exception as e:
+                self.cursor[1] += 1
+                i = getattr(e, "_stoker_index", None)
+                raise _error_class(type(e))(
+                    f"sample {i}: {type(e).__qualname__}: {e}", i) from e
             if not self.auto:
                 return self._deliver(p.collate(samples[0]), 1)
             cf = self.loader.collate_fn or default_collate

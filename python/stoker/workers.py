@@ -8,7 +8,8 @@ How a batch travels (process workers):
    buffer offset, buffer bytes, counter)``: a few dozen bytes.
 2. The worker, and the consumer while it waits for that batch, claim chunks of the batch from the
    counter (Producer.produce_claimed). Before each ``__getitem__`` they seed ``random``,
-   ``numpy.random`` and ``torch`` from (seed, epoch, index). With the default collate and samples
+   ``numpy.random`` and ``torch`` from (seed, epoch, index) (``_native.SampleFetcher``: adaptive,
+   see bindings/seeding.cc). With the default collate and samples
    of one structure (checked in C++), leaf k of a chunk is written with one
    ``torch.stack(..., out=)`` into its rows of the shared buffer. Non-array leaves (numbers,
    strings, other objects) travel pickled, a column per leaf, and are collated by torch's
@@ -210,6 +211,17 @@ def sample_seeder():
     return native.seed if native is not None else _seed_slow
 
 
+def sample_fetcher(seed, seed_samples):
+    """A ``_native.SampleFetcher``: ``fetch(dataset, epoch, indices)`` runs ``dataset[i]`` for
+    chunks of indices, seeded per
+    sample as ``seed_samples`` says: True (adaptive: a generator the dataset does not draw from is
+    checked instead of written, see bindings/seeding.cc), "always" or False."""
+    mode = {True: "adaptive", "always": "always", False: "off"}[seed_samples]
+    native = _global_seeder() if mode != "off" else None
+    return _native.SampleFetcher(seed, mode, native,
+                                 _seed_slow if native is None else None)
+
+
 def global_rng_states():
     """A snapshot of ``random``'s, ``np.random``'s and torch's CPU generator states (~1 us
     native, else through getstate()/get_state(), ~70 us): call the function returned to put
@@ -333,14 +345,14 @@ class Producer:
         self.unmap = unmap  # a worker process: drop its mapping of each buffer it wrote
         self.iterator = None
         self.iter_epoch = None
-        self.seed = sample_seeder() if cfg["seed_samples"] else None
+        self.fetcher = sample_fetcher(cfg["seed"], cfg["seed_samples"])
 
     # -- fetching ---------------------------------------------------------------------------
 
-    def fetch(self, epoch, index):
-        if self.seed is not None:
-            self.seed(self.cfg["seed"], epoch, index)
-        return self.dataset[index]
+    def fetch(self, epoch, indices):
+        """[dataset[i] for i in indices], seeded per sample; an exception carries the index of
+        its sample as ``_stoker_index``."""
+        return self.fetcher.fetch(self.dataset, epoch, indices)
 
     def fetch_iterable(self, epoch, count):
         """Up to ``count`` samples of this worker's copy of an IterableDataset; [] at its end."""
@@ -368,13 +380,7 @@ class Producer:
             if not self.cfg["auto_batch"]:
                 return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
             return ("batch", self.publish_samples(samples, offset, capacity))
-        samples = []
-        for i in indices:
-            try:
-                samples.append(self.fetch(epoch, i))
-            except BaseException as e:
-                e._stoker_index = i
-                raise
+        samples = self.fetch(epoch, indices)
         if not self.cfg["auto_batch"]:
             return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
         return ("batch", self.publish_samples(samples, offset, capacity))
@@ -398,13 +404,7 @@ class Producer:
             if j0 >= n:
                 break
             rows = range(j0, min(n, j0 + chunk))
-            samples = []
-            for j in rows:
-                try:
-                    samples.append(self.fetch(epoch, indices[j]))
-                except BaseException as e:
-                    e._stoker_index = indices[j]
-                    raise
+            samples = self.fetch(epoch, indices[j0:j0 + chunk])
             got = _columns(samples)
             if got is None:
                 return mismatch

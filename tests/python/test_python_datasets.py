@@ -249,6 +249,81 @@ def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normal
     assert len({random.random(), np.random.rand(), torch.rand(1, dtype=torch.float64).item()}) == 3
 
 
+class SometimesRandom(Dataset):
+    """Draws from one global generator only for some samples, after many that draw from none:
+    the adaptive seeding must still give those the seeded states."""
+
+    def __len__(self):
+        return 240
+
+    def __getitem__(self, i):
+        if i < 150 or i % 7:
+            return torch.tensor([i, 0.0], dtype=torch.float64)
+        draw = (random.random, np.random.rand, lambda: torch.rand(1).item(),
+                lambda: random.gauss(0, 1))[i % 4]()
+        return torch.tensor([i, draw], dtype=torch.float64)
+
+
+def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
+    from stoker import _native, workers
+
+    def expected(i):
+        workers._seed_slow(5, 1, i)
+        return SometimesRandom()[i]
+
+    def run(workers_n, mode):
+        loader = stoker.DataLoader(SometimesRandom(), batch_size=16, shuffle=True, seed=5,
+                                   num_workers=workers_n, seed_samples=mode)
+        loader.set_epoch(1)
+        return torch.cat(list(loader))
+    ref = run(0, "always")
+    assert torch.equal(ref[ref[:, 0].argsort()],
+                       torch.stack([expected(i) for i in range(240)]))
+    assert (ref[:, 1] != 0).sum() == sum(1 for i in range(150, 240) if i % 7 == 0)
+    for workers_n in (0, 1, 2):
+        assert torch.equal(run(workers_n, True), ref)
+    # The fetcher itself: generators no sample drew from are checked, not written; a sample that
+    # drew from one runs again with it seeded, which is seeded from then on.
+    calls = collections.Counter()
+
+    class Counting(SometimesRandom):
+        def __getitem__(self, i):
+            calls[i] += 1
+            return super().__getitem__(i)
+    fetcher = workers.sample_fetcher(5, True)
+    got = fetcher.fetch(Counting(), 1, list(range(150)))
+    assert fetcher.modes == ["lazy", "lazy", "lazy"] and set(calls.values()) == {1}
+    key = _native.sample_seed(5, 1, 149)
+    assert torch.initial_seed() == key  # torch's initial_seed() is always the sample's key
+    got += fetcher.fetch(Counting(), 1, np.arange(150, 240))  # any sequence of indices
+    assert torch.equal(torch.stack(got), torch.stack([expected(i) for i in range(240)]))
+    assert fetcher.modes == ["seeded", "seeded", "seeded"]
+    assert [i for i, c in calls.items() if c > 1] == [154, 161, 168]  # torch, numpy, random
+    assert max(calls.values()) == 2
+
+
+def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index():
+    from stoker import workers
+
+    class DrawsThenFails(Dataset):
+        def __getitem__(self, i):
+            if i == 100:
+                if np.random.rand() < 2:
+                    raise ValueError("bad sample")
+            return i
+    fetcher = workers.sample_fetcher(0, True)
+    fetcher.fetch(DrawsThenFails(), 0, range(100))
+    with pytest.raises(ValueError, match="bad sample") as info:
+        fetcher.fetch(DrawsThenFails(), 0, [99, 100, 101])
+    assert info.value._stoker_index == 100 and fetcher.modes == ["lazy", "seeded", "lazy"]
+    with pytest.raises(TypeError, match="integer sample indices.*'a'") as info:
+        fetcher.fetch({"a": 1}, 0, ["a"])
+    assert info.value._stoker_index == "a"
+    assert workers.sample_fetcher(0, False).fetch({"a": 1}, 0, ["a"]) == [1]
+    with pytest.raises(ValueError, match="seed_samples"):
+        stoker.DataLoader(Random(), seed_samples="sometimes")
+
+
 def test_global_rng_states_puts_back_every_generator_with_its_cached_normals():
     from stoker import workers
     random.seed(3)
