@@ -110,7 +110,8 @@ class GlobalSeeder {
   void set_torch_initial_seed(uint64_t key) { torch_mt_->seed = key; }
 
   // What a draw, a seed or a setstate() changes in generator g: its position in the state, two
-  // of the state words (a draw past the end regenerates them all) and its cached normal.
+  // state words next to it (a draw past the end regenerates all 624; these two are then equal
+  // with odds of 2^-64) and its cached normal. ~30 ns for the three.
   struct Print {
     int64_t position;
     uint64_t words;
@@ -120,16 +121,16 @@ class GlobalSeeder {
   // REQUIRES: the GIL.
   Print print(Generator g) const {
     switch (g) {
-      case kPython:
-        return {*py_index_, py_state_[0] | uint64_t{py_state_[311]} << 32,
+      case kPython:  // the index is just before the state words
+        return {*py_index_, py_state_[0] | uint64_t{py_state_[1]} << 32,
                 reinterpret_cast<uintptr_t>(
                     PyDict_GetItemWithError(py_dict_.ptr(), gauss_next_.ptr()))};
-      case kNumpy:
-        return {*np_pos_, np_key_[0] | uint64_t{np_key_[311]} << 32,
+      case kNumpy:  // the position is just after them
+        return {*np_pos_, np_key_[622] | uint64_t{np_key_[623]} << 32,
                 static_cast<uintptr_t>(*np_has_gauss_)};
       default:
         return {int64_t{torch_mt_->left} << 32 | torch_mt_->next,
-                torch_mt_->state[0] | uint64_t{torch_mt_->state[311]} << 32,
+                torch_mt_->state[0] | uint64_t{torch_mt_->state[1]} << 32,
                 uintptr_t{*torch_float_engaged_} | uintptr_t{*torch_double_engaged_} << 1};
     }
   }
@@ -178,12 +179,13 @@ class GlobalSeeder {
 // fields could not be located). Modes:
 // - "always": every generator is seeded before every sample.
 // - "adaptive": every generator is seeded before each of the first kProbeSamples samples. One that
-//   none of those drew from is then no longer written (~0.15 us a generator and sample), but
-//   checked: when a later sample's __getitem__ changed it (a draw, a seed, a setstate()), that
-//   sample runs again with it seeded, and it is seeded from then on. A sample that draws from a
-//   generator thus always draws from its seeded state. Unseen, so left to "always": a dataset
-//   that reads a state without changing it (getstate(), or a draw undone by setstate() as in
-//   torch.random.fork_rng()). torch's initial_seed() is the sample key in both modes.
+//   none of those drew from is then no longer written (~0.2 us a generator and sample), but
+//   checked at the end of each chunk: when a sample's __getitem__ changed it (a draw, a seed, a
+//   setstate()), the chunk runs again with it seeded, and it is seeded from then on. A sample
+//   that draws from a generator thus always draws from its seeded state. Unseen, so left to
+//   "always": a dataset that reads a state without changing it (getstate(), or a draw undone by
+//   setstate() as in torch.random.fork_rng()). torch's initial_seed() is the sample key in both
+//   modes.
 // - "off": no seeding.
 // Not thread-safe: one per producer; REQUIRES the GIL.
 class SampleFetcher {
@@ -197,7 +199,7 @@ class SampleFetcher {
     if (mode == "off") {
       seeding_ = false;
     } else if (mode == "always" || mode == "adaptive") {
-      adaptive_ = mode == "adaptive";
+      if (mode == "always") modes_.fill(Mode::kSeeded);
       if (!seeder.is_none()) {
         seeder_obj_ = std::move(seeder);
         seeder_ = nb::cast<GlobalSeeder*>(seeder_obj_);
@@ -216,13 +218,10 @@ class SampleFetcher {
     const nb::object list = PyList_Check(indices.ptr()) ? nb::borrow(indices)
                                                         : nb::steal(PySequence_List(indices.ptr()));
     if (!list.is_valid()) throw nb::python_error();
-    nb::list out;
-    const Py_ssize_t n = PyList_Size(list.ptr());
-    for (Py_ssize_t k = 0; k < n; ++k) {
-      const nb::object index = nb::borrow(PyList_GetItem(list.ptr(), k));
-      out.append(fetch_one(dataset, epoch, index));
+    while (true) {
+      nb::list out;
+      if (run(dataset, epoch, list, out)) return out;
     }
-    return out;
   }
 
   // Each generator's mode ("probe", "lazy" or "seeded"), in the order random, numpy, torch.
@@ -235,47 +234,106 @@ class SampleFetcher {
 
  private:
   enum class Mode { kProbe, kLazy, kSeeded };
+  using G = GlobalSeeder::Generator;
+  using Prints = std::array<GlobalSeeder::Print, G::kGenerators>;
 
-  nb::object fetch_one(nb::handle dataset, uint64_t epoch, const nb::object& index) {
-    if (!seeding_) return get(dataset, index);
-    const uint64_t i = index_value(index);
-    if (seeder_ == nullptr) {
-      slow_seed_(seed_, epoch, i);
-      return get(dataset, index);
-    }
-    const uint64_t key = hash_key(seed_, epoch, i);
-    using G = GlobalSeeder::Generator;
-    std::array<GlobalSeeder::Print, G::kGenerators> before{};
-    while (true) {
-      for (int g = 0; g < G::kGenerators; ++g) {
-        if (modes_[g] != Mode::kLazy) seeder_->seed_one(static_cast<G>(g), key);
-        before[g] = seeder_->print(static_cast<G>(g));
+  // Fetches the samples of `list` into `out`. False when a generator left unseeded changed on
+  // the way: it is seeded from then on, and the chunk must run again. (Checked once a chunk, not
+  // a sample: ~0.1 us a sample less, and __getitem__ runs twice for at most three chunks.)
+  bool run(nb::handle dataset, uint64_t epoch, const nb::object& list, nb::list& out) {
+    Prints lazy{};  // the lazy generators' prints when the chunk started, or when they turned lazy
+    for (int g = 0; g < G::kGenerators; ++g)
+      if (modes_[g] == Mode::kLazy) lazy[g] = seeder_->print(static_cast<G>(g));
+    const nb::object getitem = python_getitem(dataset);
+    const Py_ssize_t n = PyList_Size(list.ptr());
+    for (Py_ssize_t k = 0; k < n; ++k) {
+      const nb::object index = nb::borrow(PyList_GetItem(list.ptr(), k));
+      if (!seeding_) {
+        out.append(get(getitem, dataset, index));
+        continue;
       }
-      seeder_->set_torch_initial_seed(key);
-      PyObject* got = PyObject_GetItem(dataset.ptr(), index.ptr());
-      bool again = false;
-      for (int g = 0; g < G::kGenerators && adaptive_; ++g) {
-        if (!(seeder_->print(static_cast<G>(g)) == before[g])) {
-          again |= modes_[g] == Mode::kLazy;  // it drew from a state not its own
-          modes_[g] = Mode::kSeeded;
-        } else if (modes_[g] == Mode::kProbe && --probes_left_[g] == 0) {
-          modes_[g] = Mode::kLazy;
+      const uint64_t i = index_value(index);
+      if (seeder_ == nullptr) {
+        slow_seed_(seed_, epoch, i);
+        out.append(get(getitem, dataset, index));
+        continue;
+      }
+      const uint64_t key = hash_key(seed_, epoch, i);
+      Prints seeded{};
+      bool probing = false;
+      for (int g = 0; g < G::kGenerators; ++g) {
+        if (modes_[g] == Mode::kLazy) continue;
+        seeder_->seed_one(static_cast<G>(g), key);
+        if (modes_[g] == Mode::kProbe) {
+          seeded[g] = seeder_->print(static_cast<G>(g));
+          probing = true;
         }
       }
-      if (got != nullptr && !again) return nb::steal(got);
-      if (got == nullptr && (!again || !PyErr_ExceptionMatches(PyExc_Exception)))
-        raise_with_index(index);  // KeyboardInterrupt and the like are not run again
-      if (got != nullptr)
-        Py_DECREF(got);
-      else
-        PyErr_Clear();
+      seeder_->set_torch_initial_seed(key);
+      PyObject* got = call(getitem, dataset, index);
+      for (int g = 0; g < G::kGenerators && probing; ++g) {
+        if (modes_[g] != Mode::kProbe) continue;
+        const GlobalSeeder::Print now = seeder_->print(static_cast<G>(g));
+        if (!(now == seeded[g])) {
+          modes_[g] = Mode::kSeeded;  // it drew from its seeded state: keep seeding it
+        } else if (--probes_left_[g] == 0) {
+          modes_[g] = Mode::kLazy;
+          lazy[g] = now;
+        }
+      }
+      if (got == nullptr) {
+        // A failure after a draw from an unseeded state may differ seeded: run again. Not for
+        // KeyboardInterrupt and the like.
+        if (PyErr_ExceptionMatches(PyExc_Exception) && lazy_changed(lazy)) {
+          PyErr_Clear();
+          return false;
+        }
+        raise_with_index(index);
+      }
+      out.append(nb::steal(got));
     }
+    return !lazy_changed(lazy);
   }
 
-  static nb::object get(nb::handle dataset, const nb::object& index) {
-    PyObject* got = PyObject_GetItem(dataset.ptr(), index.ptr());
+  // Whether a lazy generator's print differs from `prints`; those are seeded from now on.
+  bool lazy_changed(const Prints& prints) {
+    bool changed = false;
+    for (int g = 0; g < G::kGenerators; ++g) {
+      if (modes_[g] == Mode::kLazy && !(seeder_->print(static_cast<G>(g)) == prints[g])) {
+        modes_[g] = Mode::kSeeded;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  // dataset[index] through type(dataset).__getitem__ called directly: ~50 ns less than
+  // PyObject_GetItem's slot for a Python class (the interpreter's own subscript is specialized).
+  static PyObject* call(const nb::object& getitem, nb::handle dataset, const nb::object& index) {
+    if (!getitem.is_valid()) return PyObject_GetItem(dataset.ptr(), index.ptr());
+    PyObject* args[2] = {dataset.ptr(), index.ptr()};
+    return PyObject_Vectorcall(getitem.ptr(), args, 2, nullptr);
+  }
+
+  static nb::object get(const nb::object& getitem, nb::handle dataset, const nb::object& index) {
+    PyObject* got = call(getitem, dataset, index);
     if (got == nullptr) raise_with_index(index);
     return nb::steal(got);
+  }
+
+  // type(dataset).__getitem__ when it is a Python function, else an invalid object.
+  static nb::object python_getitem(nb::handle dataset) {
+    PyObject* f =
+        PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(dataset.ptr())), "__getitem__");
+    if (f == nullptr) {
+      PyErr_Clear();
+      return {};
+    }
+    if (!PyFunction_Check(f)) {
+      Py_DECREF(f);
+      return {};
+    }
+    return nb::steal(f);
   }
 
   // The sample index as seeding takes it (an int, or anything with __index__), modulo 2**64.
@@ -316,7 +374,6 @@ class SampleFetcher {
   nb::object seeder_obj_;
   GlobalSeeder* seeder_ = nullptr;
   bool seeding_ = true;
-  bool adaptive_ = false;
   std::array<Mode, GlobalSeeder::kGenerators> modes_{Mode::kProbe, Mode::kProbe, Mode::kProbe};
   std::array<int, GlobalSeeder::kGenerators> probes_left_{};
 };

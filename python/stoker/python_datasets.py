@@ -39,6 +39,14 @@ _POLL_S = 0.05
 _STOP_GRACE_S = 0.5
 _MIN_SLOTS = 8
 _AUTO_PREFETCH_BYTES = 4 << 20
+# num_workers="auto": the consumer starts an epoch alone and forks workers only when the epoch's
+# projected work pays for a fork (the parent's page tables are copied while it waits, ~7 ms for
+# 300 MB, then the child's first writes fault its pages in): at once when the rest of the first
+# batch would take longer than _FORK_NOW_S, else after the first batch when the rest of the
+# epoch would take longer than _FORK_EPOCH_S. On the light bench (1.4 us a sample), forking for
+# a 0.15 s epoch lost ~10% against staying in-process.
+_FORK_NOW_S = 0.02
+_FORK_EPOCH_S = 0.5
 
 
 def _free_threaded():
@@ -129,7 +137,7 @@ def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, nu
 
 class _ProcessWorkers:
     """``n`` forked worker processes, each with a task pipe and a result pipe. ``start`` of them
-    are forked at once, the rest by ``start_all()``."""
+    are forked at once, more by ``start()``."""
 
     def __init__(self, dataset, n, cfg, pool, arena, start):
         self.n = n
@@ -146,8 +154,9 @@ class _ProcessWorkers:
     def started(self):
         return len(self.pids)
 
-    def start_all(self):
-        self._fork(self.n)
+    def start(self, upto=None):
+        """Forks workers up to number ``upto`` (all ``n`` by default)."""
+        self._fork(self.n if upto is None else min(upto, self.n))
 
     def _fork(self, upto):
         dataset, cfg, pool, arena = self.args
@@ -336,6 +345,7 @@ class PythonDataLoader:
         cores = min(_native.usable_cores(), 16)
         helper = worker_type == "process" and consumer_helps and not timeout
         self._workers_n = max(1, cores - helper) if num_workers == "auto" else num_workers
+        self._measured_fork = num_workers == "auto" and helper
         # "auto": decided by the first batch's size (None until then), as the native autotune
         # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.
         self._prefetch = None if prefetch_factor == "auto" else prefetch_factor
@@ -416,6 +426,7 @@ class PythonDataLoader:
         for k in ("batches", "samples", "pickled_batches"):
             s.setdefault(k, 0)
         pool = self._pool
+        s.setdefault("worker_processes", 0)
         s.update(num_workers=self._workers_n, prefetch_factor=self._prefetch,
                  worker_type=self.worker_type, memory_budget=self._budget,
                  buffer_bytes=pool.bytes_allocated if pool else 0,
@@ -465,6 +476,8 @@ class _PythonIterator:
         self.active = list(range(self.n))
         self.exhausted = False
         self.done = False
+        self.measure = False  # this process produces the first batch alone and decides forks
+        self.alone = False  # decided: this process produces the epoch, no worker is forked
         cfg = loader._cfg(epoch)
         if self.n == 0:
             self.producer = workers.Producer(loader.dataset, cfg)
@@ -487,16 +500,24 @@ class _PythonIterator:
             self.pool = loader._shared_pool()
             persistent = loader._persistent
             loader._persistent = None
-            if persistent is not None and not persistent.closed:
+            if persistent is not None and not persistent.closed and persistent.started:
                 self.workers = persistent
             else:
-                # One worker before the first batch (which this process helps produce), the
-                # others once it is out: each fork copies the page tables, ~7 ms for 300 MB.
+                if persistent is not None:
+                    persistent.shutdown()
+                # num_workers="auto": none before the first batch, which this process starts
+                # alone and times (see _FORK_NOW_S). Otherwise one worker before the first batch
+                # (which this process helps produce), the others once it is out: each fork
+                # copies the page tables, ~7 ms for 300 MB.
+                self.measure = self.helps and loader._measured_fork
+                start = 0 if self.measure else 1 if self.helps else self.n
                 self.workers = _ProcessWorkers(loader.dataset, self.n, cfg, self.pool,
-                                               loader._arena, 1 if self.helps else self.n)
+                                               loader._arena, start)
             self.main_producer = workers.Producer(loader.dataset, cfg, self.pool,
                                                   loader._arena) if self.helps else None
         self.active = list(range(self.workers.started))
+        self.fork_rest = not self.measure  # fork the other workers after the first batch
+        loader._stats["worker_processes"] = self.workers.started
         self.delivered = False
         self.holder[0] = self.workers
         self.finalizer = weakref.finalize(self, _shutdown, self.holder)
@@ -522,19 +543,30 @@ class _PythonIterator:
         return self.pool.acquire(0)
 
     def _send(self, indices, batch_no):
-        w = self._next_worker()
+        """Queues a batch: to a worker, or to none (None) while none is forked."""
+        w = self._next_worker() if self.active else None
         lease = self._lease()
         tid = self.next_tid
         self.next_tid += 1
-        offset = lease.offset if lease is not None else None
-        capacity = self.pool.buffer_bytes if lease is not None else 0
         counter = None
         if self.claims and lease is not None:
             counter = tid % self.pool.counters
             self.pool.reset_claims(counter)
         self.inflight[tid] = (w, lease, batch_no, indices, counter)
-        self.workers.send(w, (tid, self.epoch, indices, offset, capacity, counter))
+        if w is not None:
+            self._dispatch(tid)
         return tid
+
+    def _dispatch(self, tid):
+        w, lease, _, indices, counter = self.inflight[tid]
+        offset = lease.offset if lease is not None else None
+        capacity = self.pool.buffer_bytes if lease is not None else 0
+        self.workers.send(w, (tid, self.epoch, indices, offset, capacity, counter))
+
+    def _start_workers(self, upto=None):
+        self.workers.start(upto)
+        self.active = list(range(self.workers.started))
+        self.loader._stats["worker_processes"] = self.workers.started
 
     def _fill(self):
         while not self.exhausted and len(self.inflight) < max(1, self.prefetch *
@@ -577,7 +609,7 @@ class _PythonIterator:
         if self.done:
             raise StopIteration
         try:
-            if self.n == 0:
+            if self.n == 0 or self.alone:
                 batch = self._next_local()
             else:
                 batch = self._next_remote()
@@ -603,14 +635,14 @@ class _PythonIterator:
             batch = _to_numpy(batch)
         return batch
 
-    def _help(self, indices, lease, counter, max_chunks=None):
+    def _help(self, indices, lease, counter, max_chunks=None, alone=False):
         """This process's part of a claimed batch (all of what is left, or ``max_chunks``
-        chunks of it), as a worker's message."""
+        chunks of it), as a worker's message. ``alone``: no worker has the batch."""
         try:
             with _caller_rng_states_kept(self.loader.seed_samples):
                 return (None, "batch", self.main_producer.produce_claimed(
                     self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter,
-                    max_chunks))
+                    max_chunks, alone))
         except Exception as e:
             return (None, "error", workers.pack_error(e, None))
 
@@ -631,10 +663,47 @@ class _PythonIterator:
                     break
         return None
 
+    def _produce_here(self, tid, msgs):
+        """Batch ``tid``, which no worker has: this process produces it (its answers appended to
+        ``msgs``). While measuring, it times the first chunk and hands the rest of the batch to a
+        newly forked worker when that pays (then returns the worker), and after the batch decides
+        whether the epoch forks its workers (see _FORK_NOW_S)."""
+        _, lease, batch_no, indices, counter = self.inflight[tid]
+        if counter is None:  # no free buffer (the caller keeps many batches): pickled
+            try:
+                with _caller_rng_states_kept(self.loader.seed_samples):
+                    msgs.append((None,) + self.main_producer.produce(
+                        (tid, self.epoch, indices, None, 0, None)))
+            except Exception as e:
+                msgs.append((None, "error", workers.pack_error(e, None)))
+            return None
+        if not self.measure:
+            msgs.append(self._help(indices, lease, counter, alone=True))
+            return None
+        self.measure = False
+        t0 = time.perf_counter()
+        msgs.append(self._help(indices, lease, counter, max_chunks=1))
+        if msgs[-1][1] == "error" or not msgs[-1][2][1]:
+            return None  # an error, or samples that differ (the batch is collated as torch's)
+        rows = sum(part[1] for part in msgs[-1][2][3])
+        if (time.perf_counter() - t0) / rows * (len(indices) - rows) > _FORK_NOW_S:
+            self._start_workers(1)
+            self.inflight[tid] = (0, lease, batch_no, indices, counter)
+            self._dispatch(tid)
+            self.fork_rest = True
+            return 0
+        t1 = time.perf_counter()  # the first chunk's time includes one-time warm-up costs
+        msgs.append(self._help(indices, lease, counter, alone=True))
+        per_sample = (time.perf_counter() - t1) / max(1, len(indices) - rows)
+        self.fork_rest = per_sample * (len(self) - 1) * len(indices) > _FORK_EPOCH_S
+        if not self.fork_rest:  # the rest of the epoch as with num_workers=0
+            self.alone = True
+            self.producer = self.main_producer
+        return None
+
     def _next_remote(self):
-        if self.workers.started < self.n and self.delivered:
-            self.workers.start_all()
-            self.active = list(range(self.n))
+        if self.workers.started < self.n and self.delivered and self.fork_rest:
+            self._start_workers()
         while True:
             self._fill()
             if not self.inflight:
@@ -643,7 +712,11 @@ class _PythonIterator:
             w, lease, _, indices, counter = self.inflight[tid]
             msgs = self.helped.pop(tid, [])
             msg = None
-            if counter is not None and self.helps:
+            if w is None:
+                w = self._produce_here(tid, msgs)
+                if w is None:
+                    msg = msgs.pop()
+            if msg is None and counter is not None and self.helps:
                 msg = self._receive(tid, poll_only=True)
                 if msg is None:  # not ready: produce what the worker has not claimed yet
                     msgs.append(self._help(indices, lease, counter))
@@ -720,7 +793,7 @@ class _PythonIterator:
                     f"sample {i}: {type(e).__qualname__}: {e}", i) from e
             if not self.auto:
                 return self._deliver(p.collate(samples[0]), 1)
-            cf = self.loader.collate_fn or default_collate
+            cf = self.loader.collate_fn or workers.collate_samples
             return self._deliver(cf(samples), len(samples))
 
     def _finish(self, clean):

@@ -385,7 +385,8 @@ class Producer:
             return ("batch", self.publish_exact(self.collate(samples[0]), offset, capacity))
         return ("batch", self.publish_samples(samples, offset, capacity))
 
-    def produce_claimed(self, epoch, indices, offset, capacity, counter, max_chunks=None):
+    def produce_claimed(self, epoch, indices, offset, capacity, counter, max_chunks=None,
+                        alone=False):
         """Samples of one batch that this process produces together with others: it claims
         chunks of the batch from the pool's shared ``counter`` until none is left, and writes
         their array leaves straight into their rows of the batch buffer (one stack per leaf and
@@ -394,9 +395,10 @@ class Producer:
         places, [(first row, rows, object columns)]): struct None when this process claimed
         nothing, False when samples differ in structure, leaf types or shapes, or do not fit (the
         consumer then collates the batch as default_collate does). ``max_chunks``: stop after
-        claiming that many chunks."""
+        claiming that many chunks. ``alone``: no other process works on this batch, so claim all
+        that is left as one chunk."""
         n = len(indices)
-        chunk = -(-n // 8)
+        chunk = n if alone else -(-n // 8)
         struct, places, parts = None, None, []
         mismatch = ("claimed", False, None, None)
         while max_chunks is None or len(parts) < max_chunks:
@@ -534,6 +536,22 @@ def _collate_column(col):
         except OverflowError:
             pass
     return default_collate(col)
+
+
+def collate_samples(samples):
+    """default_collate(samples), faster when the samples share one structure and leaf types
+    (checked in C++): a torch.stack per array leaf, number columns through NumPy. Otherwise,
+    or when shapes differ, default_collate itself decides: values and errors are torch's."""
+    got = _columns(samples)
+    if got is None:
+        return default_collate(samples)
+    struct, arrays0, columns, ocolumns = got
+    try:
+        arrays = [torch.stack(col) if isinstance(a, torch.Tensor) else
+                  torch.from_numpy(np.stack(col)) for col, a in zip(columns, arrays0)]
+    except (RuntimeError, ValueError, TypeError):
+        return default_collate(samples)
+    return rebuild(struct, arrays, [_collate_column(col) for col in ocolumns], collated=True)
 
 
 def assemble(payload, pool, lease):

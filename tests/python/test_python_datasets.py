@@ -282,8 +282,8 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     assert (ref[:, 1] != 0).sum() == sum(1 for i in range(150, 240) if i % 7 == 0)
     for workers_n in (0, 1, 2):
         assert torch.equal(run(workers_n, True), ref)
-    # The fetcher itself: generators no sample drew from are checked, not written; a sample that
-    # drew from one runs again with it seeded, which is seeded from then on.
+    # The fetcher itself: generators no sample drew from are checked, not written; a chunk in
+    # which a sample drew from one runs again with it seeded, which is seeded from then on.
     calls = collections.Counter()
 
     class Counting(SometimesRandom):
@@ -295,11 +295,14 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     assert fetcher.modes == ["lazy", "lazy", "lazy"] and set(calls.values()) == {1}
     key = _native.sample_seed(5, 1, 149)
     assert torch.initial_seed() == key  # torch's initial_seed() is always the sample's key
-    got += fetcher.fetch(Counting(), 1, np.arange(150, 240))  # any sequence of indices
+    for start in range(150, 240, 10):  # chunks; any sequence of indices
+        got += fetcher.fetch(Counting(), 1, np.arange(start, start + 10))
     assert torch.equal(torch.stack(got), torch.stack([expected(i) for i in range(240)]))
     assert fetcher.modes == ["seeded", "seeded", "seeded"]
-    assert [i for i, c in calls.items() if c > 1] == [154, 161, 168]  # torch, numpy, random
-    assert max(calls.values()) == 2
+    # Sample 154 drew from torch's generator, 161 from NumPy's, 168 from random's: their chunks
+    # ran twice (both generators of the second one at once), and no other sample.
+    assert {int(i) for i, c in calls.items() if c == 2} == set(range(150, 170))
+    assert all(calls[i] == 1 for i in [*range(150), *range(170, 240)])
 
 
 def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index():
@@ -438,6 +441,43 @@ def test_the_consumer_produces_samples_of_the_batch_it_waits_for():
     assert os.getpid() in pids and len(pids) == 2  # this process and the worker both produced
     assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # the same samples
     assert loader.stats()["pickled_batches"] == 0
+
+
+class Paced(Dataset):
+    def __init__(self, n, seconds):
+        self.n, self.seconds = n, seconds
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return torch.tensor([i, random.randrange(1000)]), os.getpid()
+
+
+def test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it(children):
+    expected_workers = stoker.DataLoader(Paced(1, 0), num_workers="auto").num_workers
+
+    def run(n, seconds):
+        loader = stoker.DataLoader(Paced(n, seconds), batch_size=16, shuffle=True)
+        forked = []
+        got = []
+        for batch in loader:
+            forked.append((loader.stats()["worker_processes"], len(children())))
+            got.append(batch)
+        ref = list(stoker.DataLoader(Paced(n, 0), batch_size=16, shuffle=True, num_workers=0))
+        assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # same samples
+        return forked, {p for _, ps in got for p in ps.tolist()} - {os.getpid()}
+    # Fast samples, a short epoch: this process produces it alone; nothing is forked.
+    forked, pids = run(2000, 0)
+    assert set(forked) == {(0, 0)} and not pids
+    # 5 ms a sample: the first chunk shows that the batch is slow; a worker is forked to help.
+    forked, pids = run(48, 0.005)
+    assert forked[0] == (1, 1) and forked[-1] == (expected_workers, expected_workers) and pids
+    # 0.3 ms a sample: the first batch is fast, but the epoch's rest (0.7 s) pays for the forks.
+    forked, pids = run(2400, 0.0003)
+    assert forked[0] == (0, 0) and forked[1] == (expected_workers, expected_workers) and pids
+    assert children() == []
 
 
 def test_without_consumer_help_every_sample_runs_in_a_worker():
