@@ -28,7 +28,6 @@ import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 from PIL import Image
 
 import stoker
+from peak_rss import PeakRSS
 from stoker import transforms as T
 from stoker.sample_data import default_sample_root, make_sample
 
@@ -86,43 +86,6 @@ class PILImageFolder(torch.utils.data.Dataset):
 
 
 # ---- measurement ------------------------------------------------------------------------------
-
-class PeakRSS:
-    """Polls the summed RSS of a process tree (a measurement child and its workers)."""
-
-    def __init__(self, pid, interval=0.02):
-        self.root = psutil.Process(pid)
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self):
-        try:
-            procs = [self.root] + self.root.children(recursive=True)
-        except psutil.Error:
-            return
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        self.peak = max(self.peak, total)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
 
 def cpu_seconds():
     """CPU time of this process and of its children, living and reaped."""

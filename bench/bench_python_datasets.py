@@ -3,9 +3,10 @@
 Two datasets: "heavy" (PIL JPEG decode + NumPy augmentation, CPU-bound) and "light" (returns
 small tensors). For each: both loaders at equal num_workers, each at its best num_workers, and
 Stoker's default (num_workers="auto"). Reports samples/s, time to first batch and peak RSS summed
-over the main process and its workers (sampled every 10 ms with psutil). Each measurement runs in
-a fresh subprocess; every configuration runs --repeat times, the rounds interleaved (so a slow
-spell of this shared machine hits all of them alike), and the median of each figure is shown.
+over the main process and its workers (polled every 10 ms from the parent: peak_rss.py). Each
+measurement runs in a fresh subprocess; every configuration runs --repeat times, the rounds
+interleaved (so a slow spell of this shared machine hits all of them alike), and the median of
+each figure is shown.
 
     python bench/bench_python_datasets.py [--repeat 3] [--datasets heavy,light]
 """
@@ -17,10 +18,11 @@ import statistics
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
+
+from peak_rss import PeakRSS
 
 HERE = os.path.abspath(__file__)
 
@@ -62,22 +64,6 @@ def make_datasets():
     return {"heavy": (Heavy(), 32), "light": (Light(), 256)}
 
 
-def total_rss(pid):
-    import psutil
-    try:
-        p = psutil.Process(pid)
-        procs = [p] + p.children(recursive=True)
-    except psutil.Error:
-        return 0
-    total = 0
-    for q in procs:
-        try:
-            total += q.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def measure_steady(kind, which, workers, epochs):
     """Samples/s of each epoch after the first, workers kept between epochs."""
     import torch
@@ -101,21 +87,13 @@ def measure_steady(kind, which, workers, epochs):
 
 
 def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's default)
-    """One run in this process: returns samples/s, first-batch seconds, peak total RSS."""
+    """One run in this process: returns samples/s and first-batch seconds (run_child adds the
+    peak RSS, polled from the parent)."""
     import torch
 
     import stoker
     datasets = make_datasets()
     ds, bs = datasets[which]
-    peak = [total_rss(os.getpid())]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], total_rss(os.getpid()))
-            time.sleep(0.01)
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
     start = time.perf_counter()
     if kind == "torch":
         loader = torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=True,
@@ -130,15 +108,17 @@ def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's defau
             first = time.perf_counter() - start
         n += len(batch[1])
     elapsed = time.perf_counter() - start
-    stop.set()
-    t.join()
-    return {"samples_s": n / elapsed, "first_s": first, "peak_rss": peak[0]}
+    return {"samples_s": n / elapsed, "first_s": first}
 
 
 def run_child(kind, which, workers, steady=0):
-    out = subprocess.run([sys.executable, HERE, "--child", kind, which, str(workers),
-                          "--steady", str(steady)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    cmd = [sys.executable, HERE, "--child", kind, which, str(workers), "--steady", str(steady)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    with PeakRSS(proc.pid) as rss:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"measurement {kind} {which} {workers} failed")
+    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
 
 
 def main():

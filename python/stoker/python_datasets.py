@@ -42,9 +42,10 @@ _AUTO_PREFETCH_BYTES = 4 << 20
 # num_workers="auto": the consumer starts an epoch alone and forks workers only when the epoch's
 # projected work pays for a fork (the parent's page tables are copied while it waits, ~7 ms for
 # 300 MB, then the child's first writes fault its pages in): at once when the rest of the first
-# batch would take longer than _FORK_NOW_S, else after the first batch when the rest of the
-# epoch would take longer than _FORK_EPOCH_S. On the light bench (1.4 us a sample), forking for
-# a 0.15 s epoch lost ~10% against staying in-process.
+# batch would take longer than _FORK_NOW_S at the pace of the faster of its first two samples
+# (the first pays one-time costs), else after a later batch when the rest of the epoch would
+# take longer than _FORK_EPOCH_S at the fastest batch's pace so far. On the light bench (1.4 us
+# a sample), forking for a 0.25 s epoch lost ~10% against staying in-process.
 _FORK_NOW_S = 0.02
 _FORK_EPOCH_S = 0.5
 
@@ -477,7 +478,8 @@ class _PythonIterator:
         self.exhausted = False
         self.done = False
         self.measure = False  # this process produces the first batch alone and decides forks
-        self.alone = False  # decided: this process produces the epoch, no worker is forked
+        self.alone = False  # for now, this process produces the epoch; no worker is forked
+        self.per_sample = float("inf")  # the fastest batch's seconds a sample while alone
         cfg = loader._cfg(epoch)
         if self.n == 0:
             self.producer = workers.Producer(loader.dataset, cfg)
@@ -635,14 +637,14 @@ class _PythonIterator:
             batch = _to_numpy(batch)
         return batch
 
-    def _help(self, indices, lease, counter, max_chunks=None, alone=False):
+    def _help(self, indices, lease, counter, max_chunks=None, chunk=None):
         """This process's part of a claimed batch (all of what is left, or ``max_chunks``
-        chunks of it), as a worker's message. ``alone``: no worker has the batch."""
+        chunks of ``chunk`` samples), as a worker's message."""
         try:
             with _caller_rng_states_kept(self.loader.seed_samples):
                 return (None, "batch", self.main_producer.produce_claimed(
                     self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter,
-                    max_chunks, alone))
+                    max_chunks, chunk))
         except Exception as e:
             return (None, "error", workers.pack_error(e, None))
 
@@ -665,9 +667,9 @@ class _PythonIterator:
 
     def _produce_here(self, tid, msgs):
         """Batch ``tid``, which no worker has: this process produces it (its answers appended to
-        ``msgs``). While measuring, it times the first chunk and hands the rest of the batch to a
-        newly forked worker when that pays (then returns the worker), and after the batch decides
-        whether the epoch forks its workers (see _FORK_NOW_S)."""
+        ``msgs``). While measuring (the epoch's first batch), it times two samples and hands the
+        rest of the batch to a newly forked worker when that pays (then returns the worker);
+        otherwise the epoch goes on in this process (see _FORK_NOW_S)."""
         _, lease, batch_no, indices, counter = self.inflight[tid]
         if counter is None:  # no free buffer (the caller keeps many batches): pickled
             try:
@@ -678,27 +680,35 @@ class _PythonIterator:
                 msgs.append((None, "error", workers.pack_error(e, None)))
             return None
         if not self.measure:
-            msgs.append(self._help(indices, lease, counter, alone=True))
+            msgs.append(self._help(indices, lease, counter, chunk=len(indices)))
             return None
         self.measure = False
-        t0 = time.perf_counter()
-        msgs.append(self._help(indices, lease, counter, max_chunks=1))
-        if msgs[-1][1] == "error" or not msgs[-1][2][1]:
-            return None  # an error, or samples that differ (the batch is collated as torch's)
-        rows = sum(part[1] for part in msgs[-1][2][3])
-        if (time.perf_counter() - t0) / rows * (len(indices) - rows) > _FORK_NOW_S:
+        # Two samples, timed one by one: the first pays one-time costs (first calls, first page
+        # faults), so the faster of the two is the pace.
+        pace = float("inf")
+        for _ in range(min(2, len(indices))):
+            t0 = time.perf_counter()
+            msgs.append(self._help(indices, lease, counter, max_chunks=1, chunk=1))
+            if msgs[-1][1] == "error" or not msgs[-1][2][1]:
+                # An error, or samples that differ (collated as torch's): the batches to come
+                # are judged instead.
+                self.alone = True
+                self.producer = self.main_producer
+                return None
+            pace = min(pace, time.perf_counter() - t0)
+        left = len(indices) - 2
+        if pace * left > _FORK_NOW_S:
             self._start_workers(1)
             self.inflight[tid] = (0, lease, batch_no, indices, counter)
             self._dispatch(tid)
             self.fork_rest = True
             return 0
-        t1 = time.perf_counter()  # the first chunk's time includes one-time warm-up costs
-        msgs.append(self._help(indices, lease, counter, alone=True))
-        per_sample = (time.perf_counter() - t1) / max(1, len(indices) - rows)
-        self.fork_rest = per_sample * (len(self) - 1) * len(indices) > _FORK_EPOCH_S
-        if not self.fork_rest:  # the rest of the epoch as with num_workers=0
-            self.alone = True
-            self.producer = self.main_producer
+        t1 = time.perf_counter()
+        msgs.append(self._help(indices, lease, counter, chunk=len(indices)))
+        # The rest of the epoch as with num_workers=0 until a second batch confirms the pace.
+        self.per_sample = (time.perf_counter() - t1) / max(1, left) if left > 0 else pace
+        self.alone = True
+        self.producer = self.main_producer
         return None
 
     def _next_remote(self):
@@ -784,6 +794,7 @@ class _PythonIterator:
             if nxt is None:
                 raise StopIteration
             _, indices = nxt
+            t0 = time.perf_counter()
             try:
                 samples = p.fetch(self.epoch, indices)
             except Exception as e:
@@ -794,7 +805,18 @@ class _PythonIterator:
             if not self.auto:
                 return self._deliver(p.collate(samples[0]), 1)
             cf = self.loader.collate_fn or workers.collate_samples
-            return self._deliver(cf(samples), len(samples))
+            batch = cf(samples)
+            if self.alone:
+                self._judge((time.perf_counter() - t0) / len(indices), len(indices))
+            return self._deliver(batch, len(samples))
+
+    def _judge(self, per_sample, batch_size):
+        """Alone in an epoch with num_workers="auto": forks the workers (from the next batch
+        on) once the fastest batch so far says that the rest of the epoch pays for them."""
+        self.per_sample = min(self.per_sample, per_sample)
+        if self.per_sample * (len(self) - 1) * batch_size > _FORK_EPOCH_S:
+            self.alone = False
+            self.fork_rest = True
 
     def _finish(self, clean):
         self.done = True

@@ -386,7 +386,7 @@ class Producer:
         return ("batch", self.publish_samples(samples, offset, capacity))
 
     def produce_claimed(self, epoch, indices, offset, capacity, counter, max_chunks=None,
-                        alone=False):
+                        chunk=None):
         """Samples of one batch that this process produces together with others: it claims
         chunks of the batch from the pool's shared ``counter`` until none is left, and writes
         their array leaves straight into their rows of the batch buffer (one stack per leaf and
@@ -395,10 +395,10 @@ class Producer:
         places, [(first row, rows, object columns)]): struct None when this process claimed
         nothing, False when samples differ in structure, leaf types or shapes, or do not fit (the
         consumer then collates the batch as default_collate does). ``max_chunks``: stop after
-        claiming that many chunks. ``alone``: no other process works on this batch, so claim all
-        that is left as one chunk."""
+        claiming that many chunks. ``chunk``: samples a claim (default: 1/8 of the batch; any size
+        gives the same bytes)."""
         n = len(indices)
-        chunk = n if alone else -(-n // 8)
+        chunk = chunk or -(-n // 8)
         struct, places, parts = None, None, []
         mismatch = ("claimed", False, None, None)
         while max_chunks is None or len(parts) < max_chunks:
