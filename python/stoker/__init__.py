@@ -13,6 +13,11 @@ from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .images import ImageFolder, TarShards
 from .loader import DataLoader
 
+import sys as _sys
+
+if "torch" in _sys.modules:  # the front for Python datasets imports torch; load it now if cheap
+    from . import python_datasets as _python_datasets  # noqa: F401
+
 __version__ = "0.1.0"
 
 __all__ = [

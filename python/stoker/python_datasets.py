@@ -42,8 +42,8 @@ _AUTO_PREFETCH_BYTES = 4 << 20
 # num_workers="auto": the consumer starts an epoch alone and forks workers only when the epoch's
 # projected work pays for a fork (the parent's page tables are copied while it waits, ~7 ms for
 # 300 MB, then the child's first writes fault its pages in): at once when the rest of the first
-# batch would take longer than _FORK_NOW_S at the pace of the faster of its first two samples
-# (the first pays one-time costs), else after a later batch when the rest of the epoch would
+# batch would take longer than _FORK_NOW_S at the pace of the faster of its first two chunks
+# of 1/16 (the first pays one-time costs), else after a later batch when the rest of the epoch would
 # take longer than _FORK_EPOCH_S at the fastest batch's pace so far. On the light bench (1.4 us
 # a sample), forking for a 0.25 s epoch lost ~10% against staying in-process.
 _FORK_NOW_S = 0.02
@@ -667,7 +667,7 @@ class _PythonIterator:
 
     def _produce_here(self, tid, msgs):
         """Batch ``tid``, which no worker has: this process produces it (its answers appended to
-        ``msgs``). While measuring (the epoch's first batch), it times two samples and hands the
+        ``msgs``). While measuring (the epoch's first batch), it times two chunks and hands the
         rest of the batch to a newly forked worker when that pays (then returns the worker);
         otherwise the epoch goes on in this process (see _FORK_NOW_S)."""
         _, lease, batch_no, indices, counter = self.inflight[tid]
@@ -683,20 +683,21 @@ class _PythonIterator:
             msgs.append(self._help(indices, lease, counter, chunk=len(indices)))
             return None
         self.measure = False
-        # Two samples, timed one by one: the first pays one-time costs (first calls, first page
-        # faults), so the faster of the two is the pace.
+        # Two chunks of 1/16 of the batch, timed one by one: the first pays one-time costs
+        # (first calls, first page faults), so the faster of the two gives the pace.
+        chunk = -(-len(indices) // 16)
         pace = float("inf")
-        for _ in range(min(2, len(indices))):
+        for _ in range(min(2, -(-len(indices) // chunk))):
             t0 = time.perf_counter()
-            msgs.append(self._help(indices, lease, counter, max_chunks=1, chunk=1))
+            msgs.append(self._help(indices, lease, counter, max_chunks=1, chunk=chunk))
             if msgs[-1][1] == "error" or not msgs[-1][2][1]:
                 # An error, or samples that differ (collated as torch's): the batches to come
                 # are judged instead.
                 self.alone = True
                 self.producer = self.main_producer
                 return None
-            pace = min(pace, time.perf_counter() - t0)
-        left = len(indices) - 2
+            pace = min(pace, (time.perf_counter() - t0) / chunk)
+        left = len(indices) - 2 * chunk
         if pace * left > _FORK_NOW_S:
             self._start_workers(1)
             self.inflight[tid] = (0, lease, batch_no, indices, counter)

@@ -86,17 +86,18 @@ def _word_offset(blob, words, fmt):
 
 
 def _readable(address, size):
-    """Whether [address, address + size) lies in one readable mapping of this process."""
+    """Whether [address, address + size) is readable memory of this process (a read through
+    /proc/self/mem, which fails instead of faulting)."""
     try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                span, perms = line.split()[:2]
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                if lo <= address and address + size <= hi:
-                    return perms[0] == "r"
+        fd = os.open("/proc/self/mem", os.O_RDONLY)
     except OSError:
-        pass
-    return False
+        return False
+    try:
+        return len(os.pread(fd, size, address)) == size
+    except (OSError, OverflowError, ValueError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def _locate_torch_generator():
