@@ -45,9 +45,11 @@ _AUTO_PREFETCH_BYTES = 4 << 20
 # batch would take longer than _FORK_NOW_S at the pace of the faster of its first two chunks
 # of 1/16 (the first pays one-time costs), else after a later batch when the rest of the epoch would
 # take longer than _FORK_EPOCH_S at the fastest batch's pace so far. On the light bench (1.4 us
-# a sample), forking for a 0.25 s epoch lost ~10% against staying in-process.
+# a sample), forking for a 0.25 s epoch lost ~10% against staying in-process. With
+# persistent_workers the fork is paid once for every later epoch: _FORK_PERSISTENT_S.
 _FORK_NOW_S = 0.02
 _FORK_EPOCH_S = 0.5
+_FORK_PERSISTENT_S = 0.1
 
 
 def _free_threaded():
@@ -815,7 +817,8 @@ class _PythonIterator:
         """Alone in an epoch with num_workers="auto": forks the workers (from the next batch
         on) once the fastest batch so far says that the rest of the epoch pays for them."""
         self.per_sample = min(self.per_sample, per_sample)
-        if self.per_sample * (len(self) - 1) * batch_size > _FORK_EPOCH_S:
+        pays = _FORK_PERSISTENT_S if self.loader.persistent_workers else _FORK_EPOCH_S
+        if self.per_sample * (len(self) - 1) * batch_size > pays:
             self.alone = False
             self.fork_rest = True
 

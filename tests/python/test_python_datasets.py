@@ -458,8 +458,9 @@ class Paced(Dataset):
 def test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it(children):
     expected_workers = stoker.DataLoader(Paced(1, 0), num_workers="auto").num_workers
 
-    def run(n, seconds):
-        loader = stoker.DataLoader(Paced(n, seconds), batch_size=16, shuffle=True)
+    def run(n, seconds, persistent=False):
+        loader = stoker.DataLoader(Paced(n, seconds), batch_size=16, shuffle=True,
+                                   persistent_workers=persistent)
         forked = []
         got = []
         for batch in loader:
@@ -477,6 +478,12 @@ def test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it(childre
     # 0.3 ms a sample: the first batch is fast, but the epoch's rest (0.7 s) pays for the forks,
     # which come once a second batch confirms the pace.
     forked, pids = run(2400, 0.0003)
+    assert forked[:2] == [(0, 0), (0, 0)] and forked[2] == (expected_workers,) * 2 and pids
+    # 0.2 ms a sample, a 0.3 s epoch: not worth a fork for one epoch, but with persistent workers
+    # (kept for the epochs to come) it is.
+    forked, pids = run(1200, 0.0002)
+    assert set(forked) == {(0, 0)} and not pids
+    forked, pids = run(1200, 0.0002, persistent=True)
     assert forked[:2] == [(0, 0), (0, 0)] and forked[2] == (expected_workers,) * 2 and pids
     assert children() == []
 
