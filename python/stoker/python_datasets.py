@@ -23,6 +23,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import weakref
 
@@ -51,6 +52,11 @@ _AUTO_PREFETCH_BYTES = 4 << 20
 _FORK_NOW_S = 0.02
 _FORK_EPOCH_S = 0.5
 _FORK_PERSISTENT_S = 0.1
+# worker_type="auto" without per-sample seeding (threads cannot seed the process-global
+# generators per sample): during that first batch, two threads produce two chunks each side by
+# side; when their pace is under _THREAD_GAIN of one thread's, the dataset's work releases the
+# GIL enough and the epoch runs on threads (no fork, no second process's RSS, no pipe).
+_THREAD_GAIN = 0.75
 
 
 def _free_threaded():
@@ -259,15 +265,17 @@ class _ProcessWorkers:
 
 
 class _ThreadWorkers:
-    def __init__(self, dataset, n, cfg):
+    """``n`` threads producing batches (claimed ones into ``pool``'s buffers when given)."""
+
+    def __init__(self, dataset, n, cfg, pool=None, arena=None):
         self.n = self.started = n
-        self.pool = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="stoker-py")
+        self.executor = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="stoker-py")
         # Threads share the global generators: seeding them per sample would race.
-        self.producer = workers.Producer(dataset, dict(cfg, seed_samples=False))
+        self.producer = workers.Producer(dataset, dict(cfg, seed_samples=False), pool, arena)
         self.futures = {}
 
     def send(self, w, task):
-        self.futures[task[0]] = self.pool.submit(self._run, task)
+        self.futures[task[0]] = self.executor.submit(self._run, task)
 
     def _run(self, task):
         try:
@@ -277,12 +285,14 @@ class _ThreadWorkers:
 
     def recv_task(self, tid, timeout):
         try:
-            return self.futures.pop(tid).result(timeout)
+            msg = self.futures[tid].result(timeout)
         except concurrent.futures.TimeoutError:
             return None
+        del self.futures[tid]
+        return msg
 
     def shutdown(self):
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
 
 class PythonDataLoader:
@@ -341,6 +351,7 @@ class PythonDataLoader:
             self._auto_batch = False
         else:
             self._auto_batch = True
+        worker_type_arg = worker_type
         if worker_type == "auto":
             worker_type = "thread" if _free_threaded() else "process"
         self.worker_type = worker_type
@@ -350,6 +361,9 @@ class PythonDataLoader:
         helper = worker_type == "process" and consumer_helps and not timeout
         self._workers_n = max(1, cores - helper) if num_workers == "auto" else num_workers
         self._measured_fork = num_workers == "auto" and helper
+        self._thread_trial = (self._measured_fork and worker_type_arg == "auto"
+                              and seed_samples is False)
+        self._cores = cores
         # "auto": decided by the first batch's size (None until then), as the native autotune
         # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.
         self._prefetch = None if prefetch_factor == "auto" else prefetch_factor
@@ -431,6 +445,7 @@ class PythonDataLoader:
             s.setdefault(k, 0)
         pool = self._pool
         s.setdefault("worker_processes", 0)
+        s.setdefault("worker_threads", 0)
         s.update(num_workers=self._workers_n, prefetch_factor=self._prefetch,
                  worker_type=self.worker_type, memory_budget=self._budget,
                  buffer_bytes=pool.bytes_allocated if pool else 0,
@@ -522,7 +537,10 @@ class _PythonIterator:
                                                   loader._arena) if self.helps else None
         self.active = list(range(self.workers.started))
         self.fork_rest = not self.measure  # fork the other workers after the first batch
-        loader._stats["worker_processes"] = self.workers.started
+        self.try_threads = self.measure and loader._thread_trial
+        threads = isinstance(self.workers, _ThreadWorkers)
+        loader._stats["worker_processes"] = 0 if threads else self.workers.started
+        loader._stats["worker_threads"] = self.workers.started if threads else 0
         self.delivered = False
         self.holder[0] = self.workers
         self.finalizer = weakref.finalize(self, _shutdown, self.holder)
@@ -701,6 +719,20 @@ class _PythonIterator:
                 return None
             pace = min(pace, (time.perf_counter() - t0) / chunk)
         left = len(indices) - 2 * chunk
+        if self.try_threads and left >= 4 * chunk:
+            t0 = time.perf_counter()
+            parts = self._side_by_side(indices, lease, counter, max_chunks=2, chunk=chunk)
+            msgs += parts
+            if any(m[1] == "error" or not m[2][1] for m in parts):
+                self.alone = True
+                self.producer = self.main_producer
+                return None
+            rows = sum(part[1] for m in parts for part in m[2][3])
+            left -= rows
+            if (time.perf_counter() - t0) / rows < _THREAD_GAIN * pace:
+                self._switch_to_threads()
+                msgs += self._side_by_side(indices, lease, counter, chunk=chunk)
+                return None
         if pace * left > _FORK_NOW_S:
             self._start_workers(1)
             self.inflight[tid] = (0, lease, batch_no, indices, counter)
@@ -714,6 +746,31 @@ class _PythonIterator:
         self.alone = True
         self.producer = self.main_producer
         return None
+
+    def _side_by_side(self, indices, lease, counter, max_chunks=None, chunk=None):
+        """This thread and a helper thread claim chunks of batch ``indices`` at once; returns
+        both answers."""
+        other = []
+        helper = threading.Thread(target=lambda: other.append(
+            self._help(indices, lease, counter, max_chunks, chunk)))
+        helper.start()
+        try:
+            mine = self._help(indices, lease, counter, max_chunks, chunk)
+        finally:
+            helper.join()
+        return [mine] + other
+
+    def _switch_to_threads(self):
+        """From now on this epoch's batches go to threads (one a core)."""
+        self.workers.shutdown()  # the process workers, none of them forked
+        n = self.loader._cores
+        self.workers = _ThreadWorkers(self.loader.dataset, n, self.loader._cfg(self.epoch),
+                                      self.pool, self.loader._arena)
+        self.holder[0] = self.workers
+        self.n = n
+        self.active = list(range(n))
+        self.fork_rest = False
+        self.loader._stats["worker_threads"] = n
 
     def _next_remote(self):
         if self.workers.started < self.n and self.delivered and self.fork_rest:

@@ -488,6 +488,51 @@ def test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it(childre
     assert children() == []
 
 
+class Waiting(Dataset):
+    """3 ms a sample, with the GIL released (as file reads and most decoders release it) or
+    held (pure Python)."""
+
+    def __init__(self, releases):
+        self.releases = releases
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        if self.releases:
+            time.sleep(0.003)
+        else:
+            end = time.perf_counter() + 0.003
+            while time.perf_counter() < end:
+                pass
+        return torch.tensor([i, i * i]), i % 5
+
+
+def test_auto_runs_on_threads_when_the_work_releases_the_gil(children):
+    ref = [b[0].tolist() for b in stoker.DataLoader(Waiting(True), batch_size=16, shuffle=True,
+                                                     num_workers=0)]
+
+    def run(releases, **kw):
+        loader = stoker.DataLoader(Waiting(releases), batch_size=16, shuffle=True, **kw)
+        got = []
+        for b in loader:
+            got.append(b[0].tolist())
+            if releases and kw.get("seed_samples") is False:
+                assert children() == []  # no process is forked
+        assert got == ref
+        stats = loader.stats()
+        return stats["worker_threads"], stats["worker_processes"]
+    threads, processes = run(True, seed_samples=False)
+    assert threads == min(stoker.usable_cores(), 16) and processes == 0
+    # Per-sample seeding of the process-global generators needs processes.
+    threads, processes = run(True)
+    assert threads == 0 and processes >= 1
+    # Work that holds the GIL does not go faster on a second thread: processes.
+    threads, processes = run(False, seed_samples=False)
+    assert threads == 0 and processes >= 1
+    assert children() == []
+
+
 def test_without_consumer_help_every_sample_runs_in_a_worker():
     ref = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=0))
     loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=2,
