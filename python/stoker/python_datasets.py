@@ -8,7 +8,10 @@ not torch's RandomSampler). With a ``sampler`` or ``batch_sampler``, its order, 
 Workers: ``worker_type="process"`` forks ``num_workers`` processes (see ``workers.py`` for how a
 batch travels through shared memory); ``"thread"`` runs ``__getitem__`` on threads (for datasets
 whose work releases the GIL; global RNGs are then not re-seeded per sample, since threads share
-them); ``"auto"`` picks threads on a free-threaded interpreter, processes otherwise.
+them); ``"auto"`` picks threads on a free-threaded interpreter, or when a trial in the first
+batch shows the work releases the GIL and no seeding is asked for (see _THREAD_GAIN), processes
+otherwise. With ``num_workers="auto"``, the consumer starts alone and forks when measured work
+pays for it (see _FORK_NOW_S).
 """
 
 from __future__ import annotations
