@@ -26,7 +26,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,7 +35,7 @@ import torch
 from PIL import Image
 
 import stoker
-from peak_rss import PeakRSS
+from peak_rss import run_measured
 from stoker import transforms as T
 from stoker.sample_data import default_sample_root, make_sample
 
@@ -124,14 +123,8 @@ def run_one(make_loader, epochs):
 def measure(loader, workers, epochs):
     """Runs one configuration in a fresh process (so no loader inherits another's heap) and
     adds the peak RSS of that process and its workers."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{loader}:{workers}",
-           "--epochs", str(epochs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    with PeakRSS(proc.pid) as rss:
-        out, _ = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"measurement {loader}:{workers} failed (exit {proc.returncode})")
-    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
+    return run_measured([sys.executable, os.path.abspath(__file__), "--child",
+                         f"{loader}:{workers}", "--epochs", str(epochs)])
 
 
 def torch_loader(samples, workers):

@@ -16,13 +16,12 @@ import io
 import json
 import statistics
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-from peak_rss import PeakRSS
+from peak_rss import run_measured
 
 HERE = os.path.abspath(__file__)
 
@@ -112,13 +111,8 @@ def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's defau
 
 
 def run_child(kind, which, workers, steady=0):
-    cmd = [sys.executable, HERE, "--child", kind, which, str(workers), "--steady", str(steady)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    with PeakRSS(proc.pid) as rss:
-        out, _ = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"measurement {kind} {which} {workers} failed")
-    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
+    return run_measured([sys.executable, HERE, "--child", kind, which, str(workers),
+                         "--steady", str(steady)])
 
 
 def main():

@@ -2,7 +2,9 @@
 parent: a sampler thread inside the measured process would take its GIL and slow what it
 measures (by a fifth for a single-process loader on the light Python dataset)."""
 
+import json
 import os
+import subprocess
 import threading
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -46,3 +48,14 @@ class PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def run_measured(cmd):
+    """Runs ``cmd`` (a measurement child printing one JSON object as its last line) and returns
+    that object with the peak RSS of the child's process tree added as "peak_rss"."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    with PeakRSS(proc.pid) as rss:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"measurement {cmd[2:]} failed (exit {proc.returncode})")
+    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
