@@ -191,11 +191,15 @@ class GlobalSeeder {
 class SampleFetcher {
  public:
   static constexpr int kProbeSamples = 64;
+  static constexpr uint64_t kSkipAttempts = 16;  // as the native loader's
 
   // The dataset is an argument of fetch(), not held: a reference from here would be out of
   // sight of the garbage collector, and the dataset's module could hold this fetcher.
-  SampleFetcher(uint64_t seed, std::string_view mode, nb::object seeder, nb::object slow_seed)
-      : seed_(seed), slow_seed_(std::move(slow_seed)) {
+  // skip: on_error="skip" (a failed sample is replaced, see replacement()); size: the dataset's
+  // length, the range replacements come from.
+  SampleFetcher(uint64_t seed, std::string_view mode, nb::object seeder, nb::object slow_seed,
+                bool skip, uint64_t size)
+      : seed_(seed), slow_seed_(std::move(slow_seed)), skip_(skip), size_(size) {
     if (mode == "off") {
       seeding_ = false;
     } else if (mode == "always" || mode == "adaptive") {
@@ -219,9 +223,19 @@ class SampleFetcher {
                                                         : nb::steal(PySequence_List(indices.ptr()));
     if (!list.is_valid()) throw nb::python_error();
     while (true) {
-      nb::list out;
-      if (run(dataset, epoch, list, out)) return out;
+      nb::list out, skipped;
+      if (run(dataset, epoch, list, out, skipped)) {
+        for (nb::handle record : skipped) skipped_.append(record);
+        return out;
+      }
     }
+  }
+
+  // The (index, "Type: message") of the samples on_error="skip" replaced since the last call.
+  nb::list take_skipped() {
+    nb::list out = std::move(skipped_);
+    skipped_ = nb::list();
+    return out;
   }
 
   // Each generator's mode ("probe", "lazy" or "seeded"), in the order random, numpy, torch.
@@ -237,10 +251,12 @@ class SampleFetcher {
   using G = GlobalSeeder::Generator;
   using Prints = std::array<GlobalSeeder::Print, G::kGenerators>;
 
-  // Fetches the samples of `list` into `out`. False when a generator left unseeded changed on
-  // the way: it is seeded from then on, and the chunk must run again. (Checked once a chunk, not
-  // a sample: ~0.1 us a sample less, and __getitem__ runs twice for at most three chunks.)
-  bool run(nb::handle dataset, uint64_t epoch, const nb::object& list, nb::list& out) {
+  // Fetches the samples of `list` into `out` (and what on_error="skip" replaced into
+  // `skipped`). False when a generator left unseeded changed on the way: it is seeded from then
+  // on, and the chunk must run again. (Checked once a chunk, not a sample: ~0.1 us a sample
+  // less, and __getitem__ runs twice for at most three chunks.)
+  bool run(nb::handle dataset, uint64_t epoch, const nb::object& list, nb::list& out,
+           nb::list& skipped) {
     Prints lazy{};  // the lazy generators' prints when the chunk started, or when they turned lazy
     for (int g = 0; g < G::kGenerators; ++g)
       if (modes_[g] == Mode::kLazy) lazy[g] = seeder_->print(static_cast<G>(g));
@@ -248,51 +264,99 @@ class SampleFetcher {
     const Py_ssize_t n = PyList_Size(list.ptr());
     for (Py_ssize_t k = 0; k < n; ++k) {
       const nb::object index = nb::borrow(PyList_GetItem(list.ptr(), k));
-      if (!seeding_) {
-        out.append(get(getitem, dataset, index));
-        continue;
-      }
-      const uint64_t i = index_value(index);
-      if (seeder_ == nullptr) {
-        slow_seed_(seed_, epoch, i);
-        out.append(get(getitem, dataset, index));
-        continue;
-      }
-      const uint64_t key = hash_key(seed_, epoch, i);
-      Prints seeded{};
-      bool probing = false;
-      for (int g = 0; g < G::kGenerators; ++g) {
-        if (modes_[g] == Mode::kLazy) continue;
-        seeder_->seed_one(static_cast<G>(g), key);
-        if (modes_[g] == Mode::kProbe) {
-          seeded[g] = seeder_->print(static_cast<G>(g));
-          probing = true;
-        }
-      }
-      seeder_->set_torch_initial_seed(key);
-      PyObject* got = call(getitem, dataset, index);
-      for (int g = 0; g < G::kGenerators && probing; ++g) {
-        if (modes_[g] != Mode::kProbe) continue;
-        const GlobalSeeder::Print now = seeder_->print(static_cast<G>(g));
-        if (!(now == seeded[g])) {
-          modes_[g] = Mode::kSeeded;  // it drew from its seeded state: keep seeding it
-        } else if (--probes_left_[g] == 0) {
-          modes_[g] = Mode::kLazy;
-          lazy[g] = now;
-        }
-      }
+      PyObject* got = attempt(getitem, dataset, epoch, index, lazy);
       if (got == nullptr) {
-        // A failure after a draw from an unseeded state may differ seeded: run again. Not for
-        // KeyboardInterrupt and the like.
-        if (PyErr_ExceptionMatches(PyExc_Exception) && lazy_changed(lazy)) {
-          PyErr_Clear();
-          return false;
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) raise_with_index(index);
+        if (!skip_) {
+          // A failure after a draw from an unseeded state may differ seeded: run again.
+          if (lazy_changed(lazy)) {
+            PyErr_Clear();
+            return false;
+          }
+          raise_with_index(index);
         }
-        raise_with_index(index);
+        skipped.append(nb::make_tuple(index, pending_error_text()));
+        got = replacement(getitem, dataset, epoch, index, lazy);
+        if (got == nullptr) raise_with_index(index);
       }
       out.append(nb::steal(got));
     }
     return !lazy_changed(lazy);
+  }
+
+  // dataset[index] with the generators seeded for the sample; a new reference, or nullptr with
+  // the error set.
+  PyObject* attempt(const nb::object& getitem, nb::handle dataset, uint64_t epoch,
+                    const nb::object& index, Prints& lazy) {
+    if (!seeding_) return call(getitem, dataset, index);
+    const uint64_t i = index_value(index);
+    if (seeder_ == nullptr) {
+      slow_seed_(seed_, epoch, i);
+      return call(getitem, dataset, index);
+    }
+    const uint64_t key = hash_key(seed_, epoch, i);
+    Prints seeded{};
+    bool probing = false;
+    for (int g = 0; g < G::kGenerators; ++g) {
+      if (modes_[g] == Mode::kLazy) continue;
+      seeder_->seed_one(static_cast<G>(g), key);
+      if (modes_[g] == Mode::kProbe) {
+        seeded[g] = seeder_->print(static_cast<G>(g));
+        probing = true;
+      }
+    }
+    seeder_->set_torch_initial_seed(key);
+    PyObject* got = call(getitem, dataset, index);
+    for (int g = 0; g < G::kGenerators && probing; ++g) {
+      if (modes_[g] != Mode::kProbe) continue;
+      const GlobalSeeder::Print now = seeder_->print(static_cast<G>(g));
+      if (!(now == seeded[g])) {
+        modes_[g] = Mode::kSeeded;  // it drew from its seeded state: keep seeding it
+      } else if (--probes_left_[g] == 0) {
+        modes_[g] = Mode::kLazy;
+        lazy[g] = now;
+      }
+    }
+    return got;
+  }
+
+  // on_error="skip": the replacement of failed sample `index`, the first of kSkipAttempts
+  // candidates hash_key(seed, epoch, index * kSkipAttempts + attempt) % size that loads (as the
+  // native loader picks them, src/loader.cc), seeded as itself. nullptr with the error set when
+  // none loads. A candidate's failure is not recorded: it is when its own turn comes.
+  PyObject* replacement(const nb::object& getitem, nb::handle dataset, uint64_t epoch,
+                        const nb::object& index, Prints& lazy) {
+    PyObject* as_int = PyNumber_Index(index.ptr());
+    if (as_int == nullptr) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "on_error=\"skip\" replaces samples by integer index, got %R",
+                   index.ptr());
+      return nullptr;
+    }
+    const uint64_t i = PyLong_AsUnsignedLongLongMask(as_int);
+    Py_DECREF(as_int);
+    for (uint64_t a = 1; a <= kSkipAttempts && size_ > 1; ++a) {
+      const uint64_t other = hash_key(seed_, epoch, i * kSkipAttempts + a) % size_;
+      if (other == i) continue;
+      PyObject* got = attempt(getitem, dataset, epoch, nb::int_(other), lazy);
+      if (got != nullptr || !PyErr_ExceptionMatches(PyExc_Exception)) return got;
+      PyErr_Clear();
+    }
+    PyErr_Format(PyExc_RuntimeError,
+                 "on_error=\"skip\": no readable replacement found after %d attempts",
+                 static_cast<int>(kSkipAttempts));
+    return nullptr;
+  }
+
+  // "Type: message" of the pending exception, which it clears.
+  static std::string pending_error_text() {
+    const nb::python_error error;
+    try {
+      return nb::cast<std::string>(nb::str(error.type().attr("__qualname__"))) + ": " +
+             nb::cast<std::string>(nb::str(error.value()));
+    } catch (const nb::python_error&) {
+      return "(an exception that cannot be printed)";
+    }
   }
 
   // Whether a lazy generator's print differs from `prints`; those are seeded from now on.
@@ -313,12 +377,6 @@ class SampleFetcher {
     if (!getitem.is_valid()) return PyObject_GetItem(dataset.ptr(), index.ptr());
     PyObject* args[2] = {dataset.ptr(), index.ptr()};
     return PyObject_Vectorcall(getitem.ptr(), args, 2, nullptr);
-  }
-
-  static nb::object get(const nb::object& getitem, nb::handle dataset, const nb::object& index) {
-    PyObject* got = call(getitem, dataset, index);
-    if (got == nullptr) raise_with_index(index);
-    return nb::steal(got);
   }
 
   // type(dataset).__getitem__ when it is a Python function, else an invalid object.
@@ -374,6 +432,9 @@ class SampleFetcher {
   nb::object seeder_obj_;
   GlobalSeeder* seeder_ = nullptr;
   bool seeding_ = true;
+  bool skip_;
+  uint64_t size_;
+  nb::list skipped_;
   std::array<Mode, GlobalSeeder::kGenerators> modes_{Mode::kProbe, Mode::kProbe, Mode::kProbe};
   std::array<int, GlobalSeeder::kGenerators> probes_left_{};
 };
@@ -411,11 +472,15 @@ void register_seeding(nb::module_& m) {
       .def("restore", &GlobalSeeder::restore, nb::arg("saved"));
 
   nb::class_<SampleFetcher>(m, "SampleFetcher")
-      .def(nb::init<uint64_t, std::string_view, nb::object, nb::object>(), nb::arg("seed"),
-           nb::arg("mode"), nb::arg("seeder").none(), nb::arg("slow_seed").none())
+      .def(nb::init<uint64_t, std::string_view, nb::object, nb::object, bool, uint64_t>(),
+           nb::arg("seed"), nb::arg("mode"), nb::arg("seeder").none(), nb::arg("slow_seed").none(),
+           nb::arg("skip") = false, nb::arg("size") = 0)
       .def("fetch", &SampleFetcher::fetch, nb::arg("dataset"), nb::arg("epoch"), nb::arg("indices"),
            "[dataset[i] for i in indices], each with the global generators seeded for "
            "(seed, epoch, i).")
+      .def("take_skipped", &SampleFetcher::take_skipped,
+           "(index, \"Type: message\") of the samples on_error=\"skip\" replaced since the "
+           "last call.")
       .def_prop_ro("modes", &SampleFetcher::modes);
 }
 

@@ -282,9 +282,9 @@ class _ThreadWorkers:
 
     def _run(self, task):
         try:
-            return (task[0],) + self.producer.produce(task)
+            return (task[0],) + self.producer.produce(task) + (self.producer.take_skipped(),)
         except Exception as e:
-            return (task[0], "error", workers.pack_error(e, None))
+            return (task[0], "error", workers.pack_error(e, None), self.producer.take_skipped())
 
     def recv_task(self, tid, timeout):
         try:
@@ -313,8 +313,11 @@ class PythonDataLoader:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
-        if on_error != "raise":
-            raise ValueError('on_error must be "raise" for Python datasets')
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        if on_error == "skip" and isinstance(dataset, IterableDataset):
+            raise ValueError('on_error="skip" needs a map-style dataset (replacements are drawn '
+                             'from range(len(dataset)))')
         if not (isinstance(seed_samples, bool) or seed_samples == "always"):
             raise ValueError(f'seed_samples must be True, False or "always", got '
                              f'{seed_samples!r}')
@@ -378,6 +381,7 @@ class PythonDataLoader:
         self._start_batch = 0
         self._cursor = None
         self._stats = collections.Counter()
+        self._skipped_samples = collections.deque(maxlen=1000)  # the most recent, as native
         if user_order:
             if batch_sampler is None:
                 self.batch_sampler = BatchSampler(sampler, batch_size, drop_last) \
@@ -423,7 +427,8 @@ class PythonDataLoader:
                 else (None if self._auto_batch else default_convert),
                 "auto_batch": self._auto_batch, "seed_samples": self.seed_samples,
                 "drop_last": self.drop_last, "worker_init_fn": self.worker_init_fn,
-                "base_epoch": epoch}
+                "base_epoch": epoch, "on_error": self.on_error,
+                "size": len(self.dataset) if self.on_error == "skip" else 0}
 
     def _shared_pool(self):
         if self._pool is None:
@@ -444,8 +449,9 @@ class PythonDataLoader:
 
     def _stats_python(self):
         s = dict(self._stats)
-        for k in ("batches", "samples", "pickled_batches"):
+        for k in ("batches", "samples", "pickled_batches", "skipped"):
             s.setdefault(k, 0)
+        s["skipped_samples"] = list(self._skipped_samples)
         pool = self._pool
         s.setdefault("worker_processes", 0)
         s.setdefault("worker_threads", 0)
@@ -664,13 +670,14 @@ class _PythonIterator:
     def _help(self, indices, lease, counter, max_chunks=None, chunk=None):
         """This process's part of a claimed batch (all of what is left, or ``max_chunks``
         chunks of ``chunk`` samples), as a worker's message."""
+        p = self.main_producer
         try:
             with _caller_rng_states_kept(self.loader.seed_samples):
-                return (None, "batch", self.main_producer.produce_claimed(
+                return (None, "batch", p.produce_claimed(
                     self.epoch, indices, lease.offset, self.pool.buffer_bytes, counter,
-                    max_chunks, chunk))
+                    max_chunks, chunk), p.take_skipped())
         except Exception as e:
-            return (None, "error", workers.pack_error(e, None))
+            return (None, "error", workers.pack_error(e, None), p.take_skipped())
 
     def _help_ahead(self, tid):
         """While the last chunks of batch ``tid`` are still with its worker, this process
@@ -696,12 +703,13 @@ class _PythonIterator:
         otherwise the epoch goes on in this process (see _FORK_NOW_S)."""
         _, lease, batch_no, indices, counter = self.inflight[tid]
         if counter is None:  # no free buffer (the caller keeps many batches): pickled
+            p = self.main_producer
             try:
                 with _caller_rng_states_kept(self.loader.seed_samples):
-                    msgs.append((None,) + self.main_producer.produce(
-                        (tid, self.epoch, indices, None, 0, None)))
+                    msgs.append((None,) + p.produce((tid, self.epoch, indices, None, 0, None)) +
+                                (p.take_skipped(),))
             except Exception as e:
-                msgs.append((None, "error", workers.pack_error(e, None)))
+                msgs.append((None, "error", workers.pack_error(e, None), p.take_skipped()))
             return None
         if not self.measure:
             msgs.append(self._help(indices, lease, counter, chunk=len(indices)))
@@ -801,6 +809,7 @@ class _PythonIterator:
             del self.inflight[tid]
             errors = [m for m in msgs if m[1] == "error"]
             if errors:
+                self._count_skipped(r for m in msgs for r in m[3])
                 self.cursor[1] += 1
                 raise _remote_error(errors[0][2])
             if msg[1] == "end":  # an IterableDataset worker ran out
@@ -811,6 +820,7 @@ class _PythonIterator:
             if counter is not None:
                 batch, payload = self._assemble_claimed(msgs, indices, lease)
                 return self._deliver(batch, count, payload)
+            self._count_skipped(r for m in msgs for r in m[3])
             payload = msg[2]
             if lease is None or not any(x[0] == "shm" for x in payload[2]):
                 self.loader._stats["pickled_batches"] += 1
@@ -820,6 +830,7 @@ class _PythonIterator:
         """(batch, payload) of a claimed batch from the producers' messages."""
         payload = workers.merge_claimed([m[2] for m in msgs], len(indices))
         if payload is not None:
+            self._count_skipped(r for m in msgs for r in m[3])
             return workers.assemble(payload, self.pool, lease), payload
         # The samples differ in structure or shapes: default_collate decides, as torch does.
         del lease
@@ -831,7 +842,14 @@ class _PythonIterator:
         except Exception:
             self.cursor[1] += 1  # the batch is spent, as when a worker raises
             raise
+        finally:  # the producers' replacements were of these samples too: counted once, here
+            self._count_skipped(producer.take_skipped())
         return workers.assemble(payload, None, None), None
+
+    def _count_skipped(self, records):
+        for index, text in records:
+            self.loader._stats["skipped"] += 1
+            self.loader._skipped_samples.append(f"sample {index}: {text}")
 
     def _next_local(self):
         p = self.producer
@@ -866,6 +884,8 @@ class _PythonIterator:
                 i = getattr(e, "_stoker_index", None)
                 raise _error_class(type(e))(
                     f"sample {i}: {type(e).__qualname__}: {e}", i) from e
+            finally:
+                self._count_skipped(p.take_skipped())
             if not self.auto:
                 return self._deliver(p.collate(samples[0]), 1)
             cf = self.loader.collate_fn or workers.collate_samples

@@ -212,15 +212,16 @@ def sample_seeder():
     return native.seed if native is not None else _seed_slow
 
 
-def sample_fetcher(seed, seed_samples):
+def sample_fetcher(seed, seed_samples, skip=False, size=0):
     """A ``_native.SampleFetcher``: ``fetch(dataset, epoch, indices)`` runs ``dataset[i]`` for
-    chunks of indices, seeded per
+    chunks of indices (``skip``: on_error="skip", replacing failed samples from range(size)),
+    seeded per
     sample as ``seed_samples`` says: True (adaptive: a generator the dataset does not draw from is
     checked instead of written, see bindings/seeding.cc), "always" or False."""
     mode = {True: "adaptive", "always": "always", False: "off"}[seed_samples]
     native = _global_seeder() if mode != "off" else None
-    return _native.SampleFetcher(seed, mode, native,
-                                 _seed_slow if native is None else None)
+    return _native.SampleFetcher(seed, mode, native, _seed_slow if native is None else None,
+                                 skip, size)
 
 
 def global_rng_states():
@@ -346,7 +347,8 @@ class Producer:
         self.unmap = unmap  # a worker process: drop its mapping of each buffer it wrote
         self.iterator = None
         self.iter_epoch = None
-        self.fetcher = sample_fetcher(cfg["seed"], cfg["seed_samples"])
+        self.fetcher = sample_fetcher(cfg["seed"], cfg["seed_samples"],
+                                      cfg.get("on_error") == "skip", cfg.get("size", 0))
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -354,6 +356,11 @@ class Producer:
         """[dataset[i] for i in indices], seeded per sample; an exception carries the index of
         its sample as ``_stoker_index``."""
         return self.fetcher.fetch(self.dataset, epoch, indices)
+
+    def take_skipped(self):
+        """(index, "Type: message") of the samples replaced (on_error="skip") since the last
+        call: they travel with the answer that produced them."""
+        return self.fetcher.take_skipped()
 
     def fetch_iterable(self, epoch, count):
         """Up to ``count`` samples of this worker's copy of an IterableDataset; [] at its end."""
@@ -654,7 +661,7 @@ def worker_main(worker_id, num_workers, dataset, cfg, pool, arena, task_conn, re
             if cfg["worker_init_fn"] is not None:
                 cfg["worker_init_fn"](worker_id)
         except BaseException as e:
-            result_conn.send_bytes(pickle.dumps((-1, "error", pack_error(e, worker_id)), 5))
+            result_conn.send_bytes(pickle.dumps((-1, "error", pack_error(e, worker_id), []), 5))
             raise SystemExit(1)
         while True:
             raw = task_conn.recv_bytes()
@@ -663,9 +670,9 @@ def worker_main(worker_id, num_workers, dataset, cfg, pool, arena, task_conn, re
             task = pickle.loads(raw)
             try:
                 tag, payload = producer.produce(task)
-                msg = (task[0], tag, payload)
+                msg = (task[0], tag, payload, producer.take_skipped())
             except Exception as e:
-                msg = (task[0], "error", pack_error(e, worker_id))
+                msg = (task[0], "error", pack_error(e, worker_id), producer.take_skipped())
             result_conn.send_bytes(pickle.dumps(msg, 5))
     except (EOFError, OSError, KeyboardInterrupt, SystemExit):
         code = 1

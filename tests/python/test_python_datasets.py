@@ -594,6 +594,56 @@ def test_the_consumer_drops_its_pages_of_recycled_buffers():
     assert shmem_kib() - before < 1024  # not the 8+ MiB of the buffers it touched
 
 
+class Corrupt(Dataset):
+    """Samples in ``bad`` fail as a corrupt file does."""
+
+    def __init__(self, bad=(3, 11), n=30):
+        self.bad, self.n = set(bad), n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.bad:
+            raise OSError(f"cannot identify image file 'img{i}.jpg'")
+        return torch.tensor([i, random.randrange(1000)]), i
+
+
+def test_on_error_skip_replaces_failed_samples_deterministically():
+    from stoker import _native
+
+    def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/loader.cc)
+        return next(o for o in (_native.sample_seed(seed, epoch, i * 16 + a) % 30
+                                for a in range(1, 17)) if o != i and o not in (3, 11))
+
+    def run(workers_n):
+        loader = stoker.DataLoader(Corrupt(), batch_size=4, shuffle=True, on_error="skip",
+                                   num_workers=workers_n)
+        batches = list(loader)
+        return batches, loader.stats()
+    ref, stats = run(0)
+    order = [i for b in stoker.DataLoader(Corrupt(bad=()), batch_size=4, shuffle=True,
+                                          num_workers=0) for i in b[1].tolist()]
+    assert [i for b in ref for i in b[1].tolist()] == [
+        replacement(i) if i in (3, 11) else i for i in order]
+    assert stats["skipped"] == 2 and sorted(stats["skipped_samples"]) == [
+        "sample 11: OSError: cannot identify image file 'img11.jpg'",
+        "sample 3: OSError: cannot identify image file 'img3.jpg'"]
+    for workers_n in (1, 2, "auto"):  # bit-identical whoever produced what, counted once
+        got, stats = run(workers_n)
+        assert len(got) == len(ref) and all(
+            torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, ref))
+        assert stats["skipped"] == 2
+    # Nothing readable: the error names the sample and says why.
+    with pytest.raises(RuntimeError, match="no readable replacement found after 16 attempts") \
+            as info:
+        list(stoker.DataLoader(Corrupt(bad=range(30)), batch_size=4, on_error="skip",
+                               num_workers=0))
+    assert info.value.index == 0
+    with pytest.raises(ValueError, match="on_error"):
+        stoker.DataLoader(Stream(), on_error="skip")
+
+
 def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
     start = time.monotonic()
     with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
