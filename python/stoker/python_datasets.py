@@ -10,7 +10,8 @@ batch travels through shared memory); ``"thread"`` runs ``__getitem__`` on threa
 whose work releases the GIL; global RNGs are then not re-seeded per sample, since threads share
 them); ``"auto"`` picks threads on a free-threaded interpreter, or when a trial in the first
 batch shows the work releases the GIL and no seeding is asked for (see _THREAD_GAIN), processes
-otherwise. With ``num_workers="auto"``, the consumer starts alone and forks when measured work
+otherwise (for a dataset with ``thread_safe = True``). With ``num_workers="auto"``, the consumer
+starts alone and forks when measured work
 pays for it (see _FORK_NOW_S).
 """
 
@@ -55,10 +56,11 @@ _AUTO_PREFETCH_BYTES = 4 << 20
 _FORK_NOW_S = 0.02
 _FORK_EPOCH_S = 0.5
 _FORK_PERSISTENT_S = 0.1
-# worker_type="auto" without per-sample seeding (threads cannot seed the process-global
-# generators per sample): during that first batch, two threads produce two chunks each side by
-# side; when their pace is under _THREAD_GAIN of one thread's, the dataset's work releases the
-# GIL enough and the epoch runs on threads (no fork, no second process's RSS, no pipe).
+# worker_type="auto", for a dataset with `thread_safe = True` and without per-sample seeding
+# (threads cannot seed the process-global generators per sample): during that first batch, two
+# threads produce two chunks each side by side; when their pace is under _THREAD_GAIN of one
+# thread's, the dataset's work releases the GIL enough and the epoch runs on threads (no fork,
+# no second process's RSS, no pipe).
 _THREAD_GAIN = 0.75
 
 
@@ -367,8 +369,11 @@ class PythonDataLoader:
         helper = worker_type == "process" and consumer_helps and not timeout
         self._workers_n = max(1, cores - helper) if num_workers == "auto" else num_workers
         self._measured_fork = num_workers == "auto" and helper
+        # Threads run __getitem__ concurrently in one process: only for a dataset that says
+        # it allows that (a file object shared across calls, seek then read, would not).
         self._thread_trial = (self._measured_fork and worker_type_arg == "auto"
-                              and seed_samples is False)
+                              and seed_samples is False
+                              and getattr(dataset, "thread_safe", False) is True)
         self._cores = cores
         # "auto": decided by the first batch's size (None until then), as the native autotune
         # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.

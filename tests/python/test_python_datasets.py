@@ -492,6 +492,8 @@ class Waiting(Dataset):
     """3 ms a sample, with the GIL released (as file reads and most decoders release it) or
     held (pure Python)."""
 
+    thread_safe = True  # __getitem__ may run on several threads at once
+
     def __init__(self, releases):
         self.releases = releases
 
@@ -517,7 +519,7 @@ def test_auto_runs_on_threads_when_the_work_releases_the_gil(children):
         got = []
         for b in loader:
             got.append(b[0].tolist())
-            if releases and kw.get("seed_samples") is False:
+            if releases and kw.get("seed_samples") is False and Waiting.thread_safe:
                 assert children() == []  # no process is forked
         assert got == ref
         stats = loader.stats()
@@ -529,6 +531,13 @@ def test_auto_runs_on_threads_when_the_work_releases_the_gil(children):
     assert threads == 0 and processes >= 1
     # Work that holds the GIL does not go faster on a second thread: processes.
     threads, processes = run(False, seed_samples=False)
+    assert threads == 0 and processes >= 1
+    # A dataset that does not say it is thread-safe never runs on two threads at once.
+    Waiting.thread_safe = False
+    try:
+        threads, processes = run(True, seed_samples=False)
+    finally:
+        Waiting.thread_safe = True
     assert threads == 0 and processes >= 1
     assert children() == []
 
