@@ -277,7 +277,8 @@ void register_workers(nb::module_& m) {
         std::vector<uint64_t> out;
         const uint64_t first = batch * batch_size;
         for (uint64_t k = first; k < first + plan.batch_length(batch); ++k)
-          out.push_back(order[plan.global_position(k)]);
+          out.push_back(plan.global_position(k));
+        order.map(out, out);
         return out;
       },
       nb::arg("n"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),

@@ -1,6 +1,7 @@
 #include "stoker/loader.h"
 
 #include <string>
+#include <vector>
 
 #include "loader_state.h"
 #include "stoker/errors.h"
@@ -94,16 +95,17 @@ void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* wor
   const size_t nfields = batch.fields.size();
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   const uint64_t first = batch.index * plan.batch_size();
+  std::vector<uint64_t> indices(batch.length);  // the batch's samples, mapped at once
+  for (uint64_t s = 0; s < batch.length; ++s) indices[s] = plan.global_position(first + s);
+  order.map(indices, indices);
   // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
   // several memory accesses are in flight at once instead of one cache miss at a time.
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, batch.length); ++s)
-    source->prefetch(order[plan.global_position(first + s)]);
+    source->prefetch(indices[s]);
   for (uint64_t s = 0; s < batch.length; ++s) {
-    if (s + kPrefetchAhead < batch.length)
-      source->prefetch(order[plan.global_position(first + s + kPrefetchAhead)]);
+    if (s + kPrefetchAhead < batch.length) source->prefetch(indices[s + kPrefetchAhead]);
     for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + s * sample_bytes[f];
-    const uint64_t index = order[plan.global_position(first + s)];
-    read_sample(batch.epoch, index, {slot, nfields}, worker);
+    read_sample(batch.epoch, indices[s], {slot, nfields}, worker);
   }
   read_ns += elapsed_ns(start);
 }

@@ -1,7 +1,9 @@
 #include "stoker/order.h"
 
+#include <algorithm>
 #include <bit>
 #include <string>
+#include <vector>
 
 #include "stoker/errors.h"
 #include "stoker/random.h"
@@ -35,6 +37,35 @@ uint64_t EpochOrder::operator[](uint64_t position) const {
   uint64_t x = permute(position);
   while (x >= n_) x = permute(x);
   return x;
+}
+
+void EpochOrder::map(std::span<const uint64_t> positions, std::span<uint64_t> out) const {
+  if (out.size() != positions.size())
+    throw InvalidArgument("EpochOrder::map: out and positions differ in size");
+  if (!shuffle_) {
+    if (out.data() != positions.data()) std::copy(positions.begin(), positions.end(), out.begin());
+    return;
+  }
+  // The same walk as operator[], one step for every element at a time: independent chains of
+  // multiplies, which the CPU pipelines, and no unpredictable branch (the list of elements
+  // still outside [0, n) grows by a comparison's 0 or 1).
+  std::vector<size_t> walking(out.size());
+  size_t count = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = permute(positions[i]);
+    walking[count] = i;
+    count += out[i] >= n_;
+  }
+  while (count > 0) {
+    size_t still = 0;
+    for (size_t k = 0; k < count; ++k) {
+      const size_t i = walking[k];
+      out[i] = permute(out[i]);
+      walking[still] = i;
+      still += out[i] >= n_;
+    }
+    count = still;
+  }
 }
 
 BatchPlan::BatchPlan(uint64_t num_samples, uint64_t batch_size, bool drop_last, uint64_t rank,

@@ -32,6 +32,23 @@ TEST(EpochOrder, IsAPermutationForEverySize) {
   }
 }
 
+TEST(EpochOrder, MapGivesWhatIndexingGives) {
+  for (uint64_t n : {1u, 2u, 3u, 17u, 256u, 1000u, 99991u, 1000003u}) {
+    for (bool shuffle : {false, true}) {
+      const EpochOrder o(n, shuffle, 11, 2);
+      std::vector<uint64_t> positions;
+      for (uint64_t k = 0; k < std::min<uint64_t>(n, 700); ++k) positions.push_back(k * 7919 % n);
+      std::vector<uint64_t> out(positions.size());
+      o.map(positions, out);
+      for (size_t i = 0; i < positions.size(); ++i) ASSERT_EQ(out[i], o[positions[i]]) << n;
+      o.map(positions, positions);  // in place
+      EXPECT_EQ(positions, out);
+    }
+  }
+  std::vector<uint64_t> two(2), one(1);
+  EXPECT_THROW(EpochOrder(10, true, 1, 1).map(two, one), InvalidArgument);
+}
+
 TEST(EpochOrder, SequentialWithoutShuffle) {
   EpochOrder o(10, false, 5, 9);
   for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(o[i], i);
