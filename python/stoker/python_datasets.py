@@ -8,11 +8,10 @@ not torch's RandomSampler). With a ``sampler`` or ``batch_sampler``, its order, 
 Workers: ``worker_type="process"`` forks ``num_workers`` processes (see ``workers.py`` for how a
 batch travels through shared memory); ``"thread"`` runs ``__getitem__`` on threads (for datasets
 whose work releases the GIL; global RNGs are then not re-seeded per sample, since threads share
-them); ``"auto"`` picks threads on a free-threaded interpreter, or when a trial in the first
-batch shows the work releases the GIL and no seeding is asked for (see _THREAD_GAIN), processes
-otherwise (for a dataset with ``thread_safe = True``). With ``num_workers="auto"``, the consumer
-starts alone and forks when measured work
-pays for it (see _FORK_NOW_S).
+them); ``"auto"`` picks processes, except for a dataset that declares ``thread_safe = True``:
+threads on a free-threaded interpreter, or when a trial in the first batch shows the work
+releases the GIL and no seeding is asked for (see _THREAD_GAIN). With ``num_workers="auto"``,
+the consumer starts alone and forks when measured work pays for it (see _FORK_NOW_S).
 """
 
 from __future__ import annotations
@@ -66,6 +65,12 @@ _THREAD_GAIN = 0.75
 
 def _free_threaded():
     return hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled()
+
+
+def _thread_safe(dataset):
+    """Whether the dataset declares that its __getitem__ may run on several threads at once (a
+    file object shared across calls, seek then read, would not allow it)."""
+    return getattr(dataset, "thread_safe", False) is True
 
 
 _ERROR_CLASSES = {}
@@ -361,7 +366,7 @@ class PythonDataLoader:
             self._auto_batch = True
         worker_type_arg = worker_type
         if worker_type == "auto":
-            worker_type = "thread" if _free_threaded() else "process"
+            worker_type = "thread" if _free_threaded() and _thread_safe(dataset) else "process"
         self.worker_type = worker_type
         # "auto": with process workers the consumer produces samples of the batches it waits for
         # (see _PythonIterator), so it counts as one of the cores' producers.
@@ -369,11 +374,8 @@ class PythonDataLoader:
         helper = worker_type == "process" and consumer_helps and not timeout
         self._workers_n = max(1, cores - helper) if num_workers == "auto" else num_workers
         self._measured_fork = num_workers == "auto" and helper
-        # Threads run __getitem__ concurrently in one process: only for a dataset that says
-        # it allows that (a file object shared across calls, seek then read, would not).
         self._thread_trial = (self._measured_fork and worker_type_arg == "auto"
-                              and seed_samples is False
-                              and getattr(dataset, "thread_safe", False) is True)
+                              and seed_samples is False and _thread_safe(dataset))
         self._cores = cores
         # "auto": decided by the first batch's size (None until then), as the native autotune
         # starts: 2 batches a worker up to 4 MiB, 1 above, where memory matters more.
