@@ -12,15 +12,15 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def tree_rss(pid):
     """RSS of ``pid`` and its descendants, read from /proc (statm, task/*/children)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
+    total, pending = 0, [pid]
+    while pending:
+        p = pending.pop()
         try:
             with open(f"/proc/{p}/statm") as f:
                 total += int(f.read().split()[1]) * _PAGE
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
+                    pending += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             pass  # the process ended meanwhile
     return total

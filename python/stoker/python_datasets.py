@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import errno
 import gc
 import multiprocessing
 import os
@@ -32,7 +31,7 @@ import weakref
 
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
-from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data._utils.collate import default_convert
 
 from . import _native, workers
 from . import loader as _loader
@@ -875,7 +874,7 @@ class _PythonIterator:
                     raise StopIteration
                 if not self.auto:
                     return self._deliver(p.collate(samples[0]), 1)
-                cf = self.loader.collate_fn or default_collate
+                cf = self.loader.collate_fn or workers.collate_samples
                 return self._deliver(cf(samples), len(samples))
             if self.batches is None:
                 raise StopIteration
