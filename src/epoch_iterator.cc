@@ -48,8 +48,11 @@ class InlineIterator final : public EpochIterator {
 
   Status next_for(std::chrono::milliseconds, std::shared_ptr<Batch>* out) override {
     if (position_ >= st_->plan.num_batches()) return Status::kEnd;
-    Buffer buffer = st_->pool->acquire_for(std::stop_token(), kStallLimit);
-    if (!buffer) throw budget_error(*st_->pool);
+    Buffer buffer;
+    // A fenced buffer (a GPU copy still reads it) comes back by itself: only buffers that the
+    // consumer holds make this a budget error.
+    while (!(buffer = st_->pool->acquire_for(std::stop_token(), kStallLimit)))
+      if (st_->pool->exhausted()) throw budget_error(*st_->pool);
     auto batch = st_->make_batch(epoch_, position_++, std::move(buffer));
     st_->fill(*batch, order_, worker_.get());
     ++st_->batches;
