@@ -356,3 +356,35 @@ def test_diagnose_reports_no_gpu_figures_without_a_gpu():
         assert f["gpu_present"] is False and f["gpu_samples"] == 0
     assert f["process_pinned_bytes"] == _native.cuda_pinned_bytes()
     assert {"gpu_utilization", "gpu_memory_used", "gpu_memory_total"} <= set(f)
+
+
+# ---- stoker tune -----------------------------------------------------------------------------------
+
+def test_tune_knobs_include_pin_memory_and_device_with_a_gpu():
+    from stoker.tune import default_knobs
+    with_gpu = {k["name"]: k for k in default_knobs(4, gpu=True)}
+    assert with_gpu["pin_memory"]["values"] == [0, 1]
+    assert with_gpu["device"]["values"] == [0, 1] and with_gpu["device"]["start"] == 1
+    without = {k["name"]: k for k in default_knobs(4, gpu=False)}
+    assert without["pin_memory"]["values"] == [0] and "device" not in without
+    torch_side = {k["name"] for k in default_knobs(4, torch=True, gpu=True)}
+    assert "pin_memory" in torch_side and "device" not in torch_side  # torch's has no device=
+
+
+def test_tune_recommends_device_as_a_dataloader_argument():
+    from stoker.tune import _finish
+    result = _finish({"recommended": {"num_workers": 2, "pin_memory": 1, "device": 1}}, "stoker")
+    assert result["recommended"] == {"num_workers": 2, "pin_memory": True, "device": "cuda"}
+    result = _finish({"recommended": {"pin_memory": 0, "device": 0}}, "stoker")
+    assert result["recommended"] == {"pin_memory": False, "device": "cpu"}
+
+
+def test_tune_measures_batches_delivered_to_the_device_both_ways():
+    """The GPU measurement, run against the CPU: device=0 copies in the loop, device=1 asks the
+    loader; both deliver every batch."""
+    from stoker.tune import _gpu_measure
+    measure = _gpu_measure(row_dataset(64), 4, True, 0, 0, 0.05, 20, target=torch.device("cpu"))
+    for device in (0, 1):
+        rate = measure({"num_workers": 2, "prefetch_factor": 2, "pin_memory": 0,
+                        "device": device})
+        assert rate > 0
