@@ -199,7 +199,10 @@ size_t BatchPool::pinned_bytes() const {
 
 size_t BatchPool::fenced_buffers() const {
   std::lock_guard lock(mu_);
-  return fenced_.size();
+  return std::count_if(fenced_.begin(), fenced_.end(), [](const Fenced& f) {
+    return std::any_of(f.fences.begin(), f.fences.end(),
+                       [](const std::unique_ptr<Fence>& fence) { return !fence->completed(); });
+  });
 }
 
 }  // namespace stoker

@@ -157,6 +157,7 @@ TEST(BatchPoolFence, AFencedBufferIsNotHandedOutUntilItsFenceCompletes) {
   EXPECT_EQ(pool->bytes_allocated(), 64u);
 
   probe->done = true;
+  EXPECT_EQ(pool->fenced_buffers(), 0u);  // completed, not yet taken back: no longer waiting
   Buffer again = pool->acquire_for(stop.get_token(), std::chrono::milliseconds(0));
   EXPECT_EQ(again.get(), first);
   EXPECT_EQ(pool->fenced_buffers(), 0u);

@@ -79,7 +79,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   size_t bytes_allocated() const;       // buffers that exist, free, fenced or in use
   size_t peak_bytes_allocated() const;  // the most that ever existed at once
   size_t pinned_bytes() const;          // page-locked bytes of this pool (whole pages)
-  size_t fenced_buffers() const;        // released buffers waiting for their fences
+  size_t fenced_buffers() const;        // released buffers whose fences have not all completed
 
   static constexpr std::chrono::microseconds kFencePollMin{50};
   static constexpr std::chrono::microseconds kFencePollMax{1000};

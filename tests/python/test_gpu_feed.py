@@ -388,3 +388,36 @@ def test_tune_measures_batches_delivered_to_the_device_both_ways():
         rate = measure({"num_workers": 2, "prefetch_factor": 2, "pin_memory": 0,
                         "device": device})
         assert rate > 0
+
+
+# ---- Python datasets -------------------------------------------------------------------------------
+
+class RowDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        return torch.full((ROW,), float(i))
+
+
+def _python_loader_has_device():
+    import inspect
+    from stoker.python_datasets import PythonLoader
+    return "device" in inspect.signature(PythonLoader.__init__).parameters
+
+
+@pytest.mark.skipif(not _python_loader_has_device(),
+                    reason="the Python-dataset loader takes no device= yet (integration pending)")
+def test_python_dataset_shared_buffers_are_fenced_like_native_ones(pageable_fences):
+    """Batches written by forked workers into shared memory: a late copy still reads its own
+    batch (the buffers' fences are recorded when the last view of a batch dies)."""
+    loader = stoker.DataLoader(RowDataset(), batch_size=4, num_workers=2, worker_type="process",
+                               gpu_prefetch=2)
+    loader._device, loader._engine = "fake-gpu", FakeDmaEngine()
+    for epoch in range(2):
+        got = list(loader)
+        assert [int(g[0, 0]) for g in got] == list(range(0, 48, 4))
+        for b, g in enumerate(got):
+            assert torch.equal(g, expected(range(4 * b, 4 * b + 4))), f"batch {b} overwritten"
+    assert loader._engine.completed == 24
+    assert loader.stats()["fenced_buffers"] == 0
