@@ -421,3 +421,26 @@ def test_python_dataset_shared_buffers_are_fenced_like_native_ones(pageable_fenc
             assert torch.equal(g, expected(range(4 * b, 4 * b + 4))), f"batch {b} overwritten"
     assert loader._engine.completed == 24
     assert loader.stats()["fenced_buffers"] == 0
+
+
+def test_waiting_for_a_slow_copy_is_not_a_budget_error(pageable_fences):
+    """A fence outlasting the loader's stall limit (1 s: a deep GPU queue ahead of the copy) is
+    waited for: the buffer comes back by itself, the consumer holds nothing."""
+    import threading
+    batch_bytes = 4 * ROW * 4
+    loader = stoker.DataLoader(row_dataset(8), batch_size=4, num_workers=0,
+                               memory_budget=batch_bytes)
+    it = iter(loader)
+    first = next(it)
+    copy = _native.FakeCopy()
+    with stoker_device.fenced_on([copy]):
+        del first
+    # The GPU finishes well after the stall limit, and after the front's retry (a gc, then
+    # another stall limit): without the wait, MemoryBudgetError comes at about 2.2 s.
+    finish = threading.Timer(3.0, copy.complete)
+    finish.start()
+    try:
+        assert torch.equal(next(it), expected(range(4, 8)))
+    finally:
+        finish.cancel()
+    assert copy.completed
