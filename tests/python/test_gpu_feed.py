@@ -444,3 +444,10 @@ def test_waiting_for_a_slow_copy_is_not_a_budget_error(pageable_fences):
     finally:
         finish.cancel()
     assert copy.completed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
+def test_cli_diagnose_on_a_gpu_without_cuda_says_so(capsys):
+    from stoker.diagnose import main
+    assert main(["--device", "cuda", "--seconds", "0.1"]) == 2
+    assert "needs CUDA" in capsys.readouterr().err
