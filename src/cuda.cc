@@ -1,11 +1,13 @@
 #include "stoker/cuda.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -32,11 +34,12 @@ constexpr unsigned kEventNoTiming = 0x02;  // CU_EVENT_DISABLE_TIMING: the cheap
 std::atomic<bool> forked_child{false};
 bool driver_in_parent = false;  // written by the forking thread just before fork()
 
-void before_fork() {
-  void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  driver_in_parent = lib != nullptr;
-  if (lib != nullptr) dlclose(lib);
+// Whether libcuda is loaded (by Stoker, torch or anyone): dl_iterate_phdr, not dlopen/dlclose,
+// which could unload a library, and so take glibc's atfork lock, which fork holds here.
+int find_driver(dl_phdr_info* info, size_t, void*) {
+  return info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "/libcuda.so") != nullptr;
 }
+void before_fork() { driver_in_parent = dl_iterate_phdr(find_driver, nullptr) != 0; }
 void in_forked_child() {
   if (driver_in_parent) forked_child.store(true, std::memory_order_relaxed);
 }
