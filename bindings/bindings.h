@@ -3,6 +3,9 @@
 
 #include <nanobind/nanobind.h>
 
+#include "stoker/batch_pool.h"
+#include "stoker/loader.h"
+
 namespace stoker::python {
 
 namespace nb = nanobind;
@@ -14,5 +17,12 @@ void register_images(nb::module_& m);
 void register_tune(nb::module_& m);
 void register_workers(nb::module_& m);
 void register_seeding(nb::module_& m);
+void register_gpu(nb::module_& m);
+
+// For the destructor of a capsule that owns exported batch memory (GIL held): records the fences
+// a pinned buffer needs before its pool may reuse it (gpu.cc). Call it before dropping the last
+// reference to the buffer.
+void fence_released_buffer(BatchPool& pool, const std::byte* buffer);
+void fence_released_batch(const Batch& batch);
 
 }  // namespace stoker::python

@@ -27,10 +27,15 @@ nb::object export_field(const BatchField& f, nb::handle owner) {
       .cast();
 }
 
+// The fields share one owner; when the last of them dies, a pinned buffer gets its fences (the
+// copies still queued from it) before it goes back to the pool.
 nb::tuple export_batch(std::shared_ptr<Batch> batch, Output output) {
   const Batch& b = *batch;
-  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)),
-                    [](void* p) noexcept { delete static_cast<std::shared_ptr<Batch>*>(p); });
+  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)), [](void* p) noexcept {
+    auto* held = static_cast<std::shared_ptr<Batch>*>(p);
+    fence_released_batch(**held);
+    delete held;
+  });
   nb::list fields;
   for (const BatchField& f : b.fields)
     fields.append(output == Output::kTorch ? export_field<nb::pytorch>(f, owner)
@@ -110,6 +115,8 @@ nb::dict stats_dict(const LoaderStats& s) {
   d["consumer_wait_s"] = s.consumer_wait_seconds;
   d["buffer_bytes"] = s.buffer_bytes;
   d["buffer_bytes_peak"] = s.buffer_bytes_peak;
+  d["pinned_bytes"] = s.pinned_bytes;
+  d["fenced_buffers"] = s.fenced_buffers;
   d["memory_budget"] = s.memory_budget;
   d["batch_bytes"] = s.batch_bytes;
   d["worker_cpu_s"] = s.worker_cpu_seconds;

@@ -153,10 +153,6 @@ void register_tune(nb::module_& m) {
     d["core_busy"] = s.core_busy;
     d["core_total"] = s.core_total;
     d["rss_bytes"] = s.rss_bytes;
-    d["gpu_present"] = s.gpu_present;
-    d["gpu_utilization"] = s.gpu_utilization;
-    d["gpu_memory_used"] = s.gpu_memory_used;
-    d["gpu_memory_total"] = s.gpu_memory_total;
     return d;
   });
 

@@ -8,6 +8,9 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <type_traits>
+
+#include "stoker/cuda.h"
 
 namespace stoker {
 namespace {
@@ -26,7 +29,8 @@ const StageFigures* stage(const DiagnosisInputs& in, const std::string& name) {
   return nullptr;
 }
 
-// NVML, loaded at run time; only the few calls needed.
+// NVML, loaded at run time; only the few calls needed. The library stays loaded for the life of
+// the process.
 struct Nvml {
   struct Utilization {
     unsigned gpu, memory;
@@ -34,34 +38,103 @@ struct Nvml {
   struct Memory {
     unsigned long long total, free, used;
   };
-  using Init = int (*)();
-  using Handle = int (*)(unsigned, void**);
-  using Util = int (*)(void*, Utilization*);
-  using Mem = int (*)(void*, Memory*);
+  using Device = void*;
+  int (*init)() = nullptr;
+  int (*by_index)(unsigned, Device*) = nullptr;
+  int (*by_pci_bus_id)(const char*, Device*) = nullptr;
+  int (*utilization)(Device, Utilization*) = nullptr;
+  int (*memory)(Device, Memory*) = nullptr;
   bool ok = false;
-  void* device = nullptr;
-  Util util = nullptr;
-  Mem mem = nullptr;
 
   Nvml() {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return;
-    auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
-    auto handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-    util = reinterpret_cast<Util>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
-    mem = reinterpret_cast<Mem>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
-    if (!init || !handle || !util || !mem) return;
-    if (init() != 0 || handle(0, &device) != 0) return;
-    ok = true;  // the library stays loaded for the life of the process
+    auto sym = [lib](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      return fn != nullptr;
+    };
+    ok = sym(init, "nvmlInit_v2") && sym(by_index, "nvmlDeviceGetHandleByIndex_v2") &&
+         sym(by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2") &&
+         sym(utilization, "nvmlDeviceGetUtilizationRates") &&
+         sym(memory, "nvmlDeviceGetMemoryInfo") && init() == 0;
+  }
+
+  // The NVML handle of CUDA device `cuda_device`; nullptr when there is none.
+  Device device(int cuda_device) const {
+    if (!ok || cuda_device < 0) return nullptr;
+    Device d = nullptr;
+    const std::string bus = cuda::pci_bus_id(cuda_device);
+    if (!bus.empty()) return by_pci_bus_id(bus.c_str(), &d) == 0 ? d : nullptr;
+    return by_index(static_cast<unsigned>(cuda_device), &d) == 0 ? d : nullptr;
   }
 };
 
-Nvml& nvml() {
+Nvml& nvml_library() {
   static Nvml n;
   return n;
 }
 
 }  // namespace
+
+GpuSampler::Reader GpuSampler::nvml(int cuda_device) {
+  Nvml& n = nvml_library();
+  Nvml::Device device = n.device(cuda_device);
+  return [&n, device]() -> std::optional<GpuReading> {
+    if (device == nullptr) return std::nullopt;
+    Nvml::Utilization u{};
+    Nvml::Memory m{};
+    if (n.utilization(device, &u) != 0 || n.memory(device, &m) != 0) return std::nullopt;
+    return GpuReading{u.gpu / 100.0, m.used, m.total};
+  };
+}
+
+GpuSampler::GpuSampler(Reader reader, std::chrono::milliseconds period)
+    : reader_(std::move(reader)) {
+  if (period.count() <= 0) return;
+  sample();
+  thread_ = std::thread([this, period] {
+    std::unique_lock lock(mu_);
+    while (!stopping_.wait_for(lock, period, [this] { return stopped_; })) {
+      lock.unlock();
+      sample();
+      lock.lock();
+    }
+  });
+}
+
+GpuSampler::~GpuSampler() { stop(); }
+
+void GpuSampler::sample() {
+  if (!reader_) return;
+  if (std::optional<GpuReading> r = reader_()) add(*r);
+}
+
+void GpuSampler::add(const GpuReading& r) {
+  std::lock_guard lock(mu_);
+  if (stopped_) return;
+  ++figures_.samples;
+  figures_.present = true;
+  utilization_sum_ += std::clamp(r.utilization, 0.0, 1.0);
+  figures_.utilization = utilization_sum_ / figures_.samples;
+  figures_.memory_used = std::max(figures_.memory_used, r.memory_used);
+  figures_.memory_total = r.memory_total;
+}
+
+GpuFigures GpuSampler::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return figures_;
+  }
+  sample();
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  stopping_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  return figures_;
+}
 
 Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
   Diagnosis d;
@@ -101,8 +174,14 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
     return d;
   }
 
+  const std::string gpu_figures =
+      in.gpu_present ? "GPU busy " + pct(in.gpu_utilization) + " of the time (NVML), memory " +
+                           mib(in.gpu_memory_used) + " of " + mib(in.gpu_memory_total)
+                     : "";
+  const bool gpu_saturated = in.gpu_present && in.gpu_utilization >= rules.gpu_busy_high;
+
   // 2. Input.
-  if (d.wait_fraction > rules.wait_high) {
+  if (d.wait_fraction > rules.wait_high && !gpu_saturated) {
     d.verdict = "input-bound";
     d.limiting_stage = "workers";
     double cpu_ratio = 1;
@@ -116,6 +195,8 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
                     workers->busy_seconds);
       d.reasons.push_back(buf);
     }
+    if (in.gpu_present)
+      d.reasons.push_back(gpu_figures + ": idle " + pct(1 - in.gpu_utilization) + " of the time");
     double util = 0;
     for (double u : in.core_utilization) util += u;
     if (!in.core_utilization.empty()) {
@@ -151,12 +232,21 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
                   c->samples_per_s, 100 * std::min(1.0, c->busy_seconds / wall));
     d.reasons.push_back(buf);
   }
-  if (in.gpu_present)
-    d.reasons.push_back("GPU utilization " + pct(in.gpu_utilization) + ", memory " +
-                        mib(in.gpu_memory_used) + " of " + mib(in.gpu_memory_total));
-  d.action =
-      "the input pipeline keeps up; speed up the model: mixed precision (torch.autocast), "
-      "torch.compile, a larger batch, or fewer host-device synchronizations";
+  if (in.gpu_present) d.reasons.push_back(gpu_figures);
+  if (gpu_saturated && d.wait_fraction > rules.wait_high)
+    d.reasons.push_back(
+        "the consumer's waits for data overlapped GPU work it had already queued (the GPU never "
+        "ran dry): faster input would not speed up training");
+  if (in.gpu_present && in.gpu_utilization < rules.gpu_idle_low) {
+    d.action = "the input pipeline keeps up, but the GPU is idle " + pct(1 - in.gpu_utilization) +
+               " of the time: the step's host side starves it (Python overhead, many small kernel "
+               "launches, synchronizations such as .item(), .cpu() or printing losses every step): "
+               "CUDA graphs or torch.compile, fewer synchronizations, a larger batch";
+  } else {
+    d.action =
+        "the input pipeline keeps up; speed up the model: mixed precision (torch.autocast), "
+        "torch.compile, a larger batch, or fewer host-device synchronizations";
+  }
   return d;
 }
 
@@ -180,17 +270,6 @@ SystemSample read_system() {
   std::ifstream status("/proc/self/status");
   while (std::getline(status, line))
     if (line.rfind("VmRSS:", 0) == 0) s.rss_bytes = std::stoull(line.substr(6)) * 1024;
-  Nvml& n = nvml();
-  if (n.ok) {
-    Nvml::Utilization u{};
-    Nvml::Memory m{};
-    if (n.util(n.device, &u) == 0 && n.mem(n.device, &m) == 0) {
-      s.gpu_present = true;
-      s.gpu_utilization = u.gpu / 100.0;
-      s.gpu_memory_used = m.used;
-      s.gpu_memory_total = m.total;
-    }
-  }
   return s;
 }
 

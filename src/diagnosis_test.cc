@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "stoker/cuda.h"
+
 namespace stoker {
 namespace {
 
@@ -68,6 +74,118 @@ TEST(Diagnosis, MemoryRules) {
   in.pinned_budget_bytes = 100;
   in.pinned_bytes = 95;
   EXPECT_EQ(diagnose(in).verdict, "memory-bound");
+}
+
+// GPU figures (NVML) fed synthetically: what the verdict does with them on a real GPU.
+DiagnosisInputs with_gpu(double wait_seconds, double gpu_utilization) {
+  DiagnosisInputs in = base();
+  in.consumer_wait_seconds = wait_seconds;
+  in.gpu_present = true;
+  in.gpu_utilization = gpu_utilization;
+  in.gpu_memory_used = 30ull << 30;
+  in.gpu_memory_total = 80ull << 30;
+  return in;
+}
+
+bool mentions(const std::vector<std::string>& reasons, const std::string& what) {
+  for (const std::string& r : reasons)
+    if (r.find(what) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Diagnosis, ATinyModelWaitingOnAnIdleGpuIsInputBound) {
+  Diagnosis d = diagnose(with_gpu(6, 0.15));
+  EXPECT_EQ(d.verdict, "input-bound");
+  EXPECT_EQ(d.limiting_stage, "workers");
+  EXPECT_TRUE(mentions(d.reasons, "GPU busy 15% of the time"));
+  EXPECT_TRUE(mentions(d.reasons, "idle 85% of the time"));
+  EXPECT_TRUE(mentions(d.reasons, "30720 MiB of 81920 MiB"));
+}
+
+TEST(Diagnosis, AFullGpuIsComputeBoundEvenWhenTheHostWaited) {
+  // ResNet-50 with the host running ahead: next() blocks while the GPU still works on queued
+  // steps, so the host-side wait is high though the GPU never ran dry.
+  Diagnosis d = diagnose(with_gpu(4, 0.97));
+  EXPECT_EQ(d.verdict, "compute-bound");
+  EXPECT_EQ(d.limiting_stage, "consumer");
+  EXPECT_TRUE(mentions(d.reasons, "GPU busy 97% of the time"));
+  EXPECT_TRUE(mentions(d.reasons, "overlapped GPU work"));
+  EXPECT_NE(d.action.find("mixed precision"), std::string::npos);
+}
+
+TEST(Diagnosis, ABusyGpuThatNeverWaitedIsComputeBound) {
+  Diagnosis d = diagnose(with_gpu(0.1, 0.99));
+  EXPECT_EQ(d.verdict, "compute-bound");
+  EXPECT_FALSE(mentions(d.reasons, "overlapped"));
+  EXPECT_NE(d.action.find("mixed precision"), std::string::npos);
+}
+
+TEST(Diagnosis, AnIdleGpuWithAFedConsumerPointsAtTheStepsHostSide) {
+  Diagnosis d = diagnose(with_gpu(0.1, 0.30));
+  EXPECT_EQ(d.verdict, "compute-bound");
+  EXPECT_NE(d.action.find("GPU is idle 70% of the time"), std::string::npos);
+  EXPECT_NE(d.action.find("synchronizations"), std::string::npos);
+}
+
+TEST(Diagnosis, WithoutGpuFiguresTheHostWaitDecides) {
+  DiagnosisInputs in = with_gpu(4, 0.97);
+  in.gpu_present = false;
+  EXPECT_EQ(diagnose(in).verdict, "input-bound");
+  EXPECT_FALSE(mentions(diagnose(in).reasons, "GPU"));
+}
+
+TEST(GpuSampler, AveragesUtilizationAndKeepsPeakMemory) {
+  std::vector<std::optional<GpuReading>> readings = {
+      GpuReading{0.5, 10, 100}, std::nullopt, GpuReading{1.0, 40, 100}, GpuReading{0.0, 20, 100}};
+  size_t next = 0;
+  GpuSampler sampler([&] { return next < readings.size() ? readings[next++] : std::nullopt; },
+                     std::chrono::milliseconds(0));
+  for (int i = 0; i < 4; ++i) sampler.sample();
+  GpuFigures f = sampler.stop();
+  EXPECT_TRUE(f.present);
+  EXPECT_EQ(f.samples, 3);
+  EXPECT_DOUBLE_EQ(f.utilization, 0.5);
+  EXPECT_EQ(f.memory_used, 40u);
+  EXPECT_EQ(f.memory_total, 100u);
+  sampler.sample();  // after stop: ignored
+  EXPECT_EQ(sampler.stop().samples, 3);
+}
+
+TEST(GpuSampler, ItsThreadSamplesUntilStopped) {
+  std::mutex mu;
+  std::condition_variable read;
+  int reads = 0;
+  GpuSampler sampler(
+      [&]() -> std::optional<GpuReading> {
+        {
+          std::lock_guard lock(mu);
+          ++reads;
+        }
+        read.notify_all();
+        return GpuReading{0.25, 1, 2};
+      },
+      std::chrono::milliseconds(1));
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(read.wait_for(lock, std::chrono::seconds(30), [&] { return reads >= 5; }));
+  }
+  GpuFigures f = sampler.stop();
+  EXPECT_GE(f.samples, 5);
+  EXPECT_DOUBLE_EQ(f.utilization, 0.25);
+}
+
+TEST(GpuSampler, NothingToReadMeansNoGpu) {
+  GpuSampler sampler([] { return std::nullopt; }, std::chrono::milliseconds(0));
+  sampler.sample();
+  GpuFigures f = sampler.stop();
+  EXPECT_FALSE(f.present);
+  EXPECT_EQ(f.samples, 0);
+}
+
+TEST(GpuSampler, NvmlReaderWithoutAGpuReadsNothing) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  GpuSampler sampler(GpuSampler::nvml(0), std::chrono::milliseconds(0));
+  EXPECT_FALSE(sampler.stop().present);
 }
 
 TEST(Diagnosis, ReadsTheSystem) {

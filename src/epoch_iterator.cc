@@ -46,10 +46,23 @@ class InlineIterator final : public EpochIterator {
         position_(start),
         worker_(st_->source->make_worker_state()) {}
 
-  Status next_for(std::chrono::milliseconds, std::shared_ptr<Batch>* out) override {
+  Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
     if (position_ >= st_->plan.num_batches()) return Status::kEnd;
-    Buffer buffer = st_->pool->acquire_for(std::stop_token(), kStallLimit);
-    if (!buffer) throw budget_error(*st_->pool);
+    const auto start = Clock::now();
+    Buffer buffer = st_->pool->acquire_for(std::stop_token(), std::min(timeout, kStallLimit));
+    if (!buffer) {
+      // A fenced buffer (a GPU copy still reads it) comes back by itself: only buffers that the
+      // consumer holds, for kStallLimit, make this a budget error.
+      if (!st_->pool->exhausted()) {
+        stall_since_.reset();
+        return Status::kTimeout;
+      }
+      if (!stall_since_) stall_since_ = start;
+      if (Clock::now() - *stall_since_ < kStallLimit) return Status::kTimeout;
+      stall_since_.reset();
+      throw budget_error(*st_->pool);
+    }
+    stall_since_.reset();
     auto batch = st_->make_batch(epoch_, position_++, std::move(buffer));
     st_->fill(*batch, order_, worker_.get());
     ++st_->batches;
@@ -67,6 +80,7 @@ class InlineIterator final : public EpochIterator {
   uint64_t epoch_;
   uint64_t position_;
   std::unique_ptr<WorkerState> worker_;
+  std::optional<Clock::time_point> stall_since_;  // the consumer holds every buffer since then
 };
 
 // Worker threads claim batch numbers in order. A worker first waits until a number may be claimed

@@ -191,6 +191,8 @@ LoaderStats Loader::stats() const {
   out.consumer_wait_seconds = s.consumer_wait_ns * 1e-9;
   out.buffer_bytes = s.pool->bytes_allocated();
   out.buffer_bytes_peak = s.pool->peak_bytes_allocated();
+  out.pinned_bytes = s.pool->pinned_bytes();
+  out.fenced_buffers = s.pool->fenced_buffers();
   out.memory_budget = s.options.memory_budget;
   out.batch_bytes = s.pool->buffer_bytes();
   out.worker_cpu_seconds = s.worker_cpu_ns * 1e-9;

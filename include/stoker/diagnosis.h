@@ -6,20 +6,33 @@
 // 1. memory-bound: host RSS >= memory_high of physical memory, or pinned bytes >= memory_high of
 //    the pinned budget, or batch buffers at the memory budget while workers spent more than
 //    buffer_wait_high of their time waiting for a free buffer and the consumer waited for data.
-// 2. input-bound: the consumer waited for data more than wait_high of the wall time. The limiting
-//    stage is "workers"; the action depends on whether the workers are CPU-bound (their CPU time
-//    close to their busy time: more cores, reduced-size decode, lighter augmentation, cache
-//    decoded data) or stalled (I/O: more workers, faster storage, caching).
-// 3. compute-bound: otherwise. The pipeline is fine; speed up the model.
+// 2. input-bound: the consumer waited for data more than wait_high of the wall time, and the GPU
+//    (when figures exist) was busy less than gpu_busy_high of it. The limiting stage is
+//    "workers"; the action depends on whether the workers are CPU-bound (their CPU time close to
+//    their busy time: more cores, reduced-size decode, lighter augmentation, cache decoded data)
+//    or stalled (I/O: more workers, faster storage, caching).
+// 3. compute-bound: otherwise. The pipeline is fine; speed up the model. A consumer that waited
+//    while the GPU stayed busy >= gpu_busy_high is compute-bound too: the host ran ahead of the
+//    GPU (kernels are queued asynchronously) and its waits overlapped queued GPU work. When the
+//    consumer hardly waited but the GPU was busy less than gpu_idle_low, the action says that the
+//    step's host side (Python, kernel launches, synchronizations) starves the GPU.
 //
-// Also here: read_system() samples /proc (per-core CPU times, RSS) and the GPU through NVML
-// (libnvidia-ml.so.1, loaded at run time; absent = no GPU figures).
+// Also here: read_system() samples /proc (per-core CPU times, RSS), and GpuSampler averages a
+// GPU's utilization and memory over a run through NVML (libnvidia-ml.so.1, loaded at run time;
+// absent = no GPU figures).
 //
-// Thread safety: all functions are reentrant.
+// Thread safety: all functions are reentrant; a GpuSampler is used by one thread (its own
+// sampling thread aside).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace stoker {
@@ -46,8 +59,8 @@ struct DiagnosisInputs {
   uint64_t buffer_bytes_peak = 0;
   uint64_t memory_budget = 0;
   bool gpu_present = false;
-  double gpu_utilization = 0;  // 0..1
-  uint64_t gpu_memory_used = 0, gpu_memory_total = 0;
+  double gpu_utilization = 0;                          // 0..1, mean over the run
+  uint64_t gpu_memory_used = 0, gpu_memory_total = 0;  // peak used over the run
 };
 
 struct DiagnosisRules {
@@ -55,6 +68,8 @@ struct DiagnosisRules {
   double memory_high = 0.90;       // fraction of a memory limit counted as "near"
   double buffer_wait_high = 0.25;  // worker time waiting for buffers that signals memory limits
   double cpu_bound = 0.75;         // worker cpu/busy above which the workers are CPU-bound
+  double gpu_busy_high = 0.90;     // GPU utilization at which the GPU is the limit
+  double gpu_idle_low = 0.50;      // GPU utilization below which the GPU mostly waits
 };
 
 struct Diagnosis {
@@ -70,14 +85,60 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules = {});
 struct SystemSample {
   std::vector<uint64_t> core_busy, core_total;  // jiffies per core (/proc/stat)
   uint64_t rss_bytes = 0;                       // /proc/self/status VmRSS
-  bool gpu_present = false;
-  double gpu_utilization = 0;
-  uint64_t gpu_memory_used = 0, gpu_memory_total = 0;
 };
 
 SystemSample read_system();
 // Utilization 0..1 of each core between two samples.
 std::vector<double> core_utilization(const SystemSample& before, const SystemSample& after);
+
+// One reading of a GPU: utilization 0..1 (the fraction of NVML's last sample period, 1/6 s to 1 s
+// depending on the product, during which a kernel ran) and memory in bytes (all processes).
+struct GpuReading {
+  double utilization = 0;
+  uint64_t memory_used = 0, memory_total = 0;
+};
+
+// A GPU's figures over a run.
+struct GpuFigures {
+  bool present = false;                        // at least one reading
+  int samples = 0;                             // readings taken
+  double utilization = 0;                      // mean of the readings
+  uint64_t memory_used = 0, memory_total = 0;  // peak used; total
+};
+
+// Samples a GPU over a run: a reading every `period` on a thread of its own, and one at stop().
+// NVML's utilization covers only its last sample period, so a run's figure must be a mean of
+// readings taken during the run, not one reading at its end.
+class GpuSampler {
+ public:
+  // One reading; nullopt when there is nothing to read (no NVML, no GPU, a failed call).
+  using Reader = std::function<std::optional<GpuReading>()>;
+  // NVML's reader for CUDA device `cuda_device`, found by PCI bus id (NVML numbers devices its
+  // own way, ignoring CUDA_VISIBLE_DEVICES); by NVML index when the CUDA driver is absent.
+  static Reader nvml(int cuda_device);
+
+  // period 0: no thread; the caller takes readings with sample().
+  GpuSampler(Reader reader, std::chrono::milliseconds period);
+  ~GpuSampler();
+  GpuSampler(const GpuSampler&) = delete;
+  GpuSampler& operator=(const GpuSampler&) = delete;
+
+  void sample();
+  // Takes a last reading, stops the thread and returns the figures. Later calls return the same.
+  GpuFigures stop();
+
+ private:
+  void add(const GpuReading& r);
+
+  const Reader reader_;
+  std::mutex mu_;
+  std::condition_variable stopping_;
+  bool stopped_ = false;        // guarded by mu_
+  GpuFigures figures_;          // guarded by mu_
+  double utilization_sum_ = 0;  // guarded by mu_
+  // Last member: started after everything it uses, joined in stop().
+  std::thread thread_;
+};
 
 // CPU time of the calling thread, in nanoseconds.
 int64_t thread_cpu_ns();

@@ -85,6 +85,8 @@ struct LoaderStats {
   double consumer_wait_seconds = 0;          // consumer time spent waiting for the next batch
   uint64_t buffer_bytes = 0;                 // batch buffer memory that exists now
   uint64_t buffer_bytes_peak = 0;
+  uint64_t pinned_bytes = 0;    // page-locked batch buffer memory that exists now
+  uint64_t fenced_buffers = 0;  // released buffers waiting for a GPU copy of them to finish
   uint64_t memory_budget = 0;
   uint64_t batch_bytes = 0;       // one buffer
   double worker_cpu_seconds = 0;  // CPU time of worker threads producing batches

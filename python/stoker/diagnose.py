@@ -5,8 +5,11 @@ The pipeline runs with a consumer (your training step, or a simulated one that s
 GPU step would), and the figures are measured: the fraction of wall time the consumer waited for
 data, each stage's throughput and CPU time (Stoker's stages are fused: "workers" read, decode,
 transform and collate; "consumer" is the step), CPU utilization per core (/proc/stat), RSS, pinned
-memory, and GPU utilization and memory through NVML when a GPU is present. The verdict rules live
-in C++ (``include/stoker/diagnosis.h``).
+memory, and GPU utilization and memory through NVML when a GPU is present (libnvidia-ml.so.1,
+loaded at run time: no Python package needed), averaged over readings every 100 ms during the run.
+The GPU read is the loader's ``device``, else torch's current device. The verdict rules live in
+C++ (``include/stoker/diagnosis.h``): with GPU figures, a GPU busy >= 90% of the time makes the
+run compute-bound even if the host waited for data (its waits overlapped queued GPU work).
 
 The report is a dict that also allows attribute access: ``report.verdict == report["verdict"]``,
 one of "input-bound", "compute-bound", "memory-bound", with ``limiting_stage``, ``action``,
@@ -49,6 +52,18 @@ def _length(batch):
         return 1
 
 
+def _gpu_index(loader):
+    """The CUDA device whose NVML figures describe the run: the loader's, else torch's current
+    device (without initializing CUDA), else 0."""
+    device = getattr(loader, "_device", None)
+    if device is not None:
+        return device.index
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_device()
+    return 0
+
+
 def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_batches=2):
     """Runs ``step_fn(batch)`` on the batches of ``loader`` (a ``stoker.DataLoader``, or any
     iterable of batches such as a torch DataLoader) for ``seconds`` (or ``max_batches``), and
@@ -69,6 +84,7 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         step_fn(next_batch())
     s0 = native.stats() if native is not None else None
     sys0 = _native.read_system()
+    gpu = _native.GpuSampler(_gpu_index(loader))
     wait = step = step_cpu = 0.0
     samples = batches = 0
     start = time.perf_counter()
@@ -89,6 +105,7 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         del batch
     wall = time.perf_counter() - start
     sys1 = _native.read_system()
+    gpu_figures = gpu.stop()
     cores = []
     for b0, t0_, b1, t1_ in zip(sys0["core_busy"], sys0["core_total"], sys1["core_busy"],
                                 sys1["core_total"]):
@@ -109,14 +126,13 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         buffer_wait = s1["buffer_wait_s"] - s0["buffer_wait_s"]
         peak, budget = s1["buffer_bytes_peak"], s1["memory_budget"]
         if native.pinned:
-            pinned, pinned_budget = s1["buffer_bytes"], s1["memory_budget"]
+            pinned, pinned_budget = s1["pinned_bytes"], s1["memory_budget"]
     figures = {
         "wall_seconds": wall, "consumer_wait_seconds": wait, "buffer_wait_seconds": buffer_wait,
         "stages": stages, "core_utilization": cores, "rss_bytes": sys1["rss_bytes"],
         "pinned_bytes": pinned, "pinned_budget_bytes": pinned_budget,
         "buffer_bytes_peak": peak, "memory_budget": budget,
-        "gpu_present": sys1["gpu_present"], "gpu_utilization": sys1["gpu_utilization"],
-        "gpu_memory_used": sys1["gpu_memory_used"], "gpu_memory_total": sys1["gpu_memory_total"],
+        "process_pinned_bytes": _native.cuda_pinned_bytes(), **gpu_figures,
     }
     verdict = _native.diagnose(figures)
     report = Report(verdict)
@@ -137,6 +153,8 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--num-workers", default="auto")
+    p.add_argument("--device", default=None,
+                   help='copy batches to this GPU ahead of the step ("cuda", "cuda:N")')
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     args = p.parse_args(argv)
     from .loader import DataLoader
@@ -147,8 +165,13 @@ def main(argv=None):
     except (OSError, ValueError, RuntimeError) as e:
         print(f"stoker diagnose: error: {e}", file=sys.stderr)
         return 2
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                        num_workers=workers, output="numpy")
+    try:
+        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+                            num_workers=workers, output="torch" if args.device else "numpy",
+                            device=args.device)
+    except (RuntimeError, ValueError) as e:
+        print(f"stoker diagnose: error: {e}", file=sys.stderr)
+        return 2
     delay = args.step_ms / 1000.0
     report = diagnose(loader, (lambda b: time.sleep(delay)) if delay > 0 else None,
                       seconds=args.seconds)
@@ -164,8 +187,9 @@ def main(argv=None):
           f"batch buffers peak {f['buffer_bytes_peak'] / 2**20:.0f} MiB of "
           f"{f['memory_budget'] / 2**20:.0f} MiB budget")
     if f["gpu_present"]:
-        print(f"  GPU {f['gpu_utilization']:.0%} busy, {f['gpu_memory_used'] / 2**20:.0f} of "
-              f"{f['gpu_memory_total'] / 2**20:.0f} MiB")
+        print(f"  GPU {f['gpu_utilization']:.0%} busy (mean of {f['gpu_samples']} NVML readings), "
+              f"peak {f['gpu_memory_used'] / 2**20:.0f} of {f['gpu_memory_total'] / 2**20:.0f} "
+              f"MiB")
     else:
         print("  GPU: none found (NVML not available)")
     print(report.summary())

@@ -8,6 +8,7 @@ import re
 import warnings
 
 from . import _native
+from . import device as _device
 from .errors import MemoryBudgetError
 
 _STATE_VERSION = 1
@@ -21,7 +22,7 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_bytes(value):
+def _parse_bytes(value, name="memory_budget"):
     if value is None:
         return 0  # the engine's default: half of physical memory
     if _is_int(value) and value > 0:
@@ -33,7 +34,7 @@ def _parse_bytes(value):
             if n > 0:
                 return n
     raise ValueError(
-        f"memory_budget must be None, a positive number of bytes, or a size such as '4GiB' or "
+        f"{name} must be None, a positive number of bytes, or a size such as '4GiB' or "
         f"'512MB', got {value!r}")
 
 
@@ -103,6 +104,12 @@ class DataLoader:
             (None: usable cores). With num_workers and/or prefetch_factor "auto", a controller
             starts at one active worker and sets both while the loader runs; its decisions are
             in ``stats()["autotune"]`` and logged to the "stoker.autotune" logger.
+        device: None or "cpu" (CPU batches), or "cuda", "cuda:N", a torch.device: batches are
+            copied to that GPU ahead of the consumer, on a copy stream, and yielded there (see
+            stoker/device.py for the stream contract). Raises RuntimeError without CUDA.
+        gpu_prefetch: batches copied to the GPU ahead of the one the consumer holds ("auto": 2).
+        gpu_prefetch_bytes: GPU memory those batches may take (bytes or a size like "2GiB";
+            None: a tenth of the device's memory).
     """
 
     def __new__(cls, dataset=None, *args, **kwargs):
@@ -114,7 +121,8 @@ class DataLoader:
     def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise", cpu_budget=None, **python_options):
+                 on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
+                 gpu_prefetch_bytes=None, **python_options):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
@@ -157,6 +165,18 @@ class DataLoader:
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        self._gpu_prefetch = _device.resolve_prefetch(gpu_prefetch)
+        self._gpu_cap = None if gpu_prefetch_bytes is None else \
+            _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
+        self._device = _device.resolve_device(device)
+        if self._device is not None:
+            if output != "torch":
+                raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
+                                 f"got {output!r}")
+            if _native.cuda_available():  # pin with the device's own context, create no other
+                _native.cuda_set_host_device(self._device.index)
+        self._engine = None  # the copy engine (one copy stream), made at the first iteration
+        self._gpu_stats = {}
 
         self.dataset = dataset
         self.batch_size = batch_size
@@ -172,6 +192,8 @@ class DataLoader:
                                       prefetch, pin, budget, rank, world_size, on_error,
                                       cpu_budget=0 if cpu_budget is None else
                                       _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS))
+        if self._loader.pinned:
+            _device.install_fence_provider()
         self._single = len(source.field_names) == 1
         self._next_epoch = 0
         self._start_batch = 0
@@ -211,7 +233,13 @@ class DataLoader:
         self._cursor = [self._next_epoch, self._start_batch]
         self._next_epoch += 1
         self._start_batch = 0
-        return _Iterator(self, native, self._cursor)
+        batches = _Iterator(self, native, self._cursor)
+        if self._device is None:
+            return batches
+        if self._engine is None:
+            self._engine = _device.CudaCopyEngine(self._device)
+        return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
+                                  engine=self._engine, cursor=self._cursor, stats=self._gpu_stats)
 
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict."""
@@ -247,7 +275,8 @@ class DataLoader:
         reading, waiting for buffers and waiting as the consumer, buffer memory and its peak."""
         s = self._loader.stats()
         s.update(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor,
-                 pin_memory=self.pin_memory)
+                 pin_memory=self.pin_memory, device=str(self._device or "cpu"))
+        s.update(self._gpu_stats)
         return s
 
 

@@ -1,5 +1,5 @@
-"""``stoker tune``: the offline sweep of num_workers, prefetch_factor, pin_memory (and batch_size
-when allowed) for Stoker's loader or a user's ``torch.utils.data.DataLoader``.
+"""``stoker tune``: the offline sweep of num_workers, prefetch_factor, pin_memory, device (with a
+GPU) and batch_size (when allowed) for Stoker's loader or a user's ``torch.utils.data.DataLoader``.
 
 The search (coordinate hill-climbing with repeats, noise-aware moves, plateau rule, memory budget)
 runs in C++ (``include/stoker/tuner.h``). For Stoker's loader the measurements run natively too
@@ -39,8 +39,22 @@ def _worker_values(max_workers):
     return values
 
 
-def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False):
-    """The knob specifications: explicit values within hard caps."""
+def _torch_cuda():
+    """True when PyTorch sees a CUDA device (without importing torch if it is not loaded yet and
+    the engine sees no CUDA driver)."""
+    if not _native.cuda_available():
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False, gpu=None):
+    """The knob specifications: explicit values within hard caps. With a GPU (``gpu``; None:
+    CUDA present) Stoker's knobs include pin_memory and device (0: CPU batches that the training
+    loop copies with ``x.to("cuda", non_blocking=True)``, 1: ``device="cuda"``)."""
     cores = _native.usable_cores()
     max_workers = max_workers or max(2, 2 * cores)
     workers = _worker_values(min(max_workers, 256))
@@ -51,9 +65,11 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
          "min": 0, "max": 256},
         {"name": "prefetch_factor", "values": [1, 2, 4, 8], "start": 2, "min": 1, "max": 64},
     ]
-    cuda = _native.cuda_available()
+    cuda = _torch_cuda() if gpu is None else gpu
     knobs.append({"name": "pin_memory", "values": [0, 1] if cuda else [0], "start": int(cuda),
                   "min": 0, "max": 1})
+    if cuda and not torch:
+        knobs.append({"name": "device", "values": [0, 1], "start": 1, "min": 0, "max": 1})
     if batch_sizes:
         values = sorted(set(batch_sizes) | {batch_size})
         knobs.append({"name": "batch_size", "values": values, "start": batch_size, "min": 1,
@@ -96,6 +112,8 @@ def _finish(result, kind):
     rec = dict(result["recommended"])
     if "pin_memory" in rec:
         rec["pin_memory"] = bool(rec["pin_memory"])
+    if "device" in rec:
+        rec["device"] = "cuda" if rec["device"] else "cpu"
     if kind == "torch":
         if rec.get("num_workers", 0) == 0:
             rec.pop("prefetch_factor", None)  # torch rejects prefetch_factor without workers
@@ -107,18 +125,92 @@ def _finish(result, kind):
 
 def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=None,
                 repeats=3, seconds=0.4, time_budget=None, max_workers=None, knobs=None,
-                progress=None, shuffle=True, seed=0, min_batches=2):
-    """Tunes ``stoker.DataLoader`` over ``dataset`` (default: the built-in sample data). The
-    measurements run in C++; returns the result dict (see the module docstring)."""
+                progress=None, shuffle=True, seed=0, min_batches=2, gpu=None):
+    """Tunes ``stoker.DataLoader`` over ``dataset`` (default: the built-in sample data); returns
+    the result dict (see the module docstring). Without a GPU the measurements run in C++ (the
+    bare loader). With one (``gpu``; None: when PyTorch sees CUDA), each measurement delivers the
+    batches into GPU memory, as training needs them: ``device="cuda"``, or CPU batches copied by
+    the loop with ``x.to("cuda", non_blocking=True)``, the knobs including pin_memory and device;
+    the GPU is synchronized before the clock stops."""
     from .loader import _parse_bytes
     dataset = sample_dataset() if dataset is None else dataset
-    knobs = knobs or default_knobs(max_workers, batch_sizes, batch_size)
+    gpu = _torch_cuda() if gpu is None else gpu
+    knobs = knobs or default_knobs(max_workers, batch_sizes, batch_size, gpu=gpu)
     budget = _parse_bytes(memory_budget) if memory_budget is not None else 0
+    if gpu:
+        measure = _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batches)
+        sample_bytes = _sample_bytes_of(dataset)
+
+        def memory(config):
+            return _native.estimate_loader_memory(config, sample_bytes, batch_size)
+
+        result = _native.tune_callback(knobs, measure, memory,
+                                       _options(repeats, budget, time_budget), progress)
+        return _finish(result, "stoker")
     result = _native.tune_loader(
         dataset._source, knobs,
         {"batch_size": batch_size, "shuffle": shuffle, "seed": seed, "min_batches": min_batches},
         _options(repeats, budget, time_budget), seconds, progress)
     return _finish(result, "stoker")
+
+
+def _sample_bytes_of(dataset):
+    """Bytes one sample takes in a batch buffer (all fields)."""
+    from .loader import DataLoader
+    one = DataLoader(dataset, batch_size=1, num_workers=0, pin_memory=False)
+    return one.stats()["batch_bytes"]
+
+
+def _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batches, target=None):
+    """measure(config) -> samples/s delivered into GPU memory (see tune_loader). ``target``:
+    torch's current CUDA device when None (tests pass the CPU)."""
+    import torch
+    from .device import _map_tensors
+    from .loader import DataLoader
+    if target is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    on_cuda = target.type == "cuda"
+
+    def synchronize():
+        if on_cuda:
+            torch.cuda.synchronize(target)
+
+    def to_gpu(batch):  # what a training loop does with CPU batches
+        return _map_tensors(lambda t: t.to(target, non_blocking=True), batch, torch.Tensor)
+
+    def measure(config):
+        on_gpu = bool(config.get("device", 1))
+        loader = DataLoader(dataset, batch_size=config.get("batch_size", batch_size),
+                            shuffle=shuffle, seed=seed, num_workers=config["num_workers"],
+                            prefetch_factor=config["prefetch_factor"],
+                            pin_memory=bool(config.get("pin_memory", on_cuda)),
+                            memory_budget=budget or None, device=target if on_gpu else None)
+        move = (lambda b: b) if on_gpu else to_gpu
+
+        def stream():  # epochs back to back, as training runs them
+            epoch = 0
+            while True:
+                loader.set_epoch(epoch)
+                epoch += 1
+                yield from loader
+
+        batches = stream()
+        move(next(batches))  # the first batch: start-up, not timed
+        synchronize()
+        samples = n = 0
+        start = time.perf_counter()
+        while n < min_batches or time.perf_counter() - start < seconds:
+            b = move(next(batches))
+            first = b[0] if isinstance(b, (tuple, list)) else b
+            samples += len(first)
+            n += 1
+            del b, first
+        synchronize()
+        elapsed = time.perf_counter() - start
+        batches.close()
+        return samples / elapsed
+
+    return measure
 
 
 def _load_torch_spec(spec):
@@ -334,15 +426,17 @@ def main(argv=None):
                                 max_workers=args.max_workers, progress=bar)
         else:
             dataset = _open_dataset(args.dataset)
-            knobs = default_knobs(args.max_workers, batch_sizes, args.batch_size)
+            gpu = _torch_cuda()
+            knobs = default_knobs(args.max_workers, batch_sizes, args.batch_size, gpu=gpu)
             bar = ProgressBar(_expected_runs(knobs, repeats), time_budget)
             print(f"tuning stoker.DataLoader over {args.dataset or 'the built-in sample data'} "
-                  f"({len(dataset)} samples)", file=sys.stderr)
+                  f"({len(dataset)} samples"
+                  f"{'; batches delivered into GPU memory' if gpu else ''})", file=sys.stderr)
             result = tune_loader(dataset, batch_size=args.batch_size, batch_sizes=batch_sizes,
                                  memory_budget=args.memory_budget, repeats=repeats,
                                  seconds=seconds, time_budget=time_budget,
                                  max_workers=args.max_workers, knobs=knobs, progress=bar,
-                                 min_batches=2)
+                                 min_batches=2, gpu=gpu)
         bar.close()
     except (OSError, ValueError, RuntimeError, ImportError) as e:
         print(f"stoker tune: error: {e}", file=sys.stderr)
