@@ -1,0 +1,457 @@
+#include "stoker/stratified_order.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "stoker/errors.h"
+#include "stoker/order.h"
+#include "stoker/random.h"
+
+namespace stoker {
+namespace {
+
+using u128 = unsigned __int128;
+
+constexpr int kRounds = 6;
+constexpr double kWeightScale = 4294967296.0;  // weights keep 32 bits relative to the largest
+
+// The seeded streams of this file, one word each, so that no two draw the same numbers.
+constexpr uint64_t kPermutationKeys = 0x5747a7000001;
+constexpr uint64_t kTailRounding = 0x5747a7000002;
+constexpr uint64_t kExtrasRounding = 0x5747a7000003;
+constexpr uint64_t kRunOrder = 0x5747a7000004;
+constexpr uint64_t kRowShuffle = 0x5747a7000005;
+
+// Uniform in [0, bound) from 64 random bits (multiply-shift; bias below bound / 2^64).
+uint64_t below(SampleRng& rng, uint64_t bound) {
+  return static_cast<uint64_t>((static_cast<u128>(rng.next_u64()) * bound) >> 64);
+}
+
+// `items` in a random order (Fisher-Yates).
+void shuffle(std::vector<uint32_t>& items, SampleRng& rng) {
+  for (size_t i = items.size(); i > 1; --i) std::swap(items[i - 1], items[below(rng, i)]);
+}
+
+uint64_t floor_div(u128 num, uint64_t den) { return static_cast<uint64_t>(num / den); }
+uint64_t ceil_div(u128 num, uint64_t den) { return static_cast<uint64_t>((num + den - 1) / den); }
+
+// Rounds every num[c] / den down or up so that the sum stays exact: class c rounds up with
+// probability (num[c] mod den) / den. Systematic sampling: the classes laid end to end in a
+// random order, each as long as its remainder, and one uniform offset picks every den-th point.
+// REQUIRES: the sum of num is a multiple of den.
+std::vector<uint64_t> round_systematically(const std::vector<u128>& num, uint64_t den,
+                                           SampleRng& rng) {
+  std::vector<uint32_t> order(num.size());
+  std::iota(order.begin(), order.end(), 0u);
+  shuffle(order, rng);
+  std::vector<uint64_t> out(num.size());
+  u128 cum = below(rng, den);
+  for (uint32_t c : order) {
+    const u128 before = cum / den;
+    cum += num[c] % den;
+    out[c] = floor_div(num[c], den) + static_cast<uint64_t>(cum / den - before);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+ClassGroups::ClassGroups(std::span<const int64_t> labels) : num_samples_(labels.size()) {
+  labels_.assign(labels.begin(), labels.end());
+  std::sort(labels_.begin(), labels_.end());
+  labels_.erase(std::unique(labels_.begin(), labels_.end()), labels_.end());
+  labels_.shrink_to_fit();
+  if (labels_.size() >= (uint64_t{1} << 32))
+    throw InvalidArgument("a stratified order supports fewer than 2^32 classes");
+  // Class of a label: a table over the labels' range when it is small, else a binary search.
+  std::vector<uint32_t> table;
+  const uint64_t span = labels_.empty() ? 0 : uint64_t(labels_.back()) - uint64_t(labels_.front());
+  if (!labels_.empty() && span < 2 * labels.size() + 1024) {
+    table.assign(span + 1, 0);
+    for (uint32_t c = 0; c < labels_.size(); ++c)
+      table[uint64_t(labels_[c]) - uint64_t(labels_.front())] = c;
+  }
+  const auto class_of = [&](int64_t label) -> uint32_t {
+    if (!table.empty()) return table[uint64_t(label) - uint64_t(labels_.front())];
+    return static_cast<uint32_t>(std::lower_bound(labels_.begin(), labels_.end(), label) -
+                                 labels_.begin());
+  };
+  starts_.assign(labels_.size() + 1, 0);
+  for (int64_t label : labels) ++starts_[class_of(label) + 1];
+  std::partial_sum(starts_.begin(), starts_.end(), starts_.begin());
+  std::vector<uint64_t> next(starts_.begin(), starts_.end() - 1);
+  if (num_samples_ < (uint64_t{1} << 32)) {
+    narrow_.resize(num_samples_);
+    for (uint64_t i = 0; i < num_samples_; ++i)
+      narrow_[next[class_of(labels[i])]++] = static_cast<uint32_t>(i);
+  } else {
+    wide_.resize(num_samples_);
+    for (uint64_t i = 0; i < num_samples_; ++i) wide_[next[class_of(labels[i])]++] = i;
+  }
+}
+
+uint64_t ClassGroups::memory_bytes() const {
+  return sizeof(*this) + labels_.capacity() * sizeof(int64_t) +
+         starts_.capacity() * sizeof(uint64_t) + narrow_.capacity() * sizeof(uint32_t) +
+         wide_.capacity() * sizeof(uint64_t);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct StratifiedPlan::Layout {
+  std::shared_ptr<const ClassGroups> classes;
+  bool weighted = false;
+  std::vector<uint64_t> share;  // per class; counts without weights, else scaled weights
+  uint64_t total_share = 0;
+  uint64_t seed = 0, batch_size = 0, rank = 0, world = 0;
+  bool drop_last = false;
+  BatchPlan plan;
+  uint64_t full_rows = 0;    // rows of batch_size: every batch but the final partial ones
+  uint64_t tail_rows = 0;    // the final partial batches (drop_last=false): world rows ...
+  uint64_t tail_length = 0;  // ... of this length
+  std::vector<uint64_t> full_total, tail_total;  // with weights: each class's slots per block
+  std::vector<uint64_t> draws;                   // per class: its stream's advance per epoch
+  uint64_t round_keys[kRounds] = {};
+
+  Layout(std::shared_ptr<const ClassGroups> c, uint64_t batch, bool drop, uint64_t r, uint64_t w)
+      : classes(std::move(c)),
+        batch_size(batch),
+        rank(r),
+        world(w),
+        drop_last(drop),
+        plan(classes ? classes->num_samples() : 0, batch, drop, r, w) {}
+
+  uint64_t count(uint32_t c) const { return classes->count(c); }
+
+  // Sample of position j of class c's cycle `cycle`: a Feistel permutation of [0, count) keyed
+  // as EpochOrder's, with (class, cycle) folded into every round key, so that a class's
+  // permutation needs no setup of its own.
+  uint64_t member(uint32_t c, uint64_t j, uint64_t cycle) const {
+    const uint64_t n = count(c);
+    if (n <= 1) return classes->member(c, 0);
+    const int bits = std::max(2, static_cast<int>(std::bit_width(n - 1)));
+    const int half = (bits + 1) / 2;
+    const uint64_t mask = (uint64_t{1} << half) - 1;
+    const uint64_t tweak = hash_key(round_keys[0], c, cycle);
+    uint64_t x = j;
+    do {
+      uint64_t left = x >> half, right = x & mask;
+      for (int r = 0; r < kRounds; ++r) {
+        const uint64_t f = mix64(right ^ round_keys[r] ^ tweak) & mask;
+        const uint64_t next_right = left ^ f;
+        left = right;
+        right = next_right;
+      }
+      x = (left << half) | right;
+    } while (x >= n);  // cycle-walking: a bijection of [0, n)
+    return classes->member(c, x);
+  }
+};
+
+StratifiedPlan::StratifiedPlan(std::shared_ptr<const ClassGroups> classes,
+                               std::vector<double> weights, uint64_t seed, uint64_t batch_size,
+                               bool drop_last, uint64_t rank, uint64_t world_size) {
+  if (!classes) throw InvalidArgument("a stratified order needs the classes of the samples");
+  auto l = std::make_shared<Layout>(std::move(classes), batch_size, drop_last, rank, world_size);
+  const ClassGroups& g = *l->classes;
+  const uint32_t C = g.num_classes();
+  const uint64_t n = g.num_samples();
+  l->seed = seed;
+  for (int r = 0; r < kRounds; ++r) l->round_keys[r] = hash_key(seed, kPermutationKeys, r);
+
+  l->weighted = !weights.empty();
+  l->share.resize(C);
+  if (!l->weighted) {
+    for (uint32_t c = 0; c < C; ++c) l->share[c] = g.count(c);
+    l->total_share = n;
+  } else {
+    if (weights.size() != C)
+      throw InvalidArgument("class_weights: expected one weight for each of the " +
+                            std::to_string(C) + " classes, got " + std::to_string(weights.size()));
+    double largest = 0;
+    for (uint32_t c = 0; c < C; ++c) {
+      if (!std::isfinite(weights[c]) || weights[c] < 0)
+        throw InvalidArgument("class_weights must be finite and >= 0; class " +
+                              std::to_string(g.label(c)) + " has " + std::to_string(weights[c]));
+      largest = std::max(largest, weights[c]);
+    }
+    if (largest == 0) throw InvalidArgument("class_weights are all 0: no class would be drawn");
+    for (uint32_t c = 0; c < C; ++c) {
+      if (weights[c] == 0) continue;
+      l->share[c] = std::max<uint64_t>(1, std::llround(weights[c] / largest * kWeightScale));
+      l->total_share += l->share[c];
+    }
+  }
+
+  const uint64_t batches = l->plan.num_batches(), W = world_size;
+  if (batches > 0) {
+    if (drop_last) {
+      l->full_rows = batches * W;
+    } else {
+      l->full_rows = (batches - 1) * W;
+      l->tail_rows = W;
+      l->tail_length = l->plan.batch_length(batches - 1);
+    }
+  }
+
+  l->draws.assign(C, 0);
+  if (!l->weighted) {
+    for (uint32_t c = 0; c < C; ++c) l->draws[c] = g.count(c);
+  } else {
+    // Each block's slots of a class: floor(length * share) in every row, and the extras of the
+    // block rounded once, so that a class's draws are the same every epoch.
+    const auto totals = [&](uint64_t rows, uint64_t length, uint64_t block) {
+      std::vector<uint64_t> total(C, 0);
+      if (rows == 0) return total;
+      std::vector<u128> extras(C);
+      for (uint32_t c = 0; c < C; ++c)
+        extras[c] =
+            static_cast<u128>(rows) * ((static_cast<u128>(length) * l->share[c]) % l->total_share);
+      SampleRng rng(hash_key(seed, kExtrasRounding, block), 0, 0);
+      const std::vector<uint64_t> e = round_systematically(extras, l->total_share, rng);
+      for (uint32_t c = 0; c < C; ++c)
+        total[c] = rows * floor_div(static_cast<u128>(length) * l->share[c], l->total_share) + e[c];
+      return total;
+    };
+    l->full_total = totals(l->full_rows, batch_size, 0);
+    l->tail_total = totals(l->tail_rows, l->tail_length, 1);
+    for (uint32_t c = 0; c < C; ++c) l->draws[c] = l->full_total[c] + l->tail_total[c];
+  }
+  layout_ = std::move(l);
+}
+
+StratifiedPlan::~StratifiedPlan() = default;
+
+uint64_t StratifiedPlan::num_batches() const { return layout_->plan.num_batches(); }
+uint64_t StratifiedPlan::batch_length(uint64_t b) const { return layout_->plan.batch_length(b); }
+const ClassGroups& StratifiedPlan::classes() const { return *layout_->classes; }
+bool StratifiedPlan::weighted() const { return layout_->weighted; }
+uint64_t StratifiedPlan::class_draws(uint32_t c) const { return layout_->draws.at(c); }
+
+double StratifiedPlan::expected_in_batch(uint32_t c, uint64_t length) const {
+  if (layout_->total_share == 0) return 0;
+  return static_cast<double>(length) * static_cast<double>(layout_->share.at(c)) /
+         static_cast<double>(layout_->total_share);
+}
+
+StratifiedEpoch StratifiedPlan::epoch(uint64_t epoch) const { return {layout_, epoch}; }
+
+// ---------------------------------------------------------------------------------------------
+
+// The rows of equal length of one epoch: each class's slots per row, and its run of extras.
+struct StratifiedEpoch::Block {
+  uint64_t rows = 0, length = 0, extras_per_row = 0;
+  std::vector<uint64_t> offset;  // per class: its stream position where the block starts
+  std::vector<uint64_t> base;    // per class: slots in every row
+  std::vector<uint64_t> run_column, run_row, run_length;  // per class: its run of extras
+  std::vector<uint32_t> base_classes;                     // the classes with base > 0
+  std::vector<uint64_t> run_end;       // runs in matrix order: the entry after each run
+  std::vector<uint32_t> run_class;     // runs in matrix order: their class
+  std::vector<uint32_t> column_first;  // per column (+ 1): the run holding its first entry
+
+  // Extras of class c in the rows before row i.
+  uint64_t extras_before(uint32_t c, uint64_t i) const {
+    const uint64_t col = run_column[c], row = run_row[c], end_row = row + run_length[c];
+    const uint64_t at_start = col * i + std::min(row, i);
+    const uint64_t at_end = end_row < rows ? col * i + std::min(end_row, i)
+                                           : (col + 1) * i + std::min(end_row - rows, i);
+    return at_end - at_start;
+  }
+  // The class whose run holds entry k = column * rows + i.
+  uint32_t class_at(uint64_t column, uint64_t k) const {
+    const auto first = run_end.begin() + column_first[column];
+    const auto last =
+        run_end.begin() + std::min<size_t>(column_first[column + 1] + 1, run_end.size());
+    return run_class[std::upper_bound(first, last, k) - run_end.begin()];
+  }
+};
+
+namespace {
+
+using Block = StratifiedEpoch::Block;
+
+std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_t epoch,
+                                        uint64_t which, uint64_t rows, uint64_t length,
+                                        const std::vector<uint64_t>& total,
+                                        std::vector<uint64_t> offset) {
+  const uint32_t C = l.classes->num_classes();
+  auto b = std::make_shared<Block>();
+  b->rows = rows;
+  b->length = length;
+  b->offset = std::move(offset);
+  b->base.resize(C);
+  b->run_column.assign(C, 0);
+  b->run_row.assign(C, 0);
+  b->run_length.assign(C, 0);
+  uint64_t base_slots = 0;
+  std::vector<uint32_t> with_extras;
+  for (uint32_t c = 0; c < C; ++c) {
+    b->base[c] = total[c] / rows;
+    b->run_length[c] = total[c] % rows;
+    base_slots += b->base[c];
+    if (b->base[c] > 0) b->base_classes.push_back(c);
+    if (b->run_length[c] > 0) with_extras.push_back(c);
+  }
+  if (base_slots > length) throw std::logic_error("stratified order: a row overflows");
+  b->extras_per_row = length - base_slots;
+  SampleRng rng(hash_key(l.seed, kRunOrder, which), epoch, 0);
+  shuffle(with_extras, rng);
+  uint64_t k = 0;
+  for (uint32_t c : with_extras) {
+    b->run_column[c] = k / rows;
+    b->run_row[c] = k % rows;
+    k += b->run_length[c];
+    b->run_end.push_back(k);
+    b->run_class.push_back(c);
+  }
+  if (k != rows * b->extras_per_row)
+    throw std::logic_error("stratified order: the extras do not fill the rows");
+  b->column_first.resize(b->extras_per_row + 1);
+  size_t run = 0;
+  for (uint64_t j = 0; j <= b->extras_per_row; ++j) {
+    while (run < b->run_end.size() && b->run_end[run] <= j * rows) ++run;
+    b->column_first[j] = static_cast<uint32_t>(run);
+  }
+  return b;
+}
+
+// Without weights: how many samples of each class the tail takes this epoch (the dropped
+// samples under drop_last, else the final partial batches, padding included).
+struct TailCounts {
+  std::vector<uint64_t> real;    // the class's own samples in the tail
+  std::vector<uint64_t> padded;  // the same plus the padding slots it fills
+};
+
+TailCounts tail_counts(const StratifiedPlan::Layout& l, uint64_t epoch) {
+  const ClassGroups& g = *l.classes;
+  const uint32_t C = g.num_classes();
+  const uint64_t n = g.num_samples(), B = l.batch_size, K = l.full_rows;
+  const uint64_t real = n - K * B;  // samples outside the full rows
+  const uint64_t slots = l.drop_last ? real : l.tail_rows * l.tail_length;
+  SampleRng rng(hash_key(l.seed, kTailRounding, 0), epoch, 0);
+  TailCounts out;
+  if (slots == real) {
+    // The tail's share of each class, rounded (each row of a block of R rows then holds
+    // floor or ceil of its share: see the header).
+    std::vector<u128> num(C);
+    for (uint32_t c = 0; c < C; ++c) num[c] = static_cast<u128>(real) * g.count(c);
+    out.real = round_systematically(num, n, rng);
+    out.padded = out.real;
+    return out;
+  }
+  // Padding (world_size does not divide n): pick the tail's real counts t and its counts with
+  // padding y so that the full rows and the tail rows each stay within one of the share:
+  // t_c in [n_c - K ceil(B n_c/n), n_c - K floor(B n_c/n)], y_c in [W floor(L n_c/n),
+  // W ceil(L n_c/n)], t_c <= y_c, sum t = real, sum y = slots. These are the bounds of a flow
+  // with a fractional solution (t, y) = (real n_c / n, slots n_c / n), so an integral one exists;
+  // the greedy below finds it: it minimizes sum max(t_c, y_lo_c), the least sum of y that t
+  // allows, then lifts y to `slots`.
+  const uint64_t W = l.tail_rows, L = l.tail_length;
+  std::vector<uint64_t> t(C), t_hi(C), y_lo(C), y_hi(C);
+  uint64_t sum_t = 0;
+  for (uint32_t c = 0; c < C; ++c) {
+    const uint64_t nc = g.count(c);
+    const uint64_t most_in_full = K * ceil_div(static_cast<u128>(B) * nc, n);
+    const uint64_t least_in_full = K * floor_div(static_cast<u128>(B) * nc, n);
+    y_lo[c] = W * floor_div(static_cast<u128>(L) * nc, n);
+    y_hi[c] = W * ceil_div(static_cast<u128>(L) * nc, n);
+    t[c] = nc - std::min(nc, most_in_full);
+    t_hi[c] = std::min(nc - least_in_full, y_hi[c]);
+    sum_t += t[c];
+  }
+  std::vector<uint32_t> order(C);
+  std::iota(order.begin(), order.end(), 0u);
+  shuffle(order, rng);
+  uint64_t left = real - sum_t;
+  for (int phase = 0; phase < 2; ++phase) {
+    for (uint32_t c : order) {
+      const uint64_t to = phase == 0 ? std::min(t_hi[c], std::max(t[c], y_lo[c])) : t_hi[c];
+      const uint64_t add = std::min(left, to - t[c]);
+      t[c] += add;
+      left -= add;
+    }
+  }
+  std::vector<uint64_t> y(C);
+  uint64_t sum_y = 0;
+  for (uint32_t c = 0; c < C; ++c) sum_y += y[c] = std::max(t[c], y_lo[c]);
+  if (left != 0 || sum_y > slots)
+    throw std::logic_error("stratified order: no tail within the shares (a bug)");
+  left = slots - sum_y;
+  for (uint32_t c : order) {
+    const uint64_t add = std::min(left, y_hi[c] - y[c]);
+    y[c] += add;
+    left -= add;
+  }
+  if (left != 0) throw std::logic_error("stratified order: the padding does not fit (a bug)");
+  out.real = std::move(t);
+  out.padded = std::move(y);
+  return out;
+}
+
+}  // namespace
+
+StratifiedEpoch::StratifiedEpoch(std::shared_ptr<const StratifiedPlan::Layout> layout,
+                                 uint64_t epoch)
+    : layout_(std::move(layout)), epoch_(epoch) {
+  const StratifiedPlan::Layout& l = *layout_;
+  const uint32_t C = l.classes->num_classes();
+  std::vector<uint64_t> full_total, tail_total;
+  if (l.weighted) {
+    full_total = l.full_total;
+    tail_total = l.tail_total;
+  } else {
+    TailCounts tail = tail_counts(l, epoch);
+    full_total.resize(C);
+    for (uint32_t c = 0; c < C; ++c) full_total[c] = l.classes->count(c) - tail.real[c];
+    if (l.tail_rows > 0) tail_total = std::move(tail.padded);
+  }
+  if (l.full_rows > 0)
+    full_ =
+        make_block(l, epoch, 0, l.full_rows, l.batch_size, full_total, std::vector<uint64_t>(C, 0));
+  if (l.tail_rows > 0)
+    tail_ = make_block(l, epoch, 1, l.tail_rows, l.tail_length, tail_total, full_total);
+}
+
+void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
+  const StratifiedPlan::Layout& l = *layout_;
+  if (b >= l.plan.num_batches())
+    throw InvalidArgument("batch " + std::to_string(b) + " is past the end (" +
+                          std::to_string(l.plan.num_batches()) + " batches per epoch)");
+  if (out.size() != l.plan.batch_length(b))
+    throw InvalidArgument("StratifiedEpoch::batch: out has the wrong size");
+  const uint64_t row = b * l.world + l.rank;
+  const bool in_full = row < l.full_rows;
+  const Block& blk = in_full ? *full_ : *tail_;
+  const uint64_t i = in_full ? row : row - l.full_rows;
+
+  // The row's slots as (class, stream position): the base slots of every class, then one
+  // extra per column of the extras matrix.
+  size_t s = 0;
+  const auto emit = [&](uint32_t c, uint64_t position) {
+    const uint64_t n = l.classes->count(c);
+    const u128 g = static_cast<u128>(epoch_) * l.draws[c] + position;
+    out[s++] = l.member(c, static_cast<uint64_t>(g % n), static_cast<uint64_t>(g / n));
+  };
+  const auto first_position = [&](uint32_t c) {
+    return blk.offset[c] + i * blk.base[c] + blk.extras_before(c, i);
+  };
+  for (uint32_t c : blk.base_classes) {
+    const uint64_t first = first_position(c);
+    for (uint64_t k = 0; k < blk.base[c]; ++k) emit(c, first + k);
+  }
+  for (uint64_t j = 0; j < blk.extras_per_row; ++j) {
+    const uint32_t c = blk.class_at(j, j * blk.rows + i);
+    emit(c, first_position(c) + blk.base[c]);
+  }
+  // Mix the row: without it a batch would list its samples class by class.
+  SampleRng rng(hash_key(l.seed, kRowShuffle, 0), epoch_, row);
+  for (size_t k = out.size(); k > 1; --k) std::swap(out[k - 1], out[below(rng, k)]);
+}
+
+}  // namespace stoker
