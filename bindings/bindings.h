@@ -14,5 +14,6 @@ void register_images(nb::module_& m);
 void register_tune(nb::module_& m);
 void register_workers(nb::module_& m);
 void register_seeding(nb::module_& m);
+void register_stratified(nb::module_& m);
 
 }  // namespace stoker::python

@@ -10,4 +10,5 @@ NB_MODULE(_native, m) {
   stoker::python::register_tune(m);
   stoker::python::register_workers(m);
   stoker::python::register_seeding(m);
+  stoker::python::register_stratified(m);
 }

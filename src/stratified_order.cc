@@ -245,25 +245,58 @@ StratifiedEpoch StratifiedPlan::epoch(uint64_t epoch) const { return {layout_, e
 // ---------------------------------------------------------------------------------------------
 
 // The rows of equal length of one epoch: each class's slots per row, and its run of extras.
+//
+// Entry k of the R x X matrix of extras is in column k / R at offset k mod R. Offsets reach rows
+// through a grid of `width` columns that offsets fill column by column and rows read row by row
+// (row = grid_row * width + grid_column), so the entries of a run land `width` rows apart
+// instead of in consecutive rows: a class's extras spread over the epoch, and a prefix of the
+// rows holds its share of them within about 2 sqrt(R). The width is about sqrt(R) and coprime
+// with world_size, so that no rank's rows line up with grid columns.
 struct StratifiedEpoch::Block {
+  // A grid cell: column and row. Columns below `tall` hold `height` + 1 offsets, the others
+  // `height`: rows = height * width + tall.
+  struct Cell {
+    uint32_t column = 0, row = 0;
+  };
+  struct Run {  // a class's run of extras: its first cell and the cell after its last
+    Cell start, end;
+    bool wraps = false;  // the run goes on at the top of the next matrix column
+  };
+
   uint64_t rows = 0, length = 0, extras_per_row = 0;
-  std::vector<uint64_t> offset;  // per class: its stream position where the block starts
-  std::vector<uint64_t> base;    // per class: slots in every row
-  std::vector<uint64_t> run_column, run_row, run_length;  // per class: its run of extras
-  std::vector<uint32_t> base_classes;                     // the classes with base > 0
+  uint64_t width = 1, height = 0, tall = 0;
+  std::vector<uint64_t> offset;        // per class: its stream position where the block starts
+  std::vector<uint64_t> base;          // per class: slots in every row
+  std::vector<Run> run;                // per class
+  std::vector<uint32_t> base_classes;  // the classes with base > 0
   std::vector<uint64_t> run_end;       // runs in matrix order: the entry after each run
   std::vector<uint32_t> run_class;     // runs in matrix order: their class
-  std::vector<uint32_t> column_first;  // per column (+ 1): the run holding its first entry
+  std::vector<uint32_t> column_first;  // per matrix column (+ 1): the run holding its first entry
 
+  Cell cell(uint64_t offset) const {
+    const uint64_t in_tall = tall * (height + 1);
+    if (offset < in_tall) return {uint32_t(offset / (height + 1)), uint32_t(offset % (height + 1))};
+    return {uint32_t(tall + (offset - in_tall) / height), uint32_t((offset - in_tall) % height)};
+  }
+  // The offset of row i's cell: the entry of row i in every matrix column is column * R + this.
+  uint64_t offset_of_row(uint64_t i) const {
+    const uint64_t grid_row = i / width, grid_column = i % width;
+    return grid_column * height + std::min(grid_column, tall) + grid_row;
+  }
+  // Offsets before `at` whose rows are before row i (grid_row, grid_column = divmod(i, width)).
+  static uint64_t before(Cell at, uint64_t grid_row, uint64_t grid_column) {
+    return at.column * grid_row + std::min<uint64_t>(at.column, grid_column) +
+           std::min<uint64_t>(at.row, grid_row + (at.column < grid_column));
+  }
   // Extras of class c in the rows before row i.
   uint64_t extras_before(uint32_t c, uint64_t i) const {
-    const uint64_t col = run_column[c], row = run_row[c], end_row = row + run_length[c];
-    const uint64_t at_start = col * i + std::min(row, i);
-    const uint64_t at_end = end_row < rows ? col * i + std::min(end_row, i)
-                                           : (col + 1) * i + std::min(end_row - rows, i);
-    return at_end - at_start;
+    const Run& r = run[c];
+    const uint64_t grid_row = i / width, grid_column = i % width;
+    const uint64_t start = before(r.start, grid_row, grid_column);
+    const uint64_t end = before(r.end, grid_row, grid_column);
+    return r.wraps ? i - start + end : end - start;
   }
-  // The class whose run holds entry k = column * rows + i.
+  // The class whose run holds entry k of matrix column `column`.
   uint32_t class_at(uint64_t column, uint64_t k) const {
     const auto first = run_end.begin() + column_first[column];
     const auto last =
@@ -276,6 +309,12 @@ namespace {
 
 using Block = StratifiedEpoch::Block;
 
+uint64_t grid_width(uint64_t rows, uint64_t world) {
+  uint64_t width = std::max<uint64_t>(1, static_cast<uint64_t>(std::sqrt(double(rows))));
+  while (std::gcd(width, world) != 1) ++width;
+  return width <= rows ? width : 1;
+}
+
 std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_t epoch,
                                         uint64_t which, uint64_t rows, uint64_t length,
                                         const std::vector<uint64_t>& total,
@@ -284,19 +323,19 @@ std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_
   auto b = std::make_shared<Block>();
   b->rows = rows;
   b->length = length;
+  b->width = grid_width(rows, l.world);
+  b->height = rows / b->width;
+  b->tall = rows % b->width;
   b->offset = std::move(offset);
   b->base.resize(C);
-  b->run_column.assign(C, 0);
-  b->run_row.assign(C, 0);
-  b->run_length.assign(C, 0);
+  b->run.resize(C);
   uint64_t base_slots = 0;
   std::vector<uint32_t> with_extras;
   for (uint32_t c = 0; c < C; ++c) {
     b->base[c] = total[c] / rows;
-    b->run_length[c] = total[c] % rows;
     base_slots += b->base[c];
     if (b->base[c] > 0) b->base_classes.push_back(c);
-    if (b->run_length[c] > 0) with_extras.push_back(c);
+    if (total[c] % rows > 0) with_extras.push_back(c);
   }
   if (base_slots > length) throw std::logic_error("stratified order: a row overflows");
   b->extras_per_row = length - base_slots;
@@ -304,19 +343,22 @@ std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_
   shuffle(with_extras, rng);
   uint64_t k = 0;
   for (uint32_t c : with_extras) {
-    b->run_column[c] = k / rows;
-    b->run_row[c] = k % rows;
-    k += b->run_length[c];
+    const uint64_t start = k % rows, end = start + total[c] % rows;  // a run is shorter than R
+    Block::Run& r = b->run[c];
+    r.start = b->cell(start);
+    r.wraps = end > rows;
+    r.end = b->cell(r.wraps ? end - rows : end);
+    k += total[c] % rows;
     b->run_end.push_back(k);
     b->run_class.push_back(c);
   }
   if (k != rows * b->extras_per_row)
     throw std::logic_error("stratified order: the extras do not fill the rows");
   b->column_first.resize(b->extras_per_row + 1);
-  size_t run = 0;
+  size_t at = 0;
   for (uint64_t j = 0; j <= b->extras_per_row; ++j) {
-    while (run < b->run_end.size() && b->run_end[run] <= j * rows) ++run;
-    b->column_first[j] = static_cast<uint32_t>(run);
+    while (at < b->run_end.size() && b->run_end[at] <= j * rows) ++at;
+    b->column_first[j] = static_cast<uint32_t>(at);
   }
   return b;
 }
@@ -445,8 +487,9 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
     const uint64_t first = first_position(c);
     for (uint64_t k = 0; k < blk.base[c]; ++k) emit(c, first + k);
   }
+  const uint64_t at = blk.offset_of_row(i);
   for (uint64_t j = 0; j < blk.extras_per_row; ++j) {
-    const uint32_t c = blk.class_at(j, j * blk.rows + i);
+    const uint32_t c = blk.class_at(j, j * blk.rows + at);
     emit(c, first_position(c) + blk.base[c]);
   }
   // Mix the row: without it a batch would list its samples class by class.

@@ -264,6 +264,44 @@ TEST(StratifiedPlan, WeightedEpochsHitTheTargetInEveryBatchAndStarveNoSample) {
   }
 }
 
+TEST(StratifiedPlan, ExtrasSpreadOverTheEpochAndOverRanks) {
+  // A class's extra slots (the batches that hold ceil rather than floor of its share) are spread
+  // over the epoch: every prefix of the rows holds its share within about 2 sqrt(rows), and
+  // every rank gets its share of the class within as much, not a run of consecutive batches.
+  std::mt19937_64 rng(37);
+  for (int trial = 0; trial < 40; ++trial) {
+    Config cfg;
+    const int classes = 2 + static_cast<int>(rng() % 4);
+    for (int c = 0; c < classes; ++c)
+      for (uint64_t k = 0, size = 20 + rng() % 2000; k < size; ++k) cfg.labels.push_back(c);
+    std::shuffle(cfg.labels.begin(), cfg.labels.end(), rng);
+    cfg.batch_size = 8 + rng() % 40;
+    cfg.world = 1 + rng() % 4;
+    cfg.drop_last = true;
+    cfg.seed = rng();
+    auto g = std::make_shared<const ClassGroups>(cfg.labels);
+    const auto rows = epoch_rows(cfg, g, 1);
+    const double bound = 2 * std::sqrt(double(rows.size())) + 2;
+    for (uint32_t c = 0; c < g->num_classes(); ++c) {
+      std::vector<double> count;
+      for (const auto& row : rows)
+        count.push_back(double(std::count_if(
+            row.begin(), row.end(), [&](uint64_t i) { return cfg.labels[i] == g->label(c); })));
+      const double mean = std::accumulate(count.begin(), count.end(), 0.0) / double(count.size());
+      double drift = 0, worst = 0;
+      std::vector<double> per_rank(cfg.world, 0);
+      for (size_t row = 0; row < count.size(); ++row) {
+        drift += count[row] - mean;
+        worst = std::max(worst, std::abs(drift));
+        per_rank[row % cfg.world] += count[row] - mean;
+      }
+      ASSERT_LT(worst, bound) << "class " << c << "; " << cfg.describe();
+      for (double r : per_rank)
+        ASSERT_LT(std::abs(r), bound) << "class " << c << "; " << cfg.describe();
+    }
+  }
+}
+
 TEST(StratifiedPlan, ABatchDependsOnlyOnEpochAndPosition) {
   // Resume: any batch, made alone from a fresh plan, is the batch of the full run.
   std::mt19937_64 rng(31);

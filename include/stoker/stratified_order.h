@@ -20,13 +20,15 @@
 //
 // How a row is filled, in O(1) per sample: the rows of equal length form a block of R rows
 // (the full batches, then the final partial batches). In a block, class c has T_c slots in
-// total, R * floor(T_c / R) of them as floor(T_c / R) in every row; the remaining e_c = T_c mod R
-// (< R) are written as one run, the classes in a random order per epoch, down the columns of an
-// R x X matrix (entry k -> row k mod R): a run shorter than R never gives a class two extras in
-// one row, and how many extras a class had before row i is a formula. A class's slots take its
-// stream's positions in row order; position p of class c in epoch e is sample
-// members_c[perm_{c,k}(j)] with (k, j) = divmod(e * draws_c + p, n_c) and perm a keyed Feistel
-// permutation (as EpochOrder's) tweaked by (class, cycle). A seeded shuffle then mixes the row.
+// total, floor(T_c / R) in every row; the remaining e_c = T_c mod R (< R) are written as one run,
+// the classes in a random order per epoch, down the columns of an R x X matrix of extras, whose
+// entry k falls on offset k mod R of its column. A run shorter than R never takes one offset
+// twice, and offsets map to rows one to one (through a transposed grid about sqrt(R) wide,
+// which spreads a run's rows over the epoch), so no row gets two extras of a class, and how many
+// extras a class had before row i is a formula. A class's slots take its stream's positions in
+// row order; position p of class c in epoch e is sample members_c[perm_{c,k}(j)] with
+// (k, j) = divmod(e * draws_c + p, n_c) and perm a keyed Feistel permutation (as EpochOrder's)
+// tweaked by (class, cycle). A seeded shuffle then mixes the row.
 // The blocks' totals T_c: without weights, the tail (dropped, or the final partial batches) takes
 // each class's share of it, rounded by systematic sampling with a random class order per epoch
 // (a class rounds up with probability equal to its fraction); with weights, every block's extras
@@ -34,7 +36,7 @@
 //
 // Memory: ClassGroups keeps the samples grouped by class, 4 bytes a sample (8 when there are
 // 2^32 samples or more), plus 16 bytes a class; no per-sample array exists per epoch. A
-// StratifiedEpoch keeps about 80 bytes a class.
+// StratifiedEpoch keeps about 100 bytes a class (two blocks of per-class counts and runs).
 //
 // Thread safety: all three types are immutable after construction, safe to share.
 #pragma once
