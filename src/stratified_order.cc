@@ -129,28 +129,29 @@ struct StratifiedPlan::Layout {
 
   uint64_t count(uint32_t c) const { return classes->count(c); }
 
-  // Sample of position j of class c's cycle `cycle`: a Feistel permutation of [0, count) keyed
-  // as EpochOrder's, with (class, cycle) folded into every round key, so that a class's
-  // permutation needs no setup of its own.
-  uint64_t member(uint32_t c, uint64_t j, uint64_t cycle) const {
-    const uint64_t n = count(c);
-    if (n <= 1) return classes->member(c, 0);
-    const int bits = std::max(2, static_cast<int>(std::bit_width(n - 1)));
-    const int half = (bits + 1) / 2;
-    const uint64_t mask = (uint64_t{1} << half) - 1;
-    const uint64_t tweak = hash_key(round_keys[0], c, cycle);
-    uint64_t x = j;
-    do {
-      uint64_t left = x >> half, right = x & mask;
-      for (int r = 0; r < kRounds; ++r) {
-        const uint64_t f = mix64(right ^ round_keys[r] ^ tweak) & mask;
-        const uint64_t next_right = left ^ f;
-        left = right;
-        right = next_right;
-      }
-      x = (left << half) | right;
-    } while (x >= n);  // cycle-walking: a bijection of [0, n)
-    return classes->member(c, x);
+  // The permutation of class c's cycle k: a keyed Feistel network with EpochOrder's round
+  // keys, each folded with tweak(c, k), so that a class's permutation needs no setup of its own.
+  // Unlike EpochOrder's it is unbalanced (the halves alternate: the high `bits - bits / 2` bits
+  // and the low bits / 2), so its domain is the smallest power of two holding the class and
+  // cycle-walking (see StratifiedEpoch::batch) takes fewer than 2 steps on average, also for the
+  // many small classes of a long tail.
+  static uint64_t class_key(uint64_t first_key, uint32_t c) { return hash_key(first_key, c, 0); }
+  static uint64_t tweak(uint64_t class_key, uint64_t cycle) {
+    return mix64(class_key + cycle * 0x9e3779b97f4a7c15ULL);
+  }
+  uint64_t permute(uint64_t x, int bits, uint64_t tweak) const {
+    const int low_bits = bits / 2;
+    const uint64_t low_mask = (uint64_t{1} << low_bits) - 1;
+    const uint64_t high_mask = (uint64_t{1} << (bits - low_bits)) - 1;
+    uint64_t high = x >> low_bits, low = x & low_mask;
+    for (int r = 0; r < kRounds; r += 2) {
+      high ^= mix64(low ^ round_keys[r] ^ tweak) & high_mask;
+      low ^= mix64(high ^ round_keys[r + 1] ^ tweak) & low_mask;
+    }
+    return (high << low_bits) | low;
+  }
+  static int domain_bits(uint64_t n) {
+    return std::max(2, static_cast<int>(std::bit_width(n - 1)));
   }
 };
 
@@ -158,6 +159,8 @@ StratifiedPlan::StratifiedPlan(std::shared_ptr<const ClassGroups> classes,
                                std::vector<double> weights, uint64_t seed, uint64_t batch_size,
                                bool drop_last, uint64_t rank, uint64_t world_size) {
   if (!classes) throw InvalidArgument("a stratified order needs the classes of the samples");
+  if (batch_size >= (uint64_t{1} << 32))
+    throw InvalidArgument("a stratified order needs a batch_size below 2^32");
   auto l = std::make_shared<Layout>(std::move(classes), batch_size, drop_last, rank, world_size);
   const ClassGroups& g = *l->classes;
   const uint32_t C = g.num_classes();
@@ -258,16 +261,17 @@ struct StratifiedEpoch::Block {
   struct Cell {
     uint32_t column = 0, row = 0;
   };
-  struct Run {  // a class's run of extras: its first cell and the cell after its last
-    Cell start, end;
-    bool wraps = false;  // the run goes on at the top of the next matrix column
+  // What a row needs of a class, in one 32-byte record.
+  struct PerClass {
+    uint64_t offset = 0;  // the class's stream position (this epoch) where the block starts
+    uint32_t base = 0;    // slots in every row
+    Cell start, end;      // its run of extras: the first cell and the one after the last
+    bool wraps = false;   // the run goes on at the top of the next matrix column
   };
 
   uint64_t rows = 0, length = 0, extras_per_row = 0;
   uint64_t width = 1, height = 0, tall = 0;
-  std::vector<uint64_t> offset;        // per class: its stream position where the block starts
-  std::vector<uint64_t> base;          // per class: slots in every row
-  std::vector<Run> run;                // per class
+  std::vector<PerClass> classes;
   std::vector<uint32_t> base_classes;  // the classes with base > 0
   std::vector<uint64_t> run_end;       // runs in matrix order: the entry after each run
   std::vector<uint32_t> run_class;     // runs in matrix order: their class
@@ -278,9 +282,9 @@ struct StratifiedEpoch::Block {
     if (offset < in_tall) return {uint32_t(offset / (height + 1)), uint32_t(offset % (height + 1))};
     return {uint32_t(tall + (offset - in_tall) / height), uint32_t((offset - in_tall) % height)};
   }
-  // The offset of row i's cell: the entry of row i in every matrix column is column * R + this.
-  uint64_t offset_of_row(uint64_t i) const {
-    const uint64_t grid_row = i / width, grid_column = i % width;
+  // The offset of row i's cell (i = grid_row * width + grid_column): the entry of row i in
+  // every matrix column is column * R + this.
+  uint64_t offset_of_row(uint64_t grid_row, uint64_t grid_column) const {
     return grid_column * height + std::min(grid_column, tall) + grid_row;
   }
   // Offsets before `at` whose rows are before row i (grid_row, grid_column = divmod(i, width)).
@@ -288,20 +292,27 @@ struct StratifiedEpoch::Block {
     return at.column * grid_row + std::min<uint64_t>(at.column, grid_column) +
            std::min<uint64_t>(at.row, grid_row + (at.column < grid_column));
   }
-  // Extras of class c in the rows before row i.
-  uint64_t extras_before(uint32_t c, uint64_t i) const {
-    const Run& r = run[c];
-    const uint64_t grid_row = i / width, grid_column = i % width;
-    const uint64_t start = before(r.start, grid_row, grid_column);
-    const uint64_t end = before(r.end, grid_row, grid_column);
-    return r.wraps ? i - start + end : end - start;
+  // The stream position of class k's first slot in row i = grid_row * width + grid_column: the
+  // block's start, its base slots of the rows before, and its extras in the rows before.
+  static uint64_t first_position(const PerClass& k, uint64_t i, uint64_t grid_row,
+                                 uint64_t grid_column) {
+    const uint64_t start = before(k.start, grid_row, grid_column);
+    const uint64_t end = before(k.end, grid_row, grid_column);
+    return k.offset + i * k.base + (k.wraps ? i - start + end : end - start);
   }
-  // The class whose run holds entry k of matrix column `column`.
+  // The class whose run holds entry k of matrix column `column` (a branch-free binary search
+  // among the runs that touch the column).
   uint32_t class_at(uint64_t column, uint64_t k) const {
-    const auto first = run_end.begin() + column_first[column];
-    const auto last =
-        run_end.begin() + std::min<size_t>(column_first[column + 1] + 1, run_end.size());
-    return run_class[std::upper_bound(first, last, k) - run_end.begin()];
+    const uint64_t* first = run_end.data() + column_first[column];
+    const uint64_t* at = first;
+    size_t n =
+        std::min<size_t>(column_first[column + 1] + 1, run_end.size()) - column_first[column];
+    while (n > 1) {
+      const size_t half = n / 2;
+      at = at[half] <= k ? at + half : at;
+      n -= half;
+    }
+    return run_class[(at - run_end.data()) + (*at <= k)];
   }
 };
 
@@ -318,7 +329,7 @@ uint64_t grid_width(uint64_t rows, uint64_t world) {
 std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_t epoch,
                                         uint64_t which, uint64_t rows, uint64_t length,
                                         const std::vector<uint64_t>& total,
-                                        std::vector<uint64_t> offset) {
+                                        const std::vector<uint64_t>& offset) {
   const uint32_t C = l.classes->num_classes();
   auto b = std::make_shared<Block>();
   b->rows = rows;
@@ -326,15 +337,14 @@ std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_
   b->width = grid_width(rows, l.world);
   b->height = rows / b->width;
   b->tall = rows % b->width;
-  b->offset = std::move(offset);
-  b->base.resize(C);
-  b->run.resize(C);
+  b->classes.resize(C);
   uint64_t base_slots = 0;
   std::vector<uint32_t> with_extras;
   for (uint32_t c = 0; c < C; ++c) {
-    b->base[c] = total[c] / rows;
-    base_slots += b->base[c];
-    if (b->base[c] > 0) b->base_classes.push_back(c);
+    b->classes[c].offset = offset[c];
+    b->classes[c].base = static_cast<uint32_t>(total[c] / rows);
+    base_slots += b->classes[c].base;
+    if (b->classes[c].base > 0) b->base_classes.push_back(c);
     if (total[c] % rows > 0) with_extras.push_back(c);
   }
   if (base_slots > length) throw std::logic_error("stratified order: a row overflows");
@@ -344,7 +354,7 @@ std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_
   uint64_t k = 0;
   for (uint32_t c : with_extras) {
     const uint64_t start = k % rows, end = start + total[c] % rows;  // a run is shorter than R
-    Block::Run& r = b->run[c];
+    Block::PerClass& r = b->classes[c];
     r.start = b->cell(start);
     r.wraps = end > rows;
     r.end = b->cell(r.wraps ? end - rows : end);
@@ -438,11 +448,48 @@ TailCounts tail_counts(const StratifiedPlan::Layout& l, uint64_t epoch) {
 
 }  // namespace
 
+namespace {
+
+// One slot of a row being filled: position x of a class's permutation (of n samples, from
+// `start` in the grouping) with its cycle's tweak.
+struct Slot {
+  uint64_t x, n, tweak, start;
+  int bits;
+};
+
+// StratifiedEpoch::batch's working space, kept per thread so that a batch allocates nothing.
+struct Scratch {
+  std::vector<Slot> slots;
+  std::vector<uint32_t> classes, walking;
+};
+
+Scratch& batch_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
+// Where each class's stream stands at the start of the epoch: position epoch * draws_c.
+struct StratifiedEpoch::Stream {
+  uint64_t cycle = 0, position = 0;  // divmod(epoch * draws_c, count_c)
+  uint64_t key = 0;                  // the class's key
+  uint64_t tweak = 0;                // of that cycle's permutation
+  uint64_t count = 0, start = 0;     // the class's samples: how many, where in the grouping
+};
+
+struct StratifiedEpoch::Data {
+  std::shared_ptr<const Block> full;  // the rows of full batches
+  std::shared_ptr<const Block> tail;  // the final partial batches (drop_last=false), or null
+  std::vector<Stream> streams;        // per class
+};
+
 StratifiedEpoch::StratifiedEpoch(std::shared_ptr<const StratifiedPlan::Layout> layout,
                                  uint64_t epoch)
     : layout_(std::move(layout)), epoch_(epoch) {
   const StratifiedPlan::Layout& l = *layout_;
   const uint32_t C = l.classes->num_classes();
+  auto data = std::make_shared<Data>();
   std::vector<uint64_t> full_total, tail_total;
   if (l.weighted) {
     full_total = l.full_total;
@@ -454,10 +501,22 @@ StratifiedEpoch::StratifiedEpoch(std::shared_ptr<const StratifiedPlan::Layout> l
     if (l.tail_rows > 0) tail_total = std::move(tail.padded);
   }
   if (l.full_rows > 0)
-    full_ =
+    data->full =
         make_block(l, epoch, 0, l.full_rows, l.batch_size, full_total, std::vector<uint64_t>(C, 0));
   if (l.tail_rows > 0)
-    tail_ = make_block(l, epoch, 1, l.tail_rows, l.tail_length, tail_total, full_total);
+    data->tail = make_block(l, epoch, 1, l.tail_rows, l.tail_length, tail_total, full_total);
+  data->streams.resize(C);
+  for (uint32_t c = 0; c < C; ++c) {
+    const u128 start = static_cast<u128>(epoch) * l.draws[c];
+    Stream& st = data->streams[c];
+    st.cycle = static_cast<uint64_t>(start / l.count(c));
+    st.position = static_cast<uint64_t>(start % l.count(c));
+    st.key = StratifiedPlan::Layout::class_key(l.round_keys[0], c);
+    st.tweak = StratifiedPlan::Layout::tweak(st.key, st.cycle);
+    st.count = l.count(c);
+    st.start = l.classes->start(c);
+  }
+  data_ = std::move(data);
 }
 
 void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
@@ -469,32 +528,83 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
     throw InvalidArgument("StratifiedEpoch::batch: out has the wrong size");
   const uint64_t row = b * l.world + l.rank;
   const bool in_full = row < l.full_rows;
-  const Block& blk = in_full ? *full_ : *tail_;
+  const Block& blk = in_full ? *data_->full : *data_->tail;
   const uint64_t i = in_full ? row : row - l.full_rows;
+  const uint64_t grid_row = i / blk.width, grid_column = i % blk.width;
 
-  // The row's slots as (class, stream position): the base slots of every class, then one
-  // extra per column of the extras matrix.
+  // The row's slots as (class, position in the class's stream this epoch): the base slots of
+  // every class, then one extra per column of the extras matrix.
+  Scratch& scratch = batch_scratch();
+  std::vector<Slot>& slots = scratch.slots;
+  slots.resize(out.size());
   size_t s = 0;
-  const auto emit = [&](uint32_t c, uint64_t position) {
-    const uint64_t n = l.classes->count(c);
-    const u128 g = static_cast<u128>(epoch_) * l.draws[c] + position;
-    out[s++] = l.member(c, static_cast<uint64_t>(g % n), static_cast<uint64_t>(g / n));
-  };
-  const auto first_position = [&](uint32_t c) {
-    return blk.offset[c] + i * blk.base[c] + blk.extras_before(c, i);
+  const auto add = [&](uint32_t c, uint64_t position) {
+    const Stream& st = data_->streams[c];
+    Slot& slot = slots[s++];
+    slot.start = st.start;
+    slot.n = st.count;
+    slot.x = st.position + position;
+    slot.tweak = st.tweak;
+    if (slot.x >= slot.n) {  // past the epoch's first cycle (a repeated class, or padding)
+      const uint64_t cycle = st.cycle + slot.x / slot.n;
+      slot.x %= slot.n;
+      slot.tweak = StratifiedPlan::Layout::tweak(st.key, cycle);
+    }
+    slot.bits = StratifiedPlan::Layout::domain_bits(slot.n);
   };
   for (uint32_t c : blk.base_classes) {
-    const uint64_t first = first_position(c);
-    for (uint64_t k = 0; k < blk.base[c]; ++k) emit(c, first + k);
+    const Block::PerClass& k = blk.classes[c];
+    const uint64_t first = Block::first_position(k, i, grid_row, grid_column);
+    for (uint64_t t = 0; t < k.base; ++t) add(c, first + t);
   }
-  const uint64_t at = blk.offset_of_row(i);
+  // Extras: find every slot's class first and ask for its records, so that the cache misses
+  // of a long tail's many classes overlap instead of queueing one slot after another.
+  const uint64_t at = blk.offset_of_row(grid_row, grid_column);
+  std::vector<uint32_t>& extra = scratch.classes;
+  extra.resize(blk.extras_per_row);
   for (uint64_t j = 0; j < blk.extras_per_row; ++j) {
-    const uint32_t c = blk.class_at(j, j * blk.rows + at);
-    emit(c, first_position(c) + blk.base[c]);
+    extra[j] = blk.class_at(j, j * blk.rows + at);
+    __builtin_prefetch(&blk.classes[extra[j]]);
+    __builtin_prefetch(&data_->streams[extra[j]]);
   }
-  // Mix the row: without it a batch would list its samples class by class.
+  for (const uint32_t c : extra) {
+    const Block::PerClass& k = blk.classes[c];
+    add(c, Block::first_position(k, i, grid_row, grid_column) + k.base);
+  }
+
+  // Each slot's permutation, walked side by side as EpochOrder::map walks (the CPU overlaps
+  // the chains; no unpredictable branch), then the sample it names.
+  std::vector<uint32_t>& walking = scratch.walking;
+  walking.resize(slots.size());
+  size_t count = 0;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    Slot& slot = slots[k];
+    slot.x = slot.n > 1 ? l.permute(slot.x, slot.bits, slot.tweak) : 0;
+    walking[count] = static_cast<uint32_t>(k);
+    count += slot.x >= slot.n;
+  }
+  while (count > 0) {
+    size_t still = 0;
+    for (size_t w = 0; w < count; ++w) {
+      Slot& slot = slots[walking[w]];
+      slot.x = l.permute(slot.x, slot.bits, slot.tweak);
+      walking[still] = walking[w];
+      still += slot.x >= slot.n;
+    }
+    count = still;
+  }
+  for (size_t k = 0; k < slots.size(); ++k)
+    out[k] = l.classes->grouped(slots[k].start + slots[k].x);
+
+  // Mix the row (Fisher-Yates, two 32-bit draws from each random word): without it a batch
+  // would list its samples class by class.
   SampleRng rng(hash_key(l.seed, kRowShuffle, 0), epoch_, row);
-  for (size_t k = out.size(); k > 1; --k) std::swap(out[k - 1], out[below(rng, k)]);
+  uint64_t bits = 0;
+  for (size_t k = out.size(); k > 1; --k) {
+    if (k % 2 == out.size() % 2) bits = rng.next_u64();
+    const uint64_t draw = k % 2 == out.size() % 2 ? bits & 0xffffffff : bits >> 32;
+    std::swap(out[k - 1], out[(draw * k) >> 32]);
+  }
 }
 
 }  // namespace stoker

@@ -60,10 +60,11 @@ class ClassGroups {
   // Samples of class c.
   uint64_t count(uint32_t c) const { return starts_[c + 1] - starts_[c]; }
   // The k-th sample of class c, samples in ascending order. REQUIRES: k < count(c).
-  uint64_t member(uint32_t c, uint64_t k) const {
-    const uint64_t at = starts_[c] + k;
-    return wide_.empty() ? narrow_[at] : wide_[at];
-  }
+  uint64_t member(uint32_t c, uint64_t k) const { return grouped(start(c) + k); }
+  // The samples grouped by class (class 0's, then class 1's, ...): where class c starts, and the
+  // sample at position k. REQUIRES: c < num_classes(), k < num_samples().
+  uint64_t start(uint32_t c) const { return starts_[c]; }
+  uint64_t grouped(uint64_t k) const { return wide_.empty() ? narrow_[k] : wide_[k]; }
   // Bytes this object holds.
   uint64_t memory_bytes() const;
 
@@ -118,6 +119,8 @@ class StratifiedEpoch {
   void batch(uint64_t b, std::span<uint64_t> out) const;
 
   struct Block;
+  struct Stream;
+  struct Data;
 
  private:
   friend class StratifiedPlan;
@@ -125,8 +128,7 @@ class StratifiedEpoch {
 
   std::shared_ptr<const StratifiedPlan::Layout> layout_;
   uint64_t epoch_;
-  std::shared_ptr<const Block> full_;  // the rows of full batches
-  std::shared_ptr<const Block> tail_;  // the final partial batches (drop_last=false), or null
+  std::shared_ptr<const Data> data_;
 };
 
 }  // namespace stoker
