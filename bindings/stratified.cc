@@ -1,6 +1,7 @@
 // Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
 // plan itself for orders made outside the native loader (Python datasets).
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/vector.h>
 
@@ -23,11 +24,13 @@ class CachedPlan {
 
   const StratifiedPlan& plan() const { return plan_; }
 
-  std::vector<uint64_t> batch(uint64_t epoch, uint64_t b) {
+  // The samples of batch b of `epoch`, and with `cycles` the cycle of each draw.
+  std::vector<uint64_t> batch(uint64_t epoch, uint64_t b, std::vector<uint64_t>* cycles = nullptr) {
     std::vector<uint64_t> out(b < plan_.num_batches() ? plan_.batch_length(b) : 0);
+    if (cycles) cycles->resize(out.size());
     std::lock_guard lock(mu_);
     if (!epoch_ || epoch_->epoch() != epoch) epoch_ = plan_.epoch(epoch);
-    epoch_->batch(b, out);
+    epoch_->batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
     return out;
   }
 
@@ -81,9 +84,22 @@ void register_stratified(nb::module_& m) {
                      for (uint32_t c = 0; c < v.size(); ++c) v[c] = p.plan().class_draws(c);
                      return v;
                    })
-      .def("batch_indices", &CachedPlan::batch, nb::arg("epoch"), nb::arg("batch"),
-           nb::call_guard<nb::gil_scoped_release>(),
-           "The sample indices of batch `batch` of an epoch, as the native loader visits them.");
+      .def(
+          "batch_indices",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) { return p.batch(epoch, b); },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "The sample indices of batch `batch` of an epoch, as the native loader visits them.")
+      .def(
+          "batch_draws",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) {
+            std::vector<uint64_t> cycles;
+            std::vector<uint64_t> indices = p.batch(epoch, b, &cycles);
+            return std::make_pair(std::move(indices), std::move(cycles));
+          },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "(indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, "
+          "index), as the native loader keys it (the cycle is the epoch without class weights; "
+          "the repeats of an oversampled sample have different cycles).");
 }
 
 }  // namespace stoker::python

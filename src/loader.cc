@@ -104,9 +104,9 @@ EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
   return samples;
 }
 
-void Loader::State::batch_indices(const EpochSamples& samples, uint64_t b,
-                                  std::span<uint64_t> out) const {
-  if (samples.stratified) return samples.stratified->batch(b, out);
+void Loader::State::batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
+                                  std::span<uint64_t> cycles) const {
+  if (samples.stratified) return samples.stratified->batch(b, out, cycles);
   const uint64_t first = b * plan.batch_size();
   for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
   samples.order.map(out, out);
@@ -119,7 +119,8 @@ void Loader::State::fill(Batch& batch, const EpochSamples& samples, WorkerState*
   const size_t nfields = batch.fields.size();
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   std::vector<uint64_t> indices(batch.length);  // the batch's samples, mapped at once
-  batch_indices(samples, batch.index, indices);
+  std::vector<uint64_t> cycles(samples.stratified ? batch.length : 0);  // key their randomness
+  batch_indices(samples, batch.index, indices, cycles);
   // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
   // several memory accesses are in flight at once instead of one cache miss at a time.
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, batch.length); ++s)
@@ -127,7 +128,7 @@ void Loader::State::fill(Batch& batch, const EpochSamples& samples, WorkerState*
   for (uint64_t s = 0; s < batch.length; ++s) {
     if (s + kPrefetchAhead < batch.length) source->prefetch(indices[s + kPrefetchAhead]);
     for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + s * sample_bytes[f];
-    read_sample(batch.epoch, indices[s], {slot, nfields}, worker);
+    read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
   }
   read_ns += elapsed_ns(start);
 }

@@ -33,8 +33,11 @@ struct Loader::State {
   // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
   EpochSamples epoch_samples(uint64_t epoch) const;
-  // The samples of batch b. REQUIRES: out.size() == plan.batch_length(b).
-  void batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out) const;
+  // The samples of batch b and, for a stratified order, the cycle of each draw, which keys its
+  // randomness in place of the epoch (StratifiedEpoch::batch).
+  // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
+  void batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
+                     std::span<uint64_t> cycles = {}) const;
   // Writes every sample of `batch` into its slots. Throws SampleError.
   void fill(Batch& batch, const EpochSamples& samples, WorkerState* worker);
 

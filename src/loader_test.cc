@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
@@ -354,6 +355,52 @@ TEST(Loader, StratifiedBatchesAreThePlansWhateverTheWorkers) {
                     Batches(expected.begin() + static_cast<long>(start), expected.end()));
         }
       }
+}
+
+// Writes the sample's index and the epoch of its randomness key.
+class KeySource final : public Source {
+ public:
+  explicit KeySource(uint64_t n) : n_(n), fields_{{"key", {DType::kInt, 64}, {2}}} {}
+  uint64_t size() const override { return n_; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  void read(const SampleKey& key, std::span<std::byte* const> slots, WorkerState*) const override {
+    const int64_t v[2] = {static_cast<int64_t>(key.index), static_cast<int64_t>(key.epoch)};
+    std::memcpy(slots[0], v, sizeof v);
+  }
+
+ private:
+  uint64_t n_;
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(Loader, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
+  std::vector<int64_t> labels(300, 0);
+  for (size_t i = 0; i < 12; ++i) labels[i * 25] = 1;  // 12 rare samples, drawn ~150 times
+  LoaderOptions o;
+  o.batch_size = 20;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.classes = std::make_shared<const ClassGroups>(labels);
+  o.class_weights = {1, 1};
+  Loader loader(std::make_shared<KeySource>(300), o);
+  std::set<std::pair<int64_t, int64_t>> keys;
+  uint64_t draws = 0;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    auto it = loader.iterate(epoch);
+    while (auto b = it->next()) {
+      const auto* p = reinterpret_cast<const int64_t*>(b->fields[0].data);
+      for (uint64_t s = 0; s < b->length; ++s) keys.emplace(p[2 * s], p[2 * s + 1]);
+      draws += b->length;
+    }
+  }
+  EXPECT_EQ(keys.size(), draws);  // no two draws share (index, key)
+  // Without weights the key is the epoch, as with the plain order.
+  o.class_weights.clear();
+  auto it = Loader(std::make_shared<KeySource>(300), o).iterate(3);
+  while (auto b = it->next()) {
+    const auto* p = reinterpret_cast<const int64_t*>(b->fields[0].data);
+    for (uint64_t s = 0; s < b->length; ++s) ASSERT_EQ(p[2 * s + 1], 3);
+  }
 }
 
 TEST(Loader, StratifiedOptionsAreChecked) {

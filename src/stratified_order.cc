@@ -453,7 +453,7 @@ namespace {
 // One slot of a row being filled: position x of a class's permutation (of n samples, from
 // `start` in the grouping) with its cycle's tweak.
 struct Slot {
-  uint64_t x, n, tweak, start;
+  uint64_t x, n, tweak, start, cycle;
   int bits;
 };
 
@@ -519,13 +519,15 @@ StratifiedEpoch::StratifiedEpoch(std::shared_ptr<const StratifiedPlan::Layout> l
   data_ = std::move(data);
 }
 
-void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
+void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out, std::span<uint64_t> cycles) const {
   const StratifiedPlan::Layout& l = *layout_;
   if (b >= l.plan.num_batches())
     throw InvalidArgument("batch " + std::to_string(b) + " is past the end (" +
                           std::to_string(l.plan.num_batches()) + " batches per epoch)");
   if (out.size() != l.plan.batch_length(b))
     throw InvalidArgument("StratifiedEpoch::batch: out has the wrong size");
+  if (!cycles.empty() && cycles.size() != out.size())
+    throw InvalidArgument("StratifiedEpoch::batch: cycles has the wrong size");
   const uint64_t row = b * l.world + l.rank;
   const bool in_full = row < l.full_rows;
   const Block& blk = in_full ? *data_->full : *data_->tail;
@@ -545,10 +547,11 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
     slot.n = st.count;
     slot.x = st.position + position;
     slot.tweak = st.tweak;
+    slot.cycle = st.cycle;
     if (slot.x >= slot.n) {  // past the epoch's first cycle (a repeated class, or padding)
-      const uint64_t cycle = st.cycle + slot.x / slot.n;
+      slot.cycle += slot.x / slot.n;
       slot.x %= slot.n;
-      slot.tweak = StratifiedPlan::Layout::tweak(st.key, cycle);
+      slot.tweak = StratifiedPlan::Layout::tweak(st.key, slot.cycle);
     }
     slot.bits = StratifiedPlan::Layout::domain_bits(slot.n);
   };
@@ -595,6 +598,8 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
   }
   for (size_t k = 0; k < slots.size(); ++k)
     out[k] = l.classes->grouped(slots[k].start + slots[k].x);
+  if (!cycles.empty())
+    for (size_t k = 0; k < slots.size(); ++k) cycles[k] = slots[k].cycle;
 
   // Mix the row (Fisher-Yates, two 32-bit draws from each random word): without it a batch
   // would list its samples class by class.
@@ -603,7 +608,9 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out) const {
   for (size_t k = out.size(); k > 1; --k) {
     if (k % 2 == out.size() % 2) bits = rng.next_u64();
     const uint64_t draw = k % 2 == out.size() % 2 ? bits & 0xffffffff : bits >> 32;
-    std::swap(out[k - 1], out[(draw * k) >> 32]);
+    const size_t other = (draw * k) >> 32;
+    std::swap(out[k - 1], out[other]);
+    if (!cycles.empty()) std::swap(cycles[k - 1], cycles[other]);
   }
 }
 

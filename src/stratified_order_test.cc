@@ -302,6 +302,42 @@ TEST(StratifiedPlan, ExtrasSpreadOverTheEpochAndOverRanks) {
   }
 }
 
+TEST(StratifiedPlan, CyclesNameEveryDrawOnce) {
+  // (sample, cycle) is unique over all draws of consecutive epochs, so that it can key each
+  // draw's randomness. Without weights the cycle is the epoch, but for padded repeats (which
+  // take later cycles, as the stream runs on into the next epoch's).
+  std::mt19937_64 rng(43);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Config cfg = random_config(rng, trial % 2 == 0);
+    auto g = std::make_shared<const ClassGroups>(cfg.labels);
+    const bool padded = cfg.weights.empty() && !cfg.drop_last;
+    std::set<std::pair<uint64_t, uint64_t>> draws;
+    uint64_t total = 0;
+    for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+      for (uint64_t r = 0; r < cfg.world; ++r) {
+        const StratifiedPlan plan(g, cfg.weights, cfg.seed, cfg.batch_size, cfg.drop_last, r,
+                                  cfg.world);
+        const StratifiedEpoch e = plan.epoch(epoch);
+        for (uint64_t b = 0; b < plan.num_batches(); ++b) {
+          std::vector<uint64_t> out(plan.batch_length(b)), cycles(out.size()), alone(out.size());
+          e.batch(b, out, cycles);
+          e.batch(b, alone);
+          ASSERT_EQ(out, alone);  // asking for cycles changes nothing else
+          for (size_t k = 0; k < out.size(); ++k) {
+            if (cfg.weights.empty()) {
+              ASSERT_GE(cycles[k], epoch);
+            }
+            if (padded && cycles[k] > epoch) continue;  // a padded repeat
+            draws.emplace(out[k], cycles[k]);
+            ++total;
+          }
+        }
+      }
+    }
+    ASSERT_EQ(draws.size(), total) << "a (sample, cycle) pair repeats; " << cfg.describe();
+  }
+}
+
 TEST(StratifiedPlan, ABatchDependsOnlyOnEpochAndPosition) {
   // Resume: any batch, made alone from a fresh plan, is the batch of the full run.
   std::mt19937_64 rng(31);

@@ -5,6 +5,10 @@
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
 //   shuffle, classes, class_weights), never on num_workers or prefetch depth: batch b of an epoch
 //   is bit-identical however it was produced. Batches are delivered in order.
+// - Randomness: sample i of epoch e draws its randomness (augmentation) from (seed, e, i); in a
+//   stratified order from (seed, cycle, i), the draw's cycle through its class
+//   (StratifiedEpoch::batch), which is e without class weights, and differs between the
+//   repeats of an oversampled sample.
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
 //   epoch; the state to resume from is three numbers.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes

@@ -12,6 +12,9 @@
 //   k of class c is a fresh permutation of its samples, so every sample of a class is drawn once
 //   before any is drawn again, and every sample of a subsampled class is reached within
 //   ceil(n_c / draws_c) consecutive epochs. A class's draws per epoch are fixed (class_draws()).
+//   A batch that holds the end of a class's cycle and the start of the next may hold one of its
+//   samples twice (always, when a batch draws more of a class than the class has); each draw's
+//   randomness is keyed by its cycle (StratifiedEpoch::batch), so repeats are augmented anew.
 //
 // Batches, ranks and counts are those of BatchPlan (same num_batches(), batch_length()): rank r's
 // batch b is row b * world_size + r of the epoch, so ranks get disjoint samples and equal batch
@@ -114,9 +117,14 @@ class StratifiedPlan {
 class StratifiedEpoch {
  public:
   uint64_t epoch() const { return epoch_; }
-  // The samples of this rank's batch b, in batch order.
-  // REQUIRES: b < num_batches(), out.size() == batch_length(b) (InvalidArgument otherwise).
-  void batch(uint64_t b, std::span<uint64_t> out) const;
+  // The samples of this rank's batch b, in batch order, and, when `cycles` is not empty, the
+  // cycle of each draw: the number of times its class's stream had gone through all of its
+  // samples before it. A sample is drawn once a cycle, so (cycle, sample) names one draw: it
+  // keys the draw's randomness (augmentation), so that the repeats of an oversampled sample
+  // differ. Without weights the cycle is the epoch (a later one for a padded repeat).
+  // REQUIRES: b < num_batches(), out.size() == batch_length(b), cycles empty or of out's size
+  // (InvalidArgument otherwise).
+  void batch(uint64_t b, std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
 
   struct Block;
   struct Stream;
