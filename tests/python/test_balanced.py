@@ -348,3 +348,40 @@ def test_class_groups_memory_is_four_bytes_a_sample():
     assert groups.num_classes == 1000
     assert sum(groups.counts) == 200_000
     assert groups.memory_bytes < 4 * 200_000 + 16 * 1000 + 1024
+
+
+def test_class_mix_shows_how_each_shuffle_mode_mixes_the_classes():
+    from stoker.stats import class_mix
+    labels = np.array([0] * 950 + [1] * 50, dtype=np.int64)  # sorted, as an ImageFolder is
+    mix = class_mix(labels, batch_size=32, drop_last=True, world_size=2, epochs=2,
+                    class_weights="balanced")
+    assert [c["samples"] for c in mix["classes"]] == [950, 50]
+    modes = mix["modes"]
+    assert list(modes) == ["shuffle=False", "shuffle=True", 'shuffle="stratified"',
+                           "class_weights='balanced'"]
+    sequential, random_, strat, balanced = modes.values()
+    assert all(m["batches"] == 2 * 2 * (500 // 32) for m in modes.values())
+    assert sequential["per_class"][1]["batches_without"] >= sequential["batches"] - 4
+    assert strat["all_within_one"] == strat["batches"] and strat["worst_deviation"] < 1
+    assert (strat["per_class"][1]["min"], strat["per_class"][1]["max"]) == (1, 2)
+    assert random_["all_within_one"] < random_["batches"]
+    assert balanced["per_class"][1]["min"] == balanced["per_class"][1]["max"] == 16
+
+
+def test_stoker_stats_classes_cli(tmp_path, capsys):
+    from stoker.stats import main
+    labels = np.zeros(2000, dtype=np.int64)
+    labels[1900:] = 1
+    path = tmp_path / "labels.npy"
+    np.save(path, labels)
+    assert main(["--classes", str(path), "--batch-size", "32", "--class-weights", "balanced",
+                 "--json", str(tmp_path / "mix.json")]) == 0
+    out = capsys.readouterr().out
+    assert "2 classes, 2,000 samples" in out
+    line = next(line for line in out.splitlines() if line.strip().startswith('shuffle="strat'))
+    assert line.split()[1:3] == ["1", "2"]  # min and max of the rare class per batch
+    saved = json.loads((tmp_path / "mix.json").read_text())
+    assert saved["modes"]['shuffle="stratified"']["all_within_one"] == 62
+    with pytest.raises(SystemExit):
+        main(["--classes", str(path), "--batch-size", "0"])
+    assert main(["--classes", str(tmp_path / "missing.npy")]) == 2
