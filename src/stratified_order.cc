@@ -275,7 +275,10 @@ struct StratifiedEpoch::Block {
   std::vector<uint32_t> base_classes;  // the classes with base > 0
   std::vector<uint64_t> run_end;       // runs in matrix order: the entry after each run
   std::vector<uint32_t> run_class;     // runs in matrix order: their class
-  std::vector<uint32_t> column_first;  // per matrix column (+ 1): the run holding its first entry
+  // The run holding entry k is the first at or after first_run[k >> bucket_bits] whose end is
+  // past k: buckets about half as wide as an average run, so a lookup steps over a run or two.
+  std::vector<uint32_t> first_run;
+  int bucket_bits = 0;
 
   Cell cell(uint64_t offset) const {
     const uint64_t in_tall = tall * (height + 1);
@@ -300,19 +303,11 @@ struct StratifiedEpoch::Block {
     const uint64_t end = before(k.end, grid_row, grid_column);
     return k.offset + i * k.base + (k.wraps ? i - start + end : end - start);
   }
-  // The class whose run holds entry k of matrix column `column` (a branch-free binary search
-  // among the runs that touch the column).
-  uint32_t class_at(uint64_t column, uint64_t k) const {
-    const uint64_t* first = run_end.data() + column_first[column];
-    const uint64_t* at = first;
-    size_t n =
-        std::min<size_t>(column_first[column + 1] + 1, run_end.size()) - column_first[column];
-    while (n > 1) {
-      const size_t half = n / 2;
-      at = at[half] <= k ? at + half : at;
-      n -= half;
-    }
-    return run_class[(at - run_end.data()) + (*at <= k)];
+  // The class whose run holds entry k of the matrix of extras.
+  uint32_t class_at(uint64_t k) const {
+    size_t at = first_run[k >> bucket_bits];
+    while (run_end[at] <= k) ++at;
+    return run_class[at];
   }
 };
 
@@ -364,11 +359,15 @@ std::shared_ptr<const Block> make_block(const StratifiedPlan::Layout& l, uint64_
   }
   if (k != rows * b->extras_per_row)
     throw std::logic_error("stratified order: the extras do not fill the rows");
-  b->column_first.resize(b->extras_per_row + 1);
-  size_t at = 0;
-  for (uint64_t j = 0; j <= b->extras_per_row; ++j) {
-    while (at < b->run_end.size() && b->run_end[at] <= j * rows) ++at;
-    b->column_first[j] = static_cast<uint32_t>(at);
+  if (k > 0) {
+    const uint64_t half_run = std::max<uint64_t>(1, k / (2 * b->run_end.size()));
+    b->bucket_bits = std::bit_width(half_run) - 1;
+    b->first_run.resize(((k - 1) >> b->bucket_bits) + 1);
+    size_t at = 0;
+    for (uint64_t bucket = 0; bucket < b->first_run.size(); ++bucket) {
+      while (b->run_end[at] <= bucket << b->bucket_bits) ++at;
+      b->first_run[bucket] = static_cast<uint32_t>(at);
+    }
   }
   return b;
 }
@@ -566,7 +565,7 @@ void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out, std::span<uint6
   std::vector<uint32_t>& extra = scratch.classes;
   extra.resize(blk.extras_per_row);
   for (uint64_t j = 0; j < blk.extras_per_row; ++j) {
-    extra[j] = blk.class_at(j, j * blk.rows + at);
+    extra[j] = blk.class_at(j * blk.rows + at);
     __builtin_prefetch(&blk.classes[extra[j]]);
     __builtin_prefetch(&data_->streams[extra[j]]);
   }
