@@ -9,6 +9,7 @@ module finds the labels and turns the weights into one number a class.
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import numbers
 
@@ -127,16 +128,24 @@ def _weight(w, label):
     return float(w)
 
 
+Stratified = collections.namedtuple("Stratified", "classes weights plan")
+
+
 def stratified_plan(dataset, shuffle, class_weights, labels, seed, batch_size, drop_last, rank,
                     world_size):
-    """The stratified order of a dataset read outside the native loader (a Python dataset), or
-    None when ``shuffle`` and ``class_weights`` ask for none. ``len(plan)`` is the number of
-    batches; ``plan.batch_indices(epoch, b)`` the samples of batch b, as the native loader's."""
-    if not check_shuffle(shuffle, class_weights):
+    """The stratified order of a dataset read outside the native loader (a Python dataset):
+    ``Stratified(classes, weights, plan)``, or None unless ``shuffle="stratified"`` or
+    ``class_weights`` ask for one (other ``shuffle`` values are the caller's to check).
+    ``len(plan)`` is the number of batches; ``plan.batch_indices(epoch, b)`` the samples of
+    batch b, as the native loader's; ``plan.batch_draws(epoch, b)`` also each draw's cycle,
+    which keys its randomness as (seed, cycle, index)."""
+    if class_weights is None and not (isinstance(shuffle, str) and shuffle == "stratified"):
         return None
+    check_shuffle(shuffle, class_weights)
     groups = class_groups(dataset, labels)
-    return _native.StratifiedPlan(groups, weights_for(groups, class_weights), seed, batch_size,
-                                  drop_last, rank, world_size)
+    weights = weights_for(groups, class_weights)
+    plan = _native.StratifiedPlan(groups, weights, seed, batch_size, drop_last, rank, world_size)
+    return Stratified(groups, weights, plan)
 
 
 def class_plan(groups, weights, draws, batch_size):
