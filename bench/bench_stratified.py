@@ -239,7 +239,8 @@ def main(argv=None):
           f"{'rare draws min-max':>19} {'rare per batch sd':>18}")
     for name in ("torch WeightedRandomSampler", 'stoker class_weights="balanced"'):
         s = ov[name]
-        print(f"   {name:<32} {s['frequent_unseen_after_1_epoch']:>9,} of {ov['frequent_samples']:,}"
+        unseen = s["frequent_unseen_after_1_epoch"]
+        print(f"   {name:<32} {unseen:>9,} of {ov['frequent_samples']:,}"
               f" {s[f'frequent_unseen_after_{e}_epochs']:>11,} "
               f"{s['rare_draws_min']:>12} - {s['rare_draws_max']:<4} "
               f"{s['rare_per_batch']['sd']:>18.2f}")

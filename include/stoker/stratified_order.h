@@ -39,7 +39,7 @@
 //
 // Memory: ClassGroups keeps the samples grouped by class, 4 bytes a sample (8 when there are
 // 2^32 samples or more), plus 16 bytes a class; no per-sample array exists per epoch. A
-// StratifiedEpoch keeps about 100 bytes a class (two blocks of per-class counts and runs).
+// StratifiedEpoch keeps about 150 bytes a class (per-class counts, runs and stream positions).
 //
 // Thread safety: all three types are immutable after construction, safe to share.
 #pragma once

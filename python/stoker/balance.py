@@ -64,7 +64,9 @@ def labels_of(dataset, labels=None):
         raise ValueError(f"labels must be one integer a sample (a 1-D sequence), got shape "
                          f"{array.shape}")
     if array.dtype.kind not in "iub":
-        if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+        integral = array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(
+            array == np.round(array))
+        if integral:
             array = array.astype(np.int64)
         else:
             raise ValueError(f"labels must be integers (class indices or ids), got dtype "
