@@ -234,14 +234,7 @@ StratifiedPlan::~StratifiedPlan() = default;
 uint64_t StratifiedPlan::num_batches() const { return layout_->plan.num_batches(); }
 uint64_t StratifiedPlan::batch_length(uint64_t b) const { return layout_->plan.batch_length(b); }
 const ClassGroups& StratifiedPlan::classes() const { return *layout_->classes; }
-bool StratifiedPlan::weighted() const { return layout_->weighted; }
 uint64_t StratifiedPlan::class_draws(uint32_t c) const { return layout_->draws.at(c); }
-
-double StratifiedPlan::expected_in_batch(uint32_t c, uint64_t length) const {
-  if (layout_->total_share == 0) return 0;
-  return static_cast<double>(length) * static_cast<double>(layout_->share.at(c)) /
-         static_cast<double>(layout_->total_share);
-}
 
 StratifiedEpoch StratifiedPlan::epoch(uint64_t epoch) const { return {layout_, epoch}; }
 

@@ -98,12 +98,9 @@ class StratifiedPlan {
   uint64_t batch_length(uint64_t b) const;
 
   const ClassGroups& classes() const;
-  bool weighted() const;
   // Draws of class c per epoch over all ranks: count(c) without weights (the dropped tail
   // included), else the fixed number its weight gives.
   uint64_t class_draws(uint32_t c) const;
-  // The expected count of class c in a batch of `length` samples (length * share_c).
-  double expected_in_batch(uint32_t c, uint64_t length) const;
 
   // The order of epoch `epoch`: O(classes) time and memory to make.
   StratifiedEpoch epoch(uint64_t epoch) const;
