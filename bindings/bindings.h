@@ -18,6 +18,7 @@ void register_tune(nb::module_& m);
 void register_workers(nb::module_& m);
 void register_seeding(nb::module_& m);
 void register_gpu(nb::module_& m);
+void register_stratified(nb::module_& m);
 
 // For the destructor of a capsule that owns exported batch memory (GIL held): records the fences
 // a pinned buffer needs before its pool may reuse it (gpu.cc). Call it before dropping the last

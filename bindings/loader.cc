@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "stoker/errors.h"
+#include "stoker/stratified_order.h"
 
 namespace stoker::python {
 namespace {
@@ -146,7 +147,8 @@ void register_loader(nb::module_& m) {
       .def(nb::new_([](std::shared_ptr<Source> source, uint64_t batch_size, bool shuffle,
                        uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
                        const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
-                       uint64_t world_size, const std::string& on_error, int cpu_budget) {
+                       uint64_t world_size, const std::string& on_error, int cpu_budget,
+                       std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights) {
              LoaderOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -160,12 +162,15 @@ void register_loader(nb::module_& m) {
              o.world_size = world_size;
              o.on_error = parse_on_error(on_error);
              o.cpu_budget = cpu_budget;
+             o.classes = std::move(classes);
+             o.class_weights = std::move(class_weights);
              return std::make_shared<Loader>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
            nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
            nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"), nb::arg("world_size"),
-           nb::arg("on_error"), nb::arg("cpu_budget") = 0)
+           nb::arg("on_error"), nb::arg("cpu_budget") = 0, nb::arg("classes").none() = nb::none(),
+           nb::arg("class_weights") = std::vector<double>{})
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
@@ -174,7 +179,16 @@ void register_loader(nb::module_& m) {
       .def_prop_ro("pinned", &Loader::pinned)
       .def("iterate", &Loader::iterate, nb::arg("epoch"), nb::arg("start_batch") = 0,
            nb::call_guard<nb::gil_scoped_release>())
-      .def("stats", [](const Loader& l) { return stats_dict(l.stats()); });
+      .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
+      .def(
+          "epoch_indices",
+          [](const Loader& l, uint64_t epoch) {
+            auto* v = new std::vector<uint64_t>(l.epoch_indices(epoch));
+            nb::capsule owner(
+                v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+            return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+          },
+          nb::arg("epoch"), "The samples the epoch reads, batch after batch, as a uint64 array.");
 
   m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
   m.def("usable_cores", &usable_cores, "Cores this process may run on.");

@@ -50,11 +50,27 @@ std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
 void register_sources(nb::module_& m) {
   nb::class_<Source>(m, "Source")
       .def("__len__", &Source::size)
-      .def_prop_ro("field_names", [](const Source& s) {
-        std::vector<std::string> names;
-        for (const auto& f : s.fields()) names.push_back(f.name);
-        return names;
-      });
+      .def_prop_ro("field_names",
+                   [](const Source& s) {
+                     std::vector<std::string> names;
+                     for (const auto& f : s.fields()) names.push_back(f.name);
+                     return names;
+                   })
+      .def(
+          "labels",
+          [](const Source& s) -> nb::object {
+            auto* v = new std::vector<int64_t>(s.labels());
+            if (v->empty()) {
+              delete v;
+              return nb::none();
+            }
+            nb::capsule owner(
+                v, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+            return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(v->data(), {v->size()}, owner)
+                .cast();
+          },
+          "Every sample's class label when the source knows them without reading (an int64 "
+          "array), else None.");
 
   nb::class_<ArraySource, Source>(m, "ArraySource")
       .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"));

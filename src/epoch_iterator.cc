@@ -41,7 +41,7 @@ class InlineIterator final : public EpochIterator {
  public:
   InlineIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
-        order_(st_->source->size(), st_->options.shuffle, st_->options.seed, epoch),
+        order_(st_->epoch_samples(epoch)),
         epoch_(epoch),
         position_(start),
         worker_(st_->source->make_worker_state()) {}
@@ -76,7 +76,7 @@ class InlineIterator final : public EpochIterator {
 
  private:
   std::shared_ptr<Loader::State> st_;
-  EpochOrder order_;
+  EpochSamples order_;
   uint64_t epoch_;
   uint64_t position_;
   std::unique_ptr<WorkerState> worker_;
@@ -92,7 +92,7 @@ class ThreadedIterator final : public EpochIterator {
  public:
   ThreadedIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
-        order_(st_->source->size(), st_->options.shuffle, st_->options.seed, epoch),
+        order_(st_->epoch_samples(epoch)),
         epoch_(epoch),
         end_(st_->plan.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
@@ -303,7 +303,7 @@ class ThreadedIterator final : public EpochIterator {
   }
 
   const std::shared_ptr<Loader::State> st_;
-  const EpochOrder order_;
+  const EpochSamples order_;
   const uint64_t epoch_;
   const uint64_t end_;
   const bool autotune_;

@@ -65,6 +65,16 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     options.prefetch_factor = 1;
     autotune_prefetch_now = 1;
   }
+  if (options.classes) {
+    if (!options.shuffle) throw InvalidArgument("a stratified order needs shuffle");
+    if (options.classes->num_samples() != source->size())
+      throw InvalidArgument("the labels cover " + std::to_string(options.classes->num_samples()) +
+                            " samples but the dataset has " + std::to_string(source->size()));
+    stratified.emplace(options.classes, options.class_weights, options.seed, options.batch_size,
+                       options.drop_last, options.rank, options.world_size);
+  } else if (!options.class_weights.empty()) {
+    throw InvalidArgument("class_weights need the classes of the samples");
+  }
   pool = BatchPool::create(
       std::max<size_t>(bytes, 1), options.memory_budget,
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
@@ -88,16 +98,29 @@ std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buf
   return batch;
 }
 
-void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* worker) {
+EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
+  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}};
+  if (stratified) samples.stratified = stratified->epoch(epoch);
+  return samples;
+}
+
+void Loader::State::batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
+                                  std::span<uint64_t> cycles) const {
+  if (samples.stratified) return samples.stratified->batch(b, out, cycles);
+  const uint64_t first = b * plan.batch_size();
+  for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
+  samples.order.map(out, out);
+}
+
+void Loader::State::fill(Batch& batch, const EpochSamples& samples, WorkerState* worker) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
   std::vector<std::byte*> many;  // only for sources with more than 16 fields
   const size_t nfields = batch.fields.size();
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
-  const uint64_t first = batch.index * plan.batch_size();
   std::vector<uint64_t> indices(batch.length);  // the batch's samples, mapped at once
-  for (uint64_t s = 0; s < batch.length; ++s) indices[s] = plan.global_position(first + s);
-  order.map(indices, indices);
+  std::vector<uint64_t> cycles(samples.stratified ? batch.length : 0);  // key their randomness
+  batch_indices(samples, batch.index, indices, cycles);
   // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
   // several memory accesses are in flight at once instead of one cache miss at a time.
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, batch.length); ++s)
@@ -105,7 +128,7 @@ void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* wor
   for (uint64_t s = 0; s < batch.length; ++s) {
     if (s + kPrefetchAhead < batch.length) source->prefetch(indices[s + kPrefetchAhead]);
     for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + s * sample_bytes[f];
-    read_sample(batch.epoch, indices[s], {slot, nfields}, worker);
+    read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
   }
   read_ns += elapsed_ns(start);
 }
@@ -167,6 +190,18 @@ uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank
 const LoaderOptions& Loader::options() const { return state_->options; }
 const Source& Loader::source() const { return *state_->source; }
 bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
+
+std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
+  const State& s = *state_;
+  const EpochSamples samples = s.epoch_samples(epoch);
+  std::vector<uint64_t> out;
+  for (uint64_t b = 0; b < s.plan.num_batches(); ++b) {
+    const size_t at = out.size();
+    out.resize(at + s.plan.batch_length(b));
+    s.batch_indices(samples, b, std::span<uint64_t>(out).subspan(at));
+  }
+  return out;
+}
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
   if (start_batch > num_batches())

@@ -5,26 +5,41 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "stoker/loader.h"
 #include "stoker/order.h"
+#include "stoker/stratified_order.h"
 
 namespace stoker {
+
+// An epoch's order as an iterator keeps it: the plain permutation, or the stratified one.
+struct EpochSamples {
+  EpochOrder order;
+  std::optional<StratifiedEpoch> stratified;
+};
 
 struct Loader::State {
   std::shared_ptr<const Source> source;
   LoaderOptions options;  // resolved: no "auto" left
   BatchPlan plan;
-  std::vector<size_t> field_offsets;  // byte offset of each field's array in a batch buffer
-  std::vector<size_t> sample_bytes;   // bytes of one sample of each field
+  std::optional<StratifiedPlan> stratified;  // with options.classes
+  std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
+  std::vector<size_t> sample_bytes;          // bytes of one sample of each field
   std::shared_ptr<BatchPool> pool;
 
   State(std::shared_ptr<const Source> source, const LoaderOptions& options);
 
   // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
+  EpochSamples epoch_samples(uint64_t epoch) const;
+  // The samples of batch b and, for a stratified order, the cycle of each draw, which keys its
+  // randomness in place of the epoch (StratifiedEpoch::batch).
+  // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
+  void batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
+                     std::span<uint64_t> cycles = {}) const;
   // Writes every sample of `batch` into its slots. Throws SampleError.
-  void fill(Batch& batch, const EpochOrder& order, WorkerState* worker);
+  void fill(Batch& batch, const EpochSamples& samples, WorkerState* worker);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};

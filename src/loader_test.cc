@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "stoker/errors.h"
 #include "stoker/sources/faulty.h"
+#include "stoker/stratified_order.h"
 
 namespace stoker {
 namespace {
@@ -303,6 +305,117 @@ TEST(Loader, AutotunedPrefetchOfLargeBatchesStartsAtOne) {
   auto big = std::make_shared<FaultySource>(1000, 16 * 1024, std::set<uint64_t>{});  // 8 MiB
   EXPECT_EQ(Loader(big, o).options().prefetch_factor, 1);
   EXPECT_EQ(Loader(source(1000), o).options().prefetch_factor, 2);
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// A stratified order through the loader: the batches of its plan, whatever the worker count and
+// the prefetch depth, on every rank, resumable at any batch.
+TEST(Loader, StratifiedBatchesAreThePlansWhateverTheWorkers) {
+  std::mt19937_64 rng(41);
+  std::vector<int64_t> labels(700);
+  for (auto& l : labels) l = rng() % 10 == 0 ? 1 : (rng() % 3 == 0 ? 2 : 0);
+  auto classes = std::make_shared<const ClassGroups>(labels);
+  for (const std::vector<double>& weights : {std::vector<double>{}, std::vector<double>{1, 1, 2}})
+    for (uint64_t world : {1u, 3u})
+      for (uint64_t rank = 0; rank < world; ++rank) {
+        LoaderOptions o;
+        o.batch_size = 24;
+        o.shuffle = true;
+        o.seed = 9;
+        o.drop_last = rank == 1;
+        o.rank = rank;
+        o.world_size = world;
+        o.classes = classes;
+        o.class_weights = weights;
+        o.num_workers = 0;
+        const StratifiedPlan plan(classes, weights, 9, 24, o.drop_last, rank, world);
+        const StratifiedEpoch epoch = plan.epoch(4);
+        Batches expected;
+        for (uint64_t b = 0; b < plan.num_batches(); ++b) {
+          std::vector<uint64_t> out(plan.batch_length(b));
+          epoch.batch(b, out);
+          expected.emplace_back(out.begin(), out.end());
+        }
+        ASSERT_EQ(run(source(700), o, 4), expected);
+        const std::vector<uint64_t> indices = Loader(source(700), o).epoch_indices(4);
+        Batches flat{{indices.begin(), indices.end()}}, joined{{}};
+        for (const auto& b : expected) joined[0].insert(joined[0].end(), b.begin(), b.end());
+        EXPECT_EQ(flat, joined);
+        for (int workers : {1, 3}) {
+          o.num_workers = workers;
+          o.prefetch_factor = workers == 1 ? 1 : 4;
+          ASSERT_EQ(run(source(700), o, 4), expected) << workers;
+          const uint64_t start = rng() % expected.size();
+          ASSERT_EQ(run(source(700), o, 4, start),
+                    Batches(expected.begin() + static_cast<long>(start), expected.end()));
+        }
+      }
+}
+
+// Writes the sample's index and the epoch of its randomness key.
+class KeySource final : public Source {
+ public:
+  explicit KeySource(uint64_t n) : n_(n), fields_{{"key", {DType::kInt, 64}, {2}}} {}
+  uint64_t size() const override { return n_; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  void read(const SampleKey& key, std::span<std::byte* const> slots, WorkerState*) const override {
+    const int64_t v[2] = {static_cast<int64_t>(key.index), static_cast<int64_t>(key.epoch)};
+    std::memcpy(slots[0], v, sizeof v);
+  }
+
+ private:
+  uint64_t n_;
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(Loader, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
+  std::vector<int64_t> labels(300, 0);
+  for (size_t i = 0; i < 12; ++i) labels[i * 25] = 1;  // 12 rare samples, drawn ~150 times
+  LoaderOptions o;
+  o.batch_size = 20;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.classes = std::make_shared<const ClassGroups>(labels);
+  o.class_weights = {1, 1};
+  Loader loader(std::make_shared<KeySource>(300), o);
+  std::set<std::pair<int64_t, int64_t>> keys;
+  uint64_t draws = 0;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    auto it = loader.iterate(epoch);
+    while (auto b = it->next()) {
+      const auto* p = reinterpret_cast<const int64_t*>(b->fields[0].data);
+      for (uint64_t s = 0; s < b->length; ++s) keys.emplace(p[2 * s], p[2 * s + 1]);
+      draws += b->length;
+    }
+  }
+  EXPECT_EQ(keys.size(), draws);  // no two draws share (index, key)
+  // Without weights the key is the epoch, as with the plain order.
+  o.class_weights.clear();
+  auto it = Loader(std::make_shared<KeySource>(300), o).iterate(3);
+  while (auto b = it->next()) {
+    const auto* p = reinterpret_cast<const int64_t*>(b->fields[0].data);
+    for (uint64_t s = 0; s < b->length; ++s) ASSERT_EQ(p[2 * s + 1], 3);
+  }
+}
+
+TEST(Loader, StratifiedOptionsAreChecked) {
+  auto classes = std::make_shared<const ClassGroups>(std::vector<int64_t>{0, 1, 0, 1});
+  LoaderOptions o;
+  o.classes = classes;
+  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // shuffle=false
+  o.shuffle = true;
+  EXPECT_THROW(Loader(source(5), o), InvalidArgument);  // labels for 4 samples, 5 in the source
+  EXPECT_NO_THROW(Loader(source(4), o));
+  o.class_weights = {1, 2, 3};
+  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // one weight per class
+  o.classes = nullptr;
+  o.class_weights = {1, 2};
+  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // weights without classes
 }
 
 }  // namespace

@@ -3,8 +3,12 @@
 //
 // Semantics
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
-//   shuffle), never on num_workers or prefetch depth: batch b of an epoch is bit-identical however
-//   it was produced. Batches are delivered in order.
+//   shuffle, classes, class_weights), never on num_workers or prefetch depth: batch b of an epoch
+//   is bit-identical however it was produced. Batches are delivered in order.
+// - Randomness: sample i of epoch e draws its randomness (augmentation) from (seed, e, i); in a
+//   stratified order from (seed, cycle, i), the draw's cycle through its class
+//   (StratifiedEpoch::batch), which is e without class weights, and differs between the
+//   repeats of an oversampled sample.
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
 //   epoch; the state to resume from is three numbers.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
@@ -33,6 +37,8 @@
 
 namespace stoker {
 
+class ClassGroups;
+
 enum class OnError { kRaise, kSkip };
 enum class PinMemory { kAuto, kOn, kOff };
 
@@ -52,6 +58,11 @@ struct LoaderOptions {
   uint64_t world_size = 1;
   OnError on_error = OnError::kRaise;
   int cpu_budget = 0;  // cores autotune may use for workers; 0 = usable cores
+  // A stratified order (stratified_order.h; needs shuffle): every batch holds each class of
+  // `classes` (the source's samples grouped by label) in proportion to its share of the dataset,
+  // or to class_weights (one per class, ascending labels) when they are given.
+  std::shared_ptr<const ClassGroups> classes;
+  std::vector<double> class_weights;
 };
 
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
@@ -116,6 +127,9 @@ class Loader {
   const LoaderOptions& options() const;
   const Source& source() const;
   bool pinned() const;
+
+  // The samples that iterate(epoch) reads, batch after batch (without reading them).
+  std::vector<uint64_t> epoch_indices(uint64_t epoch) const;
 
   // Starts producing the batches of `epoch` from `start_batch` on.
   // REQUIRES: start_batch <= num_batches().

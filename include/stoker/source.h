@@ -66,6 +66,10 @@ class Source {
 
   // Per-thread state for read(); nullptr when the source needs none.
   virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }
+
+  // The class label of every sample, when the source knows them without reading any sample (an
+  // image folder, tar shards); empty otherwise. A stratified order groups samples by them.
+  virtual std::vector<int64_t> labels() const { return {}; }
 };
 
 }  // namespace stoker

@@ -14,8 +14,8 @@ def main(argv=None):
     sub.add_parser("make-sample", add_help=False,
                    help="build the built-in ImageNet-like sample data (see make-sample --help)")
     sub.add_parser("stats", add_help=False,
-                   help="per-channel mean and std of an image dataset, for Normalize "
-                        "(see stats --help)")
+                   help="per-channel mean and std of an image dataset, for Normalize; "
+                        "--classes: class counts and how batches mix them (see stats --help)")
     sub.add_parser("tune", add_help=False,
                    help="find num_workers, prefetch_factor, pin_memory (and batch_size) for "
                         "Stoker's loader or a torch DataLoader (see tune --help)")

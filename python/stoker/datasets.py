@@ -38,6 +38,11 @@ class ArrayDataset:
     Arrays may be memory-mapped (``np.load(path, mmap_mode="r")``, or just the ``.npy`` path):
     worker threads read rows straight from the mapping into batch buffers, and every thread shares
     the one mapping. A loader yields one tensor per array, or a single tensor for one array.
+
+    ``targets`` (torchvision's name) is the class label array, which ``shuffle="stratified"`` and
+    ``class_weights`` group samples by: the array named "label", "labels", "target", "targets"
+    or "y" when ``names`` are given, else the last of two or more arrays if it is 1-D with an
+    integer dtype, else None.
     """
 
     def __init__(self, *arrays, names=None):
@@ -51,6 +56,17 @@ class ArrayDataset:
                 + ", ".join(str(len(a)) for a in self.arrays))
         names = list(names) if names is not None else [str(i) for i in range(len(arrays))]
         self._source = _native.ArraySource(list(self.arrays), names)
+        self._names = names
+
+    @property
+    def targets(self):
+        for name in ("label", "labels", "target", "targets", "y"):
+            if name in self._names:
+                return self.arrays[self._names.index(name)]
+        last = self.arrays[-1]
+        if len(self.arrays) > 1 and last.ndim == 1 and last.dtype.kind in "iu":
+            return last
+        return None
 
     def __len__(self):
         return len(self.arrays[0])

@@ -9,6 +9,7 @@ import warnings
 
 from . import _native
 from . import device as _device
+from . import balance
 from .errors import MemoryBudgetError
 
 _STATE_VERSION = 1
@@ -87,7 +88,9 @@ class DataLoader:
         dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``, ``ImageFolder``,
             ``TarShards``).
         batch_size: samples per batch.
-        shuffle: visit samples in a seeded random order, new for every epoch.
+        shuffle: visit samples in a seeded random order, new for every epoch. "stratified":
+            also hold every class in every batch (and every rank's batch) within one sample of
+            its share of the dataset; needs labels (below).
         seed: the seed of the order (and of per-sample randomness).
         drop_last: drop the final partial batch (and, across ranks, the uneven tail).
         num_workers: worker threads; 0 produces batches on the calling thread.
@@ -110,7 +113,20 @@ class DataLoader:
         gpu_prefetch: batches copied to the GPU ahead of the one the consumer holds ("auto": 2).
         gpu_prefetch_bytes: GPU memory those batches may take (bytes or a size like "2GiB";
             None: a tenth of the device's memory).
+        class_weights: draw the classes in these proportions instead: "balanced" (each class
+            equally often), a mapping {label: weight} for every class, or a sequence indexed by
+            label. Rare classes repeat, frequent ones are subsampled; every sample of a class
+            is drawn before any is drawn again, across epochs. An epoch has len(dataset) draws
+            (``class_plan()`` says how many of each class). Needs shuffle=True or "stratified".
+        labels: the class of every sample, for shuffle="stratified" and class_weights; by
+            default the dataset's (``targets``, or the label array of an ArrayDataset).
     """
+
+    # A stratified order's classes (_native.ClassGroups) and weights ([] for the dataset's shares);
+    # class attributes, so that every loader has them.
+    _classes = None
+    _weights = ()
+    class_weights = None
 
     def __new__(cls, dataset=None, *args, **kwargs):
         if cls is DataLoader and dataset is not None and not _is_native(dataset):
@@ -122,7 +138,8 @@ class DataLoader:
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
-                 gpu_prefetch_bytes=None, **python_options):
+                 gpu_prefetch_bytes=None, class_weights=None, labels=None,
+                 **python_options):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
@@ -139,9 +156,9 @@ class DataLoader:
                                  f"and seed samples in the engine")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        stratified = balance.check_shuffle(shuffle, class_weights)
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
         if not _is_int(seed) or not 0 <= seed < 2**64:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         workers = _knob("num_workers", num_workers, 0, _MAX_WORKERS)
@@ -188,10 +205,14 @@ class DataLoader:
         self.on_error = on_error
         self.output = output
         self._torch = output == "torch" and _torch_available()
-        self._loader = _native.Loader(source, batch_size, shuffle, seed, drop_last, workers,
-                                      prefetch, pin, budget, rank, world_size, on_error,
+        self.class_weights = class_weights
+        self._classes = balance.class_groups(dataset, labels) if stratified else None
+        self._weights = balance.weights_for(self._classes, class_weights) if stratified else []
+        self._loader = _native.Loader(source, batch_size, shuffle is not False, seed, drop_last,
+                                      workers, prefetch, pin, budget, rank, world_size, on_error,
                                       cpu_budget=0 if cpu_budget is None else
-                                      _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS))
+                                      _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS),
+                                      classes=self._classes, class_weights=self._weights)
         if self._loader.pinned:
             _device.install_fence_provider()
         self._single = len(source.field_names) == 1
@@ -251,15 +272,18 @@ class DataLoader:
         return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": self.seed,
                 "shuffle": self.shuffle, "batch_size": self.batch_size,
                 "drop_last": self.drop_last, "num_samples": len(self.dataset),
-                "rank": self.rank, "world_size": self.world_size}
+                "rank": self.rank, "world_size": self.world_size,
+                "class_weights": self._weights_state()}
 
     def load_state_dict(self, state):
         """Makes the next iteration resume exactly where ``state`` was taken, whatever the
         num_workers and prefetch_factor of this loader."""
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"not a stoker.DataLoader state (version {_STATE_VERSION}): {state!r}")
-        for key in ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "world_size"):
-            mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
+        for key in ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "world_size",
+                    "class_weights"):
+            mine = (len(self.dataset) if key == "num_samples" else self._weights_state()
+                    if key == "class_weights" else getattr(self, key))
             if state.get(key) != mine:
                 raise ValueError(
                     f"the state was saved with {key}={state.get(key)!r} but this loader has "
@@ -269,6 +293,24 @@ class DataLoader:
             raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}")
         self._cursor = None
         self._next_epoch, self._start_batch = epoch, batch
+
+    def _weights_state(self):
+        # [[label, weight], ...] of a weighted order (JSON keeps no int keys), else None.
+        if not self._weights:
+            return None
+        return [[label, w] for label, w in zip(self._classes.labels, self._weights)]
+
+    def class_plan(self):
+        """For a stratified or weighted loader, one dict a class: ``label``, ``samples``,
+        ``draws_per_epoch`` (over all ranks; the same every epoch) and ``per_batch`` (its
+        expected count in a full batch; every batch holds it rounded down or up)."""
+        if self._classes is None:
+            raise ValueError('class_plan() is for a loader with shuffle="stratified" or '
+                             'class_weights')
+        plan = _native.StratifiedPlan(self._classes, self._weights, self.seed, self.batch_size,
+                                      self.drop_last, self.rank, self.world_size)
+        return balance.class_plan(self._classes, self._weights, plan.class_draws,
+                                  self.batch_size)
 
     def stats(self):
         """Counters since the loader was made: batches, samples, skipped samples, seconds spent

@@ -33,6 +33,11 @@ class ImageFilesSource : public Source {
   uint64_t size() const override { return files_->size(); }
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   std::string path(uint64_t index) const override { return files_->path(index); }
+  std::vector<int64_t> labels() const override {
+    std::vector<int64_t> out(files_->size());
+    for (uint64_t i = 0; i < out.size(); ++i) out[i] = files_->label(i);
+    return out;
+  }
   const ImageFiles& files() const { return *files_; }
 
  protected:
