@@ -70,7 +70,8 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
 }
 
-std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const {
+std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                                 Buffer buffer) const {
   auto batch = std::make_shared<Batch>();
   batch->epoch = epoch;
   batch->index = b;
@@ -88,7 +89,8 @@ std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buf
   return batch;
 }
 
-void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* worker) {
+void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochOrder& order,
+                         WorkerState* worker) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
   std::vector<std::byte*> many;  // only for sources with more than 16 fields
@@ -163,17 +165,32 @@ Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
 Loader::~Loader() = default;
 
 uint64_t Loader::num_batches() const { return state_->plan.num_batches(); }
+const BatchPlan& Loader::plan() const { return state_->plan; }
 uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank(); }
 const LoaderOptions& Loader::options() const { return state_->options; }
 const Source& Loader::source() const { return *state_->source; }
 bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
-  if (start_batch > num_batches())
+  return iterate(epoch, start_batch, state_->plan);
+}
+
+std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
+                                               const BatchPlan& plan) const {
+  // Buffers hold batch_size samples of this source: a plan of other samples or batches would
+  // overrun them.
+  if (plan.num_samples() != state_->source->size() ||
+      plan.batch_size() != state_->options.batch_size)
+    throw InvalidArgument("the plan is for " + std::to_string(plan.num_samples()) +
+                          " samples in batches of " + std::to_string(plan.batch_size()) +
+                          ", the loader's source has " + std::to_string(state_->source->size()) +
+                          " samples in batches of " + std::to_string(state_->options.batch_size));
+  if (start_batch > plan.num_batches())
     throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
-                          std::to_string(num_batches()) + " batches per epoch)");
-  if (state_->options.num_workers == 0) return make_inline_iterator(state_, epoch, start_batch);
-  return make_threaded_iterator(state_, epoch, start_batch);
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  if (state_->options.num_workers == 0)
+    return make_inline_iterator(state_, plan, epoch, start_batch);
+  return make_threaded_iterator(state_, plan, epoch, start_batch);
 }
 
 LoaderStats Loader::stats() const {

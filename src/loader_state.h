@@ -14,6 +14,7 @@ namespace stoker {
 struct Loader::State {
   std::shared_ptr<const Source> source;
   LoaderOptions options;  // resolved: no "auto" left
+  // Every epoch's plan, unless an iteration is given another.
   BatchPlan plan;
   std::vector<size_t> field_offsets;  // byte offset of each field's array in a batch buffer
   std::vector<size_t> sample_bytes;   // bytes of one sample of each field
@@ -21,10 +22,11 @@ struct Loader::State {
 
   State(std::shared_ptr<const Source> source, const LoaderOptions& options);
 
-  // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
-  std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
-  // Writes every sample of `batch` into its slots. Throws SampleError.
-  void fill(Batch& batch, const EpochOrder& order, WorkerState* worker);
+  // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
+  std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                    Buffer buffer) const;
+  // Writes every sample of `batch` (a batch of `plan`) into its slots. Throws SampleError.
+  void fill(Batch& batch, const BatchPlan& plan, const EpochOrder& order, WorkerState* worker);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
@@ -52,9 +54,11 @@ struct Loader::State {
 
 // Iterator factories (epoch_iterator.cc).
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    uint64_t epoch, uint64_t start_batch);
+                                                    const BatchPlan& plan, uint64_t epoch,
+                                                    uint64_t start_batch);
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      uint64_t epoch, uint64_t start_batch);
+                                                      const BatchPlan& plan, uint64_t epoch,
+                                                      uint64_t start_batch);
 
 inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
