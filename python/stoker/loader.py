@@ -7,10 +7,9 @@ import os
 import re
 import warnings
 
-from . import _native
+from . import _native, _state
 from .errors import MemoryBudgetError
 
-_STATE_VERSION = 1
 _MAX_WORKERS = 256
 _MAX_PREFETCH = 64
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -175,8 +174,9 @@ class DataLoader:
         self._single = len(source.field_names) == 1
         self._next_epoch = 0
         self._start_batch = 0
-        # [epoch, batches delivered] of the latest iteration; shared with its iterator, so the
-        # loader holds no reference to the iterator (dropping it stops its threads).
+        self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
+        # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
+        # no reference to the iterator (dropping it stops its threads).
         self._cursor = None
 
     # The knobs as resolved: "auto" replaced by the value in use.
@@ -205,42 +205,32 @@ class DataLoader:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
         self._next_epoch = epoch
         self._start_batch = 0
+        self._next_start = 0
 
     def __iter__(self):
-        native = self._loader.iterate(self._next_epoch, self._start_batch)
-        self._cursor = [self._next_epoch, self._start_batch]
-        self._next_epoch += 1
-        self._start_batch = 0
-        return _Iterator(self, native, self._cursor)
+        start = self._next_start
+        plan = _state.plan(self, start) if start else None
+        native = self._loader.iterate(self._next_epoch, self._start_batch, plan)
+        return _Iterator(native, _state.begin(self), self._torch, self._single)
 
     def state_dict(self):
-        """Where the next batch comes from, as a small JSON-serializable dict."""
-        cursor = self._cursor
-        if cursor is not None and cursor[1] < len(self):
-            epoch, batch = cursor
-        else:
-            epoch, batch = self._next_epoch, self._start_batch
-        return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": self.seed,
-                "shuffle": self.shuffle, "batch_size": self.batch_size,
-                "drop_last": self.drop_last, "num_samples": len(self.dataset),
-                "rank": self.rank, "world_size": self.world_size}
+        """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
+        batches each rank delivered and the global position the epoch's plan started at, with
+        the settings that must match to resume (O(1): no list of samples)."""
+        return _state.save(self)
 
     def load_state_dict(self, state):
         """Makes the next iteration resume exactly where ``state`` was taken, whatever the
-        num_workers and prefetch_factor of this loader."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError(f"not a stoker.DataLoader state (version {_STATE_VERSION}): {state!r}")
-        for key in ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "world_size"):
-            mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"the state was saved with {key}={state.get(key)!r} but this loader has "
-                    f"{key}={mine!r}; resuming would not reproduce the same batches")
-        epoch, batch = state.get("epoch"), state.get("batch")
-        if not _is_int(epoch) or epoch < 0 or not _is_int(batch) or not 0 <= batch <= len(self):
-            raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}")
+        num_workers and prefetch_factor of this loader. With the world size that saved it, the
+        same batches follow; with another world size (elastic resume; rank is free too), the
+        samples the saving job's ranks had delivered together are not repeated and the rest of
+        the epoch is split among this job's ranks with equal batch counts (padding, with
+        drop_last=False, repeats fewer samples than there are ranks). Raises ValueError where
+        that cannot hold: another seed, shuffle, batch_size, drop_last or dataset length, or,
+        across world sizes, samples ordered by a custom sampler or an IterableDataset."""
+        resume = _state.load(self, state)
         self._cursor = None
-        self._next_epoch, self._start_batch = epoch, batch
+        self._next_epoch, self._start_batch, self._next_start = resume
 
     def stats(self):
         """Counters since the loader was made: batches, samples, skipped samples, seconds spent
@@ -252,20 +242,19 @@ class DataLoader:
 
 
 class _Iterator:
-    __slots__ = ("_length", "_native", "_cursor", "_torch", "_single")
+    __slots__ = ("_native", "_cursor", "_torch", "_single")
 
-    def __init__(self, loader, native, cursor):
-        self._length = len(loader)
+    def __init__(self, native, cursor, torch, single):
         self._native = native
         self._cursor = cursor
-        self._torch = loader._torch
-        self._single = loader._single
+        self._torch = torch
+        self._single = single
 
     def __iter__(self):
         return self
 
     def __len__(self):
-        return self._length - self._cursor[1]
+        return self._cursor.num_batches - self._cursor[1]
 
     def __next__(self):
         if self._native is None:
