@@ -102,9 +102,14 @@ class DataLoader:
             (None: usable cores). With num_workers and/or prefetch_factor "auto", a controller
             starts at one active worker and sets both while the loader runs; its decisions are
             in ``stats()["autotune"]`` and logged to the "stoker.autotune" logger.
+        offload: a ``stoker.RayOffload``: batches are produced by Ray actors (see
+            ``stoker.offload``), the same batches as here, bit for bit.
     """
 
     def __new__(cls, dataset=None, *args, **kwargs):
+        if cls is DataLoader and kwargs.get("offload") is not None:
+            from .offload import OffloadLoader  # batches from Ray actors
+            return super().__new__(OffloadLoader)
         if cls is DataLoader and dataset is not None and not _is_native(dataset):
             from .python_datasets import PythonLoader  # imports torch: only when needed
             return super().__new__(PythonLoader)
@@ -113,7 +118,7 @@ class DataLoader:
     def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise", cpu_budget=None, **python_options):
+                 on_error="raise", cpu_budget=None, offload=None, **python_options):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform

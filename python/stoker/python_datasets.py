@@ -957,7 +957,7 @@ class PythonLoader(DataLoader, PythonDataLoader):
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", *, sampler=None, batch_sampler=None, collate_fn=None,
                  worker_init_fn=None, timeout=0, persistent_workers=False, generator=None,
-                 worker_type="auto", seed_samples=True, consumer_helps=True):
+                 worker_type="auto", seed_samples=True, consumer_helps=True, offload=None):
         if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
