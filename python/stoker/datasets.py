@@ -40,7 +40,7 @@ def _mapped_array_spec(a):
     if isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename and \
             a.mode == "r" and (a.flags.c_contiguous or a.flags.f_contiguous):
         order = "C" if a.flags.c_contiguous else "F"
-        return _Mapped(a.filename, a.dtype.str, a.shape, a.offset, order)
+        return _Mapped((a.filename, a.dtype.str, a.shape, a.offset, order))
     return None
 
 

@@ -4,6 +4,7 @@ actor killed mid-epoch loses nothing; memory in flight is bounded; without Ray, 
 says how to install it."""
 
 import os
+import pickle
 import random
 import signal
 import sys
@@ -114,6 +115,47 @@ def test_augmented_images_equal_local_bit_for_bit(loaders, images):
         local.set_epoch(4)
         assert_same_batches(list(off), list(local))
         off.shutdown()
+
+
+def test_native_datasets_travel_as_their_spec(tmp_path, images):
+    """What an actor receives: paths, transform and mappings, not the data (files are read where
+    the dataset is rebuilt)."""
+    big = np.arange(200_000, dtype=np.int64).reshape(100_000, 2)
+    np.save(tmp_path / "big.npy", big)
+    mapped = stoker.ArrayDataset(str(tmp_path / "big.npy"), np.arange(100_000), names=["x", "i"])
+    blob = pickle.dumps(mapped)
+    assert len(blob) < 900_000 < big.nbytes  # the mapped array travels as its path
+    back = pickle.loads(blob)
+    assert isinstance(back.arrays[0], np.memmap)
+    assert back.arrays[0].filename == str(tmp_path / "big.npy")
+    view = stoker.ArrayDataset(np.load(tmp_path / "big.npy", mmap_mode="r")[::2])
+    assert np.array_equal(pickle.loads(pickle.dumps(view)).arrays[0], big[::2])  # a view: data
+    (tmp_path / "tokens.bin").write_bytes(np.arange(1000, dtype=np.uint16).tobytes())
+    aug = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])
+    for ds in (mapped, stoker.TokenDataset(tmp_path / "tokens.bin", seq_len=7),
+               stoker.ImageFolder(images / "train", transform=aug),
+               stoker.TarShards(str(images / "shards" / "train-*.tar"), transform=aug),
+               FaultyDataset(30, width=2, fail={3}, delay_us=1)):
+        back = pickle.loads(pickle.dumps(ds))
+        assert type(back) is type(ds) and len(back) == len(ds)
+        kw = dict(batch_size=4, shuffle=True, seed=1, on_error="skip", output="numpy")
+        assert_same_batches(list(stoker.DataLoader(back, **kw)), list(stoker.DataLoader(ds, **kw)))
+
+
+def test_an_actor_refuses_a_dataset_that_differs_where_it_is_rebuilt(images, tmp_path):
+    from stoker.offload import _fingerprint, _Producer
+
+    aug = T.Compose([T.CenterCrop(16), T.ToTensor()])
+    ds = stoker.ImageFolder(images / "train", transform=aug)
+    config = {"fingerprint": _fingerprint(ds), "threads": 1, "python": {},
+              "loader": dict(batch_size=2, shuffle=False, seed=0, drop_last=False, rank=0,
+                             world_size=1, on_error="raise", memory_budget=None)}
+    _Producer(ds, config)  # the same files: fine
+    other = tmp_path / "train"
+    os.makedirs(other / "a")
+    os.symlink(ds.samples[0][0], other / "a" / "x.jpg")
+    with pytest.raises(RuntimeError, match="readable at the same paths"):
+        _Producer(stoker.ImageFolder(other, transform=aug), config)
 
 
 class Augmenting:
