@@ -98,6 +98,7 @@ def begin(loader):
         except TypeError:  # an IterableDataset without __len__
             num_batches = None
     loader._next_epoch, loader._start_batch, loader._next_start = epoch + 1, 0, 0
+    loader._resumed = False  # set_epoch starts epochs from their start again
     loader._cursor = Cursor(epoch, batch, start, num_batches)
     return loader._cursor
 

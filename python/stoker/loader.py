@@ -205,9 +205,14 @@ class DataLoader:
         return len(self._loader)
 
     def set_epoch(self, epoch):
-        """Makes the next iteration run epoch ``epoch`` from its start."""
+        """Makes the next iteration run epoch ``epoch`` from its start; right after
+        ``load_state_dict`` positioned the loader inside epoch ``epoch``, keeps that position
+        (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
         if not _is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if getattr(self, "_resumed", False) and epoch == self._next_epoch:
+            return
+        self._resumed = False
         self._next_epoch = epoch
         self._start_batch = 0
         self._next_start = 0
@@ -236,6 +241,7 @@ class DataLoader:
         resume = _state.load(self, state)
         self._cursor = None
         self._next_epoch, self._start_batch, self._next_start = resume
+        self._resumed = True
 
     def stats(self):
         """Counters since the loader was made: batches, samples, skipped samples, seconds spent

@@ -35,7 +35,7 @@ import time
 import warnings
 
 from . import _native, _state
-from .errors import SampleError, WorkerError
+from .errors import WorkerError
 from .loader import _PY_DEFAULTS, DataLoader, _env_int, _is_int, _is_native, _parse_bytes
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
@@ -189,7 +189,6 @@ class _Producer:
     """The body of a Ray actor: the batches of one loader configuration, by streams."""
 
     def __init__(self, dataset, config):
-        import stoker
         if _fingerprint(dataset) != config["fingerprint"]:
             raise RuntimeError(
                 f"the dataset rebuilt on the Ray node ({len(dataset)} samples) differs from the "
@@ -203,12 +202,11 @@ class _Producer:
         except ImportError:
             self.torch = False
         if self.native:
-            self.loader = stoker.DataLoader(dataset, num_workers=config["threads"],
-                                            prefetch_factor=1, output="torch" if self.torch
-                                            else "numpy", **kw)
+            self.loader = DataLoader(dataset, num_workers=config["threads"], prefetch_factor=1,
+                                     output="torch" if self.torch else "numpy", **kw)
         else:
-            self.loader = stoker.DataLoader(dataset, num_workers=0, output="torch",
-                                            **kw, **config["python"])
+            self.loader = DataLoader(dataset, num_workers=0, output="torch", **kw,
+                                     **config["python"])
         self.streams = {}
         self.skipped = 0
 
@@ -561,12 +559,13 @@ class _OffloadIterator:
         else:  # ObjectLostError: the actor may live; this stream starts again
             replacement = None
             orphans = [stream]
+        alive = [a for a in self.actors.ready if a != dead]
         for s in orphans:
             self.loader._stats["retries"] += len(s.pending)
             s.next_batch = s.pending[0][1] if s.pending else s.next_batch
             s.pending.clear()
-            load = collections.Counter(x.actor for x in self.streams if x not in orphans)
-            alive = [a for a in self.actors.ready if a != dead]
+            s.actor = None
+            load = collections.Counter(x.actor for x in self.streams)
             target = min(alive, key=lambda a: load[a]) if alive else replacement or dead
             self._open(s, target)
 

@@ -194,6 +194,30 @@ def test_finished_epoch_resumes_at_the_next():
     assert (new.state_dict()["epoch"], new.state_dict()["start"]) == (1, 0)
 
 
+@pytest.mark.parametrize("python", [False, True])
+def test_set_epoch_after_load_state_dict_keeps_the_resume_point(python):
+    """A torch-style loop calls set_epoch at the top of every epoch, the resumed one too."""
+    data = IndexDataset(60) if python else native_dataset(60)
+    old = stoker.DataLoader(data, batch_size=5, shuffle=True, world_size=2, num_workers=0,
+                            output="numpy")
+    old.set_epoch(3)
+    it = iter(old)
+    head = [next(it).tolist() for _ in range(2)]
+    state = old.state_dict()
+    new = stoker.DataLoader(data, batch_size=5, shuffle=True, world_size=3, num_workers=0,
+                            output="numpy")
+    new.load_state_dict(state)
+    new.set_epoch(3)  # the epoch the state is in: the position stays
+    rest = [b.tolist() for b in new]
+    assert len(rest) == 3  # 40 samples left, 14 a rank: 3 batches
+    assert not set(sum(rest, [])) & set(sum(head, []))
+    new.set_epoch(3)  # later: epoch 3 from its start
+    assert len([b for b in new]) == len(new)
+    new.load_state_dict(state)
+    new.set_epoch(4)  # another epoch: from its start
+    assert new.state_dict()["epoch"] == 4 and new.state_dict()["batch"] == 0
+
+
 def test_version_1_state_still_loads():
     data = native_dataset(50)
     loader = stoker.DataLoader(data, batch_size=5, world_size=2, rank=0, output="numpy")

@@ -145,7 +145,8 @@ def read_log(tmp, phase):
     out = {}
     for path in tmp.glob(f"{phase}-rank*.jsonl"):
         rank = int(path.stem.split("rank")[1])
-        out[rank] = [(r["step"], r["samples"]) for r in map(json.loads, path.read_text().split("\n")[:-1])]
+        records = map(json.loads, path.read_text().splitlines())
+        out[rank] = [(r["step"], r["samples"]) for r in records]
     return out
 
 
