@@ -221,7 +221,7 @@ class DataLoader:
         start = self._next_start
         plan = _state.plan(self, start) if start else None
         native = self._loader.iterate(self._next_epoch, self._start_batch, plan)
-        return _Iterator(native, _state.begin(self), self._torch, self._single)
+        return _Iterator(self, native, _state.begin(self))
 
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
@@ -255,11 +255,11 @@ class DataLoader:
 class _Iterator:
     __slots__ = ("_native", "_cursor", "_torch", "_single")
 
-    def __init__(self, native, cursor, torch, single):
+    def __init__(self, loader, native, cursor):
         self._native = native
         self._cursor = cursor
-        self._torch = torch
-        self._single = single
+        self._torch = loader._torch
+        self._single = loader._single
 
     def __iter__(self):
         return self

@@ -25,7 +25,8 @@ ray = pytest.importorskip("ray")
 def local_ray():
     # Ray's memory monitor kills workers when the machine (shared with other jobs) runs low:
     # not this test's concern.
-    os.environ["RAY_memory_monitor_refresh_ms"] = "0"
+    saved = os.environ.get("RAY_memory_monitor_refresh_ms")
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # read by the processes ray.init starts
     # 4 logical CPUs on this 2-core machine: room for the actors of two loaders at once.
     ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 << 20,
              log_to_driver=False, configure_logging=False)
@@ -33,6 +34,10 @@ def local_ray():
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()
+    if saved is None:
+        del os.environ["RAY_memory_monitor_refresh_ms"]
+    else:
+        os.environ["RAY_memory_monitor_refresh_ms"] = saved
 
 
 @pytest.fixture
