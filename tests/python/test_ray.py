@@ -308,3 +308,28 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'stoker\[ray\]'"):
         stoker.RayOffload(actors=2)
+
+
+def test_address_none_joins_a_running_cluster_or_starts_a_local_one(monkeypatch):
+    class FakeRay:
+        def __init__(self, running):
+            self.running, self.calls, self.initialized = running, [], False
+
+        def is_initialized(self):
+            return self.initialized
+
+        def init(self, address=None):
+            self.calls.append(address)
+            if address == "auto" and not self.running:
+                raise ConnectionError("Could not find any running Ray instance")
+            self.initialized = True
+
+    for running, calls in ((True, ["auto"]), (False, ["auto", None])):
+        fake = FakeRay(running)
+        monkeypatch.setitem(sys.modules, "ray", fake)
+        assert stoker.RayOffload(actors=1)._connect() is fake and fake.calls == calls
+        assert stoker.RayOffload(actors=1)._connect() is fake and fake.calls == calls  # joined
+    fake = FakeRay(False)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    stoker.RayOffload(address="ray://head:10001")._connect()
+    assert fake.calls == ["ray://head:10001"]
