@@ -317,11 +317,12 @@ class _Actors:
         return self.start()
 
     def shutdown(self):
-        for actor in self.ready + [a for a, _ in self.starting]:
-            try:
-                self.ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+        if self.ray.is_initialized():  # else the actors are gone with the cluster
+            for actor in self.ready + [a for a, _ in self.starting]:
+                try:
+                    self.ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
         self.ready, self.starting = [], []
 
 
@@ -622,12 +623,15 @@ class _OffloadIterator:
         if self.done:
             return
         self.done = True
+        # Not after ray.shutdown(): a remote call would start a new Ray instance.
+        connected = self.ray.is_initialized()
         for s in self.streams:
             s.pending.clear()
-            try:
-                s.actor.close.remote(s.id)
-            except Exception:
-                pass
+            if connected:
+                try:
+                    s.actor.close.remote(s.id)
+                except Exception:
+                    pass
 
     def __del__(self):
         try:
