@@ -505,11 +505,11 @@ class _OffloadIterator:
             return
         self.actors.promote(block=True)
         count = min(len(self.actors.ready), self.end - cursor[1])
+        self.first = cursor[1]
         for k in range(count):
             stream = _Stream(next(_stream_ids), cursor[1] + k, count, self.end)
-            self._open(stream, self.actors.ready[k])
             self.streams.append(stream)
-        self.first = cursor[1]
+            self._open(stream, self.actors.ready[k])
 
     def __iter__(self):
         return self
@@ -626,6 +626,8 @@ class _OffloadIterator:
         # Not after ray.shutdown(): a remote call would start a new Ray instance.
         connected = self.ray.is_initialized()
         for s in self.streams:
+            # The requests still queued on the actor run first (at most prefetch_factor a
+            # stream): ray.cancel of a queued actor task breaks the actor's task order.
             s.pending.clear()
             if connected:
                 try:

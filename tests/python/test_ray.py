@@ -92,11 +92,15 @@ def test_native_batches_equal_local_for_a_rank(loaders, actors, output, drop_las
               world_size=2)
     off = loaders(ds, actors=actors, rank=rank, **kw)
     local = stoker.DataLoader(ds, rank=rank, **kw)
+    it = iter(off)
+    next(it), next(it)
+    del it  # a `break`: the actors close its streams
+    off.set_epoch(0)
     for epoch in (0, 1):  # the actors serve every epoch
         got, expected = list(off), list(local)
         assert_same_batches(got, expected)
         assert isinstance(got[0][0], torch.Tensor if output == "torch" else np.ndarray)
-    assert off.stats()["batches"] == 2 * len(local) and off.stats()["retries"] == 0
+    assert off.stats()["batches"] == 2 * len(local) + 2 and off.stats()["retries"] == 0
 
 
 @pytest.fixture(scope="module")
