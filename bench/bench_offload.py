@@ -102,6 +102,8 @@ def measure(dataset, config, cores, epochs, latency_samples):
     cold = time.perf_counter() - t0
     for _ in it:  # the rest of the warm-up epoch
         pass
+    if config[0] == "offload":
+        assert len(loader._actors.ready) == config[1], "an actor did not start"
     actors = list(loader._actors.pids.values()) if config[0] == "offload" else []
     system = ray_system_pids(set(actors))
     me0, act0, sys0 = time.process_time(), cpu_of(actors), cpu_of(system)

@@ -222,16 +222,17 @@ class _Producer:
             source = self.loader._loader.iterate(epoch, 0, plan)
         self.streams[stream] = [source, epoch, start, first, step, 0]
 
-    def close(self, stream=None):
-        if stream is None:
-            self.streams.clear()
-        else:
-            self.streams.pop(stream, None)
+    def close(self, stream):
+        """Called in the "control" concurrency group: at once, so that the requests of an
+        abandoned stream still queued behind the running one cost nothing."""
+        self.streams.pop(stream, None)
 
     def next(self, stream):
         """("batch" | "error", batch number, payload, skipped records) of the stream's next
-        batch."""
-        entry = self.streams[stream]
+        batch; ("closed", ...) for a stream closed meanwhile."""
+        entry = self.streams.get(stream)
+        if entry is None:
+            return ("closed", None, None, [])
         source, epoch, start, first, step, j = entry
         entry[5] += 1
         b = first + j * step
@@ -264,13 +265,15 @@ class _Actors:
     def __init__(self, offload, dataset, config):
         self.ray = offload._connect()
         self.offload = offload
-        self.remote = self.ray.remote(_Producer).options(
+        # "control": close() runs on its own thread, at once, even while requests are queued.
+        self.remote = self.ray.remote(concurrency_groups={"control": 1})(_Producer).options(
             num_cpus=offload.cpus_per_actor, max_restarts=0, max_task_retries=0,
             scheduling_strategy="SPREAD")
         self.dataset_ref = self.ray.put(dataset)
         self.config = config
         self.ready = []
         self.starting = []  # (actor, ready ref)
+        self.ever_ready = False
         self.pids = {}
         for _ in range(offload.actors):
             self.start()
@@ -281,28 +284,33 @@ class _Actors:
         return actor
 
     def promote(self, block):
-        """Moves started actors to ``ready``; with ``block``, waits until one is ready (and
-        warns when that takes long: the cluster may have no free resources for them)."""
+        """Moves started actors to ``ready``. With ``block`` (an epoch starts; its streams are
+        those of the actors ready then): the first time, waits for all of them up to
+        _SLOW_START_S, then for one at least, with a warning (the cluster may have no free
+        resources for them); later (replacements of dead actors), only while none is ready."""
         since = time.monotonic()
         warned = False
         while self.starting:
-            if block and not warned and time.monotonic() - since > _SLOW_START_S:
+            waited = time.monotonic() - since > _SLOW_START_S
+            slow = self.ever_ready or waited
+            if block and waited and not warned:
                 warned = True
                 warnings.warn(
-                    f"waiting {_SLOW_START_S:.0f} s for Ray to start {len(self.starting)} "
+                    f"waited {_SLOW_START_S:.0f} s for Ray to start {len(self.starting)} "
                     f"actor(s) of {self.offload.cpus_per_actor} CPU(s): does the cluster have "
                     f"the free CPUs? (ray.available_resources(): "
                     f"{self.ray.available_resources()})", RuntimeWarning, stacklevel=4)
+            wait = block and not (slow and self.ready)
             refs = [r for _, r in self.starting]
-            done, _ = self.ray.wait(refs, num_returns=len(refs),
-                                    timeout=_POLL_S if block and not self.ready else 0)
+            done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=_POLL_S if wait else 0)
             for actor, ref in list(self.starting):
                 if ref in done:
                     self.starting.remove((actor, ref))
                     self.pids[actor] = self.ray.get(ref)  # raises if its constructor did
                     self.ready.append(actor)
-            if self.ready or not block:
-                return
+            if not wait:
+                break
+        self.ever_ready = self.ever_ready or bool(self.ready)
 
     def lost(self, actor):
         """Forgets a dead actor and starts its replacement."""
@@ -626,12 +634,12 @@ class _OffloadIterator:
         # Not after ray.shutdown(): a remote call would start a new Ray instance.
         connected = self.ray.is_initialized()
         for s in self.streams:
-            # The requests still queued on the actor run first (at most prefetch_factor a
-            # stream): ray.cancel of a queued actor task breaks the actor's task order.
+            # close() runs at once on the actor's control thread; the requests still queued then
+            # return at once (ray.cancel of a queued actor task would break the actor's order).
             s.pending.clear()
             if connected:
                 try:
-                    s.actor.close.remote(s.id)
+                    s.actor.close.options(concurrency_group="control").remote(s.id)
                 except Exception:
                     pass
 
