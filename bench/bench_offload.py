@@ -46,21 +46,33 @@ GPUS, IMAGES_PER_GPU = 8, 3000  # the node of the paper model: 8 H100s, ResNet-5
 
 
 def cpu_of(pids):
-    """CPU seconds of processes (those gone count zero)."""
-    total = 0.0
+    """{pid: CPU seconds} of the processes still there."""
+    out = {}
     for pid in pids:
         try:
             t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
+            out[pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def cpu_since(before, pids):
+    """CPU seconds the processes spent since ``before`` (cpu_of), those that came or went
+    meanwhile included as far as they can be seen."""
+    now = cpu_of(pids)
+    return sum(max(0.0, t - before.get(pid, 0.0)) for pid, t in now.items())
 
 
 def ray_system_pids(exclude):
     """Ray's own processes (raylet, GCS, agents, idle workers): this process's descendants that
     are not actors of ours."""
     return [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in exclude]
+
+
+def ray_get(refs):
+    import ray
+    return ray.get(refs)
 
 
 def jpeg_dataset(root):
@@ -112,7 +124,8 @@ def measure(dataset, config, cores, epochs, latency_samples):
         for batch in loader:
             n += len(batch[1])
     wall = time.perf_counter() - t0
-    me, act, sys_ = (time.process_time() - me0, cpu_of(actors) - act0, cpu_of(system) - sys0)
+    me = time.process_time() - me0
+    act, sys_ = cpu_since(act0, actors), cpu_since(sys0, ray_system_pids(set(actors)))
     # Latency: a fresh iterator positioned at a random batch; threads or actors already up.
     rng = random.Random(1)
     latencies = []
@@ -124,7 +137,9 @@ def measure(dataset, config, cores, epochs, latency_samples):
         t = time.perf_counter()
         next(it)
         latencies.append(time.perf_counter() - t)
-        del it
+        del it  # local: joins its threads here, so the next sample starts idle; offload: ...
+        if config[0] == "offload":  # ... wait until the actors are idle too
+            ray_get([a.ready.remote() for a in loader._actors.ready])
     stats = loader.stats()
     if config[0] == "offload":
         loader.shutdown()
