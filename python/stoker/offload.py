@@ -1,4 +1,5 @@
 """Batches produced on a Ray cluster: ``stoker.DataLoader(..., offload=stoker.RayOffload(...))``.
+(The actor's side is in _offload_actor.py.)
 
 Each Ray actor runs Stoker's own engine on its share of the rank's epoch: for a native dataset,
 the dataset's spec (class, paths, transform) travels (pickled by its ``__reduce__``) and is
@@ -27,14 +28,12 @@ the epochs after it. ``stats()["retries"]`` counts the batches asked for again,
 from __future__ import annotations
 
 import collections
-import hashlib
 import itertools
-import os
-import pickle
 import time
 import warnings
 
 from . import _native, _state
+from ._offload_actor import Producer, fingerprint, nbytes, unpack, unpack_error
 from .errors import WorkerError
 from .loader import _PY_DEFAULTS, DataLoader, _env_int, _is_int, _is_native, _parse_bytes
 
@@ -98,165 +97,6 @@ class RayOffload:
         return ray
 
 
-# -- what travels to the actors ----------------------------------------------------------------
-
-class _Tensor:
-    """A torch tensor in transit: its data as a NumPy array (which Ray's serializer places in the
-    object store and maps back without a copy) and its dtype."""
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array, dtype):
-        self.array = array
-        self.dtype = dtype
-
-    def __reduce__(self):
-        return _Tensor, (self.array, self.dtype)
-
-
-def _pack(obj):
-    """``obj`` with every torch tensor replaced by a _Tensor (run in the actor)."""
-    import torch
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        try:
-            return _Tensor(t.numpy(), None)
-        except TypeError:  # no NumPy dtype (bfloat16, ...): travels as raw integers
-            raw = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-            return _Tensor(t.view(raw[t.element_size()]).numpy(), str(t.dtype).split(".")[1])
-    if isinstance(obj, dict):
-        return type(obj)((k, _pack(v)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_pack(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_pack(v) for v in obj)
-    return obj
-
-
-def _unpack(obj, torch_out):
-    """The batch the consumer gets: tensors (or, for output="numpy", arrays) over the object
-    store's memory."""
-    if isinstance(obj, _Tensor):
-        if not torch_out:
-            return obj.array
-        import torch
-        with warnings.catch_warnings():  # the object store's memory is shared, read-only to NumPy
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(obj.array)
-        return t if obj.dtype is None else t.view(getattr(torch, obj.dtype))
-    if isinstance(obj, dict):
-        return type(obj)((k, _unpack(v, torch_out)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_unpack(v, torch_out) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_unpack(v, torch_out) for v in obj)
-    return obj
-
-
-def _pack_error(exc):
-    """An exception as (pickled exception, pickled cause) for the consumer; what does not pickle
-    travels as a RuntimeError naming it."""
-    def dump(e):
-        if e is None:
-            return None
-        try:
-            return pickle.dumps(e)
-        except Exception:
-            return pickle.dumps(RuntimeError(f"{type(e).__qualname__}: {e}"))
-    return dump(exc), dump(exc.__cause__)
-
-
-def _unpack_error(packed):
-    exc, cause = (pickle.loads(p) if p is not None else None for p in packed)
-    if cause is not None:
-        exc.__cause__ = cause
-    return exc
-
-
-def _fingerprint(dataset):
-    """What must be equal where a dataset is rebuilt: its length and, for a native dataset, the
-    files it lists (a Python dataset travels whole, pickled)."""
-    h = hashlib.sha1()
-    if _is_native(dataset):
-        for attr in ("samples", "paths", "labels", "path"):
-            value = getattr(dataset, attr, None)
-            if value is not None and not callable(value):
-                h.update(repr(value).encode())
-    return len(dataset), h.hexdigest()
-
-
-class _Producer:
-    """The body of a Ray actor: the batches of one loader configuration, by streams."""
-
-    def __init__(self, dataset, config):
-        if _fingerprint(dataset) != config["fingerprint"]:
-            raise RuntimeError(
-                f"the dataset rebuilt on the Ray node ({len(dataset)} samples) differs from the "
-                f"training process's ({config['fingerprint'][0]} samples, or other files): the "
-                f"files must be readable at the same paths on every node")
-        self.native = _is_native(dataset)
-        kw = config["loader"]
-        try:
-            import torch  # noqa: F401
-            self.torch = True
-        except ImportError:
-            self.torch = False
-        if self.native:
-            self.loader = DataLoader(dataset, num_workers=config["threads"], prefetch_factor=1,
-                                     output="torch" if self.torch else "numpy", **kw)
-        else:
-            self.loader = DataLoader(dataset, num_workers=0, output="torch", **kw,
-                                     **config["python"])
-        self.streams = {}
-        self.skipped = 0
-
-    def ready(self):
-        return os.getpid()
-
-    def open(self, stream, epoch, start, first, step):
-        """Stream ``stream``: batches first, first + step, ... of the epoch's plan that starts at
-        global position ``start``."""
-        source = None
-        if self.native:
-            plan = _state.plan(self.loader, start).strided(first, step)
-            source = self.loader._loader.iterate(epoch, 0, plan)
-        self.streams[stream] = [source, epoch, start, first, step, 0]
-
-    def close(self, stream):
-        """Called in the "control" concurrency group: at once, so that the requests of an
-        abandoned stream still queued behind the running one cost nothing."""
-        self.streams.pop(stream, None)
-
-    def next(self, stream):
-        """("batch" | "error", batch number, payload, skipped records) of the stream's next
-        batch; ("closed", ...) for a stream closed meanwhile."""
-        entry = self.streams.get(stream)
-        if entry is None:
-            return ("closed", None, None, [])
-        source, epoch, start, first, step, j = entry
-        entry[5] += 1
-        b = first + j * step
-        try:
-            if self.native:
-                # Fields as tensors (zero-copy from the engine's buffer) or arrays, in transit as
-                # arrays that the object store holds.
-                fields = tuple(_pack(f) if self.torch else _Tensor(f, None)
-                               for f in source.next(self.torch))
-                batch = fields[0] if self.loader._single else fields
-            else:
-                state = self.loader.state_dict()
-                state.update(epoch=epoch, batch=b, start=start)
-                self.loader.load_state_dict(state)
-                batch = _pack(next(iter(self.loader)))
-            reply = ("batch", b, batch)
-        except Exception as e:  # the consumer raises it at this batch's turn
-            reply = ("error", b, _pack_error(e))
-        stats = self.loader.stats()
-        new = stats["skipped"] - self.skipped
-        self.skipped = stats["skipped"]
-        return reply + (list(stats["skipped_samples"][-new:]) if new > 0 else [],)
-
-
 # -- the consumer's side -----------------------------------------------------------------------
 
 class _Actors:
@@ -266,7 +106,7 @@ class _Actors:
         self.ray = offload._connect()
         self.offload = offload
         # "control": close() runs on its own thread, at once, even while requests are queued.
-        self.remote = self.ray.remote(concurrency_groups={"control": 1})(_Producer).options(
+        self.remote = self.ray.remote(concurrency_groups={"control": 1})(Producer).options(
             num_cpus=offload.cpus_per_actor, max_restarts=0, max_task_retries=0,
             scheduling_strategy="SPREAD")
         self.dataset_ref = self.ray.put(dataset)
@@ -409,7 +249,7 @@ class OffloadLoader(DataLoader):
         loader_kw = dict(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                          rank=rank, world_size=world_size, on_error=on_error,
                          memory_budget=memory_budget)
-        self._config = {"fingerprint": _fingerprint(dataset), "loader": loader_kw,
+        self._config = {"fingerprint": fingerprint(dataset), "loader": loader_kw,
                         "threads": offload.cpus_per_actor,
                         "python": {} if native else {"collate_fn": collate_fn,
                                                      "seed_samples": seed_samples}}
@@ -608,12 +448,12 @@ class _OffloadIterator:
             self.loader._skipped_samples.append(text)
         if kind == "error":
             st["consumer_cpu_s"] += time.process_time() - cpu0
-            raise _unpack_error(payload)
-        batch = _unpack(payload, self.loader._torch)
+            raise unpack_error(payload)
+        batch = unpack(payload, self.loader._torch)
         st["batches"] += 1
         st["samples"] += self.plan.batch_length(b)
         if not st["batch_bytes"]:
-            st["batch_bytes"] = _nbytes(payload)
+            st["batch_bytes"] = nbytes(payload)
         st["consumer_wait_s"] += time.perf_counter() - t0
         st["consumer_cpu_s"] += time.process_time() - cpu0
         if self.cursor[1] >= self.end:
@@ -648,19 +488,3 @@ class _OffloadIterator:
             self._finish()
         except Exception:
             pass
-
-
-def _nbytes(payload):
-    total = 0
-    stack = [payload]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, _Tensor):
-            total += x.array.nbytes
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif hasattr(x, "nbytes"):
-            total += x.nbytes
-    return total
