@@ -15,6 +15,7 @@ void register_sources(nb::module_& m);
 void register_loader(nb::module_& m);
 void register_images(nb::module_& m);
 void register_tune(nb::module_& m);
+void register_order(nb::module_& m);
 void register_workers(nb::module_& m);
 void register_seeding(nb::module_& m);
 void register_gpu(nb::module_& m);

@@ -177,8 +177,15 @@ void register_loader(nb::module_& m) {
       .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
       .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
       .def_prop_ro("pinned", &Loader::pinned)
-      .def("iterate", &Loader::iterate, nb::arg("epoch"), nb::arg("start_batch") = 0,
-           nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "iterate",
+          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan) {
+            return l.iterate(epoch, start_batch, plan ? *plan : l.plan());
+          },
+          nb::arg("epoch"), nb::arg("start_batch") = 0, nb::arg("plan") = nb::none(),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "The batches of `epoch` from `start_batch` on, following `plan` (a _native.BatchPlan: "
+          "an elastic start, a strided view) or the loader's own.")
       .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",

@@ -8,6 +8,7 @@ NB_MODULE(_native, m) {
   stoker::python::register_loader(m);
   stoker::python::register_images(m);
   stoker::python::register_tune(m);
+  stoker::python::register_order(m);
   stoker::python::register_workers(m);
   stoker::python::register_seeding(m);
   stoker::python::register_gpu(m);

@@ -22,7 +22,6 @@
 #include "bindings.h"
 #include "stoker/batch_pool.h"
 #include "stoker/errors.h"
-#include "stoker/order.h"
 #include "stoker/shared_arena.h"
 
 namespace stoker::python {
@@ -258,32 +257,6 @@ void register_workers(nb::module_& m) {
       "The batch's leaves as columns (array columns, object columns) when every sample has "
       "`structure` (workers.flatten's tree of sample 0) with leaves of the same types, else "
       "None. np_dtypes[k]: the dtype NumPy leaf k must have (None for tensors).");
-
-  m.def(
-      "plan_num_batches",
-      [](uint64_t n, uint64_t batch_size, bool drop_last, uint64_t rank, uint64_t world_size) {
-        return BatchPlan(n, batch_size, drop_last, rank, world_size).num_batches();
-      },
-      nb::arg("n"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
-      nb::arg("world_size"));
-
-  m.def(
-      "batch_indices",
-      [](uint64_t n, uint64_t batch_size, bool shuffle, uint64_t seed, uint64_t epoch,
-         bool drop_last, uint64_t rank, uint64_t world_size, uint64_t batch) {
-        const BatchPlan plan(n, batch_size, drop_last, rank, world_size);
-        if (batch >= plan.num_batches()) throw InvalidArgument("batch number out of range");
-        const EpochOrder order(n, shuffle, seed, epoch);
-        std::vector<uint64_t> out;
-        const uint64_t first = batch * batch_size;
-        for (uint64_t k = first; k < first + plan.batch_length(batch); ++k)
-          out.push_back(plan.global_position(k));
-        order.map(out, out);
-        return out;
-      },
-      nb::arg("n"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
-      nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"), nb::arg("batch"),
-      "The sample indices of batch `batch` of an epoch, exactly as the native loader visits them.");
 
   nb::class_<Lease>(m, "Lease").def_ro("offset", &Lease::offset);
 

@@ -39,15 +39,17 @@ BudgetExceeded budget_error(const BatchPool& pool) {
 // Batches produced on demand by the consumer's own thread: simple to debug, no concurrency.
 class InlineIterator final : public EpochIterator {
  public:
-  InlineIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
+  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
+                 uint64_t start)
       : st_(std::move(state)),
+        plan_(plan),
         order_(st_->epoch_samples(epoch)),
         epoch_(epoch),
         position_(start),
         worker_(st_->source->make_worker_state()) {}
 
   Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
-    if (position_ >= st_->plan.num_batches()) return Status::kEnd;
+    if (position_ >= plan_.num_batches()) return Status::kEnd;
     const auto start = Clock::now();
     Buffer buffer = st_->pool->acquire_for(std::stop_token(), std::min(timeout, kStallLimit));
     if (!buffer) {
@@ -63,8 +65,8 @@ class InlineIterator final : public EpochIterator {
       throw budget_error(*st_->pool);
     }
     stall_since_.reset();
-    auto batch = st_->make_batch(epoch_, position_++, std::move(buffer));
-    st_->fill(*batch, order_, worker_.get());
+    auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
+    st_->fill(*batch, plan_, order_, worker_.get());
     ++st_->batches;
     st_->samples += batch->length;
     *out = std::move(batch);
@@ -76,7 +78,8 @@ class InlineIterator final : public EpochIterator {
 
  private:
   std::shared_ptr<Loader::State> st_;
-  EpochSamples order_;
+        plan_(plan),
+        order_(st_->epoch_samples(epoch)),
   uint64_t epoch_;
   uint64_t position_;
   std::unique_ptr<WorkerState> worker_;
@@ -90,11 +93,13 @@ class InlineIterator final : public EpochIterator {
 // its slot in a ring, and the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
-  ThreadedIterator(std::shared_ptr<Loader::State> state, uint64_t epoch, uint64_t start)
+  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
+                   uint64_t start)
       : st_(std::move(state)),
-        order_(st_->epoch_samples(epoch)),
+  const BatchPlan plan_;
+  EpochSamples order_;
         epoch_(epoch),
-        end_(st_->plan.num_batches()),
+        end_(plan_.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
         ring_size_(static_cast<uint64_t>(autotune_ && st_->autotune_prefetch
                                              ? kAutotuneMaxPrefetch
@@ -229,8 +234,8 @@ class ThreadedIterator final : public EpochIterator {
       const auto started = Clock::now();
       const int64_t cpu_started = thread_cpu_ns();
       try {
-        result.batch = st_->make_batch(epoch_, b, std::move(buffer));
-        st_->fill(*result.batch, order_, worker.get());
+        result.batch = st_->make_batch(plan_, epoch_, b, std::move(buffer));
+        st_->fill(*result.batch, plan_, order_, worker.get());
       } catch (...) {
         result.error = std::current_exception();
         result.batch.reset();  // its buffer goes back to the pool
@@ -303,6 +308,7 @@ class ThreadedIterator final : public EpochIterator {
   }
 
   const std::shared_ptr<Loader::State> st_;
+  const BatchPlan plan_;
   const EpochSamples order_;
   const uint64_t epoch_;
   const uint64_t end_;
@@ -338,13 +344,15 @@ class ThreadedIterator final : public EpochIterator {
 }  // namespace
 
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    uint64_t epoch, uint64_t start_batch) {
-  return std::make_unique<InlineIterator>(std::move(state), epoch, start_batch);
+                                                    const BatchPlan& plan, uint64_t epoch,
+                                                    uint64_t start_batch) {
+  return std::make_unique<InlineIterator>(std::move(state), plan, epoch, start_batch);
 }
 
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      uint64_t epoch, uint64_t start_batch) {
-  return std::make_unique<ThreadedIterator>(std::move(state), epoch, start_batch);
+                                                      const BatchPlan& plan, uint64_t epoch,
+                                                      uint64_t start_batch) {
+  return std::make_unique<ThreadedIterator>(std::move(state), plan, epoch, start_batch);
 }
 
 }  // namespace stoker

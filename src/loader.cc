@@ -80,7 +80,8 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
 }
 
-std::shared_ptr<Batch> Loader::State::make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const {
+std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                                 Buffer buffer) const {
   auto batch = std::make_shared<Batch>();
   batch->epoch = epoch;
   batch->index = b;
@@ -104,15 +105,16 @@ EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
   return samples;
 }
 
-void Loader::State::batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
-                                  std::span<uint64_t> cycles) const {
-  if (samples.stratified) return samples.stratified->batch(b, out, cycles);
+void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
+                                  std::span<uint64_t> out, std::span<uint64_t> cycles) const {
+  if (samples.stratified) return samples.stratified->batch(plan.unstrided_batch(b), out, cycles);
   const uint64_t first = b * plan.batch_size();
   for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
   samples.order.map(out, out);
 }
 
-void Loader::State::fill(Batch& batch, const EpochSamples& samples, WorkerState* worker) {
+void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
+                         WorkerState* worker) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
   std::vector<std::byte*> many;  // only for sources with more than 16 fields
@@ -120,7 +122,7 @@ void Loader::State::fill(Batch& batch, const EpochSamples& samples, WorkerState*
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   std::vector<uint64_t> indices(batch.length);  // the batch's samples, mapped at once
   std::vector<uint64_t> cycles(samples.stratified ? batch.length : 0);  // key their randomness
-  batch_indices(samples, batch.index, indices, cycles);
+  batch_indices(plan, samples, batch.index, indices, cycles);
   // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
   // several memory accesses are in flight at once instead of one cache miss at a time.
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, batch.length); ++s)
@@ -186,6 +188,7 @@ Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
 Loader::~Loader() = default;
 
 uint64_t Loader::num_batches() const { return state_->plan.num_batches(); }
+const BatchPlan& Loader::plan() const { return state_->plan; }
 uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank(); }
 const LoaderOptions& Loader::options() const { return state_->options; }
 const Source& Loader::source() const { return *state_->source; }
@@ -198,17 +201,37 @@ std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
   for (uint64_t b = 0; b < s.plan.num_batches(); ++b) {
     const size_t at = out.size();
     out.resize(at + s.plan.batch_length(b));
-    s.batch_indices(samples, b, std::span<uint64_t>(out).subspan(at));
+    s.batch_indices(s.plan, samples, b, std::span<uint64_t>(out).subspan(at));
   }
   return out;
 }
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
-  if (start_batch > num_batches())
+  return iterate(epoch, start_batch, state_->plan);
+}
+
+std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
+                                               const BatchPlan& plan) const {
+  // Buffers hold batch_size samples of this source: a plan of other samples or batches would
+  // overrun them.
+  if (plan.num_samples() != state_->source->size() ||
+      plan.batch_size() != state_->options.batch_size)
+    throw InvalidArgument("the plan is for " + std::to_string(plan.num_samples()) +
+                          " samples in batches of " + std::to_string(plan.batch_size()) +
+                          ", the loader's source has " + std::to_string(state_->source->size()) +
+                          " samples in batches of " + std::to_string(state_->options.batch_size));
+  // A stratified order is laid out on the loader's own ranks and batches: its rows do not
+  // survive a resume with another world size (an elastic start).
+  if (state_->stratified && plan.start() != 0)
+    throw InvalidArgument(
+        "a stratified or class-weighted order cannot resume with another world size: its batches "
+        "are laid out for the ranks that saved the state");
+  if (start_batch > plan.num_batches())
     throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
-                          std::to_string(num_batches()) + " batches per epoch)");
-  if (state_->options.num_workers == 0) return make_inline_iterator(state_, epoch, start_batch);
-  return make_threaded_iterator(state_, epoch, start_batch);
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  if (state_->options.num_workers == 0)
+    return make_inline_iterator(state_, plan, epoch, start_batch);
+  return make_threaded_iterator(state_, plan, epoch, start_batch);
 }
 
 LoaderStats Loader::stats() const {

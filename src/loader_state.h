@@ -22,6 +22,7 @@ struct EpochSamples {
 struct Loader::State {
   std::shared_ptr<const Source> source;
   LoaderOptions options;  // resolved: no "auto" left
+  // Every epoch's plan, unless an iteration is given another.
   BatchPlan plan;
   std::optional<StratifiedPlan> stratified;  // with options.classes
   std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
@@ -30,16 +31,19 @@ struct Loader::State {
 
   State(std::shared_ptr<const Source> source, const LoaderOptions& options);
 
-  // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
-  std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
+  // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
+  std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                    Buffer buffer) const;
   EpochSamples epoch_samples(uint64_t epoch) const;
-  // The samples of batch b and, for a stratified order, the cycle of each draw, which keys its
-  // randomness in place of the epoch (StratifiedEpoch::batch).
+  // The samples of batch b of `plan` and, for a stratified order, the cycle of each draw, which
+  // keys its randomness in place of the epoch (StratifiedEpoch::batch). A stratified order
+  // follows the loader's own plan: `plan` is then that plan or a strided view of it.
   // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
-  void batch_indices(const EpochSamples& samples, uint64_t b, std::span<uint64_t> out,
-                     std::span<uint64_t> cycles = {}) const;
-  // Writes every sample of `batch` into its slots. Throws SampleError.
-  void fill(Batch& batch, const EpochSamples& samples, WorkerState* worker);
+  void batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
+                     std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
+  // Writes every sample of `batch` (a batch of `plan`) into its slots. Throws SampleError.
+  void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
+            WorkerState* worker);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
@@ -67,9 +71,11 @@ struct Loader::State {
 
 // Iterator factories (epoch_iterator.cc).
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    uint64_t epoch, uint64_t start_batch);
+                                                    const BatchPlan& plan, uint64_t epoch,
+                                                    uint64_t start_batch);
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      uint64_t epoch, uint64_t start_batch);
+                                                      const BatchPlan& plan, uint64_t epoch,
+                                                      uint64_t start_batch);
 
 inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -

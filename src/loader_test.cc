@@ -134,6 +134,70 @@ TEST(Loader, ResumeMidEpochMatchesUninterruptedRun) {
   }
 }
 
+// A job of another world size resumes the epoch where the old one stopped: with the plan that
+// starts at the old job's position, its ranks deliver exactly the rest of the old epoch's order.
+TEST(Loader, ElasticPlanYieldsTheRestOfTheEpoch) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 40; ++trial) {
+    LoaderOptions o;
+    o.batch_size = 1 + rng() % 6;
+    o.shuffle = rng() % 2;
+    o.seed = rng();
+    o.num_workers = static_cast<int>(rng() % 3);
+    const uint64_t n = 10 + rng() % 90, old_world = 1 + rng() % 4, new_world = 1 + rng() % 4;
+    o.world_size = old_world;
+    Loader old_job(source(n), o);
+    const uint64_t done = rng() % (old_job.num_batches() + 1);
+    std::map<int64_t, int> count;
+    for (uint64_t r = 0; r < old_world; ++r) {
+      o.rank = r;
+      Loader loader(source(n), o);
+      auto it = loader.iterate(3);
+      for (uint64_t k = 0; k < done; ++k)
+        for (int64_t v : values(*it->next())) ++count[v];
+    }
+    const uint64_t at = old_job.plan().position_after(done);
+    o.world_size = new_world;
+    for (uint64_t r = 0; r < new_world; ++r) {
+      o.rank = r;
+      Loader loader(source(n), o);
+      const BatchPlan plan(n, o.batch_size, o.drop_last, r, new_world, at);
+      for (const auto& b : drain(*loader.iterate(3, 0, plan)))
+        for (int64_t v : b) ++count[v];
+    }
+    int repeats = 0;
+    for (uint64_t v = 0; v < n; ++v) {
+      ASSERT_GE(count[static_cast<int64_t>(v)], 1) << "sample " << v << " was lost";
+      repeats += count[static_cast<int64_t>(v)] - 1;
+    }
+    ASSERT_LT(repeats, static_cast<int>(std::max(old_world, new_world)));
+  }
+}
+
+// Producers that share a rank's epoch by strides together deliver its batches, bit-identical.
+TEST(Loader, StridedPlansTogetherGiveTheRanksBatches) {
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.shuffle = true;
+  o.seed = 12;
+  o.num_workers = 2;
+  o.world_size = 3;
+  o.rank = 1;
+  Loader loader(source(157), o);
+  const Batches full = drain(*loader.iterate(2));
+  for (uint64_t step : {1u, 2u, 3u, 7u}) {
+    Batches merged(full.size());
+    for (uint64_t first = 0; first < step; ++first) {
+      const Batches part = drain(*loader.iterate(2, 0, loader.plan().strided(first, step)));
+      for (uint64_t j = 0; j < part.size(); ++j) merged[first + j * step] = part[j];
+    }
+    ASSERT_EQ(merged, full) << "step " << step;
+  }
+  EXPECT_THROW(loader.iterate(2, 0, BatchPlan(156, 5, false, 0, 1)), InvalidArgument);
+  EXPECT_THROW(loader.iterate(2, 0, BatchPlan(157, 4, false, 0, 1)), InvalidArgument);
+  EXPECT_THROW(loader.iterate(2, 3, loader.plan().strided(0, 20)), InvalidArgument);
+}
+
 TEST(Loader, ErrorNamesTheSampleAndComesInOrder) {
   for (int workers : {0, 2}) {
     LoaderOptions o;

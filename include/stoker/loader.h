@@ -10,7 +10,9 @@
 //   (StratifiedEpoch::batch), which is e without class weights, and differs between the
 //   repeats of an oversampled sample.
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
-//   epoch; the state to resume from is three numbers.
+//   epoch; the state to resume from is three numbers. A job with another world size resumes the
+//   epoch from the global position the old job reached (BatchPlan::position_after) with a plan
+//   that starts there: iterate(epoch, 0, BatchPlan(..., start)).
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
 //   back to the pool when the last reference to the Batch is dropped.
 // - Errors: a sample that throws reaches the consumer, at its batch's turn, as a SampleError naming
@@ -33,6 +35,7 @@
 #include "stoker/autotune.h"
 #include "stoker/batch_pool.h"
 #include "stoker/dtype.h"
+#include "stoker/order.h"
 #include "stoker/source.h"
 
 namespace stoker {
@@ -79,7 +82,7 @@ struct BatchField {
 
 struct Batch {
   uint64_t epoch = 0;
-  uint64_t index = 0;   // batch number within the epoch on this rank
+  uint64_t index = 0;   // batch number within the iteration's plan (the epoch on this rank)
   uint64_t length = 0;  // samples in this batch
   std::vector<BatchField> fields;
   bool pinned = false;
@@ -121,6 +124,9 @@ class Loader {
 
   // Batches per epoch on this rank.
   uint64_t num_batches() const;
+  // How every epoch is split into this rank's batches (options' batch_size, drop_last, rank and
+  // world_size over the source's samples).
+  const BatchPlan& plan() const;
   // Samples per epoch on this rank, padding included.
   uint64_t samples_per_rank() const;
   // The options with every "auto" resolved to the value in use.
@@ -134,6 +140,13 @@ class Loader {
   // Starts producing the batches of `epoch` from `start_batch` on.
   // REQUIRES: start_batch <= num_batches().
   std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch = 0) const;
+  // As above, with the batches `plan` describes instead of plan()'s: a plan that starts at a
+  // global position (elastic resume), any rank and world size, or a strided view. Batch b of
+  // the iteration is plan's batch b. REQUIRES: plan.num_samples() == source().size(),
+  // plan.batch_size() == options().batch_size, start_batch <= plan.num_batches()
+  // (InvalidArgument otherwise).
+  std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch,
+                                         const BatchPlan& plan) const;
 
   LoaderStats stats() const;
 

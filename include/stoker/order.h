@@ -11,6 +11,20 @@
 // (drop_last=true). Each rank's samples are then cut into batches of batch_size; with drop_last the
 // final partial batch is dropped, otherwise it is kept short.
 //
+// Elastic resume: a plan may begin at a global position `start` > 0, when a job (of any world
+// size) already consumed positions [0, start) of this epoch's order. The positions left, start ..
+// n - 1, are split as above among this job's ranks: rank r takes start + r, start + r +
+// world_size, ...; padding wraps to the start of the epoch's order (position p >= n is p mod n),
+// as DistributedSampler pads. Because the ranks of a job deliver their batches in step, what a job
+// has consumed after b batches on every rank is again a prefix of the order, [0,
+// position_after(b)): the start of the plan that resumes the epoch with any world size, nested to
+// any depth. With the same rank and world size, the plan from position_after(b) yields exactly
+// batches b, b + 1, ... of this one (padding included), so resuming never changes a batch.
+//
+// A strided plan (strided(first, step)) is a view whose batch j is this plan's batch first + j *
+// step: one of `step` producers that share a rank's epoch (Ray offload actors) takes every
+// step-th batch, and each of them iterates its view as an ordinary plan.
+//
 // Thread safety: both types are immutable values, safe to share.
 #pragma once
 
@@ -45,23 +59,46 @@ class EpochOrder {
 
 class BatchPlan {
  public:
-  // REQUIRES: batch_size >= 1, world_size >= 1, rank < world_size (InvalidArgument otherwise).
+  // REQUIRES: batch_size >= 1, world_size >= 1, rank < world_size, start <= num_samples
+  // (InvalidArgument otherwise). start = num_samples leaves nothing: zero batches.
   BatchPlan(uint64_t num_samples, uint64_t batch_size, bool drop_last, uint64_t rank,
-            uint64_t world_size);
+            uint64_t world_size, uint64_t start = 0);
 
-  uint64_t samples_per_rank() const { return per_rank_; }
-  uint64_t num_batches() const { return num_batches_; }
+  uint64_t num_samples() const { return n_; }  // the epoch's samples, consumed or not
   uint64_t batch_size() const { return batch_size_; }
+  uint64_t start() const { return start_; }
+  // Samples of this plan's batches together (for a rank's whole plan: its share of the epoch,
+  // padding included).
+  uint64_t samples_per_rank() const { return samples_; }
+  uint64_t num_batches() const { return num_batches_; }
   // Samples in batch b (batch_size, or fewer for a final partial batch). REQUIRES: b <
   // num_batches().
   uint64_t batch_length(uint64_t b) const;
-  // Position in the global order of this rank's k-th sample, already wrapped into [0, n).
-  // REQUIRES: k < samples_per_rank().
+  // Position in the global order of the plan's k-th sample (k = b * batch_size + s for sample s
+  // of batch b), already wrapped into [0, n). REQUIRES: k < num_batches() * batch_size() and
+  // k % batch_size() < batch_length(k / batch_size()).
   uint64_t global_position(uint64_t k) const;
 
+  // The global position up to which the epoch is consumed once every rank of this job has
+  // delivered its first `batches` batches: start() + batches * batch_size * world_size, or
+  // num_samples() when that is the whole plan (nothing is left: its padding or dropped tail are
+  // part of the finished epoch). REQUIRES: batches <= num_batches(), an unstrided plan
+  // (InvalidArgument otherwise).
+  uint64_t position_after(uint64_t batches) const;
+
+  // The view whose batch j is this plan's batch first + j * step (no batch when first >=
+  // num_batches()). Views compose. REQUIRES: step >= 1 (InvalidArgument otherwise).
+  BatchPlan strided(uint64_t first, uint64_t step) const;
+  bool is_strided() const { return first_ != 0 || step_ != 1; }
+  // The unstrided plan's number of this view's batch b.
+  uint64_t unstrided_batch(uint64_t b) const { return first_ + b * step_; }
+
  private:
-  uint64_t n_, batch_size_, rank_, world_size_;
-  uint64_t per_rank_ = 0, num_batches_ = 0;
+  uint64_t n_, batch_size_, rank_, world_size_, start_;
+  uint64_t per_rank_ = 0;          // the rank's samples in the unstrided plan
+  uint64_t all_batches_ = 0;       // batches of the unstrided plan
+  uint64_t first_ = 0, step_ = 1;  // this view's batch j is the unstrided plan's first_ + j * step_
+  uint64_t num_batches_ = 0, samples_ = 0;  // of this view
 };
 
 }  // namespace stoker

@@ -12,6 +12,7 @@ from .diagnose import diagnose
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .images import ImageFolder, TarShards
 from .loader import DataLoader
+from .offload import RayOffload
 
 import sys as _sys
 
@@ -26,6 +27,7 @@ __all__ = [
     "DecodeError",
     "ImageFolder",
     "MemoryBudgetError",
+    "RayOffload",
     "SampleError",
     "TarShards",
     "TokenDataset",

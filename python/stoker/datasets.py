@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import mmap
 import os
 
 import numpy as np
@@ -32,6 +34,29 @@ def _as_array(a, position):
     return a
 
 
+def _mapped_array_spec(a):
+    """How to map ``a`` again: a spec for _map_again when ``a`` is a whole read-only
+    memory-mapped file (not a view of one), else None."""
+    if isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename and \
+            a.mode == "r" and (a.flags.c_contiguous or a.flags.f_contiguous):
+        order = "C" if a.flags.c_contiguous else "F"
+        return _Mapped((a.filename, a.dtype.str, a.shape, a.offset, order))
+    return None
+
+
+class _Mapped(tuple):
+    """A memory-mapped array's spec: (path, dtype, shape, offset, order); unpickles as the
+    mapped array."""
+
+    def __reduce__(self):
+        return _map_again, tuple(self)
+
+
+def _map_again(path, dtype, shape, offset, order):
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset,
+                     order=order)
+
+
 class ArrayDataset:
     """Samples are rows of NumPy arrays: sample ``i`` is ``(arrays[0][i], arrays[1][i], ...)``.
 
@@ -55,6 +80,7 @@ class ArrayDataset:
                 "all arrays need the same number of samples (first dimension), got "
                 + ", ".join(str(len(a)) for a in self.arrays))
         names = list(names) if names is not None else [str(i) for i in range(len(arrays))]
+        self._names = names
         self._source = _native.ArraySource(list(self.arrays), names)
         self._names = names
 
@@ -67,6 +93,13 @@ class ArrayDataset:
         if len(self.arrays) > 1 and last.ndim == 1 and last.dtype.kind in "iu":
             return last
         return None
+
+    def __reduce__(self):
+        # Pickled (for a Ray offload actor, say) as its spec: a whole memory-mapped file travels
+        # as its path and mapping, to be mapped again where it is unpickled (the file must be
+        # readable at the same path there); any other array travels as its data.
+        return functools.partial(ArrayDataset, names=self._names), tuple(
+            _mapped_array_spec(a) or a for a in self.arrays)
 
     def __len__(self):
         return len(self.arrays[0])
@@ -93,6 +126,9 @@ class TokenDataset:
         self.seq_len = seq_len
         self._source = _native.TokenSource(self.path, dtype, seq_len)
         self.num_tokens = self._source.num_tokens
+
+    def __reduce__(self):  # pickled as its spec: the file must be readable at the same path
+        return TokenDataset, (self.path, self.dtype, self.seq_len)
 
     def __len__(self):
         return len(self._source)

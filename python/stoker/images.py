@@ -148,6 +148,9 @@ class ImageFolder(_ImageDataset):
     def _decode(self, i):
         return _native.decode_file(self.samples[i][0], self.max_pixels)
 
+    def __reduce__(self):  # pickled as its spec: the tree is scanned again where it is unpickled
+        return ImageFolder, (self.root, self.transform, self.max_pixels)
+
     def _extra_repr(self):
         return [f"Root location: {self.root}"]
 
@@ -179,6 +182,9 @@ class TarShards(_ImageDataset):
     def path(self, index):
         """``shard.tar:member`` of sample ``index``."""
         return self._files.path(self._index(index))
+
+    def __reduce__(self):  # pickled as its spec: the shards are indexed again where unpickled
+        return TarShards, (self.paths, self.transform, self.max_pixels)
 
     def _extra_repr(self):
         return [f"Shards: {len(self.paths)}"]

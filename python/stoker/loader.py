@@ -7,12 +7,10 @@ import os
 import re
 import warnings
 
-from . import _native
+from . import _native, _state, balance
 from . import device as _device
-from . import balance
 from .errors import MemoryBudgetError
 
-_STATE_VERSION = 1
 _MAX_WORKERS = 256
 _MAX_PREFETCH = 64
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -120,6 +118,8 @@ class DataLoader:
             (``class_plan()`` says how many of each class). Needs shuffle=True or "stratified".
         labels: the class of every sample, for shuffle="stratified" and class_weights; by
             default the dataset's (``targets``, or the label array of an ArrayDataset).
+        offload: a ``stoker.RayOffload``: batches are produced by Ray actors (see
+            ``stoker.offload``), the same batches as here, bit for bit.
     """
 
     # A stratified order's classes (_native.ClassGroups) and weights ([] for the dataset's shares);
@@ -129,6 +129,9 @@ class DataLoader:
     class_weights = None
 
     def __new__(cls, dataset=None, *args, **kwargs):
+        if cls is DataLoader and kwargs.get("offload") is not None:
+            from .offload import OffloadLoader  # batches from Ray actors
+            return super().__new__(OffloadLoader)
         if cls is DataLoader and dataset is not None and not _is_native(dataset):
             from .python_datasets import PythonLoader  # imports torch: only when needed
             return super().__new__(PythonLoader)
@@ -138,7 +141,7 @@ class DataLoader:
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
-                 gpu_prefetch_bytes=None, class_weights=None, labels=None,
+                 gpu_prefetch_bytes=None, class_weights=None, labels=None, offload=None,
                  **python_options):
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
@@ -218,8 +221,9 @@ class DataLoader:
         self._single = len(source.field_names) == 1
         self._next_epoch = 0
         self._start_batch = 0
-        # [epoch, batches delivered] of the latest iteration; shared with its iterator, so the
-        # loader holds no reference to the iterator (dropping it stops its threads).
+        self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
+        # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
+        # no reference to the iterator (dropping it stops its threads).
         self._cursor = None
 
     # The knobs as resolved: "auto" replaced by the value in use.
@@ -243,62 +247,49 @@ class DataLoader:
         return len(self._loader)
 
     def set_epoch(self, epoch):
-        """Makes the next iteration run epoch ``epoch`` from its start."""
+        """Makes the next iteration run epoch ``epoch`` from its start; right after
+        ``load_state_dict`` positioned the loader inside epoch ``epoch``, keeps that position
+        (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
         if not _is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if getattr(self, "_resumed", False) and epoch == self._next_epoch:
+            return
+        self._resumed = False
         self._next_epoch = epoch
         self._start_batch = 0
+        self._next_start = 0
 
     def __iter__(self):
-        native = self._loader.iterate(self._next_epoch, self._start_batch)
-        self._cursor = [self._next_epoch, self._start_batch]
-        self._next_epoch += 1
-        self._start_batch = 0
-        batches = _Iterator(self, native, self._cursor)
+        start = self._next_start
+        plan = _state.plan(self, start) if start else None
+        native = self._loader.iterate(self._next_epoch, self._start_batch, plan)
+        cursor = _state.begin(self)
+        batches = _Iterator(self, native, cursor)
         if self._device is None:
             return batches
         if self._engine is None:
             self._engine = _device.CudaCopyEngine(self._device)
         return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
-                                  engine=self._engine, cursor=self._cursor, stats=self._gpu_stats)
-
+                                  engine=self._engine, cursor=cursor, stats=self._gpu_stats)
     def state_dict(self):
-        """Where the next batch comes from, as a small JSON-serializable dict."""
-        cursor = self._cursor
-        if cursor is not None and cursor[1] < len(self):
-            epoch, batch = cursor
-        else:
-            epoch, batch = self._next_epoch, self._start_batch
-        return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": self.seed,
-                "shuffle": self.shuffle, "batch_size": self.batch_size,
-                "drop_last": self.drop_last, "num_samples": len(self.dataset),
-                "rank": self.rank, "world_size": self.world_size,
-                "class_weights": self._weights_state()}
+        """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
+        batches each rank delivered and the global position the epoch's plan started at, with
+        the settings that must match to resume (O(1): no list of samples)."""
+        return _state.save(self)
 
     def load_state_dict(self, state):
         """Makes the next iteration resume exactly where ``state`` was taken, whatever the
-        num_workers and prefetch_factor of this loader."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError(f"not a stoker.DataLoader state (version {_STATE_VERSION}): {state!r}")
-        for key in ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "world_size",
-                    "class_weights"):
-            mine = (len(self.dataset) if key == "num_samples" else self._weights_state()
-                    if key == "class_weights" else getattr(self, key))
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"the state was saved with {key}={state.get(key)!r} but this loader has "
-                    f"{key}={mine!r}; resuming would not reproduce the same batches")
-        epoch, batch = state.get("epoch"), state.get("batch")
-        if not _is_int(epoch) or epoch < 0 or not _is_int(batch) or not 0 <= batch <= len(self):
-            raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}")
+        num_workers and prefetch_factor of this loader. With the world size that saved it, the
+        same batches follow; with another world size (elastic resume; rank is free too), the
+        samples the saving job's ranks had delivered together are not repeated and the rest of
+        the epoch is split among this job's ranks with equal batch counts (padding, with
+        drop_last=False, repeats fewer samples than there are ranks). Raises ValueError where
+        that cannot hold: another seed, shuffle, batch_size, drop_last or dataset length, or,
+        across world sizes, samples ordered by a custom sampler or an IterableDataset."""
+        resume = _state.load(self, state)
         self._cursor = None
-        self._next_epoch, self._start_batch = epoch, batch
-
-    def _weights_state(self):
-        # [[label, weight], ...] of a weighted order (JSON keeps no int keys), else None.
-        if not self._weights:
-            return None
-        return [[label, w] for label, w in zip(self._classes.labels, self._weights)]
+        self._next_epoch, self._start_batch, self._next_start = resume
+        self._resumed = True
 
     def class_plan(self):
         """For a stratified or weighted loader, one dict a class: ``label``, ``samples``,
@@ -323,10 +314,9 @@ class DataLoader:
 
 
 class _Iterator:
-    __slots__ = ("_length", "_native", "_cursor", "_torch", "_single")
+    __slots__ = ("_native", "_cursor", "_torch", "_single")
 
     def __init__(self, loader, native, cursor):
-        self._length = len(loader)
         self._native = native
         self._cursor = cursor
         self._torch = loader._torch
@@ -336,7 +326,7 @@ class _Iterator:
         return self
 
     def __len__(self):
-        return self._length - self._cursor[1]
+        return self._cursor.num_batches - self._cursor[1]
 
     def __next__(self):
         if self._native is None:

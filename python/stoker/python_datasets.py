@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
 from torch.utils.data._utils.collate import default_convert
 
-from . import _native, workers
+from . import _native, _state, workers
 from . import loader as _loader
 from .loader import DataLoader
 from .errors import SampleError, WorkerError
@@ -385,6 +385,7 @@ class PythonDataLoader:
         self._persistent = None
         self._next_epoch = 0
         self._start_batch = 0
+        self._next_start = 0
         self._cursor = None
         self._stats = collections.Counter()
         self._skipped_samples = collections.deque(maxlen=1000)  # the most recent, as native
@@ -410,8 +411,9 @@ class PythonDataLoader:
         return _native.plan_num_batches(len(self.dataset), bs, self.drop_last, self.rank,
                                         self.world_size)
 
-    def _batches(self, epoch, start):
-        """(batch number, sample indices) of the epoch from ``start`` on."""
+    def _batches(self, epoch, start, origin=0):
+        """(batch number, sample indices) of the epoch from ``start`` on (of the plan that
+        begins at global position ``origin``: an elastic resume)."""
         if self.batch_sampler is not None:
             for b, indices in enumerate(self.batch_sampler):
                 if b >= start:
@@ -424,9 +426,10 @@ class PythonDataLoader:
             n = len(self.dataset)
             bs = self.batch_size if self._auto_batch else 1
             for b in range(start, _native.plan_num_batches(n, bs, self.drop_last, self.rank,
-                                                           self.world_size)):
+                                                           self.world_size, origin)):
                 yield b, _native.batch_indices(n, bs, self.shuffle, self.seed, epoch,
-                                               self.drop_last, self.rank, self.world_size, b)
+                                               self.drop_last, self.rank, self.world_size, b,
+                                               origin)
 
     def _cfg(self, epoch):
         return {"seed": self.seed, "collate_fn": self.collate_fn if self.collate_fn is not None
@@ -445,10 +448,7 @@ class PythonDataLoader:
         return self._pool
 
     def _iter_python(self):
-        epoch, start = self._next_epoch, self._start_batch
-        self._cursor = [epoch, start]
-        self._next_epoch += 1
-        self._start_batch = 0
+        epoch, start = _state.begin(self)
         if self._iterable and start:
             raise ValueError("resuming an IterableDataset mid-epoch is not supported")
         return _PythonIterator(self, epoch, start, self._cursor)
@@ -495,12 +495,12 @@ class _PythonIterator:
         self.loader = loader
         self.epoch = epoch
         self.cursor = cursor
-        self.length = len(loader) - start if not loader._iterable else None
+        self.length = cursor.num_batches - start if not loader._iterable else None
         self.n = loader._workers_n
         self.prefetch = loader._prefetch or 1
         self.auto = loader._auto_batch
         self.iterable = loader._iterable
-        self.batches = None if self.iterable else loader._batches(epoch, start)
+        self.batches = None if self.iterable else loader._batches(epoch, start, cursor.start)
         self.holder = [None]
         # tid -> (worker, lease, batch no, indices, claim counter or None)
         self.inflight = collections.OrderedDict()
@@ -566,7 +566,7 @@ class _PythonIterator:
     def __len__(self):
         if self.length is None:
             return len(self.loader)
-        return self.length - (self.cursor[1] - (len(self.loader) - self.length))
+        return self.cursor.num_batches - self.cursor[1]
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -957,7 +957,7 @@ class PythonLoader(DataLoader, PythonDataLoader):
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", *, sampler=None, batch_sampler=None, collate_fn=None,
                  worker_init_fn=None, timeout=0, persistent_workers=False, generator=None,
-                 worker_type="auto", seed_samples=True, consumer_helps=True):
+                 worker_type="auto", seed_samples=True, consumer_helps=True, offload=None):
         if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "

@@ -1,0 +1,187 @@
+"""What runs in a Ray actor for stoker.RayOffload (see offload.py), and what travels between it
+and the consumer: batches as NumPy arrays that Ray's object store holds and maps back without a
+copy, errors pickled with their cause."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import warnings
+
+from . import _state
+from .loader import DataLoader, _is_native
+
+
+class _Tensor:
+    """A torch tensor in transit: its data as a NumPy array (which Ray's serializer places in the
+    object store and maps back without a copy) and its dtype."""
+
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array, dtype):
+        self.array = array
+        self.dtype = dtype
+
+    def __reduce__(self):
+        return _Tensor, (self.array, self.dtype)
+
+
+def _pack(obj):
+    """``obj`` with every torch tensor replaced by a _Tensor (run in the actor)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        try:
+            return _Tensor(t.numpy(), None)
+        except TypeError:  # no NumPy dtype (bfloat16, ...): travels as raw integers
+            raw = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+            return _Tensor(t.view(raw[t.element_size()]).numpy(), str(t.dtype).split(".")[1])
+    if isinstance(obj, dict):
+        return type(obj)((k, _pack(v)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_pack(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_pack(v) for v in obj)
+    return obj
+
+
+def unpack(obj, torch_out):
+    """The batch the consumer gets: tensors (or, for output="numpy", arrays) over the object
+    store's memory."""
+    if isinstance(obj, _Tensor):
+        if not torch_out:
+            return obj.array
+        import torch
+        with warnings.catch_warnings():  # the object store's memory is shared, read-only to NumPy
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(obj.array)
+        return t if obj.dtype is None else t.view(getattr(torch, obj.dtype))
+    if isinstance(obj, dict):
+        return type(obj)((k, unpack(v, torch_out)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(unpack(v, torch_out) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(unpack(v, torch_out) for v in obj)
+    return obj
+
+
+def _pack_error(exc):
+    """An exception as (pickled exception, pickled cause) for the consumer; what does not pickle
+    travels as a RuntimeError naming it."""
+    def dump(e):
+        if e is None:
+            return None
+        try:
+            return pickle.dumps(e)
+        except Exception:
+            return pickle.dumps(RuntimeError(f"{type(e).__qualname__}: {e}"))
+    return dump(exc), dump(exc.__cause__)
+
+
+def unpack_error(packed):
+    exc, cause = (pickle.loads(p) if p is not None else None for p in packed)
+    if cause is not None:
+        exc.__cause__ = cause
+    return exc
+
+
+def fingerprint(dataset):
+    """What must be equal where a dataset is rebuilt: its length and, for a native dataset, the
+    files it lists (a Python dataset travels whole, pickled)."""
+    h = hashlib.sha1()
+    if _is_native(dataset):
+        for attr in ("samples", "paths", "labels", "path"):
+            value = getattr(dataset, attr, None)
+            if value is not None and not callable(value):
+                h.update(repr(value).encode())
+    return len(dataset), h.hexdigest()
+
+
+class Producer:
+    """The body of a Ray actor: the batches of one loader configuration, by streams."""
+
+    def __init__(self, dataset, config):
+        if fingerprint(dataset) != config["fingerprint"]:
+            raise RuntimeError(
+                f"the dataset rebuilt on the Ray node ({len(dataset)} samples) differs from the "
+                f"training process's ({config['fingerprint'][0]} samples, or other files): the "
+                f"files must be readable at the same paths on every node")
+        self.native = _is_native(dataset)
+        kw = config["loader"]
+        try:
+            import torch  # noqa: F401
+            self.torch = True
+        except ImportError:
+            self.torch = False
+        if self.native:
+            self.loader = DataLoader(dataset, num_workers=config["threads"], prefetch_factor=1,
+                                     output="torch" if self.torch else "numpy", **kw)
+        else:
+            self.loader = DataLoader(dataset, num_workers=0, output="torch", **kw,
+                                     **config["python"])
+        self.streams = {}
+        self.skipped = 0
+
+    def ready(self):
+        return os.getpid()
+
+    def open(self, stream, epoch, start, first, step):
+        """Stream ``stream``: batches first, first + step, ... of the epoch's plan that starts at
+        global position ``start``."""
+        source = None
+        if self.native:
+            plan = _state.plan(self.loader, start).strided(first, step)
+            source = self.loader._loader.iterate(epoch, 0, plan)
+        self.streams[stream] = [source, epoch, start, first, step, 0]
+
+    def close(self, stream):
+        """Called in the "control" concurrency group: at once, so that the requests of an
+        abandoned stream still queued behind the running one cost nothing."""
+        self.streams.pop(stream, None)
+
+    def next(self, stream):
+        """("batch" | "error", batch number, payload, skipped records) of the stream's next
+        batch; ("closed", ...) for a stream closed meanwhile."""
+        entry = self.streams.get(stream)
+        if entry is None:
+            return ("closed", None, None, [])
+        source, epoch, start, first, step, j = entry
+        entry[5] += 1
+        b = first + j * step
+        try:
+            if self.native:
+                # Fields as tensors (zero-copy from the engine's buffer) or arrays, in transit as
+                # arrays that the object store holds.
+                fields = tuple(_pack(f) if self.torch else _Tensor(f, None)
+                               for f in source.next(self.torch))
+                batch = fields[0] if self.loader._single else fields
+            else:
+                state = self.loader.state_dict()
+                state.update(epoch=epoch, batch=b, start=start)
+                self.loader.load_state_dict(state)
+                batch = _pack(next(iter(self.loader)))
+            reply = ("batch", b, batch)
+        except Exception as e:  # the consumer raises it at this batch's turn
+            reply = ("error", b, _pack_error(e))
+        stats = self.loader.stats()
+        new = stats["skipped"] - self.skipped
+        self.skipped = stats["skipped"]
+        return reply + (list(stats["skipped_samples"][-new:]) if new > 0 else [],)
+
+
+def nbytes(payload):
+    """Bytes of the arrays in a batch in transit."""
+    total = 0
+    stack = [payload]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, _Tensor):
+            total += x.array.nbytes
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif hasattr(x, "nbytes"):
+            total += x.nbytes
+    return total

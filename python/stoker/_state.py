@@ -1,0 +1,184 @@
+"""The resume state that every ``stoker.DataLoader`` front shares (native datasets, Python
+datasets, Ray offload): where an epoch is, as a small JSON-serializable dict, and how a loader
+with another world size continues it (elastic resume).
+
+A state names the epoch, the global position at which that epoch's plan started (``start``: 0
+unless the epoch was itself resumed elastically) and the batches each rank has delivered of
+that plan (``batch``). The ranks of a job deliver their batches in step and save at the same
+step, so what they consumed together is a prefix of the epoch's order,
+``[0, plan.position_after(batch))``: a loader of any world size resumes from there, splitting
+what is left among its ranks with equal batch counts (``_native.BatchPlan``, which states the
+padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
+itself: the same batches, numbered as before.
+
+A front keeps ``_next_epoch``, ``_start_batch`` and ``_next_start`` (where its next iteration
+begins) and ``_cursor`` (a :class:`Cursor`, shared with its running iterator), and has the
+attributes named in :func:`config`.
+"""
+
+from __future__ import annotations
+
+from . import _native
+
+VERSION = 2
+_READABLE = (1, 2)  # version 1: no "start" (always 0), no "order" (always the engine's)
+_MATCHING = ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "class_weights")
+
+
+class Cursor(list):
+    """``[epoch, batches delivered]`` of one iteration, shared by a loader and its iterator (so
+    the loader holds no reference to the iterator), with ``start``, the global position at
+    which the iteration's plan begins, and ``num_batches``, the plan's batch count (None when
+    unknown: an IterableDataset without a length)."""
+
+    __slots__ = ("start", "num_batches")
+
+    def __init__(self, epoch, batch, start=0, num_batches=None):
+        super().__init__((epoch, batch))
+        self.start = start
+        self.num_batches = num_batches
+
+    def running(self):
+        """Whether batches of this iteration remain to be delivered."""
+        return self.num_batches is None or self[1] < self.num_batches
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def order_kind(loader):
+    """Who orders the loader's samples: "engine" (EpochOrder + BatchPlan), "stratified" (the
+    engine's class-stratified or class-weighted order, laid out for the loader's ranks),
+    "sampler" (a sampler or batch_sampler of the user's) or "iterable" (an IterableDataset)."""
+    if getattr(loader, "_classes", None) is not None:
+        return "stratified"
+    if getattr(loader, "_iterable", False):
+        return "iterable"
+    if getattr(loader, "batch_sampler", None) is not None or \
+            getattr(loader, "sampler", None) is not None:
+        return "sampler"
+    return "engine"
+
+
+def num_samples(loader):
+    try:
+        return len(loader.dataset)
+    except TypeError:  # an IterableDataset without __len__
+        return None
+
+
+def plan_batch_size(loader):
+    """The plan's batch size: batch_size, or 1 without automatic batching (batch_size=None)."""
+    return loader.batch_size if _is_int(loader.batch_size) else 1
+
+
+def plan(loader, start=0, world_size=None, rank=None):
+    """The engine's plan of the loader's rank (or of ``rank`` of ``world_size``) from global
+    position ``start`` on."""
+    world_size = loader.world_size if world_size is None else world_size
+    rank = loader.rank if rank is None else rank
+    return _native.BatchPlan(num_samples(loader), plan_batch_size(loader), loader.drop_last,
+                             rank, world_size, start)
+
+
+def weights_state(loader):
+    """``[[label, weight], ...]`` of a class-weighted order (JSON keeps no int keys), else
+    None."""
+    weights = getattr(loader, "_weights", None)
+    if not weights:
+        return None
+    return [[label, w] for label, w in zip(loader._classes.labels, weights)]
+
+
+def config(loader):
+    """What a state must match to be resumed by ``loader``."""
+    return {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
+            "drop_last": loader.drop_last, "num_samples": num_samples(loader),
+            "rank": loader.rank, "world_size": loader.world_size, "order": order_kind(loader),
+            "class_weights": weights_state(loader)}
+
+
+def begin(loader):
+    """The cursor of the iteration that starts now, from the loader's pending resume point,
+    which is then cleared (the iteration after it starts the next epoch)."""
+    epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
+    if start:
+        num_batches = plan(loader, start).num_batches
+    else:
+        try:
+            num_batches = len(loader)
+        except TypeError:  # an IterableDataset without __len__
+            num_batches = None
+    loader._next_epoch, loader._start_batch, loader._next_start = epoch + 1, 0, 0
+    loader._resumed = False  # set_epoch starts epochs from their start again
+    loader._cursor = Cursor(epoch, batch, start, num_batches)
+    return loader._cursor
+
+
+def save(loader):
+    """``loader.state_dict()``: where the next batch comes from."""
+    cursor = loader._cursor
+    if cursor is not None and cursor.running():
+        epoch, batch, start = cursor[0], cursor[1], getattr(cursor, "start", 0)
+    else:
+        epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
+    return {"version": VERSION, "epoch": epoch, "batch": batch, "start": start, **config(loader)}
+
+
+def load(loader, state):
+    """``loader.load_state_dict(state)``: (epoch, start batch, start position) of the loader's
+    next iteration. Raises ValueError for a state this loader cannot continue exactly."""
+    if not isinstance(state, dict) or state.get("version") not in _READABLE:
+        raise ValueError(f"not a stoker.DataLoader state (version {VERSION}): {state!r}")
+    mine = config(loader)
+    saved_order = state.get("order", "engine")
+    if saved_order != mine["order"]:
+        raise ValueError(f"the state was saved by a loader ordered by "
+                         f"{_ORDERS.get(saved_order, repr(saved_order))}, this loader is ordered "
+                         f"by {_ORDERS[mine['order']]}")
+    for key in _MATCHING:
+        if state.get(key) != mine[key]:
+            raise ValueError(
+                f"the state was saved with {key}={state.get(key)!r} but this loader has "
+                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
+    epoch, batch, start = state.get("epoch"), state.get("batch"), state.get("start", 0)
+    old_world = state.get("world_size")
+    n = mine["num_samples"]
+    if not (_is_int(epoch) and epoch >= 0 and _is_int(batch) and batch >= 0 and _is_int(start)
+            and 0 <= start <= (n or 0) and _is_int(old_world) and old_world >= 1
+            and (start == 0 or mine["order"] == "engine")):
+        raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}, "
+                         f"start={start!r}, world_size={old_world!r}")
+    if old_world == loader.world_size:
+        if mine["order"] in ("engine", "stratified"):
+            last = plan(loader, start).num_batches
+        else:
+            try:
+                last = len(loader)
+            except TypeError:
+                last = None
+        if last is not None and batch > last:
+            raise ValueError(f"invalid position in state: batch {batch} of an epoch of {last}")
+        return epoch, batch, start
+    if mine["order"] != "engine":
+        raise ValueError(
+            f"the state was saved with world_size={old_world} and this loader has "
+            f"world_size={loader.world_size}: resuming with another world size needs the "
+            f"engine's order, and this loader is ordered by {_ORDERS[mine['order']]}, whose "
+            f"consumed samples cannot be named by a position")
+    old = plan(loader, start, world_size=old_world, rank=0)
+    if batch > old.num_batches:
+        raise ValueError(f"invalid position in state: batch {batch} of an epoch of "
+                         f"{old.num_batches} (world_size={old_world})")
+    reached = old.position_after(batch)
+    if reached >= n:  # the old job finished the epoch
+        return epoch + 1, 0, 0
+    return epoch, 0, reached
+
+
+_ORDERS = {"engine": "the engine (shuffle and seed)",
+           "stratified": 'a stratified or class-weighted order (shuffle="stratified", '
+                         'class_weights), laid out for the ranks that saved the state',
+           "sampler": "a custom sampler or batch_sampler",
+           "iterable": "an IterableDataset"}
