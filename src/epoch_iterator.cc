@@ -78,8 +78,8 @@ class InlineIterator final : public EpochIterator {
 
  private:
   std::shared_ptr<Loader::State> st_;
-        plan_(plan),
-        order_(st_->epoch_samples(epoch)),
+  const BatchPlan plan_;
+  EpochSamples order_;
   uint64_t epoch_;
   uint64_t position_;
   std::unique_ptr<WorkerState> worker_;
@@ -96,8 +96,8 @@ class ThreadedIterator final : public EpochIterator {
   ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
                    uint64_t start)
       : st_(std::move(state)),
-  const BatchPlan plan_;
-  EpochSamples order_;
+        plan_(plan),
+        order_(st_->epoch_samples(epoch)),
         epoch_(epoch),
         end_(plan_.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),

@@ -422,3 +422,22 @@ def test_python_dataset_through_the_dataloader_follows_the_native_order():
     with pytest.raises(ValueError, match="mutually exclusive"):
         stoker.DataLoader(Python(labels), shuffle="stratified",
                           sampler=list(range(len(labels))))
+
+
+@pytest.mark.parametrize("extra", [{"shuffle": "stratified"},
+                                   {"shuffle": True, "class_weights": "balanced"}])
+def test_a_stratified_state_resumes_only_with_the_world_size_that_saved_it(extra):
+    """A stratified order lays its rows out for the saving job's ranks: an elastic resume (another
+    world size) is refused with the reason; the same world size resumes exactly."""
+    labels = np.array(([0] * 7 + [1]) * 40, dtype=np.int64)
+    kw = dict(batch_size=8, seed=3, output="numpy", num_workers=0, **extra)
+    loader = stoker.DataLoader(labelled(labels), world_size=2, rank=0, **kw)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert state["order"] == "stratified"
+    with pytest.raises(ValueError, match="stratified or class-weighted order"):
+        stoker.DataLoader(labelled(labels), world_size=3, rank=0, **kw).load_state_dict(state)
+    same = stoker.DataLoader(labelled(labels), world_size=2, rank=0, **kw)
+    same.load_state_dict(state)
+    assert epoch(same) == [np.asarray(x).tolist() for x, _ in it]
