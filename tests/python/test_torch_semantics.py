@@ -186,7 +186,7 @@ class Counting(Dataset):
 def test_every_multiprocessing_context_gives_the_same_batches_in_shared_memory(method):
     ref = [b.tolist() for b in stoker.DataLoader(Counting(), batch_size=3, num_workers=0)]
     for context in (method, multiprocessing.get_context(method)):
-        loader = stoker.DataLoader(Counting(), batch_size=3, num_workers=2,
+        loader = stoker.DataLoader(Counting(), batch_size=3, num_workers=1,
                                    multiprocessing_context=context, timeout=TIMEOUT)
         assert [b.tolist() for b in loader] == ref
         assert loader.stats()["pickled_batches"] == 0  # the memfd reached the workers
