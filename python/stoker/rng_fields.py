@@ -19,9 +19,9 @@ Layouts relied on (each located and verified here, never assumed):
   Its get_state() blob (``torch_state``) is CPUGeneratorImplState: the same fields, the state as
   624 uint64, then the cached normals.
 
-Why (measured; the command is in docs/python-datasets.md): the public calls cost ~45 us a sample
-for the three generators; the fields ~0.7 us, and ~0.02 us a sample for a dataset that draws from
-none (the adaptive fetcher only checks them).
+Why (bench/seed_cost.py, docs/python-datasets.md): the public calls cost ~120x the in-place
+writer (~230 against ~1.9 us a sample on the busy 2-core machine), and the adaptive fetcher costs
+what no seeding costs for a dataset that draws from no generator.
 """
 
 from __future__ import annotations

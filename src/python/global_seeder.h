@@ -14,12 +14,12 @@
 // - torch's default CPU generator (ATen CPUGeneratorImpl): at::mt19937_data_pod (TorchMt below),
 //   then `std::optional<float>` and `std::optional<double>` cached normals (value, engaged flag).
 //
-// Why write in place (measured, python 3.11, numpy 2.4, torch 2.13, one process, timeit): seeding
-// the three generators through their public calls (random.setstate with a 625-tuple,
-// np.random.set_state, torch's Generator.set_state) costs ~45 us a sample, torch.manual_seed
-// alone ~1.1 us; this writer ~0.7 us for the three, and the adaptive SampleFetcher ~0.02 us for a
-// dataset that draws from none. A light dataset (~1.5 us a sample) would run ~30x slower with
-// the public calls. The command is in docs/python-datasets.md.
+// Why write in place (bench/seed_cost.py, one process, this 2-core machine while busy): the
+// public calls for the three generators (random.setstate with a 625-tuple, np.random.set_state,
+// torch's Generator.set_state) took ~230 us a sample, this writer ~1.9 us (~120x less), and the
+// adaptive SampleFetcher costs what no seeding costs (~0.035 us a sample) for a dataset that draws
+// from no generator. A light dataset (~1.5 us a sample) would run many times slower seeded
+// through the public calls.
 //
 // Thread safety: not thread-safe; REQUIRES the GIL (the generators are the interpreter's).
 #pragma once
