@@ -343,8 +343,8 @@ class PythonLoader(DataLoader):
         helps = self.consumer_helps
         if n == 0:
             return "local", None, 0, True
-        if n != "auto":
-            return "pool", kind, n, helps is True
+        if n != "auto":  # an IterableDataset's stream is the workers' own: no help with it
+            return "pool", kind, n, helps is True and not self._iterable
         if self._iterable:
             return "local", None, 0, True
         if self.worker_init_fn is not None or self.persistent_workers or self.timeout or \
