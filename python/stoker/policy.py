@@ -45,8 +45,9 @@ class ExecutorPolicy:
 
     ``cores``: usable cores. Processes: ``cores - 1`` workers (the training process keeps
     producing while it waits), at least 1; threads: ``cores``. ``forked``: workers start by fork
-    (else spawn or forkserver). ``persistent``: workers are kept for later epochs. ``threads_allowed``:
-    the dataset may run on threads (it declares ``thread_safe = True``; no per-sample seeding).
+    (else spawn or forkserver). ``persistent``: workers are kept for later epochs.
+    ``threads_allowed``: the dataset may run on threads (it declares ``thread_safe = True``; no
+    per-sample seeding).
     """
 
     def __init__(self, cores, forked=True, persistent=False, threads_allowed=False):

@@ -1,9 +1,9 @@
 """Turning a task into a batch (Python datasets): fetch the samples, collate them.
 
 One Producer per producing thread of a process: the training process (num_workers=0, or
-num_workers="auto" while it produces), each worker process, each worker thread. It fetches a map-style
-batch's samples with the native, per-sample seeded SampleFetcher, or the next samples of its copy of
-an IterableDataset, and collates them with batch_structure.collate.
+num_workers="auto" while it produces), each worker process, each worker thread. It fetches a
+map-style batch's samples with the native, per-sample seeded SampleFetcher, or the next samples of
+its copy of an IterableDataset, and collates them with batch_structure.collate.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Errors that cross from a worker to the training process (Python datasets).
 
 A worker catches the exception of a sample (or of its worker_init_fn, or of sending a batch) and
-packs it as a RemoteError: the exception itself, pickled when it can be, and always its type, message
-and formatted traceback. The training process raises it as a ``stoker.SampleError`` that is also an
-instance of the original type when the two can mix (so ``except ValueError`` works as with torch),
-with the sample's index, the worker's traceback in the message and the original exception as
-``__cause__``. A worker that dies raises ``stoker.WorkerError`` with torch's wording.
+packs it as a RemoteError: the exception itself, pickled when it can be, and always its type,
+message and formatted traceback. The training process raises it as a ``stoker.SampleError`` that
+is also an instance of the original type when the two can mix (so ``except ValueError`` works as
+with torch), with the sample's index, the worker's traceback in the message and the original
+exception as ``__cause__``. A worker that dies raises ``stoker.WorkerError`` with torch's wording.
 """
 
 from __future__ import annotations

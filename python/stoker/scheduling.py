@@ -127,7 +127,7 @@ class EpochIterator:
     def __len__(self):
         return len(self._loader) if self.length is None else self.length - self.delivered
 
-    # -- producing here -----------------------------------------------------------------------------
+    # -- producing here ---------------------------------------------------------------------------
 
     def _producer(self):
         if self.local is None:
@@ -242,7 +242,7 @@ class EpochIterator:
         self._finalizer = weakref.finalize(self, _close_epoch, self.session, self.pending,
                                            self.owned)
 
-    # -- dispatching and receiving ------------------------------------------------------------------
+    # -- dispatching and receiving ----------------------------------------------------------------
 
     def _in_flight(self):
         return sum(1 for p in self.pending.values() if p.worker is not None and not p.done)

@@ -6,8 +6,8 @@
 (torch's ``_workers``: join(), is_alive(), exitcode, pid). The pool holds no reference to the
 loader or its iterator, and stops its workers when it is garbage collected or at exit.
 
-``ProcessPool``: processes from a multiprocessing context (fork, spawn or forkserver), all started at
-once. Each worker copies the dataset (inherits it, or unpickles it), sets torch's worker info and
+``ProcessPool``: processes from a multiprocessing context (fork, spawn or forkserver), all started
+at once. Each worker copies the dataset (inherits it, or unpickles it), sets torch's worker info and
 seeds, runs ``worker_init_fn``, then produces the tasks it is sent, in order, into the batch
 buffers of the shared arena (a memfd: inherited by a fork, handed over by file-descriptor passing
 otherwise). A worker dies with the training process (PR_SET_PDEATHSIG, and a check of its parent
