@@ -19,6 +19,7 @@ Needs ``expecttest`` (torch.testing's import) and ``pytest-timeout`` (requiremen
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,10 @@ def main():
     ap.add_argument("-k", default=None, help="pytest -k expression")
     ap.add_argument("--timeout", type=int, default=180, help="seconds a test may take")
     ap.add_argument("--junit", default=None, help="also keep the JUnit XML report here")
+    ap.add_argument("--suite-timeout", type=int, default=5400,
+                    help="seconds for the whole run; then pytest and its children are killed "
+                         "(a loader whose workers keep the interpreter from exiting after the "
+                         "last test), and the report it wrote, if any, is read")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="stoker-conformance-") as tmp:
@@ -81,7 +86,14 @@ def main():
         if args.k:
             cmd += ["-k", args.k]
         print(f"== {args.loader} DataLoader: {' '.join(cmd)}", flush=True)
-        rc = subprocess.call(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(args.suite_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+            print(f"pytest did not end within {args.suite_timeout} s: killed", flush=True)
         if not os.path.exists(junit):
             print(f"no report (pytest exit code {rc})")
             return 2
