@@ -799,3 +799,29 @@ def test_batches_live_in_recycled_shared_buffers():
     s = loader.stats()
     assert s["buffer_bytes"] <= s["memory_budget"]
     assert s["batches"] == 4 * 6 and s["pickled_batches"] == 0
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((1000,), float(i)), i
+
+
+def test_an_epoch_left_early_does_not_reuse_buffers_its_workers_still_write():
+    # Persistent workers still producing the batches of a `break`: the next epoch waits for them
+    # before it hands their buffers out again (a 1 MiB budget makes it reuse every buffer).
+    loader = stoker.DataLoader(Rows(), batch_size=4, num_workers=2, persistent_workers=True,
+                               memory_budget="1MiB")
+    ref = [b[1].tolist() for b in stoker.DataLoader(Rows(), batch_size=4, num_workers=0)]
+    for epoch in range(4):
+        got = []
+        for k, (x, y) in enumerate(loader):
+            assert torch.equal(x, y[:, None].float().expand(-1, 1000)), (epoch, k)
+            got.append(y.tolist())
+            if epoch % 2 == 0 and k == 1:
+                break
+        if epoch % 2:
+            assert got == ref
+    assert loader.stats()["pickled_batches"] == 0
