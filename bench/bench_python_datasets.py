@@ -9,6 +9,11 @@ interleaved (so a slow spell of this shared machine hits all of them alike), and
 each figure is shown.
 
     python bench/bench_python_datasets.py [--repeat 3] [--datasets heavy,light]
+        [--baseline OTHER_VENV/bin/python]
+
+``--baseline``: also runs Stoker as another interpreter has it installed (e.g. a checkout of an
+earlier commit with its own ``make install``), interleaved with the rest, and compares this
+Stoker with it at equal workers and at each one's best ("base" rows).
 """
 
 import argparse
@@ -110,8 +115,8 @@ def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's defau
     return {"samples_s": n / elapsed, "first_s": first}
 
 
-def run_child(kind, which, workers, steady=0):
-    return run_measured([sys.executable, HERE, "--child", kind, which, str(workers),
+def run_child(kind, which, workers, steady=0, python=None):
+    return run_measured([python or sys.executable, HERE, "--child", kind, which, str(workers),
                          "--steady", str(steady)])
 
 
@@ -123,6 +128,8 @@ def main():
     ap.add_argument("--datasets", default="heavy,light")
     ap.add_argument("--steady", type=int, default=5,
                     help="epochs after the first for the steady-state line (0: none)")
+    ap.add_argument("--baseline", default=None,
+                    help="python of another Stoker install to compare with (rows 'base')")
     args = ap.parse_args()
     if args.child:
         kind, which, workers = args.child
@@ -140,10 +147,17 @@ def main():
         print("(noseed: stoker with seed_samples=False)")
         print(f"{'workers':>7} {'loader':>7} {'samples/s':>10} {'first batch':>12} "
               f"{'peak RSS':>10}")
-        runs = [(w, kind) for w in counts for kind in ("torch", "stoker", "noseed")]
+        kinds = ("torch", "stoker", "noseed") + (("base",) if args.baseline else ())
+        runs = [(w, kind) for w in counts for kind in kinds]
         runs.append(("auto", "stoker"))
-        rounds = [{(kind, w): run_child(kind, which, w) for w, kind in runs}
-                  for _ in range(args.repeat)]
+        if args.baseline:
+            runs.append(("auto", "base"))
+
+        def child(kind, w):
+            if kind == "base":
+                return run_child("stoker", which, w, python=args.baseline)
+            return run_child(kind, which, w)
+        rounds = [{(kind, w): child(kind, w) for w, kind in runs} for _ in range(args.repeat)]
         results = {key: {f: statistics.median(r[key][f] for r in rounds)
                          for f in rounds[0][key]} for key in rounds[0]}
         for w, kind in runs:
@@ -164,6 +178,21 @@ def main():
                   f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "
                   f"{s['first_s'] / t['first_s']:.2f}x, peak RSS "
                   f"{s['peak_rss'] / t['peak_rss']:.2f}x")
+        if args.baseline:  # this Stoker against the baseline install
+            for w in counts + ["auto"]:
+                b, s = results[("base", w)], results[("stoker", w)]
+                print(f"stoker vs base, workers={w}: throughput "
+                      f"{s['samples_s'] / b['samples_s']:.2f}x, first batch "
+                      f"{s['first_s'] / b['first_s']:.2f}x, peak RSS "
+                      f"{s['peak_rss'] / b['peak_rss']:.2f}x")
+            options = counts + ["auto"]
+            bb = max(options, key=lambda w: results[("base", w)]["samples_s"])
+            bs = max(options, key=lambda w: results[("stoker", w)]["samples_s"])
+            b, s = results[("base", bb)], results[("stoker", bs)]
+            print(f"stoker vs base, each at its best (base {bb}, stoker {bs}): throughput "
+                  f"{s['samples_s'] / b['samples_s']:.2f}x, first batch "
+                  f"{s['first_s'] / b['first_s']:.2f}x, peak RSS "
+                  f"{s['peak_rss'] / b['peak_rss']:.2f}x")
         s = results[("stoker", "auto")]
         print(f"stoker default (auto) vs torch best ({bt} workers): throughput "
               f"{s['samples_s'] / t['samples_s']:.2f}x, first batch "

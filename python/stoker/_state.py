@@ -105,6 +105,8 @@ def begin(loader):
     epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
     if start:
         num_batches = plan(loader, start).num_batches
+    elif order_kind(loader) == "iterable":
+        num_batches = None  # len() of an IterableDataset is the user's to ask (torch warns then)
     else:
         try:
             num_batches = len(loader)

@@ -22,7 +22,7 @@ __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 # PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-_DEFAULT_MAX_PIXELS = 89_478_485  # PIL's Image.MAX_IMAGE_PIXELS
+_DEFAULT_MAX_PIXELS = _native.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (image/decode.h)
 
 _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "

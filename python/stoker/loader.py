@@ -11,8 +11,8 @@ from . import _native, _state, balance
 from . import device as _device
 from .errors import MemoryBudgetError
 
-_MAX_WORKERS = 256
-_MAX_PREFETCH = 64
+_MAX_WORKERS = _native.MAX_WORKERS
+_MAX_PREFETCH = _native.MAX_PREFETCH_FACTOR
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -66,7 +66,8 @@ def _torch_available():
 _PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
                 "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
                 "generator": None, "worker_type": "auto", "seed_samples": True,
-                "consumer_helps": True}
+                "consumer_helps": None, "multiprocessing_context": None, "in_order": True,
+                "pin_memory_device": ""}
 
 
 def _is_native(dataset):
@@ -127,6 +128,9 @@ class DataLoader:
     _classes = None
     _weights = ()
     class_weights = None
+
+    def __class_getitem__(cls, item):  # DataLoader[T] in annotations, as torch's is generic
+        return cls
 
     def __new__(cls, dataset=None, *args, **kwargs):
         if cls is DataLoader and kwargs.get("offload") is not None:

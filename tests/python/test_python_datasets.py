@@ -219,31 +219,33 @@ def test_batches_identical_for_any_worker_count_with_random_augmentation():
 
 
 def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normals():
-    from stoker import _native, workers
-    seeder = workers.sample_seeder()
-    assert seeder is not workers._seed_slow  # the generators' fields were located here
+    from stoker import _native, rng_fields, seeding
+    seeder = seeding.global_seeder()
+    assert seeder is not None  # the generators' fields were located (and verified) here
+    key = _native.sample_key(5, 2, 11)
+    assert key < 2**63
     draws = []
     for leftover in (False, True):
         if leftover:  # a previous sample left a cached normal in each generator
             random.gauss(0, 1)
             np.random.standard_normal()
-            while workers._torch_cpu_generator.get_state()[5040] != 1:  # normal_is_valid
+            while torch.default_generator.get_state()[5040] != 1:  # normal_is_valid
                 torch.randn(1)
-        seeder(5, 2, 11)
+        seeder.seed(key, list(seeding.GENERATORS))
         draws.append((random.random(), random.gauss(0, 1), np.random.rand(),
                       np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item()))
-    key = _native.sample_seed(5, 2, 11)
     assert torch.initial_seed() == key
     random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
     np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
                          624, 0, 0.0))
-    torch.set_rng_state(workers._torch_state(key, _native.mt19937_state(key, "torch")))
+    torch.set_rng_state(rng_fields.torch_state(key, _native.mt19937_state(key, "torch")))
     expected = (random.random(), random.gauss(0, 1), np.random.rand(),
                 np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item())
     assert draws == [expected, expected]
-    workers._seed_slow(5, 2, 12)  # the fallback path gives the same states as the native one
+    other = _native.sample_key(5, 2, 12)
+    seeding._slow_seed((False, False, False))(other)  # the public calls give the same states
     slow = (random.random(), np.random.rand(), torch.rand(1).item())
-    seeder(5, 2, 12)
+    seeder.seed(other, list(seeding.GENERATORS))
     assert slow == (random.random(), np.random.rand(), torch.rand(1).item())
     # The three generators get different states.
     assert len({random.random(), np.random.rand(), torch.rand(1, dtype=torch.float64).item()}) == 3
@@ -265,10 +267,10 @@ class SometimesRandom(Dataset):
 
 
 def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
-    from stoker import _native, workers
+    from stoker import _native, seeding
 
     def expected(i):
-        workers._seed_slow(5, 1, i)
+        seeding._slow_seed((False, False, False))(_native.sample_key(5, 1, i))
         return SometimesRandom()[i]
 
     def run(workers_n, mode):
@@ -290,10 +292,10 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
         def __getitem__(self, i):
             calls[i] += 1
             return super().__getitem__(i)
-    fetcher = workers.sample_fetcher(5, True)
+    fetcher = seeding.fetcher(5, True)
     got = fetcher.fetch(Counting(), 1, list(range(150)))
     assert fetcher.modes == ["lazy", "lazy", "lazy"] and set(calls.values()) == {1}
-    key = _native.sample_seed(5, 1, 149)
+    key = _native.sample_key(5, 1, 149)
     assert torch.initial_seed() == key  # torch's initial_seed() is always the sample's key
     for start in range(150, 240, 10):  # chunks; any sequence of indices
         got += fetcher.fetch(Counting(), 1, np.arange(start, start + 10))
@@ -306,7 +308,7 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
 
 
 def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index():
-    from stoker import workers
+    from stoker import _native, seeding
 
     class DrawsThenFails(Dataset):
         def __getitem__(self, i):
@@ -314,34 +316,36 @@ def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index()
                 if np.random.rand() < 2:
                     raise ValueError("bad sample")
             return i
-    fetcher = workers.sample_fetcher(0, True)
+    fetcher = seeding.fetcher(0, True)
     fetcher.fetch(DrawsThenFails(), 0, range(100))
     with pytest.raises(ValueError, match="bad sample") as info:
         fetcher.fetch(DrawsThenFails(), 0, [99, 100, 101])
     assert info.value._stoker_index == 100 and fetcher.modes == ["lazy", "seeded", "lazy"]
-    with pytest.raises(TypeError, match="integer sample indices.*'a'") as info:
-        fetcher.fetch({"a": 1}, 0, ["a"])
-    assert info.value._stoker_index == "a"
-    assert workers.sample_fetcher(0, False).fetch({"a": 1}, 0, ["a"]) == [1]
+    # A key that is not an integer (a bulk sampler's list) is seeded from its place in the epoch.
+    got = seeding.fetcher(0, "always").fetch({"a": 1, "b": 2}, 3, ["a", "b"], 7)
+    assert got == [1, 2] and torch.initial_seed() == _native.position_key(0, 3, 7, 1)
     with pytest.raises(ValueError, match="seed_samples"):
         stoker.DataLoader(Random(), seed_samples="sometimes")
 
 
-def test_global_rng_states_puts_back_every_generator_with_its_cached_normals():
-    from stoker import workers
+def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
+    from stoker import _native, seeding
     random.seed(3)
     np.random.seed(4)
     torch.manual_seed(5)
     random.gauss(0, 1)  # each generator now holds a cached normal
     np.random.standard_normal()
-    while workers._torch_cpu_generator.get_state()[5040] != 1:
+    while torch.default_generator.get_state()[5040] != 1:
         torch.randn(1)
-    restore = workers.global_rng_states()
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     before = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
               np.random.rand(), torch.randn(3), torch.rand(2))
-    workers.sample_seeder()(1, 2, 3)
-    random.random(), np.random.rand(), torch.rand(5)
-    restore()
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+    with seeding.caller_states_kept():
+        seeding.global_seeder().seed(_native.sample_key(1, 2, 3), list(seeding.GENERATORS))
+        random.random(), np.random.rand(), torch.rand(5)
     after = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
              np.random.rand(), torch.randn(3), torch.rand(2))
     assert before[:4] == after[:4]
@@ -351,14 +355,14 @@ def test_global_rng_states_puts_back_every_generator_with_its_cached_normals():
 @pytest.mark.parametrize("column", [[1, -2, 3], [0.5, 2.0, -1.25], [True, False], [2**70, 1],
                                     [2**63 - 1, -2**63]])
 def test_number_columns_collate_exactly_as_default_collate(column):
-    from stoker import workers
+    from stoker import batch_structure
     try:
         expected = default_collate(column)
     except Exception as e:
         with pytest.raises(type(e)):
-            workers._collate_column(column)
+            batch_structure._collate_column(column)
         return
-    got = workers._collate_column(column)
+    got = batch_structure._collate_column(column)
     assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
@@ -412,12 +416,11 @@ class Uneven(Dataset):
         return t, (i if i % 3 else i / 2)
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-def test_first_batch_shared_with_the_workers_falls_back_like_default_collate(workers):
-    # Batch 0 is produced by this process and the workers together: samples that differ in
-    # structure or shape must give what torch gives, value or error.
+@pytest.mark.parametrize("workers", [0, 1, 3, "auto"])
+def test_samples_that_differ_collate_like_default_collate(workers):
+    # Samples that differ in structure or shape give what torch gives, value or error.
     both(Uneven(), workers=workers, batch_size=4)
-    for bad in (1, 6):  # in the shared first batch, in a later one
+    for bad in (1, 6):  # in the first batch, in a later one
         with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
             list(torch.utils.data.DataLoader(Uneven(bad), batch_size=4))
         with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
@@ -433,14 +436,22 @@ class WhoRan(Dataset):
         return torch.tensor([i, random.randrange(1000)]), os.getpid()
 
 
-def test_the_consumer_produces_samples_of_the_batch_it_waits_for():
+def test_with_explicit_workers_every_sample_runs_in_a_worker():
     ref = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=0))
-    loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=1)
-    got = list(loader)
-    pids = {p for _, ps in got for p in ps.tolist()}
-    assert os.getpid() in pids and len(pids) == 2  # this process and the worker both produced
-    assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # the same samples
-    assert loader.stats()["pickled_batches"] == 0
+    for n in (1, 2):
+        loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=n)
+        got = list(loader)
+        pids = {p for _, ps in got for p in ps.tolist()}
+        assert os.getpid() not in pids and len(pids) == n
+        assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # same samples
+        assert loader.stats()["pickled_batches"] == 0
+    # consumer_helps=True asks this process to produce too (for a dataset that allows it).
+    got = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=1,
+                                 consumer_helps=True, prefetch_factor=1))
+    assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]
+    assert os.getpid() in {p for _, ps in got for p in ps.tolist()}
+    with pytest.raises(TypeError, match="consumer_helps must be None, True or False"):
+        stoker.DataLoader(WhoRan(), consumer_helps="no")
 
 
 class Paced(Dataset):
@@ -455,40 +466,32 @@ class Paced(Dataset):
         return torch.tensor([i, random.randrange(1000)]), os.getpid()
 
 
-def test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it(children):
-    expected_workers = stoker.DataLoader(Paced(1, 0), num_workers="auto").num_workers
-
-    def run(n, seconds, persistent=False):
-        loader = stoker.DataLoader(Paced(n, seconds), batch_size=16, shuffle=True,
-                                   persistent_workers=persistent)
-        forked = []
-        got = []
-        for batch in loader:
-            forked.append((loader.stats()["worker_processes"], len(children())))
-            got.append(batch)
-        ref = list(stoker.DataLoader(Paced(n, 0), batch_size=16, shuffle=True, num_workers=0))
-        assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]  # same samples
-        return forked, {p for _, ps in got for p in ps.tolist()} - {os.getpid()}
-    # Fast samples, a short epoch: this process produces it alone; nothing is forked.
-    forked, pids = run(2000, 0)
-    assert set(forked) == {(0, 0)} and not pids
-    # 5 ms a sample: the first chunk shows that the batch is slow; a worker is forked to help.
-    forked, pids = run(48, 0.005)
-    assert forked[0] == (1, 1) and forked[-1] == (expected_workers, expected_workers) and pids
-    # 0.3 ms a sample: the first batch is fast, but the epoch's rest (0.7 s) pays for the forks,
-    # which come once a second batch confirms the pace.
-    forked, pids = run(2400, 0.0003)
-    assert forked[:2] == [(0, 0), (0, 0)] and forked[2] == (expected_workers,) * 2 and pids
-    # 0.2 ms a sample, a 0.3 s epoch: not worth a fork for one epoch, but with persistent workers
-    # (kept for the epochs to come) it is.
-    forked, pids = run(1200, 0.0002)
-    assert set(forked) == {(0, 0)} and not pids
-    forked, pids = run(1200, 0.0002, persistent=True)
-    assert forked[:2] == [(0, 0), (0, 0)] and forked[2] == (expected_workers,) * 2 and pids
-    assert children() == []
+def test_the_policy_decides_from_timings_alone():
+    from stoker import policy
+    p = policy.ExecutorPolicy(cores=4)
+    assert p.first_chunks(0.001, 10).kind == "stay"  # 10 ms left in the batch
+    d = p.first_chunks(0.001, 30)  # 30 ms: workers now, one a core but this process's
+    assert (d.kind, d.workers) == ("processes", 3)
+    p = policy.ExecutorPolicy(cores=4)
+    assert p.after_batch(0.0001, 4000).kind == "stay"  # 0.4 s of epoch left
+    assert p.after_batch(0.0002, 3000).kind == "stay"  # the fastest pace so far counts
+    assert p.after_batch(0.0002, 6000).kind == "processes"  # 0.6 s
+    persistent = policy.ExecutorPolicy(cores=2, persistent=True)
+    assert persistent.after_batch(0.0001, 2000).kind == "processes"  # 0.2 s, paid once
+    spawned = policy.ExecutorPolicy(cores=2, forked=False)  # each worker imports torch first
+    assert spawned.after_batch(0.001, 2000).kind == "stay"
+    assert spawned.first_chunks(0.001, 30).kind == "stay"
+    assert spawned.after_batch(0.001, 3000).workers == 1
+    threads = policy.ExecutorPolicy(cores=2, threads_allowed=True)
+    assert threads.wants_thread_trial()
+    assert threads.thread_trial(0.003, 0.0016).kind == "threads"  # 0.53x: releases the GIL
+    assert threads.thread_trial(0.003, 0.003).kind == "stay"
+    assert threads.thread_trial(0.003, 0.003).workers == 0
+    assert not policy.ExecutorPolicy(cores=1, threads_allowed=True).wants_thread_trial()
 
 
 class Waiting(Dataset):
+
     """3 ms a sample, with the GIL released (as file reads and most decoders release it) or
     held (pure Python)."""
 
@@ -510,52 +513,103 @@ class Waiting(Dataset):
         return torch.tensor([i, i * i]), i % 5
 
 
-def test_auto_runs_on_threads_when_the_work_releases_the_gil(children):
-    ref = [b[0].tolist() for b in stoker.DataLoader(Waiting(True), batch_size=16, shuffle=True,
+class ScriptedPolicy:
+    """An ExecutorPolicy whose answers are scripted, not timed: the loader's plumbing under each
+    decision is tested here; the decisions from timings in test_the_policy_decides_...()."""
+
+    def __init__(self, first=None, after=(), trial=None):
+        from stoker import policy
+        self.stay = policy.STAY
+        self.first, self.after, self.trial = first, list(after), trial
+        self.calls = []
+
+    def wants_thread_trial(self):
+        return self.trial is not None
+
+    def first_chunks(self, pace, rest):
+        self.calls.append("first_chunks")
+        return self.first or self.stay
+
+    def thread_trial(self, one, two):
+        self.calls.append("thread_trial")
+        return self.trial
+
+    def after_batch(self, pace, left):
+        self.calls.append("after_batch")
+        return self.after.pop(0) if self.after else self.stay
+
+
+def test_auto_starts_workers_when_its_policy_says_so(children):
+    from stoker.policy import Decision
+    ref = [b[0].tolist() for b in stoker.DataLoader(Paced(96, 0), batch_size=16, shuffle=True,
                                                      num_workers=0)]
 
-    def run(releases, **kw):
-        loader = stoker.DataLoader(Waiting(releases), batch_size=16, shuffle=True, **kw)
-        got = []
-        for b in loader:
-            got.append(b[0].tolist())
-            if releases and kw.get("seed_samples") is False and Waiting.thread_safe:
-                assert children() == []  # no process is forked
-        assert got == ref
-        stats = loader.stats()
-        return stats["worker_threads"], stats["worker_processes"]
-    threads, processes = run(True, seed_samples=False)
-    assert threads == min(stoker.usable_cores(), 16) and processes == 0
-    # Per-sample seeding of the process-global generators needs processes.
-    threads, processes = run(True)
-    assert threads == 0 and processes >= 1
-    # Work that holds the GIL does not go faster on a second thread: processes.
-    threads, processes = run(False, seed_samples=False)
-    assert threads == 0 and processes >= 1
-    # A dataset that does not say it is thread-safe never runs on two threads at once.
-    Waiting.thread_safe = False
-    try:
-        threads, processes = run(True, seed_samples=False)
-    finally:
-        Waiting.thread_safe = True
-    assert threads == 0 and processes >= 1
+    def run(policy, **kw):
+        loader = stoker.DataLoader(Paced(96, 0.001), batch_size=16, shuffle=True, **kw)
+        loader._policy = policy
+        forked, got = [], []
+        for batch in loader:
+            forked.append((loader.stats()["worker_processes"], len(children())))
+            got.append(batch)
+        if kw.get("seed_samples") is False:  # the same samples (their draws: whoever drew first)
+            assert [b[0][:, 0].tolist() for b in got] == [[x[0] for x in b] for b in ref]
+        else:  # the same samples, bit for bit, whoever produced them
+            assert [b[0].tolist() for b in got] == ref
+        return forked, {p for _, ps in got for p in ps.tolist()}
+    # Staying: this process produces the epoch alone; nothing is forked.
+    policy = ScriptedPolicy()
+    forked, pids = run(policy)
+    assert set(forked) == {(0, 0)} and pids == {os.getpid()}
+    assert policy.calls == ["first_chunks"] + ["after_batch"] * 6
+    # Workers during the first batch (from its first chunks): this process keeps producing.
+    forked, pids = run(ScriptedPolicy(first=Decision("processes", 2, "")))
+    assert set(forked) == {(2, 2)} and os.getpid() in pids and len(pids) == 3
+    # Workers after the second batch, for the batches after it.
+    policy = ScriptedPolicy(after=[policy_stay(), Decision("processes", 1, "")])
+    forked, pids = run(policy)
+    assert forked[0] == (0, 0) and set(forked[1:]) == {(1, 1)}
+    assert policy.calls == ["first_chunks", "after_batch", "after_batch"]
+    # Threads after a trial: no process.
+    loader_policy = ScriptedPolicy(trial=Decision("threads", 2, ""))
+    forked, pids = run(loader_policy, seed_samples=False)
+    assert set(forked) == {(0, 0)} and pids == {os.getpid()}
+    assert loader_policy.calls == ["thread_trial"]
     assert children() == []
 
 
-def test_without_consumer_help_every_sample_runs_in_a_worker():
-    ref = list(stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=0))
-    loader = stoker.DataLoader(WhoRan(), batch_size=8, shuffle=True, num_workers=2,
-                               consumer_helps=False)
-    got = list(loader)
-    pids = {p for _, ps in got for p in ps.tolist()}
-    assert os.getpid() not in pids and len(pids) == 2
-    assert [b[0].tolist() for b in got] == [b[0].tolist() for b in ref]
-    with pytest.raises(TypeError, match="consumer_helps must be True or False"):
-        stoker.DataLoader(WhoRan(), consumer_helps="no")
+def policy_stay():
+    from stoker.policy import STAY
+    return STAY
 
 
-def test_error_in_the_shared_first_batch_names_the_sample():
-    for bad in range(4):  # whichever process claims it
+def test_auto_tries_threads_only_for_thread_safe_datasets_without_seeding():
+    def allowed(**kw):
+        loader = stoker.DataLoader(Waiting(True), batch_size=16, **kw)
+        iter(loader)
+        return loader._policy.threads_allowed
+    assert allowed(seed_samples=False)
+    # Per-sample seeding of the process-global generators needs processes: threads would race.
+    assert not allowed()
+    assert not allowed(seed_samples="always")
+    # A dataset that does not say it is thread-safe never runs on two threads at once.
+    Waiting.thread_safe = False
+    try:
+        assert not allowed(seed_samples=False)
+    finally:
+        Waiting.thread_safe = True
+
+
+def test_threads_run_a_gil_releasing_dataset_with_the_same_batches(children):
+    ref = [b[0].tolist() for b in stoker.DataLoader(Waiting(True), batch_size=16, shuffle=True,
+                                                     num_workers=0, seed_samples=False)]
+    loader = stoker.DataLoader(Waiting(True), batch_size=16, shuffle=True, num_workers=2,
+                               worker_type="thread")
+    assert [b[0].tolist() for b in loader] == ref
+    assert loader.stats()["worker_threads"] == 2 and children() == []
+
+
+def test_error_names_the_sample_and_the_epoch_goes_on():
+    for bad in range(4):
         loader = stoker.DataLoader(Failing(bad=bad), batch_size=4, num_workers=2)
         it = iter(loader)
         with pytest.raises(ValueError, match=f"bad sample {bad}") as info:
@@ -571,11 +625,12 @@ class SlowFailing(Failing):
         return super().__getitem__(i)
 
 
-def test_error_in_a_batch_the_consumer_helped_ahead_with_comes_in_order():
-    # The consumer produces chunks of later batches while the worker finishes the one due; a
-    # failure there must surface when its batch is due, after every batch before it.
-    for bad in (13, 22, 30):
-        loader = stoker.DataLoader(SlowFailing(bad=bad, n=40), batch_size=4, num_workers=1)
+def test_an_error_comes_in_order_whoever_produced_its_batch():
+    # With consumer_helps, this process produces later batches while the worker finishes the one
+    # due; a failure there must surface when its batch is due, after every batch before it.
+    for bad, helps in ((13, None), (22, True), (30, True)):
+        loader = stoker.DataLoader(SlowFailing(bad=bad, n=40), batch_size=4, num_workers=1,
+                                   consumer_helps=helps)
         got = []
         with pytest.raises(ValueError, match=f"bad sample {bad}") as info:
             for b in loader:
@@ -622,7 +677,7 @@ def test_on_error_skip_replaces_failed_samples_deterministically():
     from stoker import _native
 
     def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/loader.cc)
-        return next(o for o in (_native.sample_seed(seed, epoch, i * 16 + a) % 30
+        return next(o for o in (_native.hash_key(seed, epoch, i * 16 + a) % 30
                                 for a in range(1, 17)) if o != i and o not in (3, 11))
 
     def run(workers_n):
@@ -655,10 +710,9 @@ def test_on_error_skip_replaces_failed_samples_deterministically():
 
 def test_killed_worker_raises_naming_pid_and_signal_without_hanging(children):
     start = time.monotonic()
-    with pytest.raises(stoker.WorkerError, match=r"worker \d \(pid \d+\) was killed by signal "
-                                                 r"SIGKILL") as info:
-        # consumer_helps=False: every sample runs in a worker, none in this process
-        list(stoker.DataLoader(Killing(), batch_size=2, num_workers=2, consumer_helps=False))
+    with pytest.raises(stoker.WorkerError, match=r"DataLoader worker \(pid \d+\) is killed by "
+                                                 r"signal: Killed") as info:
+        list(stoker.DataLoader(Killing(), batch_size=2, num_workers=2))
     assert time.monotonic() - start < 10
     assert not psutil.pid_exists(info.value.pid) or \
         psutil.Process(info.value.pid).status() == psutil.STATUS_ZOMBIE
@@ -679,8 +733,7 @@ def test_break_and_gc_leave_no_process_and_no_shared_memory_file(children):
     before = shm_entries()
     loader = stoker.DataLoader(Slow(0.01), batch_size=2, num_workers=3)
     for b, _ in enumerate(loader):
-        # The first batch comes from this process and one worker, the others start after it.
-        assert len(children()) == (1 if b == 0 else 3)
+        assert len(children()) == 3  # all started before the first batch
         if b == 1:
             break
     assert children() == []
@@ -746,3 +799,29 @@ def test_batches_live_in_recycled_shared_buffers():
     s = loader.stats()
     assert s["buffer_bytes"] <= s["memory_budget"]
     assert s["batches"] == 4 * 6 and s["pickled_batches"] == 0
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((1000,), float(i)), i
+
+
+def test_an_epoch_left_early_does_not_reuse_buffers_its_workers_still_write():
+    # Persistent workers still producing the batches of a `break`: the next epoch waits for them
+    # before it hands their buffers out again (a 1 MiB budget makes it reuse every buffer).
+    loader = stoker.DataLoader(Rows(), batch_size=4, num_workers=2, persistent_workers=True,
+                               memory_budget="1MiB")
+    ref = [b[1].tolist() for b in stoker.DataLoader(Rows(), batch_size=4, num_workers=0)]
+    for epoch in range(4):
+        got = []
+        for k, (x, y) in enumerate(loader):
+            assert torch.equal(x, y[:, None].float().expand(-1, 1000)), (epoch, k)
+            got.append(y.tolist())
+            if epoch % 2 == 0 and k == 1:
+                break
+        if epoch % 2:
+            assert got == ref
+    assert loader.stats()["pickled_batches"] == 0

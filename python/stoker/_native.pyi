@@ -1,0 +1,262 @@
+# Type stubs of stoker._native, generated from the extension by nanobind's stubgen:
+#   .venv/bin/python -m nanobind.stubgen -m stoker._native -o python/stoker/_native.pyi
+# (then this header put back). Regenerate after changing a binding.
+"""Stoker's native engine"""
+
+from collections.abc import Mapping, Sequence, Set
+from typing import Annotated, overload
+
+import numpy
+from numpy.typing import NDArray
+
+
+class Source:
+    def __len__(self) -> int: ...
+
+    @property
+    def field_names(self) -> list[str]: ...
+
+class ArraySource(Source):
+    def __init__(self, arrays: Sequence[Annotated[NDArray, dict(device='cpu', writable=False)]], names: Sequence[str]) -> None: ...
+
+class TokenSource(Source):
+    def __init__(self, path: str, dtype: str, seq_len: int) -> None: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+class FaultySource(Source):
+    def __init__(self, size: int, width: int = 1, fail: Set[int] = ..., delay_us: int = 0) -> None: ...
+
+class EpochIterator:
+    def next(self, torch: bool) -> tuple:
+        """The next batch as a tuple of arrays; StopIteration at the end."""
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+class Loader:
+    def __init__(self, source: Source, batch_size: int, shuffle: bool, seed: int, drop_last: bool, num_workers: int, prefetch_factor: int, pin_memory: str, memory_budget: int, rank: int, world_size: int, on_error: str, cpu_budget: int = 0) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    @property
+    def samples_per_rank(self) -> int: ...
+
+    @property
+    def num_workers(self) -> int: ...
+
+    @property
+    def prefetch_factor(self) -> int: ...
+
+    @property
+    def memory_budget(self) -> int: ...
+
+    @property
+    def pinned(self) -> bool: ...
+
+    def iterate(self, epoch: int, start_batch: int = 0) -> EpochIterator: ...
+
+    def stats(self) -> dict: ...
+
+def cuda_available() -> bool:
+    """True when a CUDA driver and device are present."""
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+
+def physical_memory_bytes() -> int: ...
+
+class ImageFiles:
+    def __len__(self) -> int: ...
+
+    def label(self, index: int) -> int: ...
+
+    def path(self, index: int) -> str: ...
+
+    @property
+    def labels(self) -> list[int]: ...
+
+    def read(self, index: int) -> bytes:
+        """The file bytes of sample `index`."""
+
+class ImageFolderFiles(ImageFiles):
+    def __init__(self, samples: Sequence[tuple[str, int]]) -> None: ...
+
+class TarShardFiles(ImageFiles):
+    def __init__(self, paths: Sequence[str]) -> None: ...
+
+    @property
+    def num_shards(self) -> int: ...
+
+class ImageSource(Source):
+    def __init__(self, files: ImageFiles, pipeline: list, max_pixels: int) -> None: ...
+
+    @property
+    def image_shape(self) -> list[int]: ...
+
+    @property
+    def image_dtype(self) -> str: ...
+
+    def sample(self, index: int, seed: int, epoch: int) -> list:
+        """Raw bytes of each field of one sample (image, label)."""
+
+class ChannelStatsSource(Source):
+    def __init__(self, files: ImageFiles, max_pixels: int) -> None: ...
+
+def check_pipeline(pipeline: list) -> tuple[list[int], str]:
+    """(output shape, dtype name); ValueError when the pipeline is invalid."""
+
+@overload
+def decode_file(path: str, max_pixels: int = 89478485) -> NDArray[numpy.uint8]: ...
+
+@overload
+def decode_file(data: bytes, max_pixels: int = 89478485) -> NDArray[numpy.uint8]:
+    """Decodes a whole image to an HWC uint8 RGB array."""
+
+def decode_only(paths: Sequence[str], threads: int, min_seconds: float) -> dict:
+    """
+    Decode-only throughput bound: every file in memory, full-size decodes on `threads` threads for at least min_seconds.
+    """
+
+def tune_loader(source: Source, knobs: list, base: dict, options: dict, min_seconds: float, progress: object | None = None) -> dict:
+    """Tunes Stoker's loader over `source`; measurements run natively."""
+
+def tune_callback(knobs: list, measure: object, memory: object | None = None, options: dict, progress: object | None = None) -> dict:
+    """
+    Tunes with a Python measurement callback: measure(config) -> samples/s.
+    """
+
+def estimate_loader_memory(config: Mapping[str, int], sample_bytes: int, batch_size: int) -> int: ...
+
+def read_system() -> dict: ...
+
+def diagnose(figures: dict) -> dict:
+    """The verdict for the figures of a run (see stoker/diagnosis.h)."""
+
+MAX_WORKERS: int = 256
+
+MAX_PREFETCH_FACTOR: int = 64
+
+DEFAULT_MAX_PIXELS: int = 89478485
+
+LEAF_ALIGNMENT: int = 64
+
+def gather_columns(structure: object, samples: object, array_types: object, object_types: object, np_dtypes: object) -> object:
+    """
+    (array columns, object columns) of a batch whose samples all have `structure` (batch_structure.flatten's tree of sample 0) with leaves of the same types, else None (src/python/column_gatherer.h).
+    """
+
+def plan_num_batches(n: int, batch_size: int, drop_last: bool, rank: int, world_size: int) -> int: ...
+
+def batch_indices(n: int, batch_size: int, shuffle: bool, seed: int, epoch: int, drop_last: bool, rank: int, world_size: int, batch: int) -> list[int]:
+    """
+    The sample indices of batch `batch` of an epoch, exactly as the native loader visits them.
+    """
+
+class SharedArena:
+    """Shared memory for batches: one memfd (include/stoker/shared_arena.h)."""
+
+    @staticmethod
+    def attach(fd: int) -> SharedArena:
+        """
+        Maps the arena of another process's memfd `fd` (this arena owns and closes it).
+        """
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def array(self, torch: bool) -> object:
+        """The whole arena as one writable uint8 tensor (or NumPy array)."""
+
+    def drop_pages(self, offset: int, bytes: int) -> None:
+        """
+        Drops this process's mapping of the whole pages in [offset, offset + bytes).
+        """
+
+class Lease:
+    @property
+    def offset(self) -> int: ...
+
+class SharedPool:
+    """Batch buffers carved from a SharedArena (src/python/shared_pool.h)."""
+
+    def __init__(self, buffer_bytes: int, budget_bytes: int) -> None: ...
+
+    def acquire(self, timeout_ms: int) -> Lease:
+        """A free buffer, or None after timeout_ms milliseconds."""
+
+    def view(self, lease: Lease, regions: Sequence[tuple[int, int]], torch: bool) -> list:
+        """
+        uint8 arrays over (offset, nbytes) regions of the lease's buffer, without a copy; the buffer returns to the pool when the last of them (and the lease) dies.
+        """
+
+    @property
+    def arena(self) -> SharedArena: ...
+
+    @property
+    def buffer_bytes(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def bytes_allocated(self) -> int: ...
+
+    @property
+    def peak_bytes_allocated(self) -> int: ...
+
+def hash_key(a: int, b: int, c: int) -> int:
+    """
+    random.h's hash_key(a, b, c): 64 bits (on_error="skip" draws replacements with it).
+    """
+
+def sample_key(seed: int, epoch: int, index: int) -> int:
+    """
+    The 63-bit key of sample `index` of `epoch` (what torch.initial_seed() reports in it).
+    """
+
+def position_key(seed: int, epoch: int, batch: int, row: int) -> int:
+    """The key of a sample fetched by a non-integer index, from its place."""
+
+def mt19937_state(key: int, generator: str) -> list[int]:
+    """
+    The 624-word MT19937 state a sample key gives `generator` ("random", "numpy" or "torch").
+    """
+
+class GlobalSeeder:
+    """
+    Writes the global generators' states in place (src/python/global_seeder.h); made by rng_fields.py only.
+    """
+
+    def __init__(self, py_index: int, py_state: int, py_dict: dict, np_key: int, np_pos: int, np_has_gauss: int, np_gauss: int, torch_mt: int, torch_float_engaged: int, torch_double_engaged: int) -> None: ...
+
+    def seed(self, key: int, generators: Sequence[str]) -> None:
+        """Seeds the named generators for the sample of `key`."""
+
+    def save(self) -> object: ...
+
+    def restore(self, saved: object) -> None: ...
+
+class SampleFetcher:
+    """
+    Runs __getitem__ for chunks of samples, each seeded (src/python/sample_fetcher.h).
+    """
+
+    def __init__(self, seed: int, seeding: str, seeder: GlobalSeeder | None, slow_seed: object | None, leave_alone: Sequence[bool], skip: bool = False, size: int = 0) -> None: ...
+
+    def fetch(self, dataset: object, epoch: int, indices: object, batch: int = 0) -> object:
+        """
+        [dataset[i] for i in indices], each with the global generators seeded for its sample.
+        """
+
+    def take_skipped(self) -> object: ...
+
+    @property
+    def modes(self) -> list[str]: ...

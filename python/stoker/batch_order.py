@@ -1,0 +1,66 @@
+"""The one place where a Python dataset's batch order is computed.
+
+Without a sampler or batch_sampler: the engine's order (EpochOrder and BatchPlan through
+``_native.batch_indices``): the same indices a native dataset with the same settings visits,
+``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as DistributedSampler
+splits it; an epoch resumed with another world size (elastic, see _state.py) starts its plan at
+global position ``origin``. With ``shuffle="stratified"`` or class weights: the engine's
+stratified order (``stratified``, a ``_native.StratifiedPlan``, balance.py). With a ``sampler``
+or ``batch_sampler``: theirs, exactly as torch iterates them (a fresh iterator each epoch). An
+IterableDataset has no order: its workers' streams are the order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import _native
+
+
+@dataclasses.dataclass
+class BatchOrder:
+    dataset: object
+    batch_size: int | None  # None: no auto-collation (each "batch" is one index)
+    shuffle: bool
+    drop_last: bool
+    rank: int
+    world_size: int
+    batch_sampler: object = None  # torch's BatchSampler(sampler, ...) or the user's
+    sampler: object = None  # with batch_size=None: one index (or key) a batch
+    stratified: object = None  # a _native.StratifiedPlan (shuffle="stratified", class_weights)
+
+    def __len__(self):
+        return self.num_batches()
+
+    def num_batches(self, origin=0):
+        """Batches of an epoch whose plan starts at global position ``origin``."""
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        if self.sampler is not None:
+            return len(self.sampler)
+        if self.stratified is not None:
+            return len(self.stratified)
+        return _native.plan_num_batches(len(self.dataset), self.batch_size or 1, self.drop_last,
+                                        self.rank, self.world_size, origin)
+
+    def batches(self, seed, epoch, start=0, origin=0):
+        """(batch number, [indices]) of the epoch from batch ``start`` on (of the plan that
+        begins at global position ``origin``). Without auto-collation the list holds one index
+        (or sampler key)."""
+        if self.batch_sampler is not None:
+            for b, indices in enumerate(self.batch_sampler):
+                if b >= start:
+                    yield b, list(indices)
+        elif self.sampler is not None:
+            for b, key in enumerate(self.sampler):
+                if b >= start:
+                    yield b, [key]
+        elif self.stratified is not None:
+            for b in range(start, len(self.stratified)):
+                yield b, self.stratified.batch_indices(epoch, b)
+        else:
+            n = len(self.dataset)
+            bs = self.batch_size or 1
+            for b in range(start, self.num_batches(origin)):
+                yield b, _native.batch_indices(n, bs, self.shuffle, seed, epoch, self.drop_last,
+                                               self.rank, self.world_size, b, origin)

@@ -1,0 +1,294 @@
+"""What a batch is made of (Python datasets): collation, and a batch's way through shared memory.
+
+One collation path. ``collate(samples, collate_fn, writer)`` is what torch's DataLoader computes:
+``collate_fn(samples)``, or with the default collate, ``default_collate(samples)``'s value, faster:
+when every sample has sample 0's structure and leaf types (checked in C++:
+``_native.gather_columns``), each array leaf is one ``torch.stack(..., out=)`` straight into memory
+from ``writer``, and number columns go through NumPy. Samples that differ, or shapes that do not
+stack, are collated by ``default_collate`` itself, so values and errors are torch's. In the
+training process the writer allocates ordinary tensors; in a worker it carves the batch's slot of
+the shared arena, so the stacked leaves are already where the training process reads them.
+
+A batch crosses from a worker as an ``EncodedBatch``: ``encode`` flattens it into its structure,
+its arrays (each in the slot: written there by collate, or copied; pickled only when no slot was
+free or the batch does not fit) and its other leaves (pickled). ``decode`` rebuilds it in the
+training process with tensors viewing the slot, without a copy.
+
+Structures: a tree of tuples (``flatten``): ("L", k, torch dtype, shape) tensor leaf k;
+("A", k, NumPy dtype str, shape) ndarray leaf k; ("O", k, type) object leaf k;
+("M", type, keys, children) mapping; ("N", type, children) namedtuple; ("T", children) tuple;
+("S", type, children) list or other sequence. src/python/column_gatherer.h reads the same tree.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+
+import numpy as np
+import torch
+from torch.utils.data._utils.collate import default_collate, default_convert
+
+from . import _native
+
+_ALIGN = _native.LEAF_ALIGNMENT
+# In the training process, leaves above this many elements are stacked with NumPy: torch.stack
+# would wake torch's intra-op thread pool, whose threads compete with the workers. Below it torch
+# copies on the calling thread (at::internal::GRAIN_SIZE) and is faster (~0.15 us a tensor).
+_SERIAL_STACK_ELEMENTS = 32768
+_NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex32)
+
+
+def flatten(obj, arrays, objects):
+    """The structure of ``obj``; its array leaves appended to ``arrays``, others to ``objects``."""
+    if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_nested:
+        arrays.append(obj)
+        return ("L", len(arrays) - 1, obj.dtype, tuple(obj.shape))
+    if type(obj) is np.ndarray and obj.dtype.kind in "biufc" and obj.dtype.isnative:
+        arrays.append(obj)
+        return ("A", len(arrays) - 1, obj.dtype.str, obj.shape)
+    if isinstance(obj, (str, bytes)):
+        pass
+    elif isinstance(obj, collections.abc.Mapping):
+        keys = tuple(obj.keys())
+        return ("M", type(obj), keys, tuple(flatten(obj[k], arrays, objects) for k in keys))
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return ("N", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+    elif isinstance(obj, tuple):
+        return ("T", tuple(flatten(v, arrays, objects) for v in obj))
+    elif isinstance(obj, list):
+        return ("S", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+    objects.append(obj)
+    return ("O", len(objects) - 1, type(obj))
+
+
+def rebuild(node, arrays, objects, collated):
+    """The structure with its leaves put back. ``collated``: shaped as default_collate shapes a
+    batch of samples of this structure (tuples become lists); otherwise exactly as flattened."""
+    tag = node[0]
+    if tag in ("L", "A"):
+        return arrays[node[1]]
+    if tag == "O":
+        return objects[node[1]]
+    if tag == "M":
+        _, kind, keys, children = node
+        d = {k: rebuild(c, arrays, objects, collated) for k, c in zip(keys, children)}
+        if kind is dict:
+            return d
+        try:
+            return kind(d)
+        except TypeError:
+            return d
+    if tag == "N":
+        return node[1](*(rebuild(c, arrays, objects, collated) for c in node[2]))
+    if tag == "T":
+        items = [rebuild(c, arrays, objects, collated) for c in node[1]]
+        return items if collated else tuple(items)
+    kind, items = node[1], [rebuild(c, arrays, objects, collated) for c in node[2]]
+    if kind is list:
+        return items
+    try:
+        return kind(items)
+    except TypeError:
+        return items
+
+
+# -- writers: where collated leaves go ------------------------------------------------------------
+
+class HeapWriter:
+    """Collated leaves as ordinary tensors (the training process, threads)."""
+
+    main_process = True
+
+    def empty(self, dtype, shape):
+        return torch.empty(shape, dtype=dtype)
+
+
+class SlotWriter:
+    """Collated leaves carved from one slot of the shared arena (a worker process): the bytes
+    [offset, offset + capacity) of ``arena`` (a uint8 tensor over the whole arena)."""
+
+    main_process = False
+
+    def __init__(self, arena, offset, capacity):
+        self.arena, self.offset, self.capacity = arena, offset, capacity
+        self.used = 0
+
+    def empty(self, dtype, shape):
+        """A tensor in the slot, or None when it does not fit."""
+        n = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        at = (self.used + _ALIGN - 1) // _ALIGN * _ALIGN
+        if at + n > self.capacity:
+            return None
+        self.used = at + n
+        start = self.offset + at
+        return self.arena[start:start + n].view(dtype).view(shape)
+
+    def place(self, t):
+        """(offset in the slot, nbytes) of tensor ``t`` when its memory is this slot's."""
+        if t.numel() == 0:
+            return (0, 0)
+        if not t.is_contiguous():
+            return None
+        base = self.arena.data_ptr() + self.offset
+        at = t.data_ptr() - base
+        n = t.element_size() * t.numel()
+        return (at, n) if 0 <= at and at + n <= self.capacity else None
+
+
+# -- collation ----------------------------------------------------------------------------------
+
+def _columns(samples):
+    """(structure of sample 0, its array leaves, array columns, object columns), or None when a
+    sample differs from sample 0 in structure or leaf types."""
+    arrays0, objects0 = [], []
+    struct = flatten(samples[0], arrays0, objects0)
+    got = _native.gather_columns(
+        struct, samples, tuple(type(a) for a in arrays0), tuple(type(o) for o in objects0),
+        tuple(None if isinstance(a, torch.Tensor) else a.dtype for a in arrays0))
+    return None if got is None else (struct, arrays0, *got)
+
+
+def _stack(col, a, writer):
+    """The leaves of column ``col`` (leaves like ``a``) stacked into one tensor from ``writer``."""
+    dtype = a.dtype if isinstance(a, torch.Tensor) else torch.from_numpy(a[:0]).dtype
+    out = writer.empty(dtype, (len(col), *a.shape))
+    if out is None:  # no room left in the slot: an ordinary tensor (encode pickles it)
+        out = torch.empty((len(col), *a.shape), dtype=dtype)
+    if isinstance(a, torch.Tensor) and (not writer.main_process or a.dtype in _NOT_IN_NUMPY
+                                        or out.numel() < _SERIAL_STACK_ELEMENTS):
+        torch.stack(col, out=out)
+    else:
+        if isinstance(a, torch.Tensor):
+            col = [t.detach().numpy() for t in col]
+        np.stack(col, out=out.numpy())
+    return out
+
+
+def _collate_column(col):
+    """default_collate of a column of one object leaf. Python ints or floats (gather_columns
+    checked that every sample's leaf has sample 0's exact type) go through NumPy: the same int64
+    or float64 tensor as torch.tensor(col), 5x faster. Anything else, and ints beyond int64
+    (torch's own overflow error), through default_collate."""
+    kind = type(col[0])
+    if kind is int or kind is float:
+        try:
+            return torch.from_numpy(np.array(col, np.int64 if kind is int else np.float64))
+        except OverflowError:
+            pass
+    return default_collate(col)
+
+
+def default_collate_fast(samples, writer):
+    """default_collate(samples)'s value; array leaves stacked straight into ``writer``'s memory
+    when every sample has sample 0's structure and leaf types, else default_collate's own."""
+    got = _columns(samples)
+    if got is not None:
+        struct, arrays0, columns, ocolumns = got
+        try:
+            arrays = [_stack(col, a, writer) for col, a in zip(columns, arrays0)]
+        except (RuntimeError, ValueError, TypeError):
+            arrays = None  # shapes differ: default_collate raises torch's own error
+        if arrays is not None:
+            return rebuild(struct, arrays, [_collate_column(c) for c in ocolumns], collated=True)
+    return default_collate(samples)
+
+
+def collate(samples, collate_fn, auto_collation, writer):
+    """The batch of ``samples`` as torch's DataLoader makes it: ``collate_fn`` (None: the default
+    collate) of the list of samples, or, without auto-collation (batch_size=None), of the one
+    sample (default: default_convert)."""
+    if not auto_collation:
+        return (collate_fn or default_convert)(samples[0])
+    if collate_fn is None:
+        return default_collate_fast(samples, writer)
+    return collate_fn(samples)
+
+
+# -- crossing processes ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SlotLeaf:
+    """An array leaf in the batch's slot: ``nbytes`` at ``offset`` from the slot's start."""
+    offset: int
+    nbytes: int
+    dtype: object  # torch dtype, or NumPy dtype str when ``numpy``
+    shape: tuple
+    numpy: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class InlineLeaf:
+    """An array leaf that travels pickled (no slot, or no room left in it)."""
+    array: object
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedBatch:
+    structure: tuple
+    leaves: list  # SlotLeaf | InlineLeaf, the structure's array leaves in order
+    objects: list  # the other leaves
+
+    @property
+    def slot_bytes(self):
+        return sum(leaf.nbytes for leaf in self.leaves if isinstance(leaf, SlotLeaf))
+
+
+def encode(batch, writer):
+    """``batch`` (a collated batch) as it travels: array leaves in ``writer``'s slot (None: no
+    slot; they are pickled), the rest pickled."""
+    arrays, objects = [], []
+    structure = flatten(batch, arrays, objects)
+    leaves = []
+    for a in arrays:
+        leaf = None
+        if writer is not None:
+            t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+            place = writer.place(t)
+            if place is None:
+                copy = writer.empty(t.dtype, tuple(t.shape))
+                if copy is not None:
+                    copy.copy_(t)
+                    place = writer.place(copy)
+            if place is not None:
+                is_numpy = not isinstance(a, torch.Tensor)
+                leaf = SlotLeaf(place[0], place[1], a.dtype.str if is_numpy else a.dtype,
+                                tuple(a.shape), is_numpy)
+        leaves.append(leaf if leaf is not None else InlineLeaf(_compact(a)))
+    return EncodedBatch(structure, leaves, objects)
+
+
+def _compact(a):
+    """``a``, or a copy of it when it views a larger storage (pickling a view pickles all of its
+    storage: a leaf stacked into a full slot's fallback, a slice of a dataset's big tensor)."""
+    if isinstance(a, torch.Tensor) and \
+            a.untyped_storage().nbytes() > a.element_size() * a.numel():
+        return a.clone()
+    return a
+
+
+def decode(encoded, pool, lease):
+    """The batch, its slot leaves viewing the lease's buffer of ``pool`` (no copy): the buffer
+    returns to the pool when the last of them dies."""
+    slot = [leaf for leaf in encoded.leaves if isinstance(leaf, SlotLeaf)]
+    views = iter(pool.view(lease, [(leaf.offset, leaf.nbytes) for leaf in slot], True)
+                 if slot else ())
+    arrays = []
+    for leaf in encoded.leaves:
+        if isinstance(leaf, SlotLeaf):
+            v = next(views)
+            arrays.append(v.numpy().view(leaf.dtype).reshape(leaf.shape) if leaf.numpy
+                          else v.view(leaf.dtype).view(leaf.shape))
+        else:
+            arrays.append(leaf.array)
+    return rebuild(encoded.structure, arrays, encoded.objects, collated=False)
+
+
+def batch_len(batch):
+    """The number of samples in a collated batch (its first array leaf's first dimension), for
+    counting samples of IterableDataset batches; 1 when it has none."""
+    arrays = []
+    flatten(batch, arrays, [])
+    for a in arrays:
+        return int(a.shape[0]) if len(a.shape) else 1
+    return 1
