@@ -57,12 +57,12 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
     loop copies with ``x.to("cuda", non_blocking=True)``, 1: ``device="cuda"``)."""
     cores = _native.usable_cores()
     max_workers = max_workers or max(2, 2 * cores)
-    workers = _worker_values(min(max_workers, 256))
+    workers = _worker_values(min(max_workers, _native.MAX_WORKERS))
     if torch:
         workers = [0] + workers
     knobs = [
         {"name": "num_workers", "values": workers, "start": min(cores, workers[-1]),
-         "min": 0, "max": 256},
+         "min": 0, "max": _native.MAX_WORKERS},
         {"name": "prefetch_factor", "values": [1, 2, 4, 8], "start": 2, "min": 1, "max": 64},
     ]
     cuda = _torch_cuda() if gpu is None else gpu
