@@ -32,7 +32,8 @@ import itertools
 import time
 import warnings
 
-from . import _native, _state
+from . import _native, _state, balance
+from . import device as _device
 from ._offload_actor import Producer, fingerprint, nbytes, unpack, unpack_error
 from .errors import WorkerError
 from .loader import _PY_DEFAULTS, DataLoader, _env_int, _is_int, _is_native, _parse_bytes
@@ -181,7 +182,8 @@ class OffloadLoader(DataLoader):
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, offload=None, *, collate_fn=None,
-                 seed_samples=True, **python_options):
+                 seed_samples=True, device=None, gpu_prefetch="auto", gpu_prefetch_bytes=None,
+                 class_weights=None, labels=None, **python_options):
         if not isinstance(offload, RayOffload):
             raise TypeError(f"offload must be a stoker.RayOffload, got {offload!r}")
         native = _is_native(dataset)
@@ -212,9 +214,9 @@ class OffloadLoader(DataLoader):
                              "Ray's object store")
         if not _is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        stratified = balance.check_shuffle(shuffle, class_weights)
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
         if not _is_int(seed) or not 0 <= seed < 2**64:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         if prefetch_factor != "auto" and not (_is_int(prefetch_factor)
@@ -232,6 +234,19 @@ class OffloadLoader(DataLoader):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
         budget = _parse_bytes(memory_budget)
+        self._device = _device.resolve_device(device)
+        if self._device is not None and output != "torch":
+            raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
+                             f"got {output!r}")
+        self._gpu_prefetch = _device.resolve_prefetch(gpu_prefetch)
+        self._gpu_cap = None if gpu_prefetch_bytes is None else \
+            _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
+        self._engine = None
+        self._gpu_stats = {}
+        # A stratified or weighted order: the actors build the same one from the same labels.
+        self.class_weights = class_weights
+        self._classes = balance.class_groups(dataset, labels) if stratified else None
+        self._weights = balance.weights_for(self._classes, class_weights) if stratified else []
 
         self.dataset = dataset
         self.batch_size = batch_size
@@ -249,6 +264,9 @@ class OffloadLoader(DataLoader):
         loader_kw = dict(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                          rank=rank, world_size=world_size, on_error=on_error,
                          memory_budget=memory_budget)
+        if stratified:
+            loader_kw.update(class_weights=class_weights,
+                             labels=None if labels is None else balance.labels_of(dataset, labels))
         self._config = {"fingerprint": fingerprint(dataset), "loader": loader_kw,
                         "threads": offload.cpus_per_actor,
                         "python": {} if native else {"collate_fn": collate_fn,
@@ -283,7 +301,14 @@ class OffloadLoader(DataLoader):
     def __iter__(self):
         if self._actors is None:
             self._actors = _Actors(self.offload, self.dataset, self._config)
-        return _OffloadIterator(self, _state.begin(self))
+        cursor = _state.begin(self)
+        batches = _OffloadIterator(self, cursor)
+        if self._device is None:
+            return batches
+        if self._engine is None:
+            self._engine = _device.CudaCopyEngine(self._device)
+        return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
+                                  engine=self._engine, cursor=cursor, stats=self._gpu_stats)
 
     def shutdown(self):
         """Stops this loader's actors now (they also stop when the loader is garbage
@@ -307,7 +332,8 @@ class OffloadLoader(DataLoader):
         s.update(actors=len(actors.ready) if actors else 0,
                  actors_starting=len(actors.starting) if actors else 0,
                  num_workers=self.num_workers, prefetch_factor=self._prefetch,
-                 memory_budget=self._budget)
+                 memory_budget=self._budget, device=str(self._device or "cpu"))
+        s.update(self._gpu_stats)
         return s
 
 

@@ -103,6 +103,21 @@ def test_native_batches_equal_local_for_a_rank(loaders, actors, output, drop_las
     assert off.stats()["batches"] == 2 * len(local) + 2 and off.stats()["retries"] == 0
 
 
+
+@pytest.mark.parametrize("extra", [{"shuffle": "stratified"},
+                                   {"shuffle": True, "class_weights": "balanced"}])
+def test_stratified_and_weighted_orders_equal_local(loaders, extra):
+    """The actors build the same class-balanced order from the same labels: the strided streams
+    of a stratified epoch are the local loader's batches, bit for bit."""
+    labels = np.array(([0] * 9 + [1] * 2 + [2]) * 25, dtype=np.int64)
+    ds = stoker.ArrayDataset(np.arange(len(labels), dtype=np.int64), labels)
+    kw = dict(batch_size=12, seed=4, world_size=2, rank=1, **extra)
+    off = loaders(ds, actors=2, **kw)
+    local = stoker.DataLoader(ds, **kw)
+    for epoch in (0, 1):
+        assert_same_batches(list(off), list(local))
+    assert off.state_dict() == local.state_dict()
+
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray-images") / "sample"
@@ -337,3 +352,10 @@ def test_address_none_joins_a_running_cluster_or_starts_a_local_one(monkeypatch)
     monkeypatch.setitem(sys.modules, "ray", fake)
     stoker.RayOffload(address="ray://head:10001")._connect()
     assert fake.calls == ["ray://head:10001"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
+def test_device_cuda_without_cuda_is_refused_with_offload_too(local_ray):
+    with pytest.raises(RuntimeError, match="CUDA"):
+        stoker.DataLoader(rows(), batch_size=4, device="cuda",
+                          offload=stoker.RayOffload(actors=1))
