@@ -144,6 +144,8 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&] {
+        image::Decoder decoder;  // one per thread, as a loader's worker has
+        image::DecodedImage img;
         for (;;) {
           // Whole passes over the files: stop only after a pass once the time is up.
           const uint64_t k = next.fetch_add(1);
@@ -151,7 +153,7 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
             stop = true;
           if (stop) return;
           try {
-            const auto img = image::decode(files[k % files.size()]);
+            decoder.decode(files[k % files.size()], img);
             n_images += 1;
             n_pixels += static_cast<uint64_t>(img.width) * img.height;
           } catch (const DecodeError&) {

@@ -72,10 +72,11 @@ class JpegContext {
   ErrorMgr err_{};
 };
 
-DecodeScratch::DecodeScratch() : jpeg(std::make_unique<JpegContext>()) {}
-DecodeScratch::~DecodeScratch() = default;
-DecodeScratch::DecodeScratch(DecodeScratch&&) noexcept = default;
-DecodeScratch& DecodeScratch::operator=(DecodeScratch&&) noexcept = default;
+void JpegContextDeleter::operator()(JpegContext* c) const { delete c; }
+
+std::unique_ptr<JpegContext, JpegContextDeleter> make_jpeg_context() {
+  return std::unique_ptr<JpegContext, JpegContextDeleter>(new JpegContext());
+}
 
 namespace {
 
@@ -129,8 +130,10 @@ void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverted) {
 struct RegionJob {
   int scale_num;
   Rect want;
+  JpegOptions options;
   uint8_t* pixels;    // want.height() rows of capacity >= 3 * scaled width
   uint8_t* cmyk_row;  // 4 * scaled width bytes, for CMYK images
+  uint8_t** rows;     // want.height() row pointers
   Rect got;           // out: what was decoded
 };
 
@@ -141,6 +144,8 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo.scale_num = static_cast<unsigned>(job.scale_num);
   cinfo.scale_denom = 8;
+  cinfo.dct_method = job.options.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+  cinfo.do_fancy_upsampling = job.options.fancy_upsampling ? TRUE : FALSE;
   jpeg_start_decompress(&cinfo);
   // Columns: libjpeg widens the request to iMCU boundaries and tells us where it starts. Chroma
   // upsampling treats the crop's edges as image edges, so ask for a margin and drop it.
@@ -153,17 +158,26 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   job.got = Rect{static_cast<int>(x0), job.want.y0, static_cast<int>(x0 + cinfo.output_width),
                  job.want.y1};
   const size_t stride = static_cast<size_t>(cinfo.output_width) * 3;
+  const int n = job.want.height();
+  for (int i = 0; i < n; ++i) job.rows[i] = job.pixels + i * stride;
+  // Rows above the region: entropy-decoded only (no IDCT, upsampling or colour conversion).
   if (job.want.y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(job.want.y0));
-  while (cinfo.output_scanline < static_cast<JDIMENSION>(job.want.y1)) {
-    uint8_t* dst = job.pixels + (cinfo.output_scanline - job.want.y0) * stride;
-    JSAMPROW row = cmyk ? job.cmyk_row : dst;
-    jpeg_read_scanlines(&cinfo, &row, 1);
-    if (cmyk) {
+  const JDIMENSION y1 = static_cast<JDIMENSION>(job.want.y1);
+  if (cmyk) {
+    while (cinfo.output_scanline < y1) {
+      uint8_t* dst = job.rows[cinfo.output_scanline - job.want.y0];
+      JSAMPROW row = job.cmyk_row;
+      jpeg_read_scanlines(&cinfo, &row, 1);
       cmyk_to_rgb(job.cmyk_row, dst, static_cast<int>(cinfo.output_width), cinfo.saw_Adobe_marker);
+    }
+  } else {
+    while (cinfo.output_scanline < y1) {
+      const JDIMENSION done = cinfo.output_scanline - static_cast<JDIMENSION>(job.want.y0);
+      jpeg_read_scanlines(&cinfo, job.rows + done, y1 - cinfo.output_scanline);
     }
   }
   // A full decode reads to EOI (so truncation after the last row is caught); a partial one stops
-  // after the last needed row.
+  // after the last needed row: the rows below are never entropy-decoded.
   if (cinfo.output_scanline == cinfo.output_height) {
     jpeg_finish_decompress(&cinfo);
   } else {
@@ -174,31 +188,32 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
 
 }  // namespace
 
-ImageInfo jpeg_read_info(std::span<const std::byte> bytes, uint64_t max_pixels, JpegContext& ctx) {
-  const ImageInfo info = start(ctx, bytes, max_pixels);
-  jpeg_abort_decompress(&ctx.cinfo());
-  return info;
+ImageInfo jpeg_open(JpegContext& ctx, std::span<const std::byte> bytes, uint64_t max_pixels) {
+  jpeg_abort_decompress(&ctx.cinfo());  // whatever the last image left behind
+  return start(ctx, bytes, max_pixels);
 }
 
-DecodedRegion jpeg_decode_region(std::span<const std::byte> bytes, uint64_t max_pixels,
-                                 int scale_num, Rect want, DecodeScratch& scratch) {
-  if (!scratch.jpeg) scratch.jpeg = std::make_unique<JpegContext>();
-  JpegContext& ctx = *scratch.jpeg;
-  const ImageInfo info = start(ctx, bytes, max_pixels);
-  const size_t scaled_w = static_cast<size_t>(scaled_size(info.width, scale_num));
+void jpeg_reset(JpegContext& ctx) { jpeg_abort_decompress(&ctx.cinfo()); }
+
+DecodedRegion jpeg_decode(JpegContext& ctx, int scale_num, Rect want, const JpegOptions& options,
+                          std::vector<uint8_t>& pixels, std::vector<uint8_t>& row,
+                          std::vector<uint8_t*>& rows) {
+  const jpeg_decompress_struct& c = ctx.cinfo();
+  const size_t scaled_w =
+      static_cast<size_t>(scaled_size(static_cast<int>(c.image_width), scale_num));
   try {
-    scratch.pixels.resize(scaled_w * 3 * static_cast<size_t>(want.height()));
-    scratch.row.resize(scaled_w * 4);
+    pixels.resize(scaled_w * 3 * static_cast<size_t>(want.height()));
+    if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) row.resize(scaled_w * 4);
+    rows.resize(static_cast<size_t>(want.height()));
   } catch (...) {
     jpeg_abort_decompress(&ctx.cinfo());
     throw;
   }
-  RegionJob job{scale_num, want, scratch.pixels.data(), scratch.row.data(), {}};
+  RegionJob job{scale_num, want, options, pixels.data(), row.data(), rows.data(), {}};
   if (!decode_rows(ctx, job)) ctx.fail();
   // Report only the wanted columns: the margin's edge columns are not PIL's pixels.
   const size_t stride = static_cast<size_t>(job.got.width()) * 3;
-  const Rect valid{want.x0, want.y0, want.x1, want.y1};
-  return DecodedRegion{valid, scratch.pixels.data() + (valid.x0 - job.got.x0) * 3, stride};
+  return DecodedRegion{want, pixels.data() + (want.x0 - job.got.x0) * 3, stride};
 }
 
 }  // namespace stoker::image::internal

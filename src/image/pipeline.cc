@@ -14,7 +14,7 @@ namespace stoker::image {
 namespace internal {
 
 struct ScratchImpl {
-  DecodeScratch decode;
+  RegionDecoder decoder;
   AxisCoeffs h, v;
   std::vector<uint8_t> tmp, row;
 };
@@ -160,7 +160,7 @@ size_t ImagePipeline::output_bytes() const {
 void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
                         ImageScratch& scratch) const {
   internal::ScratchImpl& s = *scratch.impl_;
-  const ImageInfo info = internal::read_info(file, options_.max_pixels, s.decode);
+  const ImageInfo info = s.decoder.open(file, options_.max_pixels);
   const internal::GeometryPlan plan =
       internal::plan_geometry(transforms_, info.width, info.height, rng);
 
@@ -178,8 +178,8 @@ void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::by
   // that the file is still checked).
   internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
   if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
-  const internal::DecodedRegion r =
-      internal::decode_region(file, info, options_.max_pixels, num, want, s.decode);
+  const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
+  const internal::DecodedRegion r = s.decoder.decode(num, want, jpeg);
   internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
   internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
 

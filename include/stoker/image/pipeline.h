@@ -44,6 +44,11 @@ struct PipelineOptions {
   // output size on both axes (the resample then still antialiases). <= 0 disables it, giving
   // output bit-identical to PIL.
   double dct_min_ratio = 2.0;
+  // JPEG inverse DCT and chroma upsampling: PIL's (exact) by default. fast_idct uses libjpeg's
+  // fast integer IDCT; fancy_upsampling = false replicates chroma samples instead of
+  // interpolating them. Both trade accuracy for speed (see docs/images.md for the figures).
+  bool fast_idct = false;
+  bool fancy_upsampling = true;
 };
 
 // Per-thread reusable buffers and decoder state. Use one per thread; not thread-safe.
