@@ -314,6 +314,67 @@ TEST(PartialDecode, EqualsFullDecodeThenCrop) {
   for (const auto& r : rects) expect_region_matches_full(png, r);
 }
 
+// Multi-scan files (progressive, or one scan per component) skip each scan's data below the
+// region; the rows kept must still be exactly those of a full decode, at every scale, with and
+// without restart markers, wherever the region ends (iMCU row boundaries included).
+TEST(PartialDecode, MultiScanFilesCutBelowTheRegionAndStayExact) {
+  const int w = 173, h = 301;
+  const auto rgb = pattern_rgb(w, h, 11);
+  std::vector<uint8_t> gray(w * h);
+  for (int i = 0; i < w * h; ++i) gray[i] = rgb[i * 3 + 1];
+  struct Case {
+    const char* name;
+    std::vector<std::byte> file;
+  };
+  const Case cases[] = {
+      {"progressive 4:2:0",
+       encode_jpeg(rgb.data(), w, h, 3, {.quality = 88, .progressive = true, .subsample = true})},
+      {"progressive 4:4:4", encode_jpeg(rgb.data(), w, h, 3, {.quality = 70, .progressive = true})},
+      {"progressive gray", encode_jpeg(gray.data(), w, h, 1, {.quality = 90, .progressive = true})},
+      {"progressive, restart markers",
+       encode_jpeg(rgb.data(), w, h, 3,
+                   {.quality = 85, .progressive = true, .subsample = true, .restart_rows = 1})},
+      {"one scan per component",
+       encode_jpeg(rgb.data(), w, h, 3,
+                   {.quality = 85, .subsample = true, .non_interleaved = true})},
+  };
+  // Pixels of `want` from a decode, packed.
+  auto pixels = [](const internal::DecodedRegion& r, internal::Rect want) {
+    std::vector<uint8_t> v;
+    for (int y = want.y0; y < want.y1; ++y) {
+      const uint8_t* p = r.rgb + (y - r.rect.y0) * r.stride + (want.x0 - r.rect.x0) * 3;
+      v.insert(v.end(), p, p + want.width() * 3);
+    }
+    return v;
+  };
+  internal::RegionDecoder d;
+  for (const Case& c : cases) {
+    for (int num : {8, 4, 2}) {
+      const int sw = internal::scaled_size(w, num), sh = internal::scaled_size(h, num);
+      const internal::Rect all{0, 0, sw, sh};
+      d.open(c.file, kDefaultMaxPixels);
+      const std::vector<uint8_t> full = pixels(d.decode(num, all), all);
+      const int lines = 2 * num;  // output rows per iMCU row of 4:2:0 (of 4:4:4: half of it)
+      for (int y1 : {1, lines - 1, lines, lines + 1, 2 * lines, 3 * lines - 1, sh / 2,
+                     sh - lines - 1, sh - lines, sh - 2, sh - 1}) {
+        for (int y0 : {0, y1 / 2, y1 - 1}) {
+          const internal::Rect want{sw / 5, y0, sw - sw / 4, y1};
+          SCOPED_TRACE(::testing::Message()
+                       << c.name << ", scale " << num << "/8, rows " << y0 << ".." << y1);
+          d.open(c.file, kDefaultMaxPixels);
+          const std::vector<uint8_t> got = pixels(d.decode(num, want), want);
+          std::vector<uint8_t> expect;
+          for (int y = y0; y < y1; ++y) {
+            const auto row = full.begin() + (static_cast<size_t>(y) * sw + want.x0) * 3;
+            expect.insert(expect.end(), row, row + want.width() * 3);
+          }
+          ASSERT_EQ(got, expect);
+        }
+      }
+    }
+  }
+}
+
 TEST(PartialDecode, DctScalingGivesTheScaledSize) {
   const int w = 200, h = 120;
   const auto rgb = pattern_rgb(w, h);

@@ -11,6 +11,9 @@
 
 #include "decode_region.h"
 #include "libjpeg.h"
+// The coefficient controller and input controller hooks (ScanCut below).
+#include <jpegint.h>
+
 #include "stoker/errors.h"
 
 namespace stoker::image::internal {
@@ -127,6 +130,56 @@ void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverted) {
   }
 }
 
+// Multi-scan (progressive) files: every scan covers the whole image, and libjpeg entropy-decodes
+// all of them before the first row comes out. No scan's data below the region is needed, so once
+// a scan reaches `stop_row` its rest is skipped: a byte search for the marker that ends it, no
+// Huffman decoding. The rows kept (up to stop_row, which includes the iMCU row below the region
+// that chroma upsampling reads) have every scan's coefficients, so their pixels are exactly
+// those of a full decode.
+struct ScanCut {
+  int (*consume)(j_decompress_ptr);  // libjpeg's consume_data
+  JDIMENSION stop_row;               // the first iMCU row no output row needs
+};
+
+// Moves the source to the marker that ends the current scan's entropy-coded data: the first
+// 0xFF not followed by a stuffed 0x00, a fill 0xFF or a restart marker. At the end of the data
+// when there is none (the marker reader then reports the file as truncated).
+void skip_to_marker(jpeg_source_mgr* src) {
+  const JOCTET* p = src->next_input_byte;
+  const JOCTET* const end = p + src->bytes_in_buffer;
+  for (;;) {
+    p = static_cast<const JOCTET*>(std::memchr(p, 0xFF, static_cast<size_t>(end - p)));
+    if (p == nullptr) {
+      p = end;
+      break;
+    }
+    const JOCTET* q = p + 1;
+    while (q < end && *q == 0xFF) ++q;
+    if (q == end) {
+      p = end;
+      break;
+    }
+    if (*q != 0x00 && (*q < 0xD0 || *q > 0xD7)) {
+      p = q - 1;
+      break;
+    }
+    p = q + 1;
+  }
+  src->bytes_in_buffer -= static_cast<size_t>(p - src->next_input_byte);
+  src->next_input_byte = p;
+}
+
+int consume_cut(j_decompress_ptr cinfo) {
+  const auto* cut = static_cast<const ScanCut*>(cinfo->client_data);
+  if (cinfo->input_iMCU_row < cut->stop_row) return cut->consume(cinfo);
+  // The entropy decoder stops at a marker it meets; then the source is already past it.
+  if (cinfo->unread_marker == 0) skip_to_marker(cinfo->src);
+  // As after a whole scan, so that the output side never waits for rows that will not come.
+  cinfo->input_iMCU_row = cinfo->total_iMCU_rows;
+  (*cinfo->inputctl->finish_input_pass)(cinfo);
+  return JPEG_SCAN_COMPLETED;
+}
+
 struct RegionJob {
   int scale_num;
   Rect want;
@@ -146,7 +199,35 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   cinfo.scale_denom = 8;
   cinfo.dct_method = job.options.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
   cinfo.do_fancy_upsampling = job.options.fancy_upsampling ? TRUE : FALSE;
+  // Scaled height (jdiv_round_up, as libjpeg computes output_height).
+  const long out_h = (static_cast<long>(cinfo.image_height) * job.scale_num + 7) / 8;
+  const bool cut_scans = jpeg_has_multiple_scans(&cinfo) && job.want.y1 < out_h;
+  ScanCut cut{nullptr, 0};
+  if (cut_scans) {
+    cinfo.buffered_image = TRUE;       // input is consumed by the loop below, not by start
+    cinfo.do_block_smoothing = FALSE;  // only ever applies to incomplete coefficients anyway
+  }
   jpeg_start_decompress(&cinfo);
+  if (cut_scans) {
+#if JPEG_LIB_VERSION >= 70
+    const int dct_rows = cinfo.min_DCT_v_scaled_size;
+#else
+    const int dct_rows = cinfo.min_DCT_scaled_size;
+#endif
+    const JDIMENSION lines = static_cast<JDIMENSION>(cinfo.max_v_samp_factor * dct_rows);
+    const JDIMENSION last = (static_cast<JDIMENSION>(job.want.y1) - 1) / lines;
+    cut = ScanCut{cinfo.coef->consume_data, std::min(cinfo.total_iMCU_rows, last + 2)};
+    cinfo.client_data = &cut;
+    cinfo.coef->consume_data = consume_cut;  // later scans: start_input_pass installs this
+    if (cinfo.inputctl->consume_input == cut.consume) cinfo.inputctl->consume_input = consume_cut;
+    int status;
+    do {
+      status = jpeg_consume_input(&cinfo);
+    } while (status != JPEG_REACHED_EOI && status != JPEG_SUSPENDED);
+    cinfo.client_data = nullptr;
+    if (status == JPEG_SUSPENDED) ERREXIT(&cinfo, JERR_INPUT_EMPTY);  // impossible in memory
+    jpeg_start_output(&cinfo, cinfo.input_scan_number);
+  }
   // Columns: libjpeg widens the request to iMCU boundaries and tells us where it starts. Chroma
   // upsampling treats the crop's edges as image edges, so ask for a margin and drop it.
   const int margin = 8;

@@ -50,6 +50,20 @@ std::vector<std::byte> encode_jpeg(const uint8_t* pixels, int w, int h, int comp
     }
   }
   if (params.progressive) jpeg_simple_progression(&cinfo);
+  cinfo.restart_in_rows = params.restart_rows;
+  std::vector<jpeg_scan_info> scans;
+  if (params.non_interleaved && !params.progressive) {
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      jpeg_scan_info scan{};
+      scan.comps_in_scan = 1;
+      scan.component_index[0] = c;
+      scan.Ss = 0;
+      scan.Se = 63;
+      scans.push_back(scan);
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<uint8_t*>(pixels) + cinfo.next_scanline * w * components;

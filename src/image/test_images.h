@@ -15,8 +15,10 @@ std::vector<uint8_t> pattern_rgb(int w, int h, int seed = 0);
 struct JpegParams {
   int quality = 100;
   bool progressive = false;
-  bool subsample = false;  // 4:2:0 chroma (libjpeg's default) instead of 4:4:4
-  bool adobe = true;       // for 4 components: write the Adobe marker (PIL then inverts CMYK)
+  bool subsample = false;        // 4:2:0 chroma (libjpeg's default) instead of 4:4:4
+  bool adobe = true;             // for 4 components: write the Adobe marker (PIL then inverts CMYK)
+  int restart_rows = 0;          // restart markers every this many MCU rows (0: none)
+  bool non_interleaved = false;  // sequential, one scan per component (multi-scan baseline)
 };
 
 // components: 1 (gray), 3 (RGB) or 4 (CMYK).
