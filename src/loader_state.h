@@ -23,8 +23,11 @@ struct Loader::State {
 
   // A Batch for batch `b` of `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(uint64_t epoch, uint64_t b, Buffer buffer) const;
-  // Writes every sample of `batch` into its slots. Throws SampleError.
-  void fill(Batch& batch, const EpochOrder& order, WorkerState* worker);
+  // Writes samples [begin, end) of `batch` into their slots (several threads may fill disjoint
+  // ranges of one batch). Throws SampleError; *failed_at (if given) is then the position in the
+  // batch of the sample that failed.
+  void fill(Batch& batch, const EpochOrder& order, WorkerState* worker, uint64_t begin,
+            uint64_t end, uint64_t* failed_at = nullptr);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
@@ -34,8 +37,10 @@ struct Loader::State {
   std::atomic<int64_t> worker_cpu_ns{0};
 
   // Online autotune: which knobs were "auto", and the controller's values, carried from one
-  // iterator (epoch) to the next.
+  // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.
   bool autotune_workers = false, autotune_prefetch = false;
+  bool autotune_shared_depth = false;  // large batches: prefetch = batches in flight, all workers
+  std::string autotune_key;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
   int autotune_active = 1;                    // guarded by autotune_mu

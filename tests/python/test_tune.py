@@ -125,9 +125,9 @@ def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
     assert s["buffer_bytes_peak"] <= budget
     assert s["autotune"], "the controller made no decision"
     assert len(s["autotune"]) <= 200
-    assert s["active_workers"] >= 2  # grew from one worker
+    assert s["active_workers"] >= 2  # started at the idle cores (at most 2 here) and grew
     d = s["autotune"][0]
-    assert d["num_workers"][0] == 1 and "reason" in d
+    assert 1 <= d["num_workers"][0] <= stoker.usable_cores() and "reason" in d
     assert all(a["num_workers"][1] * a["prefetch_factor"][1] + a["num_workers"][1] + 1 <= 6
                for a in s["autotune"])
     assert any("num_workers" in r.getMessage() for r in caplog.records)
