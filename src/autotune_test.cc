@@ -232,5 +232,85 @@ TEST(AutotuneMemory, ALoaderOnTheSameDataStartsWhereTheLastOneEnded) {
   AutotuneMemory::forget_all();
 }
 
+TEST(BufferGate, CountsBuffersOutAndLetsAForcedEntryThrough) {
+  auto gate = std::make_shared<BufferGate>();
+  gate->set_limit(2);
+  std::stop_source stopped;
+  stopped.request_stop();  // enter() then answers at once: true only if it need not wait
+  ASSERT_TRUE(gate->enter(stopped.get_token()));
+  Buffer a = BufferGate::wrap(gate, Buffer(new std::byte[8], std::default_delete<std::byte[]>()));
+  ASSERT_TRUE(gate->enter(stopped.get_token()));
+  Buffer b = BufferGate::wrap(gate, Buffer(new std::byte[8], std::default_delete<std::byte[]>()));
+  EXPECT_FALSE(gate->enter(stopped.get_token()));  // two out: the window is full
+  gate->force();                                   // the consumer waits for an unopened batch
+  ASSERT_TRUE(gate->enter(stopped.get_token()));
+  EXPECT_FALSE(gate->enter(stopped.get_token()));  // one forced entry only
+  Buffer copy = a;
+  a.reset();
+  EXPECT_FALSE(gate->enter(stopped.get_token()));  // still held through the copy
+  copy.reset();
+  b.reset();
+  gate->leave();  // the forced one
+  EXPECT_TRUE(gate->enter(stopped.get_token()));
+  EXPECT_TRUE(gate->enter(stopped.get_token()));
+  EXPECT_FALSE(gate->enter(stopped.get_token()));
+  gate->set_limit(3);  // a deeper window lets one more in
+  EXPECT_TRUE(gate->enter(stopped.get_token()));
+}
+
+// Large batches with "auto" prefetch: the consumer's batch counts in the window, so a consumer
+// that drops each batch before asking for the next has at most two buffers out (the one it holds
+// and the one being filled), whatever the timing.
+TEST(AutotuneDepth, LargeBatchesUseTwoBuffersWithTheConsumers) {
+  AutotuneMemory::forget_all();
+  auto src = std::make_shared<FaultySource>(256, 64 * 1024, std::set<uint64_t>{});  // 512 KiB
+  LoaderOptions o;
+  o.batch_size = 16;  // 8 MiB batches
+  o.num_workers = 2;
+  o.memory_budget = 64 << 20;
+  Loader loader(src, o);
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    auto it = loader.iterate(epoch);
+    uint64_t batches = 0;
+    // As `for x, y in loader` does: the previous batch is held while the next one is asked for.
+    std::shared_ptr<Batch> previous;
+    while (auto b = it->next()) {
+      ++batches;
+      const auto* v = reinterpret_cast<const int64_t*>(b->fields[0].data);
+      EXPECT_EQ(v[0], v[64 * 1024 - 1]);
+      previous = std::move(b);
+    }
+    EXPECT_EQ(batches, 16u);
+  }
+  const LoaderStats s = loader.stats();
+  EXPECT_LE(s.buffer_bytes_peak, 2 * s.batch_bytes);
+  EXPECT_EQ(s.samples, 3u * 256);
+  AutotuneMemory::forget_all();
+}
+
+// A consumer that keeps batches (the last one of an epoch, all of them) slows the prefetch down
+// but never stops the batch it waits for.
+TEST(AutotuneDepth, AConsumerKeepingBatchesStillGetsEveryOne) {
+  AutotuneMemory::forget_all();
+  auto src = std::make_shared<FaultySource>(96, 64 * 1024, std::set<uint64_t>{});
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.num_workers = 2;
+  o.memory_budget = 256 << 20;
+  Loader loader(src, o);
+  std::vector<std::shared_ptr<Batch>> kept;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    auto it = loader.iterate(epoch);
+    while (auto b = it->next()) kept.push_back(std::move(b));
+  }
+  ASSERT_EQ(kept.size(), 12u);
+  std::set<int64_t> seen;
+  for (size_t i = 6; i < kept.size(); ++i)
+    for (uint64_t k = 0; k < kept[i]->length; ++k)
+      seen.insert(reinterpret_cast<const int64_t*>(kept[i]->fields[0].data)[k * 64 * 1024]);
+  EXPECT_EQ(seen.size(), 96u);
+  AutotuneMemory::forget_all();
+}
+
 }  // namespace
 }  // namespace stoker

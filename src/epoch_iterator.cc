@@ -86,6 +86,7 @@ class ThreadedIterator final : public EpochIterator {
         epoch_(epoch),
         end_(st_->plan.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
+        gated_(st_->autotune_prefetch && st_->autotune_shared_depth),
         ring_size_(static_cast<uint64_t>(autotune_ && st_->autotune_prefetch
                                              ? kAutotuneMaxPrefetch
                                              : st_->options.prefetch_factor) *
@@ -112,6 +113,7 @@ class ThreadedIterator final : public EpochIterator {
       controller_.emplace(lim, w, p);
       active_ = controller_->workers();
       depth_ = std::min(controller_->depth(), ring_size_);
+      if (gated_) st_->buffer_gate->set_limit(depth_ + 1);
     } else {
       active_ = n;
       depth_ = ring_size_;
@@ -134,6 +136,7 @@ class ThreadedIterator final : public EpochIterator {
     Slot& slot = ring_[next_deliver_ % ring_size_];
     while (!slot.ready) {
       check_stall_locked();
+      if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force();
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
       consumer_waiting_ = true;
       ready_.wait_until(lock, slice);
@@ -236,9 +239,21 @@ class ThreadedIterator final : public EpochIterator {
         // Open the next batch: take memory for it first, outside the lock (it may wait).
         opening_ = true;
         lock.unlock();
+        Buffer buffer;
+        if (gated_) {  // the consumer's batches count in the window: wait for one to go
+          const auto since = Clock::now();
+          const bool entered = st_->buffer_gate->enter(stop);
+          blocked_ns_ += elapsed_ns(since);
+          if (!entered) return;  // stopped
+        }
         const auto waited = Clock::now();
-        Buffer buffer = st_->pool->acquire(stop);
+        buffer = st_->pool->acquire(stop);
         st_->buffer_wait_ns += elapsed_ns(waited);
+        if (gated_ && buffer) {
+          buffer = BufferGate::wrap(st_->buffer_gate, std::move(buffer));
+        } else if (gated_) {
+          st_->buffer_gate->leave();
+        }
         lock.lock();
         opening_ = false;
         if (!buffer) return;  // stopped
@@ -341,6 +356,7 @@ class ThreadedIterator final : public EpochIterator {
     if (!d) return;
     active_ = controller_->workers();
     depth_ = std::min(controller_->depth(), ring_size_);
+    if (gated_) st_->buffer_gate->set_limit(depth_ + 1);
     st_->record_autotune(*d);
     if (new_decisions_.size() < kAutotuneLogged) new_decisions_.push_back(*d);
     park_.notify_all();
@@ -366,6 +382,9 @@ class ThreadedIterator final : public EpochIterator {
   const uint64_t epoch_;
   const uint64_t end_;
   const bool autotune_;
+  // Large batches with an autotuned depth: the consumer's batches count in the depth's window
+  // (BufferGate), so depth d means at most d + 1 buffers of this loader exist at once.
+  const bool gated_;
   const uint64_t ring_size_;  // >= any depth the controller may set
 
   mutable std::mutex mu_;

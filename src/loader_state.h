@@ -3,13 +3,71 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <stop_token>
 
 #include "stoker/loader.h"
 #include "stoker/order.h"
 
 namespace stoker {
+
+// Counts the buffers of a loader's batches that are out of its pool (being filled, ready, or held
+// by the consumer), so that an autotuned depth can count the consumer's batches in its window:
+// a worker enters before it takes a buffer for a new batch, and the batch's buffer leaves when
+// its last user (a tensor the consumer dropped) lets go. Safe from any thread.
+class BufferGate {
+ public:
+  // Waits until fewer than the limit are out (or a forced entry is due), then counts one more.
+  // False when stopped.
+  bool enter(std::stop_token stop) {
+    std::unique_lock lock(mu_);
+    if (!changed_.wait(lock, stop, [&] { return out_ < limit_ || forced_; })) return false;
+    forced_ = false;
+    ++out_;
+    return true;
+  }
+  // Lets the next entry in whatever the count: the consumer waits for a batch that nobody has
+  // opened. A consumer that keeps batches (the last one of an epoch, a few for logging) must
+  // slow the prefetch down, never stop the batch it waits for.
+  void force() {
+    {
+      std::lock_guard lock(mu_);
+      forced_ = true;
+    }
+    changed_.notify_all();
+  }
+  void leave() {
+    {
+      std::lock_guard lock(mu_);
+      --out_;
+    }
+    changed_.notify_all();
+  }
+  void set_limit(uint64_t limit) {
+    {
+      std::lock_guard lock(mu_);
+      limit_ = limit;
+    }
+    changed_.notify_all();
+  }
+  // `buffer`, which leaves the gate when its last owner drops it. REQUIRES: entered for it.
+  static Buffer wrap(std::shared_ptr<BufferGate> gate, Buffer buffer) {
+    std::byte* p = buffer.get();
+    return Buffer(p, [gate = std::move(gate), inner = std::move(buffer)](std::byte*) mutable {
+      inner.reset();  // back to the pool first, so the next enter finds it free
+      gate->leave();
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any changed_;
+  uint64_t out_ = 0;             // guarded by mu_
+  uint64_t limit_ = UINT64_MAX;  // guarded by mu_
+  bool forced_ = false;          // guarded by mu_
+};
 
 struct Loader::State {
   std::shared_ptr<const Source> source;
@@ -40,6 +98,8 @@ struct Loader::State {
   // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.
   bool autotune_workers = false, autotune_prefetch = false;
   bool autotune_shared_depth = false;  // large batches: prefetch = batches in flight, all workers
+  // With autotune_shared_depth: the depth's window counts the consumer's buffers too.
+  const std::shared_ptr<BufferGate> buffer_gate = std::make_shared<BufferGate>();
   std::string autotune_key;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
