@@ -138,8 +138,9 @@ void Loader::State::fill(Batch& batch, const EpochOrder& order, WorkerState* wor
   std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
   for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
   order.map(indices, indices);
-  // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
-  // several memory accesses are in flight at once instead of one cache miss at a time.
+  // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
+  // early, so that many memory accesses are in flight at once instead of one miss at a time.
+  source->prefetch_batch(indices);
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, n); ++s) source->prefetch(indices[s]);
   for (uint64_t s = 0; s < n; ++s) {
     if (s + kPrefetchAhead < n) source->prefetch(indices[s + kPrefetchAhead]);
