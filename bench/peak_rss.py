@@ -50,10 +50,10 @@ class PeakRSS:
         self._thread.join()
 
 
-def run_measured(cmd):
+def run_measured(cmd, env=None):
     """Runs ``cmd`` (a measurement child printing one JSON object as its last line) and returns
     that object with the peak RSS of the child's process tree added as "peak_rss"."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     with PeakRSS(proc.pid) as rss:
         out, _ = proc.communicate()
     if proc.returncode != 0:

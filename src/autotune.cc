@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <list>
 #include <mutex>
 #include <utility>
@@ -169,26 +168,14 @@ void AutotuneMemory::forget_all() {
   memory_entries().clear();
 }
 
-AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers, int idle,
-                             int prefetch, int max_prefetch) {
+AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers,
+                             int cores, int prefetch, int max_prefetch) {
   max_workers = std::max(max_workers, 1);
   max_prefetch = std::max(max_prefetch, 1);
   if (learned)
     return {std::clamp(learned->workers, 1, max_workers),
             std::clamp(learned->prefetch, 1, max_prefetch)};
-  return {std::clamp(idle, 1, max_workers), std::clamp(prefetch, 1, max_prefetch)};
-}
-
-int idle_cores(int usable) {
-  usable = std::max(usable, 1);
-  // /proc/loadavg: "0.52 0.40 0.31 3/412 12345": the fourth field is runnable/total threads,
-  // counted now (the reading thread is one of them).
-  std::ifstream in("/proc/loadavg");
-  double a, b, c;
-  int runnable = 0, total = 0;
-  char slash = 0;
-  if (!(in >> a >> b >> c >> runnable >> slash >> total) || slash != '/') return usable;
-  return std::clamp(usable - std::max(runnable - 1, 0), 1, usable);
+  return {std::clamp(cores, 1, max_workers), std::clamp(prefetch, 1, max_prefetch)};
 }
 
 }  // namespace stoker

@@ -98,13 +98,12 @@ double delivered(AutotuneController& c, int windows, double per_worker, int core
   return samples;
 }
 
-TEST(Autotune, StartsWithTheIdleCoresNotOne) {
-  // No memory: every idle core within the budget, the default prefetch.
+TEST(Autotune, StartsWithTheBudgetNotOne) {
+  // No memory: every core within the budget, the default prefetch.
   auto s = autotune_start(std::nullopt, 8, 3, 2, 8);
   EXPECT_EQ(s.workers, 3);
   EXPECT_EQ(s.prefetch, 2);
   EXPECT_EQ(autotune_start(std::nullopt, 2, 16, 1, 8).workers, 2);  // capped by the budget
-  EXPECT_EQ(autotune_start(std::nullopt, 4, 0, 1, 8).workers, 1);   // a busy machine: one
   // What a loader on the same data learned wins, within this loader's limits.
   s = autotune_start(AutotuneStart{3, 5}, 8, 8, 2, 8);
   EXPECT_EQ(s.workers, 3);
@@ -112,13 +111,10 @@ TEST(Autotune, StartsWithTheIdleCoresNotOne) {
   s = autotune_start(AutotuneStart{12, 20}, 4, 1, 2, 8);
   EXPECT_EQ(s.workers, 4);
   EXPECT_EQ(s.prefetch, 8);
-  const int idle = idle_cores(4);
-  EXPECT_GE(idle, 1);
-  EXPECT_LE(idle, 4);
 }
 
-TEST(Autotune, AShortEpochFromTheIdleCoresMatchesTheBestStatic) {
-  // 8 batches of 64 images at 1,000 images/s per worker on 2 idle cores: about 0.26 s, about one
+TEST(Autotune, AShortEpochFromTheBudgetMatchesTheBestStatic) {
+  // 8 batches of 64 images at 1,000 images/s per worker on 2 cores: about 0.26 s, about one
   // controller window. Starting from one worker delivered 0.6x of the static best.
   AutotuneLimits lim;
   lim.max_workers = 2;

@@ -98,7 +98,7 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
   if (autotune_workers || autotune_prefetch) {
     autotune_key = autotune_key_of(*source, options);
     const AutotuneStart start = autotune_start(
-        AutotuneMemory::recall(autotune_key), options.num_workers, idle_cores(usable_cores()),
+        AutotuneMemory::recall(autotune_key), options.num_workers, usable_cores(),
         autotune_prefetch_now, autotune_prefetch ? kAutotuneMaxPrefetch : options.prefetch_factor);
     if (autotune_workers) autotune_active = start.workers;
     if (autotune_prefetch) autotune_prefetch_now = start.prefetch;

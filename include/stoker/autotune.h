@@ -108,8 +108,10 @@ class AutotuneController {
 // Where "auto" starts. A loader built again on the same data (an evaluation pass, a loader per
 // epoch) starts where the last one ended, from an in-process memory keyed by the data and the
 // settings that shape the work (AutotuneMemory). Otherwise the consumer of a new loader waits
-// from its first batch, so every worker the CPU budget allows and the machine has idle starts
-// at once (idle_cores) instead of one; the controller shrinks if fewer carry the load.
+// from its first batch, so every worker the CPU budget allows (up to the usable cores) starts at
+// once instead of one; the controller shrinks if fewer carry the load, and grows past the cores
+// only if a trial pays. (The machine's load is not asked: /proc/loadavg's runnable count is an
+// instant that other processes' bursts, and this process's own import, swing from 0 to all.)
 struct AutotuneStart {
   int workers = 1;
   int prefetch = 1;
@@ -125,13 +127,9 @@ class AutotuneMemory {
   static void forget_all();  // for tests
 };
 
-// The start: `learned` if any (clamped to the limits), else `idle` workers (within
-// [1, max_workers]) at `prefetch`.
-AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers, int idle,
-                             int prefetch, int max_prefetch);
-
-// Cores among `usable` not running other threads right now (from the kernel's count of runnable
-// threads, /proc/loadavg, less the caller): at least 1, at most `usable`.
-int idle_cores(int usable);
+// The start: `learned` if any (clamped to the limits), else min(cores, max_workers) workers at
+// `prefetch`.
+AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers,
+                             int cores, int prefetch, int max_prefetch);
 
 }  // namespace stoker

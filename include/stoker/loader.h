@@ -43,7 +43,7 @@ struct LoaderOptions {
   bool drop_last = false;
   // threads; -1 = auto: cpu_budget threads, of which the online autotune controller keeps as many
   // active as pay, starting from what it learned on a loader over the same data in this process,
-  // else from the cores idle now (include/stoker/autotune.h); 0 = on the consumer's thread
+  // else from the cores within cpu_budget (include/stoker/autotune.h); 0 = on the consumer's thread
   int num_workers = -1;
   // batches in flight per worker; -1 = auto, set by the autotune controller: starts at 2 per
   // worker, or, for batches over 4 MiB (which the workers fill together), at 1 batch in flight

@@ -230,7 +230,7 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   }
   // Columns: libjpeg widens the request to iMCU boundaries and tells us where it starts. Chroma
   // upsampling treats the crop's edges as image edges, so ask for a margin and drop it.
-  const int margin = 8;
+  const int margin = 2;
   const int ask0 = std::max(0, job.want.x0 - margin);
   const int ask1 = std::min(static_cast<int>(cinfo.output_width), job.want.x1 + margin);
   JDIMENSION x0 = static_cast<JDIMENSION>(ask0);
