@@ -368,7 +368,9 @@ def child(spec, root, epochs, short_root, rebuilds, bound_seconds):
         }[kind]()
         out = steady(make, epochs)
     print(json.dumps(out), flush=True)
-    return 0
+    # The figures are out: skip interpreter teardown, where some peers' worker pools and
+    # threads (torchdata's process mapper, DALI) have been seen to abort or hang.
+    os._exit(0)
 
 
 # ---- the parent: environments, datasets, the table ------------------------------------------
@@ -406,7 +408,7 @@ def measure(kind, arg, root, args, short_root=None):
         cmd += ["--short-root", str(short_root)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     try:
-        return run_measured(cmd, env=env)
+        return run_measured(cmd, env=env, timeout=args.timeout)
     except RuntimeError as e:
         return {"error": str(e)}
 
@@ -534,6 +536,8 @@ def main():
     p.add_argument("--peers", default="", help="comma-separated subset of torchvision, "
                    "pillow-simd, torchdata, dali, spdl, tfdata (default: all)")
     p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--timeout", type=float, default=900,
+                   help="seconds a configuration may run before it is killed (default 900)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--short-root", help=argparse.SUPPRESS)
