@@ -208,8 +208,13 @@ def torchdata_epochs(root, method):
     ds = torchvision.datasets.ImageFolder(root, transform=transform)
     sampler = torch.utils.data.RandomSampler(ds)
     node = nodes.SamplerWrapper(sampler)
+    # Processes are spawned: forked from this threaded process they deadlocked (seen twice).
+    # A spawned child imports torchvision when it unpickles the dataset: TORCHVISION_SHIM has
+    # this module's import define the missing op schemas first (see import_torchvision).
+    os.environ["BENCH_IMAGES_TORCHVISION_SHIM"] = "1"
     node = nodes.ParallelMapper(node, map_fn=ds.__getitem__, num_workers=cores(),
-                                method=method, in_order=True)
+                                method=method, in_order=True,
+                                multiprocessing_context="spawn" if method == "process" else None)
     node = nodes.Batcher(node, batch_size=BATCH, drop_last=False)
     node = nodes.ParallelMapper(node, map_fn=torch.utils.data.default_collate, num_workers=1,
                                 method="thread")
@@ -527,6 +532,10 @@ def report(profile, results):
               f"{'PASS' if ok else 'FAIL'}")
     return {"results": {f"{k}:{a}": r for (k, a), r in res.items()},
             "checks": [{"name": n, "value": v, "target": f"{o} {t}"} for n, v, o, t in checks]}
+
+
+if os.environ.get("BENCH_IMAGES_TORCHVISION_SHIM") and __name__ != "__main__":
+    import_torchvision()  # a torchdata worker spawned by a measurement child
 
 
 def main():

@@ -124,8 +124,9 @@ class ThreadedIterator final : public EpochIterator {
   }
 
   ~ThreadedIterator() override {
-    stop_.request_stop();  // wakes every wait that holds the token: window, pool, park
+    stop_.request_stop();  // wakes every wait that holds the token: window, pool, park, gate
     for (std::thread& t : workers_) t.join();
+    if (gated_) st_->buffer_gate->forget(this);
   }
 
   Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
@@ -136,7 +137,7 @@ class ThreadedIterator final : public EpochIterator {
     Slot& slot = ring_[next_deliver_ % ring_size_];
     while (!slot.ready) {
       check_stall_locked();
-      if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force();
+      if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force(this, next_deliver_);
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
       consumer_waiting_ = true;
       ready_.wait_until(lock, slice);
@@ -238,11 +239,12 @@ class ThreadedIterator final : public EpochIterator {
       if (!opening_ && next_claim_ < next_deliver_ + depth_) {
         // Open the next batch: take memory for it first, outside the lock (it may wait).
         opening_ = true;
+        const uint64_t opening = next_claim_;  // only the opener moves next_claim_
         lock.unlock();
         Buffer buffer;
         if (gated_) {  // the consumer's batches count in the window: wait for one to go
           const auto since = Clock::now();
-          const bool entered = st_->buffer_gate->enter(stop);
+          const bool entered = st_->buffer_gate->enter(stop, this, opening);
           blocked_ns_ += elapsed_ns(since);
           if (!entered) return;  // stopped
         }

@@ -19,24 +19,33 @@ namespace stoker {
 // its last user (a tensor the consumer dropped) lets go. Safe from any thread.
 class BufferGate {
  public:
-  // Waits until fewer than the limit are out (or a forced entry is due), then counts one more.
-  // False when stopped.
-  bool enter(std::stop_token stop) {
+  // Waits until fewer than the limit are out, or until the consumer waits for this very batch
+  // (force), then counts one more. `owner` and `batch` name the batch the caller opens. False
+  // when stopped.
+  bool enter(std::stop_token stop, const void* owner, uint64_t batch) {
     std::unique_lock lock(mu_);
-    if (!changed_.wait(lock, stop, [&] { return out_ < limit_ || forced_; })) return false;
-    forced_ = false;
+    auto forced = [&] { return forced_owner_ == owner && forced_batch_ == batch; };
+    if (!changed_.wait(lock, stop, [&] { return out_ < limit_ || forced(); })) return false;
+    if (forced()) forced_owner_ = nullptr;
     ++out_;
     return true;
   }
-  // Lets the next entry in whatever the count: the consumer waits for a batch that nobody has
-  // opened. A consumer that keeps batches (the last one of an epoch, a few for logging) must
-  // slow the prefetch down, never stop the batch it waits for.
-  void force() {
+  // Lets batch `batch` of `owner` in whatever the count: the consumer waits for it and nobody
+  // has opened it. A consumer that keeps batches (the last one of an epoch, a few for logging)
+  // must slow the prefetch down, never stop the batch it waits for. Naming the batch keeps a
+  // force that came late from letting a later batch in.
+  void force(const void* owner, uint64_t batch) {
     {
       std::lock_guard lock(mu_);
-      forced_ = true;
+      forced_owner_ = owner;
+      forced_batch_ = batch;
     }
     changed_.notify_all();
+  }
+  // Forgets a force of `owner` (an iterator that ends).
+  void forget(const void* owner) {
+    std::lock_guard lock(mu_);
+    if (forced_owner_ == owner) forced_owner_ = nullptr;
   }
   void leave() {
     {
@@ -64,9 +73,10 @@ class BufferGate {
  private:
   std::mutex mu_;
   std::condition_variable_any changed_;
-  uint64_t out_ = 0;             // guarded by mu_
-  uint64_t limit_ = UINT64_MAX;  // guarded by mu_
-  bool forced_ = false;          // guarded by mu_
+  uint64_t out_ = 0;                    // guarded by mu_
+  uint64_t limit_ = UINT64_MAX;         // guarded by mu_
+  const void* forced_owner_ = nullptr;  // guarded by mu_; with forced_batch_: the forced entry
+  uint64_t forced_batch_ = 0;           // guarded by mu_
 };
 
 struct Loader::State {
