@@ -5,7 +5,7 @@ CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test install cpp cpp-asan cpp-tsan bench format clean
+.PHONY: demo test install cpp cpp-asan cpp-tsan bench bench-peers bench-images format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -47,6 +47,13 @@ bench: install
 	$(PY) bench/bench_arrays.py
 	$(PY) bench/bench_tune.py
 	$(PY) bench/bench_autotune.py
+
+# The peers of bench/bench_images.py, each in its own environment under .venv-peers/ (never .venv).
+bench-peers: install
+	bash bench/setup_peers.sh
+
+bench-images: bench-peers
+	$(PY) bench/bench_images.py
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

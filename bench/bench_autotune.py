@@ -1,7 +1,8 @@
-"""Online autotune from one worker against the best static configuration, on the sample data.
+"""Online autotune against the best static configuration, on the sample data.
 
 Static configurations (num_workers x prefetch_factor) are measured first, then the autotuned
-loader (num_workers and prefetch_factor "auto", so it starts at one active worker) runs for
+loader (num_workers and prefetch_factor "auto": it starts at the usable cores within the CPU
+budget, include/stoker/autotune.h, and the controller moves from there) runs for
 `--seconds`; its throughput is tracked over a sliding 1 s window. Reported: the time at which the
 window first reaches >= 90% of the best static throughput (target <= 10 s), and the controller's
 decisions. The best static configuration is measured again after the autotuned run and the mean
@@ -79,7 +80,7 @@ def main():
                       for d in s["autotune"]],
     }
     print(json.dumps(out, indent=2))
-    print(f"autotune from 1 worker reached 90% of the best static ({best_key}, "
+    print(f"autotune reached 90% of the best static ({best_key}, "
           f"{reference2:.0f} samples/s) at t = "
           f"{'never' if reached2 is None else f'{reached2:.1f} s'} (target <= 10 s); "
           f"final {s['active_workers']} workers x prefetch {s['prefetch_factor_now']}")

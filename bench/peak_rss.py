@@ -4,6 +4,7 @@ measures (by a fifth for a single-process loader on the light Python dataset).""
 
 import json
 import os
+import signal
 import subprocess
 import threading
 
@@ -50,12 +51,20 @@ class PeakRSS:
         self._thread.join()
 
 
-def run_measured(cmd):
+def run_measured(cmd, env=None, timeout=None):
     """Runs ``cmd`` (a measurement child printing one JSON object as its last line) and returns
-    that object with the peak RSS of the child's process tree added as "peak_rss"."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    that object with the peak RSS of the child's process tree added as "peak_rss". With a
+    timeout (seconds), a child still running then is killed with its process group and
+    RuntimeError is raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=timeout is not None)
     with PeakRSS(proc.pid) as rss:
-        out, _ = proc.communicate()
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise RuntimeError(f"measurement {cmd[2:]} timed out after {timeout} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"measurement {cmd[2:]} failed (exit {proc.returncode})")
     return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}

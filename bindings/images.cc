@@ -14,6 +14,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -144,6 +145,8 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&] {
+        image::Decoder decoder;  // one per thread, as a loader's worker has
+        image::DecodedImage img;
         for (;;) {
           // Whole passes over the files: stop only after a pass once the time is up.
           const uint64_t k = next.fetch_add(1);
@@ -151,7 +154,7 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
             stop = true;
           if (stop) return;
           try {
-            const auto img = image::decode(files[k % files.size()]);
+            decoder.decode(files[k % files.size()], img);
             n_images += 1;
             n_pixels += static_cast<uint64_t>(img.width) * img.height;
           } catch (const DecodeError&) {
@@ -255,6 +258,20 @@ void register_images(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
       "Decodes a whole image to an HWC uint8 RGB array.");
+
+  m.def(
+      "random_resized_crop_box",
+      [](int height, int width, std::pair<int, int> size, std::pair<double, double> scale,
+         std::pair<double, double> ratio, uint64_t seed, uint64_t epoch, uint64_t index) {
+        SampleRng rng(seed, epoch, index);
+        const image::CropBox b = image::random_resized_crop_params(
+            height, width, image::RandomResizedCrop(size.first, size.second, scale, ratio), rng);
+        return std::make_tuple(b.top, b.left, b.height, b.width);
+      },
+      nb::arg("height"), nb::arg("width"), nb::arg("size"), nb::arg("scale"), nb::arg("ratio"),
+      nb::arg("seed"), nb::arg("epoch"), nb::arg("index"),
+      "(top, left, height, width) that RandomResizedCrop draws for sample `index` of `epoch` "
+      "when it is the pipeline's first random transform.");
 
   m.def("decode_only", &decode_only, nb::arg("paths"), nb::arg("threads"), nb::arg("min_seconds"),
         "Decode-only throughput bound: every file in memory, full-size decodes on `threads` "

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <list>
+#include <mutex>
+#include <utility>
 
 namespace stoker {
 
@@ -14,9 +17,16 @@ AutotuneController::AutotuneController(const AutotuneLimits& limits, int workers
   while (!fits(workers_, prefetch_) && workers_ > 1) --workers_;
 }
 
+uint64_t AutotuneController::depth(int workers, int prefetch) const {
+  return lim_.shared_depth ? uint64_t(prefetch) : uint64_t(workers) * uint64_t(prefetch);
+}
+
 bool AutotuneController::fits(int workers, int prefetch) const {
   if (lim_.max_buffers == 0) return true;
-  return uint64_t(workers) * uint64_t(prefetch) + uint64_t(workers) + 1 <= lim_.max_buffers;
+  // Whole batches per worker: each worker may hold one more while it waits to claim. Shared
+  // batches: one buffer being taken for the next batch. Plus the consumer's.
+  const uint64_t extra = lim_.shared_depth ? 2 : uint64_t(workers) + 1;
+  return depth(workers, prefetch) + extra <= lim_.max_buffers;
 }
 
 std::optional<AutotuneDecision> AutotuneController::change(double now_s, const AutotuneFigures& f,
@@ -113,6 +123,59 @@ std::optional<AutotuneDecision> AutotuneController::update(double now_s, const A
   }
   calm_windows_ = 0;
   return std::nullopt;
+}
+
+namespace {
+
+std::mutex memory_mu;
+// Most recently used first; bounded by kEntries.
+std::list<std::pair<std::string, AutotuneStart>>& memory_entries() {
+  static std::list<std::pair<std::string, AutotuneStart>> entries;
+  return entries;
+}
+
+}  // namespace
+
+std::optional<AutotuneStart> AutotuneMemory::recall(const std::string& key) {
+  if (key.empty()) return std::nullopt;
+  std::lock_guard lock(memory_mu);
+  auto& entries = memory_entries();
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->first == key) {
+      entries.splice(entries.begin(), entries, it);
+      return entries.front().second;
+    }
+  }
+  return std::nullopt;
+}
+
+void AutotuneMemory::remember(const std::string& key, AutotuneStart start) {
+  if (key.empty()) return;
+  std::lock_guard lock(memory_mu);
+  auto& entries = memory_entries();
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->first == key) {
+      entries.erase(it);
+      break;
+    }
+  }
+  entries.emplace_front(key, start);
+  if (entries.size() > kEntries) entries.pop_back();
+}
+
+void AutotuneMemory::forget_all() {
+  std::lock_guard lock(memory_mu);
+  memory_entries().clear();
+}
+
+AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers,
+                             int cores, int prefetch, int max_prefetch) {
+  max_workers = std::max(max_workers, 1);
+  max_prefetch = std::max(max_prefetch, 1);
+  if (learned)
+    return {std::clamp(learned->workers, 1, max_workers),
+            std::clamp(learned->prefetch, 1, max_prefetch)};
+  return {std::clamp(cores, 1, max_workers), std::clamp(prefetch, 1, max_prefetch)};
 }
 
 }  // namespace stoker

@@ -18,8 +18,7 @@ using Clock = std::chrono::steady_clock;
 // How long the consumer may find every buffer in its own hands before it is told so.
 constexpr auto kStallLimit = std::chrono::milliseconds(1000);
 
-// Autotune: the largest prefetch factor it may choose, and the minimum window between decisions.
-constexpr int kAutotuneMaxPrefetch = 8;
+// Autotune: the minimum window between decisions.
 constexpr double kAutotuneWindowSeconds = 0.2;
 constexpr uint64_t kAutotuneWindowBatches = 3;
 // Fast batches close a window sooner: an epoch of small batches can be over in less than
@@ -66,7 +65,7 @@ class InlineIterator final : public EpochIterator {
     }
     stall_since_.reset();
     auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
-    st_->fill(*batch, plan_, order_, worker_.get());
+    st_->fill(*batch, plan_, order_, worker_.get(), 0, batch->length);
     ++st_->batches;
     st_->samples += batch->length;
     *out = std::move(batch);
@@ -86,11 +85,16 @@ class InlineIterator final : public EpochIterator {
   std::optional<Clock::time_point> stall_since_;  // the consumer holds every buffer since then
 };
 
-// Worker threads claim batch numbers in order. A worker first waits until a number may be claimed
-// (at most `depth_` batches claimed or ready beyond the one the consumer waits for), then takes a
-// buffer, then claims: every claimed batch can finish, so the batch the consumer waits for never
-// waits behind later batches for memory, and an idle worker holds no buffer. Each batch goes to
-// its slot in a ring, and the consumer takes them in order.
+// Worker threads open batch numbers in order and fill them together, a chunk of samples at a
+// time. A worker first waits until a batch may be opened (at most `depth_` batches open or ready
+// beyond the ones delivered), then takes a buffer, then opens it: every open batch can finish, so
+// the batch the consumer waits for never waits behind later batches for memory, and an idle
+// worker holds no buffer. Workers take chunks of the oldest open batch first, so a batch is done
+// by all workers at once (its latency is the batch's work divided among them, and an epoch's
+// last batch leaves no worker idle for long). Chunks are sized from the measured time per sample:
+// about kChunkSeconds of work, so slow samples (images) are shared one by one and fast ones
+// (array rows) keep whole batches per worker. A finished batch goes to its slot in a ring, and
+// the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
   ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
@@ -101,13 +105,15 @@ class ThreadedIterator final : public EpochIterator {
         epoch_(epoch),
         end_(plan_.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
+        gated_(st_->autotune_prefetch && st_->autotune_shared_depth),
         ring_size_(static_cast<uint64_t>(autotune_ && st_->autotune_prefetch
                                              ? kAutotuneMaxPrefetch
                                              : st_->options.prefetch_factor) *
                    static_cast<uint64_t>(st_->options.num_workers)),
         ring_(ring_size_),
         next_claim_(start),
-        next_deliver_(start) {
+        next_deliver_(start),
+        next_chunked_(start) {
     const int n = static_cast<int>(std::min<uint64_t>(st_->options.num_workers, end_ - start));
     if (autotune_) {
       AutotuneLimits lim;
@@ -117,6 +123,7 @@ class ThreadedIterator final : public EpochIterator {
       lim.max_prefetch =
           st_->autotune_prefetch ? kAutotuneMaxPrefetch : st_->options.prefetch_factor;
       lim.max_buffers = st_->pool->capacity();
+      lim.shared_depth = st_->autotune_shared_depth;
       std::lock_guard lock(st_->autotune_mu);
       const int w = st_->autotune_workers ? std::min(st_->autotune_active, lim.max_workers)
                                           : st_->options.num_workers;
@@ -124,7 +131,8 @@ class ThreadedIterator final : public EpochIterator {
           st_->autotune_prefetch ? st_->autotune_prefetch_now : st_->options.prefetch_factor;
       controller_.emplace(lim, w, p);
       active_ = controller_->workers();
-      depth_ = controller_->depth();
+      depth_ = std::min(controller_->depth(), ring_size_);
+      if (gated_) st_->buffer_gate->set_limit(depth_ + 1);
     } else {
       active_ = n;
       depth_ = ring_size_;
@@ -135,8 +143,9 @@ class ThreadedIterator final : public EpochIterator {
   }
 
   ~ThreadedIterator() override {
-    stop_.request_stop();  // wakes every wait that holds the token: window, pool, park
+    stop_.request_stop();  // wakes every wait that holds the token: window, pool, park, gate
     for (std::thread& t : workers_) t.join();
+    if (gated_) st_->buffer_gate->forget(this);
   }
 
   Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
@@ -147,6 +156,7 @@ class ThreadedIterator final : public EpochIterator {
     Slot& slot = ring_[next_deliver_ % ring_size_];
     while (!slot.ready) {
       check_stall_locked();
+      if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force(this, next_deliver_);
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
       consumer_waiting_ = true;
       ready_.wait_until(lock, slice);
@@ -188,69 +198,149 @@ class ThreadedIterator final : public EpochIterator {
   }
 
  private:
+  // About this much work per chunk: far above the cost of taking one (a lock), far below a
+  // batch of images.
+  static constexpr double kChunkSeconds = 0.5e-3;
+
   struct Slot {
-    std::shared_ptr<Batch> batch;
-    std::exception_ptr error;
+    std::shared_ptr<Batch> batch;  // from the opening of the batch until delivery
+    std::exception_ptr error;      // of the batch's first failing sample
+    uint64_t error_at = UINT64_MAX;
+    uint64_t handed = 0;  // samples handed out in chunks
+    uint64_t done = 0;    // samples finished
     bool ready = false;
   };
+
+  struct Chunk {
+    uint64_t b = 0;  // batch number
+    Batch* batch = nullptr;
+    uint64_t begin = 0, end = 0;
+  };
+
+  // The next chunk of the oldest open batch that has samples left to hand out.
+  bool take_chunk_locked(Chunk* c) {
+    if (next_chunked_ >= next_claim_) return false;
+    Slot& slot = ring_[next_chunked_ % ring_size_];
+    const uint64_t length = slot.batch->length;
+    const uint64_t n = std::min(length - slot.handed, chunk_samples_locked(length));
+    *c = Chunk{next_chunked_, slot.batch.get(), slot.handed, slot.handed + n};
+    slot.handed += n;
+    if (slot.handed == length) ++next_chunked_;  // the slot may finish and be emptied from now on
+    return true;
+  }
+
+  uint64_t chunk_samples_locked(uint64_t length) const {
+    if (seconds_per_sample_ <= 0) {  // nothing measured yet: a few chunks per worker
+      const uint64_t parts = 4 * static_cast<uint64_t>(std::max(active_, 1));
+      return std::max<uint64_t>(1, (length + parts - 1) / parts);
+    }
+    return std::clamp<uint64_t>(static_cast<uint64_t>(kChunkSeconds / seconds_per_sample_), 1,
+                                length);
+  }
 
   void work(int me) {
     const std::stop_token stop = stop_.get_token();
     std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
+    std::unique_lock lock(mu_);
     while (!stop.stop_requested()) {
-      if (autotune_) {  // parked while the controller keeps this worker inactive
-        std::unique_lock lock(mu_);
+      if (me >= active_) {  // parked while the controller keeps this worker inactive
         if (!park_.wait(lock, stop, [&] { return me < active_; })) return;
+        continue;
       }
-      {  // wait until a batch number can be claimed before taking memory for it
-        std::unique_lock lock(mu_);
-        ++workers_waiting_;
-        auto can_claim = [&] {
-          return next_claim_ >= end_ || next_claim_ < next_deliver_ + depth_ || me >= active_;
-        };
-        const bool blocked = !can_claim();  // by the prefetch depth
-        const auto blocked_since = Clock::now();
-        const bool claimable = window_.wait(lock, stop, can_claim);
-        if (blocked) blocked_ns_ += elapsed_ns(blocked_since);
-        --workers_waiting_;
-        if (!claimable || next_claim_ >= end_) return;
-        if (me >= active_) continue;  // parked meanwhile
+      Chunk chunk;
+      if (take_chunk_locked(&chunk)) {
+        lock.unlock();
+        fill_chunk(chunk, worker.get());
+        lock.lock();
+        continue;
       }
-      const auto waited = Clock::now();
-      Buffer buffer = st_->pool->acquire(stop);
-      st_->buffer_wait_ns += elapsed_ns(waited);
-      if (!buffer) return;
-      uint64_t b;
-      {
-        // Claim only with a buffer in hand, so every claimed batch can finish: the batch the
-        // consumer waits for never waits behind later batches for memory. Another worker may
-        // have taken the last claimable number meanwhile; then the buffer goes back.
-        std::lock_guard lock(mu_);
-        if (next_claim_ >= end_) return;
-        if (me >= active_ || next_claim_ >= next_deliver_ + depth_) continue;
-        b = next_claim_++;
+      if (next_claim_ >= end_) return;  // every batch is open and its samples handed out
+      if (!opening_ && next_claim_ < next_deliver_ + depth_) {
+        // Open the next batch: take memory for it first, outside the lock (it may wait).
+        opening_ = true;
+        const uint64_t opening = next_claim_;  // only the opener moves next_claim_
+        lock.unlock();
+        Buffer buffer;
+        if (gated_) {  // the consumer's batches count in the window: wait for one to go
+          const auto since = Clock::now();
+          const bool entered = st_->buffer_gate->enter(stop, this, opening);
+          blocked_ns_ += elapsed_ns(since);
+          if (!entered) return;  // stopped
+        }
+        const auto waited = Clock::now();
+        buffer = st_->pool->acquire(stop);
+        st_->buffer_wait_ns += elapsed_ns(waited);
+        if (gated_ && buffer) {
+          buffer = BufferGate::wrap(st_->buffer_gate, std::move(buffer));
+        } else if (gated_) {
+          st_->buffer_gate->leave();
+        }
+        lock.lock();
+        opening_ = false;
+        if (!buffer) return;  // stopped
+        if (next_claim_ < end_ && next_claim_ < next_deliver_ + depth_) {
+          const uint64_t b = next_claim_++;
+          Slot& slot = ring_[b % ring_size_];
+          slot = Slot{};
+          slot.batch = st_->make_batch(plan_, epoch_, b, std::move(buffer));
+        }
+        const bool wake = workers_waiting_ > 0;
+        lock.unlock();
+        buffer.reset();  // not used after all (the depth shrank meanwhile): back to the pool
+        if (wake) window_.notify_all();  // others may take chunks of the new batch
+        lock.lock();
+        continue;
       }
-      Slot result;
-      const auto started = Clock::now();
-      const int64_t cpu_started = thread_cpu_ns();
-      try {
-        result.batch = st_->make_batch(plan_, epoch_, b, std::move(buffer));
-        st_->fill(*result.batch, plan_, order_, worker.get());
-      } catch (...) {
-        result.error = std::current_exception();
-        result.batch.reset();  // its buffer goes back to the pool
-      }
-      busy_ns_ += elapsed_ns(started);
-      st_->worker_cpu_ns += thread_cpu_ns() - cpu_started;
-      result.ready = true;
-      bool wake_consumer;
-      {
-        std::lock_guard lock(mu_);
-        ring_[b % ring_size_] = std::move(result);
-        wake_consumer = consumer_waiting_ && b == next_deliver_;
-      }
-      if (wake_consumer) ready_.notify_one();
+      // Nothing to do until a batch opens or the depth allows one more.
+      const bool blocked = !opening_;  // by the prefetch depth (not by another worker's opening)
+      const auto since = Clock::now();
+      ++workers_waiting_;
+      window_.wait(lock, stop, [&] {
+        return me >= active_ || next_chunked_ < next_claim_ || next_claim_ >= end_ ||
+               (!opening_ && next_claim_ < next_deliver_ + depth_);
+      });
+      --workers_waiting_;
+      if (blocked) blocked_ns_ += elapsed_ns(since);
     }
+  }
+
+  // Fills one chunk (no lock held), then records it; the last chunk of a batch makes it ready.
+  void fill_chunk(const Chunk& c, WorkerState* worker) {
+    std::exception_ptr error;
+    uint64_t failed_at = UINT64_MAX;
+    const auto started = Clock::now();
+    const int64_t cpu_started = thread_cpu_ns();
+    try {
+      st_->fill(*c.batch, plan_, order_, worker, c.begin, c.end, &failed_at);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const int64_t busy = elapsed_ns(started);
+    busy_ns_ += busy;
+    st_->worker_cpu_ns += thread_cpu_ns() - cpu_started;
+    std::shared_ptr<Batch> dropped;  // a failed batch's buffer goes back outside the lock
+    bool wake_consumer = false;
+    {
+      std::lock_guard lock(mu_);
+      if (!error) {
+        const double per_sample = busy * 1e-9 / double(c.end - c.begin);
+        seconds_per_sample_ =
+            seconds_per_sample_ <= 0 ? per_sample : 0.75 * seconds_per_sample_ + 0.25 * per_sample;
+      }
+      Slot& slot = ring_[c.b % ring_size_];
+      // Only the chunk's samples up to the failure count as done; the rest are never read.
+      slot.done += c.end - c.begin;
+      if (error && failed_at < slot.error_at) {
+        slot.error = error;
+        slot.error_at = failed_at;
+      }
+      if (slot.done == slot.batch->length) {
+        if (slot.error) dropped = std::move(slot.batch);
+        slot.ready = true;
+        wake_consumer = consumer_waiting_ && c.b == next_deliver_;
+      }
+    }
+    if (wake_consumer) ready_.notify_one();
   }
 
   // One controller window: figures since the last decision, then maybe a new worker count or
@@ -286,7 +376,8 @@ class ThreadedIterator final : public EpochIterator {
     std::optional<AutotuneDecision> d = controller_->update(t, f);
     if (!d) return;
     active_ = controller_->workers();
-    depth_ = controller_->depth();
+    depth_ = std::min(controller_->depth(), ring_size_);
+    if (gated_) st_->buffer_gate->set_limit(depth_ + 1);
     st_->record_autotune(*d);
     if (new_decisions_.size() < kAutotuneLogged) new_decisions_.push_back(*d);
     park_.notify_all();
@@ -313,25 +404,31 @@ class ThreadedIterator final : public EpochIterator {
   const uint64_t epoch_;
   const uint64_t end_;
   const bool autotune_;
+  // Large batches with an autotuned depth: the consumer's batches count in the depth's window
+  // (BufferGate), so depth d means at most d + 1 buffers of this loader exist at once.
+  const bool gated_;
   const uint64_t ring_size_;  // >= any depth the controller may set
 
   mutable std::mutex mu_;
-  uint64_t depth_;  // guarded by mu_; batches claimed or ready beyond the one delivered next
+  uint64_t depth_;  // guarded by mu_; batches open or ready beyond the ones delivered
   int active_;      // guarded by mu_; workers allowed to claim (the others are parked)
   std::optional<AutotuneController> controller_;  // guarded by mu_
-  std::atomic<int64_t> busy_ns_{0};               // workers' time producing, this window
-  std::atomic<int64_t> blocked_ns_{0};            // workers' time blocked by depth, this window
-  Clock::time_point window_start_;                // consumer thread only, as the window figures
+  double seconds_per_sample_ = 0;                 // guarded by mu_; 0 until measured
+  bool opening_ = false;  // guarded by mu_; a worker is taking the buffer of the next batch
+  std::atomic<int64_t> busy_ns_{0};     // workers' time producing, this window
+  std::atomic<int64_t> blocked_ns_{0};  // workers' time blocked by depth, this window
+  Clock::time_point window_start_;      // consumer thread only, as the window figures
   int64_t window_wait_ns_ = 0;
   uint64_t window_samples_ = 0, window_batches_ = 0;
   double occupancy_sum_ = 0;
-  std::vector<AutotuneDecision> new_decisions_;   // consumer thread only; drained by bindings
-  std::condition_variable_any park_;              // inactive workers wait here
-  std::condition_variable_any window_;            // workers wait here for a batch number to claim
-  std::condition_variable ready_;                 // the consumer waits here for its batch
-  std::vector<Slot> ring_;                        // guarded by mu_; slot of batch b is b % depth_
-  uint64_t next_claim_;                           // guarded by mu_
-  uint64_t next_deliver_;                         // guarded by mu_
+  std::vector<AutotuneDecision> new_decisions_;  // consumer thread only; drained by bindings
+  std::condition_variable_any park_;             // inactive workers wait here
+  std::condition_variable_any window_;           // workers wait here for a batch number to claim
+  std::condition_variable ready_;                // the consumer waits here for its batch
+  std::vector<Slot> ring_;  // guarded by mu_; slot of batch b is b % ring_size_
+  uint64_t next_claim_;     // guarded by mu_; the next batch to open
+  uint64_t next_deliver_;   // guarded by mu_
+  uint64_t next_chunked_;   // guarded by mu_; open batches before it have every sample handed out
   bool consumer_waiting_ = false;                 // guarded by mu_; skips needless notifies
   int workers_waiting_ = 0;                       // guarded by mu_
   std::optional<Clock::time_point> stall_since_;  // consumer thread only

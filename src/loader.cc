@@ -1,6 +1,9 @@
 #include "stoker/loader.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "loader_state.h"
@@ -41,6 +44,31 @@ LoaderOptions resolve(LoaderOptions o) {
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+// What an autotuned loader learned applies to another loader over the same data with the same
+// batch size and CPU budget: the source's type, length, fields and first and last files.
+std::string autotune_key_of(const Source& source, const LoaderOptions& o) {
+  std::string key = typeid(source).name();
+  for (uint64_t v : {source.size(), o.batch_size, static_cast<uint64_t>(o.cpu_budget)}) {
+    key.push_back('|');
+    key.append(std::to_string(v));
+  }
+  for (const FieldSpec& f : source.fields()) {
+    key.push_back('|');
+    key.append(f.name).push_back(':');
+    key.append(f.dtype.name());
+    for (int64_t d : f.shape) {
+      key.push_back(',');
+      key.append(std::to_string(d));
+    }
+  }
+  if (source.size() > 0) {
+    key.push_back('|');
+    key.append(source.path(0)).push_back('|');
+    key.append(source.path(source.size() - 1));
+  }
+  return key;
+}
+
 }  // namespace
 
 Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
@@ -58,12 +86,22 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     sample_bytes.push_back(f.sample_bytes());
     bytes += f.sample_bytes() * options.batch_size;
   }
-  // An autotuned depth of large batches starts at one batch per worker (the least memory that
-  // keeps every worker busy) and deepens only when workers are measurably blocked by it; small
-  // batches start at two, where hand-off latency matters more than memory.
+  // Large batches: the workers fill each batch together, so an autotuned depth starts at one
+  // batch in flight for all of them (with the consumer's, two buffers) and deepens only when
+  // workers are measurably blocked by it; small batches start at two per worker, where hand-off
+  // latency matters more than memory.
   if (autotune_prefetch && bytes > kSmallBatchBytes) {
     options.prefetch_factor = 1;
     autotune_prefetch_now = 1;
+    autotune_shared_depth = true;
+  }
+  if (autotune_workers || autotune_prefetch) {
+    autotune_key = autotune_key_of(*source, options);
+    const AutotuneStart start = autotune_start(
+        AutotuneMemory::recall(autotune_key), options.num_workers, usable_cores(),
+        autotune_prefetch_now, autotune_prefetch ? kAutotuneMaxPrefetch : options.prefetch_factor);
+    if (autotune_workers) autotune_active = start.workers;
+    if (autotune_prefetch) autotune_prefetch_now = start.prefetch;
   }
   if (options.classes) {
     if (!options.shuffle) throw InvalidArgument("a stratified order needs shuffle");
@@ -114,23 +152,40 @@ void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& sam
 }
 
 void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
-                         WorkerState* worker) {
+                         WorkerState* worker, uint64_t begin, uint64_t end, uint64_t* failed_at) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
   std::vector<std::byte*> many;  // only for sources with more than 16 fields
   const size_t nfields = batch.fields.size();
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
-  std::vector<uint64_t> indices(batch.length);  // the batch's samples, mapped at once
-  std::vector<uint64_t> cycles(samples.stratified ? batch.length : 0);  // key their randomness
-  batch_indices(plan, samples, batch.index, indices, cycles);
-  // Samples are visited in a random order: hint each one kPrefetchAhead samples early, so that
-  // several memory accesses are in flight at once instead of one cache miss at a time.
-  for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, batch.length); ++s)
-    source->prefetch(indices[s]);
-  for (uint64_t s = 0; s < batch.length; ++s) {
-    if (s + kPrefetchAhead < batch.length) source->prefetch(indices[s + kPrefetchAhead]);
-    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + s * sample_bytes[f];
-    read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
+  const uint64_t n = end - begin;
+  std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
+  std::vector<uint64_t> cycles;      // a stratified order's draws: they key their randomness
+  if (samples.stratified) {
+    std::vector<uint64_t> all(batch.length), all_cycles(batch.length);
+    batch_indices(plan, samples, batch.index, all, all_cycles);
+    indices.assign(all.begin() + begin, all.begin() + end);
+    cycles.assign(all_cycles.begin() + begin, all_cycles.begin() + end);
+  } else {
+    const uint64_t first = batch.index * plan.batch_size() + begin;
+    for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
+    samples.order.map(indices, indices);
+  }
+  // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
+  // early, so that many memory accesses are in flight at once instead of one miss at a time.
+  source->prefetch_batch(indices);
+  for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, n); ++s) source->prefetch(indices[s]);
+  for (uint64_t s = 0; s < n; ++s) {
+    if (s + kPrefetchAhead < n) source->prefetch(indices[s + kPrefetchAhead]);
+    const uint64_t at = begin + s;
+    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + at * sample_bytes[f];
+    try {
+      read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
+    } catch (...) {
+      if (failed_at != nullptr) *failed_at = at;
+      read_ns += elapsed_ns(start);
+      throw;
+    }
   }
   read_ns += elapsed_ns(start);
 }
@@ -173,6 +228,7 @@ void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error)
 }
 
 void Loader::State::record_autotune(const AutotuneDecision& d) {
+  AutotuneMemory::remember(autotune_key, {d.workers_to, d.prefetch_to});
   std::lock_guard lock(autotune_mu);
   autotune_active = d.workers_to;
   autotune_prefetch_now = d.prefetch_to;

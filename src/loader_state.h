@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 
 #include "stoker/loader.h"
 #include "stoker/order.h"
@@ -17,6 +19,72 @@ namespace stoker {
 struct EpochSamples {
   EpochOrder order;
   std::optional<StratifiedEpoch> stratified;
+};
+
+// Counts the buffers of a loader's batches that are out of its pool (being filled, ready, or held
+// by the consumer), so that an autotuned depth can count the consumer's batches in its window:
+// a worker enters before it takes a buffer for a new batch, and the batch's buffer leaves when
+// its last user (a tensor the consumer dropped) lets go. Safe from any thread.
+class BufferGate {
+ public:
+  // Waits until fewer than the limit are out, or until the consumer waits for this very batch
+  // (force), then counts one more. `owner` and `batch` name the batch the caller opens. False
+  // when stopped.
+  bool enter(std::stop_token stop, const void* owner, uint64_t batch) {
+    std::unique_lock lock(mu_);
+    auto forced = [&] { return forced_owner_ == owner && forced_batch_ == batch; };
+    if (!changed_.wait(lock, stop, [&] { return out_ < limit_ || forced(); })) return false;
+    if (forced()) forced_owner_ = nullptr;
+    ++out_;
+    return true;
+  }
+  // Lets batch `batch` of `owner` in whatever the count: the consumer waits for it and nobody
+  // has opened it. A consumer that keeps batches (the last one of an epoch, a few for logging)
+  // must slow the prefetch down, never stop the batch it waits for. Naming the batch keeps a
+  // force that came late from letting a later batch in.
+  void force(const void* owner, uint64_t batch) {
+    {
+      std::lock_guard lock(mu_);
+      forced_owner_ = owner;
+      forced_batch_ = batch;
+    }
+    changed_.notify_all();
+  }
+  // Forgets a force of `owner` (an iterator that ends).
+  void forget(const void* owner) {
+    std::lock_guard lock(mu_);
+    if (forced_owner_ == owner) forced_owner_ = nullptr;
+  }
+  void leave() {
+    {
+      std::lock_guard lock(mu_);
+      --out_;
+    }
+    changed_.notify_all();
+  }
+  void set_limit(uint64_t limit) {
+    {
+      std::lock_guard lock(mu_);
+      limit_ = limit;
+    }
+    changed_.notify_all();
+  }
+  // `buffer`, which leaves the gate when its last owner drops it. REQUIRES: entered for it.
+  static Buffer wrap(std::shared_ptr<BufferGate> gate, Buffer buffer) {
+    std::byte* p = buffer.get();
+    return Buffer(p, [gate = std::move(gate), inner = std::move(buffer)](std::byte*) mutable {
+      inner.reset();  // back to the pool first, so the next enter finds it free
+      gate->leave();
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any changed_;
+  uint64_t out_ = 0;                    // guarded by mu_
+  uint64_t limit_ = UINT64_MAX;         // guarded by mu_
+  const void* forced_owner_ = nullptr;  // guarded by mu_; with forced_batch_: the forced entry
+  uint64_t forced_batch_ = 0;           // guarded by mu_
 };
 
 struct Loader::State {
@@ -41,9 +109,11 @@ struct Loader::State {
   // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
   void batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
                      std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
-  // Writes every sample of `batch` (a batch of `plan`) into its slots. Throws SampleError.
-  void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
-            WorkerState* worker);
+  // Writes samples [begin, end) of `batch` (a batch of `plan`) into their slots (several threads
+  // may fill disjoint ranges of one batch). Throws SampleError; *failed_at (if given) is then the
+  // position in the batch of the sample that failed.
+  void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples, WorkerState* worker,
+            uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
@@ -53,8 +123,12 @@ struct Loader::State {
   std::atomic<int64_t> worker_cpu_ns{0};
 
   // Online autotune: which knobs were "auto", and the controller's values, carried from one
-  // iterator (epoch) to the next.
+  // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.
   bool autotune_workers = false, autotune_prefetch = false;
+  bool autotune_shared_depth = false;  // large batches: prefetch = batches in flight, all workers
+  // With autotune_shared_depth: the depth's window counts the consumer's buffers too.
+  const std::shared_ptr<BufferGate> buffer_gate = std::make_shared<BufferGate>();
+  std::string autotune_key;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
   int autotune_active = 1;                    // guarded by autotune_mu

@@ -17,9 +17,14 @@
 //   workers' load fitting in one worker fewer below shrink_busy: one worker fewer (parked, not
 //   destroyed). A shrink that starves the consumer is undone and its count becomes a floor.
 // - in between: nothing (hysteresis band).
-// Memory: depth + workers + 1 buffers never exceed the pool's capacity (the memory budget).
+// Depth (batches claimed or ready ahead of the consumer): workers x prefetch, as torch's
+// prefetch_factor; with shared_depth (large batches, which the workers fill together), prefetch
+// itself is the number of batches in flight for all workers.
+// Memory: the buffers the depth needs, plus the consumer's and one being taken, never exceed the
+// pool's capacity (the memory budget).
 //
-// Thread safety: not thread-safe; the iterator calls it from the consumer thread, under its lock.
+// Thread safety: AutotuneController is not thread-safe; the iterator calls it from the consumer
+// thread, under its lock. AutotuneMemory is safe to use from any thread.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +33,9 @@
 #include <string>
 
 namespace stoker {
+
+// The largest prefetch the controller may choose (per worker, or in all with shared_depth).
+inline constexpr int kAutotuneMaxPrefetch = 8;
 
 struct AutotuneFigures {
   double seconds = 0;                  // window length
@@ -51,7 +59,8 @@ struct AutotuneLimits {
   bool tune_prefetch = true;
   int max_workers = 1;  // the CPU budget (threads that exist)
   int max_prefetch = 16;
-  uint64_t max_buffers = 0;  // pool capacity under the memory budget
+  uint64_t max_buffers = 0;   // pool capacity under the memory budget
+  bool shared_depth = false;  // depth = prefetch, not workers x prefetch
   double wait_high = 0.10, wait_low = 0.03;
   double busy_high = 0.60, shrink_busy = 0.70, blocked_high = 0.10;
   double min_gain = 0.05;
@@ -68,7 +77,9 @@ class AutotuneController {
 
   int workers() const { return workers_; }
   int prefetch() const { return prefetch_; }
-  uint64_t depth() const { return uint64_t(workers_) * uint64_t(prefetch_); }
+  uint64_t depth() const { return depth(workers_, prefetch_); }
+  uint64_t depth(int workers, int prefetch) const;
+  // Whether `workers` x `prefetch` stays within max_buffers.
   bool fits(int workers, int prefetch) const;
 
  private:
@@ -93,5 +104,32 @@ class AutotuneController {
   bool shrunk_last_ = false;
   int calm_windows_ = 0;
 };
+
+// Where "auto" starts. A loader built again on the same data (an evaluation pass, a loader per
+// epoch) starts where the last one ended, from an in-process memory keyed by the data and the
+// settings that shape the work (AutotuneMemory). Otherwise the consumer of a new loader waits
+// from its first batch, so every worker the CPU budget allows (up to the usable cores) starts at
+// once instead of one; the controller shrinks if fewer carry the load, and grows past the cores
+// only if a trial pays. (The machine's load is not asked: /proc/loadavg's runnable count is an
+// instant that other processes' bursts, and this process's own import, swing from 0 to all.)
+struct AutotuneStart {
+  int workers = 1;
+  int prefetch = 1;
+};
+
+class AutotuneMemory {
+ public:
+  static constexpr size_t kEntries = 64;  // most recently used keys kept
+
+  // The last values remembered for `key`; nothing for an empty key.
+  static std::optional<AutotuneStart> recall(const std::string& key);
+  static void remember(const std::string& key, AutotuneStart start);
+  static void forget_all();  // for tests
+};
+
+// The start: `learned` if any (clamped to the limits), else min(cores, max_workers) workers at
+// `prefetch`.
+AutotuneStart autotune_start(const std::optional<AutotuneStart>& learned, int max_workers,
+                             int cores, int prefetch, int max_prefetch);
 
 }  // namespace stoker

@@ -51,9 +51,12 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   // threads; -1 = auto: cpu_budget threads, of which the online autotune controller keeps as many
-  // active as pay (starting from 1); 0 = on the consumer's thread
+  // active as pay, starting from what it learned on a loader over the same data in this process,
+  // else from the cores within cpu_budget (include/stoker/autotune.h); 0 = on the consumer's thread
   int num_workers = -1;
-  // batches in flight per worker; -1 = auto: starts at 2, set by the autotune controller
+  // batches in flight per worker; -1 = auto, set by the autotune controller: starts at 2 per
+  // worker, or, for batches over 4 MiB (which the workers fill together), at 1 batch in flight
+  // for all of them
   int prefetch_factor = -1;
   PinMemory pin_memory = PinMemory::kAuto;  // auto = pinned when a CUDA device is present
   uint64_t memory_budget = 0;  // bytes for batch buffers; 0 = auto (half of physical memory)

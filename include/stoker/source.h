@@ -64,6 +64,12 @@ class Source {
   // loading them into cache so that random access overlaps memory latency. Must not throw.
   virtual void prefetch(uint64_t /*index*/) const {}
 
+  // A hint that samples `indices` (a batch's, or a worker's share of it) will be read next, in
+  // this order, each also hinted with prefetch() shortly before its read. A source whose samples
+  // live in memory can start the first access of every one at once, so that their page-table
+  // walks and first cache misses overlap instead of coming one by one. Must not throw.
+  virtual void prefetch_batch(std::span<const uint64_t> /*indices*/) const {}
+
   // Per-thread state for read(); nullptr when the source needs none.
   virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }
 

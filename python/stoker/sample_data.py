@@ -7,6 +7,10 @@
                                       holding the very same JPEG bytes, shuffled across classes,
 * ``root/manifest.json``              parameters, classes, counts and size statistics.
 
+``profile="large"`` builds a second kind of dataset from the same photographs: 640-1024 px on
+the long side, ~15% progressive, ~8% grayscale (photos as today's cameras and crawls save them;
+bench/bench_images.py reports both).
+
 Why real photos and not noise: JPEG decode cost, file size and entropy-coder behaviour depend
 on image content. Noise images decode at a different speed and compress badly, so benchmarks
 on them mislead. Every image here is a random crop / flip / colour jitter / rescale of a
@@ -73,8 +77,12 @@ _SOURCES = (
 # Statistics of the generated files, tuned so a default build lands near ImageNet's train set
 # (mean ~500x375). The source photos are smoother than typical Flickr shots, so quality is
 # skewed high and grain/sharpening are added to bring the mean file size toward ~100 KB.
-_PROGRESSIVE_FRACTION = 0.05
-_GRAYSCALE_FRACTION = 0.03
+# Per profile: long side range (None: ImageNet's distribution, _draw_size), progressive and
+# grayscale fractions.
+_PROFILES = {
+    "imagenet": {"long_side": None, "progressive": 0.05, "grayscale": 0.03},
+    "large": {"long_side": (640, 1024), "progressive": 0.15, "grayscale": 0.08},
+}
 _QUALITY_RANGE = (75, 95)  # inclusive
 _MIN_SIDE, _MAX_SIDE = 200, 800
 _ASPECTS = (4 / 3, 3 / 2, 5 / 4, 16 / 9, 1.0)  # long side / short side
@@ -88,12 +96,21 @@ _CROP_AREA = (0.45, 1.0)  # fraction of the largest crop with the output aspect
 _SHARPEN = (120, 220)  # unsharp-mask percent
 
 
-def default_sample_root() -> Path:
-    """``$STOKER_SAMPLE_DIR`` if set, else ``~/.cache/stoker/sample-v1`` (shared by checkouts)."""
+def default_sample_root(profile: str = "imagenet") -> Path:
+    """``$STOKER_SAMPLE_DIR`` if set, else ``~/.cache/stoker/sample-v1`` (shared by checkouts);
+    other profiles live beside it (``sample-large-v1``)."""
+    _check_profile(profile)
+    name = "sample-v1" if profile == "imagenet" else f"sample-{profile}-v1"
     env = os.environ.get("STOKER_SAMPLE_DIR")
     if env:
-        return Path(os.path.expanduser(env))
-    return Path(os.path.expanduser("~/.cache/stoker/sample-v1"))
+        base = Path(os.path.expanduser(env))
+        return base if profile == "imagenet" else base.with_name(f"{base.name}-{profile}")
+    return Path(os.path.expanduser(f"~/.cache/stoker/{name}"))
+
+
+def _check_profile(profile: str) -> None:
+    if profile not in _PROFILES:
+        raise ValueError(f"profile must be one of {sorted(_PROFILES)}, got {profile!r}")
 
 
 # --------------------------------------------------------------------------- source photos
@@ -171,8 +188,11 @@ def _class_styles(num_classes: int, seed: int) -> list[dict]:
     return styles
 
 
-def _draw_size(rng: np.random.Generator) -> tuple[int, int]:
-    if rng.random() < 0.55:
+def _draw_size(rng: np.random.Generator, profile: str) -> tuple[int, int]:
+    long_range = _PROFILES[profile]["long_side"]
+    if long_range is not None:
+        long_side = float(rng.uniform(*long_range))
+    elif rng.random() < 0.55:
         long_side = 500.0  # Flickr "medium" size: the most common long side in ImageNet
     else:
         long_side = float(np.clip(rng.lognormal(math.log(510.0), 0.22), 260.0, _MAX_SIDE))
@@ -195,14 +215,15 @@ def _draw_quality(rng: np.random.Generator) -> int:
     return lo + min(hi - lo, int(math.floor((hi - lo + 1) * u)))
 
 
-def _make_plan(num_classes: int, images_per_class: int, seed: int) -> list[dict]:
+def _make_plan(num_classes: int, images_per_class: int, seed: int,
+               profile: str = "imagenet") -> list[dict]:
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 0x97A4])))
     names = _class_names(num_classes)
     total = num_classes * images_per_class
     plan = []
     for c in range(num_classes):
         for j in range(images_per_class):
-            w, h = _draw_size(rng)
+            w, h = _draw_size(rng, profile)
             plan.append(
                 {
                     "label": c,
@@ -218,8 +239,8 @@ def _make_plan(num_classes: int, images_per_class: int, seed: int) -> list[dict]
                 }
             )
     # Exact fractions (not coin flips) so even small builds contain both kinds of odd files.
-    n_prog = max(1, round(_PROGRESSIVE_FRACTION * total))
-    n_gray = max(1, round(_GRAYSCALE_FRACTION * total))
+    n_prog = max(1, round(_PROFILES[profile]["progressive"] * total))
+    n_gray = max(1, round(_PROFILES[profile]["grayscale"] * total))
     for i in rng.permutation(total)[:n_prog]:
         plan[int(i)]["progressive"] = True
     for i in rng.permutation(total)[:n_gray]:
@@ -298,13 +319,17 @@ def _render(item: dict, style: dict, photos: dict[str, Image.Image]) -> bytes:
 # --------------------------------------------------------------------------- building
 
 
-def _params(num_classes: int, images_per_class: int, shards: int, seed: int) -> dict:
-    return {
+def _params(num_classes: int, images_per_class: int, shards: int, seed: int,
+            profile: str = "imagenet") -> dict:
+    params = {
         "num_classes": int(num_classes),
         "images_per_class": int(images_per_class),
         "shards": int(shards),
         "seed": int(seed),
     }
+    if profile != "imagenet":  # the default's parameters (and cache) stay as they were
+        params["profile"] = profile
+    return params
 
 
 def _read_manifest(root: Path) -> dict | None:
@@ -335,7 +360,8 @@ def _build(tmp: Path, params: dict, workers: int) -> dict:
     seed = params["seed"]
     names = _class_names(num_classes)
     styles = _class_styles(num_classes, seed)
-    plan = _make_plan(num_classes, params["images_per_class"], seed)
+    plan = _make_plan(num_classes, params["images_per_class"], seed,
+                      params.get("profile", "imagenet"))
     photos = _load_photos()
     sources = []
     for (name, fname, lic), path in zip(_SOURCES, _source_paths()):
@@ -461,6 +487,7 @@ def make_sample(
     seed: int = 0,
     workers: int | None = None,
     force: bool = False,
+    profile: str = "imagenet",
 ) -> dict:
     """Build (or reuse) the sample dataset in ``root`` and return its manifest.
 
@@ -469,15 +496,17 @@ def make_sample(
     touching any file (unless ``force``). Otherwise the dataset is built in a temporary
     directory beside ``root`` and renamed into place, so an interrupted build never leaves a
     half-built cache. ``workers`` is the number of encoding threads (default: CPU count).
+    ``profile``: "imagenet" (the default) or "large" (see the module docstring).
     """
+    _check_profile(profile)
     if num_classes < 1 or images_per_class < 1:
         raise ValueError("num_classes and images_per_class must be >= 1")
     total = num_classes * images_per_class
     if not 1 <= shards <= total:
         raise ValueError(f"shards must be between 1 and the number of images ({total})")
-    root = Path(root) if root is not None else default_sample_root()
+    root = Path(root) if root is not None else default_sample_root(profile)
     root = Path(os.path.abspath(os.path.expanduser(root)))
-    params = _params(num_classes, images_per_class, shards, seed)
+    params = _params(num_classes, images_per_class, shards, seed, profile)
 
     if not force:
         cached = _is_valid_cache(root, params)
@@ -540,16 +569,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--workers", type=int, default=None, help="encoding threads (default: CPUs)")
     p.add_argument("--force", action="store_true", help="rebuild even if a cache exists")
+    p.add_argument("--profile", choices=sorted(_PROFILES), default="imagenet",
+                   help="imagenet (default): ImageNet-like sizes; large: 640-1024 px, "
+                        "15%% progressive, 8%% grayscale")
     args = p.parse_args(argv)
 
-    root = Path(os.path.abspath(os.path.expanduser(args.root or default_sample_root())))
-    params = _params(args.classes, args.per_class, args.shards, args.seed)
+    root = Path(os.path.abspath(os.path.expanduser(
+        args.root or default_sample_root(args.profile))))
+    params = _params(args.classes, args.per_class, args.shards, args.seed, args.profile)
     cached = not args.force and _is_valid_cache(root, params) is not None
     t0 = time.perf_counter()
     try:
         m = make_sample(root, num_classes=args.classes, images_per_class=args.per_class,
                         shards=args.shards, seed=args.seed, workers=args.workers,
-                        force=args.force)
+                        force=args.force, profile=args.profile)
     except (ValueError, RuntimeError, FileExistsError) as e:
         print(f"stoker make-sample: error: {e}", file=sys.stderr)
         return 2

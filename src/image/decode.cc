@@ -36,27 +36,29 @@ ImageFormat sniff(std::span<const std::byte> bytes) {
                     "); supported formats: JPEG, PNG");
 }
 
+Decoder::Decoder() : impl_(std::make_unique<internal::RegionDecoder>()) {}
+Decoder::~Decoder() = default;
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+
+ImageInfo Decoder::read_info(std::span<const std::byte> bytes, uint64_t max_pixels) {
+  return impl_->open(bytes, max_pixels);
+}
+
+void Decoder::decode(std::span<const std::byte> bytes, DecodedImage& out, uint64_t max_pixels) {
+  const ImageInfo info = impl_->open(bytes, max_pixels);
+  impl_->decode_all(out.rgb);
+  out.width = info.width;
+  out.height = info.height;
+}
+
 ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels) {
-  internal::DecodeScratch scratch;
-  return internal::read_info(bytes, max_pixels, scratch);
+  return Decoder().read_info(bytes, max_pixels);
 }
 
 DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels) {
-  internal::DecodeScratch scratch;
-  const ImageInfo info = internal::read_info(bytes, max_pixels, scratch);
-  const internal::Rect all{0, 0, info.width, info.height};
-  const internal::DecodedRegion r =
-      internal::decode_region(bytes, info, max_pixels, 8, all, scratch);
   DecodedImage out;
-  out.width = info.width;
-  out.height = info.height;
-  out.rgb.resize(static_cast<size_t>(info.width) * info.height * 3);
-  const size_t row_bytes = static_cast<size_t>(info.width) * 3;
-  for (int y = 0; y < info.height; ++y) {
-    const uint8_t* src = r.rgb + static_cast<size_t>(y - r.rect.y0) * r.stride +
-                         static_cast<size_t>(0 - r.rect.x0) * 3;
-    std::copy(src, src + row_bytes, out.rgb.data() + y * row_bytes);
-  }
+  Decoder().decode(bytes, out, max_pixels);
   return out;
 }
 
@@ -74,20 +76,49 @@ void check_pixel_limit(uint64_t width, uint64_t height, uint64_t max_pixels) {
   }
 }
 
-ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels, DecodeScratch& scratch) {
+RegionDecoder::RegionDecoder() = default;
+RegionDecoder::~RegionDecoder() = default;
+RegionDecoder::RegionDecoder(RegionDecoder&&) noexcept = default;
+RegionDecoder& RegionDecoder::operator=(RegionDecoder&&) noexcept = default;
+
+ImageInfo RegionDecoder::open(std::span<const std::byte> bytes, uint64_t max_pixels) {
+  opened_ = false;
+  png_.reset();
+  bytes_ = bytes;
   if (sniff(bytes) == ImageFormat::kJpeg) {
-    if (!scratch.jpeg) scratch = DecodeScratch();
-    return jpeg_read_info(bytes, max_pixels, *scratch.jpeg);
+    if (!jpeg_) jpeg_ = make_jpeg_context();
+    info_ = jpeg_open(*jpeg_, bytes, max_pixels);
+  } else {
+    if (jpeg_) jpeg_reset(*jpeg_);
+    png_ = png_open(bytes, max_pixels, info_);
   }
-  return png_read_info(bytes, max_pixels);
+  opened_ = true;
+  return info_;
 }
 
-DecodedRegion decode_region(std::span<const std::byte> bytes, const ImageInfo& info,
-                            uint64_t max_pixels, int scale_num, Rect want, DecodeScratch& scratch) {
-  if (info.format == ImageFormat::kJpeg) {
-    return jpeg_decode_region(bytes, max_pixels, scale_num, want, scratch);
+DecodedRegion RegionDecoder::decode_into(int scale_num, Rect want, const JpegOptions& options,
+                                         std::vector<uint8_t>& pixels) {
+  if (!opened_) throw Error("RegionDecoder::decode without a successful open()");
+  opened_ = false;  // one decode per open, whatever happens
+  if (info_.format == ImageFormat::kJpeg) {
+    return jpeg_decode(*jpeg_, scale_num, want, options, pixels, row_, rows_);
   }
-  return png_decode_region(bytes, max_pixels, want, scratch);
+  // The reader is done with after this image, also when it fails.
+  const std::unique_ptr<PngReader, PngReaderDeleter> png = std::move(png_);
+  return png_decode(*png, want, pixels, row_, rows_);
+}
+
+DecodedRegion RegionDecoder::decode(int scale_num, Rect want, const JpegOptions& options) {
+  return decode_into(scale_num, want, options, pixels_);
+}
+
+void RegionDecoder::decode_all(std::vector<uint8_t>& out) {
+  const Rect all{0, 0, info_.width, info_.height};
+  const DecodedRegion r = decode_into(8, all, JpegOptions{}, out);
+  // JPEG writes the full width in place; an interlaced or plain PNG too (region == image).
+  if (r.rgb != out.data() || r.stride != static_cast<size_t>(info_.width) * 3) {
+    throw Error("RegionDecoder::decode_all: the region is not the packed image");
+  }
 }
 
 }  // namespace internal

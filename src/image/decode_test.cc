@@ -20,6 +20,8 @@ using testing::encode_png;
 using testing::JpegParams;
 using testing::max_abs_diff;
 using testing::mean_abs_diff;
+using testing::mixed_files;
+using testing::NamedFile;
 using testing::pattern_rgb;
 
 std::string decode_error_of(std::span<const std::byte> bytes) {
@@ -274,10 +276,9 @@ TEST(BadInput, PixelLimitCheckedFromTheHeader) {
 
 void expect_region_matches_full(const std::vector<std::byte>& f, internal::Rect want) {
   const DecodedImage full = decode(f);
-  internal::DecodeScratch scratch;
-  const ImageInfo info = read_info(f);
-  const internal::DecodedRegion r =
-      internal::decode_region(f, info, kDefaultMaxPixels, 8, want, scratch);
+  internal::RegionDecoder decoder;
+  decoder.open(f, kDefaultMaxPixels);
+  const internal::DecodedRegion r = decoder.decode(8, want);
   ASSERT_LE(r.rect.x0, want.x0);
   ASSERT_GE(r.rect.x1, want.x1);
   ASSERT_LE(r.rect.y0, want.y0);
@@ -313,15 +314,76 @@ TEST(PartialDecode, EqualsFullDecodeThenCrop) {
   for (const auto& r : rects) expect_region_matches_full(png, r);
 }
 
+// Multi-scan files (progressive, or one scan per component) skip each scan's data below the
+// region; the rows kept must still be exactly those of a full decode, at every scale, with and
+// without restart markers, wherever the region ends (iMCU row boundaries included).
+TEST(PartialDecode, MultiScanFilesCutBelowTheRegionAndStayExact) {
+  const int w = 173, h = 301;
+  const auto rgb = pattern_rgb(w, h, 11);
+  std::vector<uint8_t> gray(w * h);
+  for (int i = 0; i < w * h; ++i) gray[i] = rgb[i * 3 + 1];
+  struct Case {
+    const char* name;
+    std::vector<std::byte> file;
+  };
+  const Case cases[] = {
+      {"progressive 4:2:0",
+       encode_jpeg(rgb.data(), w, h, 3, {.quality = 88, .progressive = true, .subsample = true})},
+      {"progressive 4:4:4", encode_jpeg(rgb.data(), w, h, 3, {.quality = 70, .progressive = true})},
+      {"progressive gray", encode_jpeg(gray.data(), w, h, 1, {.quality = 90, .progressive = true})},
+      {"progressive, restart markers",
+       encode_jpeg(rgb.data(), w, h, 3,
+                   {.quality = 85, .progressive = true, .subsample = true, .restart_rows = 1})},
+      {"one scan per component",
+       encode_jpeg(rgb.data(), w, h, 3,
+                   {.quality = 85, .subsample = true, .non_interleaved = true})},
+  };
+  // Pixels of `want` from a decode, packed.
+  auto pixels = [](const internal::DecodedRegion& r, internal::Rect want) {
+    std::vector<uint8_t> v;
+    for (int y = want.y0; y < want.y1; ++y) {
+      const uint8_t* p = r.rgb + (y - r.rect.y0) * r.stride + (want.x0 - r.rect.x0) * 3;
+      v.insert(v.end(), p, p + want.width() * 3);
+    }
+    return v;
+  };
+  internal::RegionDecoder d;
+  for (const Case& c : cases) {
+    for (int num : {8, 4, 2}) {
+      const int sw = internal::scaled_size(w, num), sh = internal::scaled_size(h, num);
+      const internal::Rect all{0, 0, sw, sh};
+      d.open(c.file, kDefaultMaxPixels);
+      const std::vector<uint8_t> full = pixels(d.decode(num, all), all);
+      const int lines = 2 * num;  // output rows per iMCU row of 4:2:0 (of 4:4:4: half of it)
+      for (int y1 : {1, lines - 1, lines, lines + 1, 2 * lines, 3 * lines - 1, sh / 2,
+                     sh - lines - 1, sh - lines, sh - 2, sh - 1}) {
+        for (int y0 : {0, y1 / 2, y1 - 1}) {
+          const internal::Rect want{sw / 5, y0, sw - sw / 4, y1};
+          SCOPED_TRACE(::testing::Message()
+                       << c.name << ", scale " << num << "/8, rows " << y0 << ".." << y1);
+          d.open(c.file, kDefaultMaxPixels);
+          const std::vector<uint8_t> got = pixels(d.decode(num, want), want);
+          std::vector<uint8_t> expect;
+          for (int y = y0; y < y1; ++y) {
+            const auto row = full.begin() + (static_cast<size_t>(y) * sw + want.x0) * 3;
+            expect.insert(expect.end(), row, row + want.width() * 3);
+          }
+          ASSERT_EQ(got, expect);
+        }
+      }
+    }
+  }
+}
+
 TEST(PartialDecode, DctScalingGivesTheScaledSize) {
   const int w = 200, h = 120;
   const auto rgb = pattern_rgb(w, h);
   const auto f = encode_jpeg(rgb.data(), w, h, 3, {.subsample = true});
-  internal::DecodeScratch scratch;
-  for (int num : {1, 2, 4, 8}) {
+  internal::RegionDecoder decoder;
+  for (int num : {1, 2, 3, 4, 5, 6, 7, 8}) {
     const int sw = internal::scaled_size(w, num), sh = internal::scaled_size(h, num);
-    const auto r =
-        internal::decode_region(f, read_info(f), kDefaultMaxPixels, num, {0, 0, sw, sh}, scratch);
+    decoder.open(f, kDefaultMaxPixels);
+    const auto r = decoder.decode(num, {0, 0, sw, sh});
     EXPECT_EQ(r.rect.width(), sw);
     EXPECT_EQ(r.rect.height(), sh);
     // A downscaled gradient keeps its mean colour.
@@ -331,5 +393,88 @@ TEST(PartialDecode, DctScalingGivesTheScaledSize) {
   }
 }
 
+// --- One Decoder for many images: what a worker thread does. ---
+
+TEST(Decoder, OneDecoderDecodesEveryKindOfFileAsAFreshOneDoes) {
+  const std::vector<NamedFile> files = mixed_files();
+  Decoder decoder;
+  DecodedImage img;
+  for (int round = 0; round < 2; ++round) {
+    for (const NamedFile& f : files) {
+      SCOPED_TRACE(f.name);
+      if (!f.good) {
+        // A failed image (libjpeg longjmps out of the middle of a decode) leaves the decoder
+        // ready for the next one.
+        EXPECT_THROW(decoder.decode(f.bytes, img), DecodeError);
+        EXPECT_THROW(decoder.decode(f.bytes, img), DecodeError);
+        continue;
+      }
+      decoder.decode(f.bytes, img);
+      const DecodedImage fresh = decode(f.bytes);
+      EXPECT_EQ(img.width, fresh.width);
+      EXPECT_EQ(img.height, fresh.height);
+      EXPECT_EQ(img.rgb, fresh.rgb);
+      EXPECT_EQ(decoder.read_info(f.bytes).width, fresh.width);
+    }
+  }
+}
+
+TEST(Decoder, RegionAfterAFailureEqualsAFreshRegion) {
+  // The region path (crop, skipped rows, early stop, DCT scaling) after each failure.
+  const std::vector<NamedFile> files = mixed_files();
+  internal::RegionDecoder reused;
+  for (const NamedFile& bad : files) {
+    if (bad.good) continue;
+    EXPECT_THROW(
+        {
+          const ImageInfo info = reused.open(bad.bytes, kDefaultMaxPixels);
+          reused.decode(8, {0, 0, info.width, info.height});
+        },
+        DecodeError)
+        << bad.name;
+    for (const NamedFile& good : files) {
+      if (!good.good) continue;
+      SCOPED_TRACE(bad.name + " then " + good.name);
+      for (int num : {8, 4}) {
+        const ImageInfo info = reused.open(good.bytes, kDefaultMaxPixels);
+        if (info.format == ImageFormat::kPng && num != 8) continue;
+        const internal::Rect want{internal::scaled_size(11, num), internal::scaled_size(9, num),
+                                  internal::scaled_size(60, num), internal::scaled_size(41, num)};
+        const internal::DecodedRegion a = reused.decode(num, want);
+        std::vector<uint8_t> got;
+        for (int y = want.y0; y < want.y1; ++y) {
+          const uint8_t* p = a.rgb + (y - a.rect.y0) * a.stride + (want.x0 - a.rect.x0) * 3;
+          got.insert(got.end(), p, p + want.width() * 3);
+        }
+        internal::RegionDecoder fresh;
+        fresh.open(good.bytes, kDefaultMaxPixels);
+        const internal::DecodedRegion b = fresh.decode(num, want);
+        std::vector<uint8_t> expect;
+        for (int y = want.y0; y < want.y1; ++y) {
+          const uint8_t* p = b.rgb + (y - b.rect.y0) * b.stride + (want.x0 - b.rect.x0) * 3;
+          expect.insert(expect.end(), p, p + want.width() * 3);
+        }
+        ASSERT_EQ(got, expect) << "scale " << num;
+      }
+    }
+  }
+}
+
+TEST(Decoder, OpenWithoutDecodeThenTheNextImage) {
+  // A header read whose image is never decoded (read_info, or a plan that gave up) must not
+  // leave libjpeg mid-image.
+  const std::vector<NamedFile> files = mixed_files();
+  internal::RegionDecoder d;
+  for (const NamedFile& f : files) {
+    if (!f.good) continue;
+    d.open(f.bytes, kDefaultMaxPixels);  // and no decode
+  }
+  const NamedFile& last = files.back();
+  const ImageInfo info = d.open(last.bytes, kDefaultMaxPixels);
+  std::vector<uint8_t> all;
+  d.decode_all(all);
+  EXPECT_EQ(all, decode(last.bytes).rgb);
+  EXPECT_THROW(d.decode(8, {0, 0, info.width, info.height}), Error);  // one decode per open
+}
 }  // namespace
 }  // namespace stoker::image

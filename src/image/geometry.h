@@ -43,8 +43,8 @@ GeometryPlan plan_geometry(const std::vector<Transform>& transforms, int image_w
 // whose size on this axis is scaled_size.
 AxisPlan scale_axis(const AxisPlan& a, int scale_num, int scaled_size);
 
-// The smallest DCT scale (n/8) that keeps the decoded region at least min_ratio times the output
-// on both axes; 8 when min_ratio <= 0 or no reduction qualifies.
+// The smallest DCT scale n/8, n in {1, 2, 4}, that keeps the decoded region at least min_ratio
+// times the output on both axes; 8 when min_ratio <= 0 or no reduction qualifies.
 int choose_scale_num(const GeometryPlan& p, double min_ratio);
 
 }  // namespace stoker::image::internal

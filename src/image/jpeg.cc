@@ -11,6 +11,9 @@
 
 #include "decode_region.h"
 #include "libjpeg.h"
+// The coefficient controller and input controller hooks (ScanCut below).
+#include <jpegint.h>
+
 #include "stoker/errors.h"
 
 namespace stoker::image::internal {
@@ -72,10 +75,11 @@ class JpegContext {
   ErrorMgr err_{};
 };
 
-DecodeScratch::DecodeScratch() : jpeg(std::make_unique<JpegContext>()) {}
-DecodeScratch::~DecodeScratch() = default;
-DecodeScratch::DecodeScratch(DecodeScratch&&) noexcept = default;
-DecodeScratch& DecodeScratch::operator=(DecodeScratch&&) noexcept = default;
+void JpegContextDeleter::operator()(JpegContext* c) const { delete c; }
+
+std::unique_ptr<JpegContext, JpegContextDeleter> make_jpeg_context() {
+  return std::unique_ptr<JpegContext, JpegContextDeleter>(new JpegContext());
+}
 
 namespace {
 
@@ -126,11 +130,63 @@ void cmyk_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverted) {
   }
 }
 
+// Multi-scan (progressive) files: every scan covers the whole image, and libjpeg entropy-decodes
+// all of them before the first row comes out. No scan's data below the region is needed, so once
+// a scan reaches `stop_row` its rest is skipped: a byte search for the marker that ends it, no
+// Huffman decoding. The rows kept (up to stop_row, which includes the iMCU row below the region
+// that chroma upsampling reads) have every scan's coefficients, so their pixels are exactly
+// those of a full decode.
+struct ScanCut {
+  int (*consume)(j_decompress_ptr);  // libjpeg's consume_data
+  JDIMENSION stop_row;               // the first iMCU row no output row needs
+};
+
+// Moves the source to the marker that ends the current scan's entropy-coded data: the first
+// 0xFF not followed by a stuffed 0x00, a fill 0xFF or a restart marker. At the end of the data
+// when there is none (the marker reader then reports the file as truncated).
+void skip_to_marker(jpeg_source_mgr* src) {
+  const JOCTET* p = src->next_input_byte;
+  const JOCTET* const end = p + src->bytes_in_buffer;
+  for (;;) {
+    p = static_cast<const JOCTET*>(std::memchr(p, 0xFF, static_cast<size_t>(end - p)));
+    if (p == nullptr) {
+      p = end;
+      break;
+    }
+    const JOCTET* q = p + 1;
+    while (q < end && *q == 0xFF) ++q;
+    if (q == end) {
+      p = end;
+      break;
+    }
+    if (*q != 0x00 && (*q < 0xD0 || *q > 0xD7)) {
+      p = q - 1;
+      break;
+    }
+    p = q + 1;
+  }
+  src->bytes_in_buffer -= static_cast<size_t>(p - src->next_input_byte);
+  src->next_input_byte = p;
+}
+
+int consume_cut(j_decompress_ptr cinfo) {
+  const auto* cut = static_cast<const ScanCut*>(cinfo->client_data);
+  if (cinfo->input_iMCU_row < cut->stop_row) return cut->consume(cinfo);
+  // The entropy decoder stops at a marker it meets; then the source is already past it.
+  if (cinfo->unread_marker == 0) skip_to_marker(cinfo->src);
+  // As after a whole scan, so that the output side never waits for rows that will not come.
+  cinfo->input_iMCU_row = cinfo->total_iMCU_rows;
+  (*cinfo->inputctl->finish_input_pass)(cinfo);
+  return JPEG_SCAN_COMPLETED;
+}
+
 struct RegionJob {
   int scale_num;
   Rect want;
+  JpegOptions options;
   uint8_t* pixels;    // want.height() rows of capacity >= 3 * scaled width
   uint8_t* cmyk_row;  // 4 * scaled width bytes, for CMYK images
+  uint8_t** rows;     // want.height() row pointers
   Rect got;           // out: what was decoded
 };
 
@@ -141,10 +197,40 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo.scale_num = static_cast<unsigned>(job.scale_num);
   cinfo.scale_denom = 8;
+  cinfo.dct_method = job.options.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+  cinfo.do_fancy_upsampling = job.options.fancy_upsampling ? TRUE : FALSE;
+  // Scaled height (jdiv_round_up, as libjpeg computes output_height).
+  const long out_h = (static_cast<long>(cinfo.image_height) * job.scale_num + 7) / 8;
+  const bool cut_scans = jpeg_has_multiple_scans(&cinfo) && job.want.y1 < out_h;
+  ScanCut cut{nullptr, 0};
+  if (cut_scans) {
+    cinfo.buffered_image = TRUE;       // input is consumed by the loop below, not by start
+    cinfo.do_block_smoothing = FALSE;  // only ever applies to incomplete coefficients anyway
+  }
   jpeg_start_decompress(&cinfo);
+  if (cut_scans) {
+#if JPEG_LIB_VERSION >= 70
+    const int dct_rows = cinfo.min_DCT_v_scaled_size;
+#else
+    const int dct_rows = cinfo.min_DCT_scaled_size;
+#endif
+    const JDIMENSION lines = static_cast<JDIMENSION>(cinfo.max_v_samp_factor * dct_rows);
+    const JDIMENSION last = (static_cast<JDIMENSION>(job.want.y1) - 1) / lines;
+    cut = ScanCut{cinfo.coef->consume_data, std::min(cinfo.total_iMCU_rows, last + 2)};
+    cinfo.client_data = &cut;
+    cinfo.coef->consume_data = consume_cut;  // later scans: start_input_pass installs this
+    if (cinfo.inputctl->consume_input == cut.consume) cinfo.inputctl->consume_input = consume_cut;
+    int status;
+    do {
+      status = jpeg_consume_input(&cinfo);
+    } while (status != JPEG_REACHED_EOI && status != JPEG_SUSPENDED);
+    cinfo.client_data = nullptr;
+    if (status == JPEG_SUSPENDED) ERREXIT(&cinfo, JERR_INPUT_EMPTY);  // impossible in memory
+    jpeg_start_output(&cinfo, cinfo.input_scan_number);
+  }
   // Columns: libjpeg widens the request to iMCU boundaries and tells us where it starts. Chroma
   // upsampling treats the crop's edges as image edges, so ask for a margin and drop it.
-  const int margin = 8;
+  const int margin = 2;
   const int ask0 = std::max(0, job.want.x0 - margin);
   const int ask1 = std::min(static_cast<int>(cinfo.output_width), job.want.x1 + margin);
   JDIMENSION x0 = static_cast<JDIMENSION>(ask0);
@@ -153,17 +239,26 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
   job.got = Rect{static_cast<int>(x0), job.want.y0, static_cast<int>(x0 + cinfo.output_width),
                  job.want.y1};
   const size_t stride = static_cast<size_t>(cinfo.output_width) * 3;
+  const int n = job.want.height();
+  for (int i = 0; i < n; ++i) job.rows[i] = job.pixels + i * stride;
+  // Rows above the region: entropy-decoded only (no IDCT, upsampling or colour conversion).
   if (job.want.y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(job.want.y0));
-  while (cinfo.output_scanline < static_cast<JDIMENSION>(job.want.y1)) {
-    uint8_t* dst = job.pixels + (cinfo.output_scanline - job.want.y0) * stride;
-    JSAMPROW row = cmyk ? job.cmyk_row : dst;
-    jpeg_read_scanlines(&cinfo, &row, 1);
-    if (cmyk) {
+  const JDIMENSION y1 = static_cast<JDIMENSION>(job.want.y1);
+  if (cmyk) {
+    while (cinfo.output_scanline < y1) {
+      uint8_t* dst = job.rows[cinfo.output_scanline - job.want.y0];
+      JSAMPROW row = job.cmyk_row;
+      jpeg_read_scanlines(&cinfo, &row, 1);
       cmyk_to_rgb(job.cmyk_row, dst, static_cast<int>(cinfo.output_width), cinfo.saw_Adobe_marker);
+    }
+  } else {
+    while (cinfo.output_scanline < y1) {
+      const JDIMENSION done = cinfo.output_scanline - static_cast<JDIMENSION>(job.want.y0);
+      jpeg_read_scanlines(&cinfo, job.rows + done, y1 - cinfo.output_scanline);
     }
   }
   // A full decode reads to EOI (so truncation after the last row is caught); a partial one stops
-  // after the last needed row.
+  // after the last needed row: the rows below are never entropy-decoded.
   if (cinfo.output_scanline == cinfo.output_height) {
     jpeg_finish_decompress(&cinfo);
   } else {
@@ -174,31 +269,32 @@ bool decode_rows(JpegContext& ctx, RegionJob& job) {
 
 }  // namespace
 
-ImageInfo jpeg_read_info(std::span<const std::byte> bytes, uint64_t max_pixels, JpegContext& ctx) {
-  const ImageInfo info = start(ctx, bytes, max_pixels);
-  jpeg_abort_decompress(&ctx.cinfo());
-  return info;
+ImageInfo jpeg_open(JpegContext& ctx, std::span<const std::byte> bytes, uint64_t max_pixels) {
+  jpeg_abort_decompress(&ctx.cinfo());  // whatever the last image left behind
+  return start(ctx, bytes, max_pixels);
 }
 
-DecodedRegion jpeg_decode_region(std::span<const std::byte> bytes, uint64_t max_pixels,
-                                 int scale_num, Rect want, DecodeScratch& scratch) {
-  if (!scratch.jpeg) scratch.jpeg = std::make_unique<JpegContext>();
-  JpegContext& ctx = *scratch.jpeg;
-  const ImageInfo info = start(ctx, bytes, max_pixels);
-  const size_t scaled_w = static_cast<size_t>(scaled_size(info.width, scale_num));
+void jpeg_reset(JpegContext& ctx) { jpeg_abort_decompress(&ctx.cinfo()); }
+
+DecodedRegion jpeg_decode(JpegContext& ctx, int scale_num, Rect want, const JpegOptions& options,
+                          std::vector<uint8_t>& pixels, std::vector<uint8_t>& row,
+                          std::vector<uint8_t*>& rows) {
+  const jpeg_decompress_struct& c = ctx.cinfo();
+  const size_t scaled_w =
+      static_cast<size_t>(scaled_size(static_cast<int>(c.image_width), scale_num));
   try {
-    scratch.pixels.resize(scaled_w * 3 * static_cast<size_t>(want.height()));
-    scratch.row.resize(scaled_w * 4);
+    pixels.resize(scaled_w * 3 * static_cast<size_t>(want.height()));
+    if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) row.resize(scaled_w * 4);
+    rows.resize(static_cast<size_t>(want.height()));
   } catch (...) {
     jpeg_abort_decompress(&ctx.cinfo());
     throw;
   }
-  RegionJob job{scale_num, want, scratch.pixels.data(), scratch.row.data(), {}};
+  RegionJob job{scale_num, want, options, pixels.data(), row.data(), rows.data(), {}};
   if (!decode_rows(ctx, job)) ctx.fail();
   // Report only the wanted columns: the margin's edge columns are not PIL's pixels.
   const size_t stride = static_cast<size_t>(job.got.width()) * 3;
-  const Rect valid{want.x0, want.y0, want.x1, want.y1};
-  return DecodedRegion{valid, scratch.pixels.data() + (valid.x0 - job.got.x0) * 3, stride};
+  return DecodedRegion{want, pixels.data() + (want.x0 - job.got.x0) * 3, stride};
 }
 
 }  // namespace stoker::image::internal

@@ -4,6 +4,13 @@
 #include <optional>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#define STOKER_PIPELINE_X86 1
+#include <immintrin.h>
+#else
+#define STOKER_PIPELINE_X86 0
+#endif
+
 #include "convert.h"
 #include "decode_region.h"
 #include "geometry.h"
@@ -14,9 +21,10 @@ namespace stoker::image {
 namespace internal {
 
 struct ScratchImpl {
-  DecodeScratch decode;
+  RegionDecoder decoder;
   AxisCoeffs h, v;
   std::vector<uint8_t> tmp, row;
+  std::vector<std::byte> out_row;
 };
 
 }  // namespace internal
@@ -43,41 +51,60 @@ size_t element_size(DType d) {
   }
 }
 
-// Writes one output row from 8-bit RGB through the per-channel table.
-template <typename T>
-void write_row(const uint8_t* rgb, int y, int h, int w, Layout layout, bool flip, const T* lut,
-               T* dst) {
-  for (int x = 0; x < w; ++x) {
-    const int ox = flip ? w - 1 - x : x;
-    const uint8_t* p = rgb + x * 3;
-    if (layout == Layout::kHWC) {
-      T* o = dst + (static_cast<size_t>(y) * w + ox) * 3;
-      o[0] = lut[p[0]];
-      o[1] = lut[256 + p[1]];
-      o[2] = lut[512 + p[2]];
-    } else {
-      const size_t plane = static_cast<size_t>(h) * w;
-      T* o = dst + static_cast<size_t>(y) * w + ox;
-      o[0] = lut[p[0]];
-      o[plane] = lut[256 + p[1]];
-      o[2 * plane] = lut[512 + p[2]];
-    }
+// Copies a finished output row to the batch. The batch (tens of MB) is not read again by this
+// thread: non-temporal stores write it without first reading each cache line into the cache
+// and without evicting the decoder's working set. run() fences them before it returns.
+void stream_out(std::byte* dst, const std::byte* src, size_t n) {
+#if STOKER_PIPELINE_X86
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && n % 16 == 0) {
+    for (size_t i = 0; i < n; i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    return;
   }
+#endif
+  std::memcpy(dst, src, n);
 }
 
 struct SinkCtx {
   const ImagePipeline* pipeline;
   const std::byte* lut;
   std::byte* dst;
+  std::byte* row;  // one output row (all channels), built here in cache, then streamed out
   bool flip;
 };
 
-template <typename T>
+// Writes output row y from 8-bit RGB through the per-channel table (ToTensor's scaling and
+// Normalize), flipped if asked, in the output layout.
+template <typename T, Layout L>
 void sink(void* c, int y, const uint8_t* rgb) {
   auto* s = static_cast<SinkCtx*>(c);
-  const ImagePipeline& p = *s->pipeline;
-  write_row(rgb, y, p.height(), p.width(), p.layout(), s->flip, reinterpret_cast<const T*>(s->lut),
-            reinterpret_cast<T*>(s->dst));
+  const int h = s->pipeline->height(), w = s->pipeline->width();
+  const T* lut = reinterpret_cast<const T*>(s->lut);
+  T* row = reinterpret_cast<T*>(s->row);
+  // Planes of the row one after the other for CHW (w values each), interleaved for HWC.
+  const int step = L == Layout::kHWC ? 3 : 1;
+  const int plane = L == Layout::kHWC ? 1 : w;
+  T* o = row + (s->flip ? (w - 1) * step : 0);
+  const int dir = s->flip ? -step : step;
+  for (int x = 0; x < w; ++x, rgb += 3, o += dir) {
+    o[0] = lut[rgb[0]];
+    o[plane] = lut[256 + rgb[1]];
+    o[2 * plane] = lut[512 + rgb[2]];
+  }
+  const size_t row_bytes = static_cast<size_t>(w) * sizeof(T);
+  if (L == Layout::kHWC) {
+    stream_out(s->dst + static_cast<size_t>(y) * 3 * row_bytes, s->row, 3 * row_bytes);
+  } else {
+    for (int ch = 0; ch < 3; ++ch)
+      stream_out(s->dst + (static_cast<size_t>(ch) * h + y) * row_bytes, s->row + ch * row_bytes,
+                 row_bytes);
+  }
+}
+
+template <typename T>
+internal::RowSink sink_for(Layout layout) {
+  return layout == Layout::kHWC ? sink<T, Layout::kHWC> : sink<T, Layout::kCHW>;
 }
 
 }  // namespace
@@ -160,7 +187,7 @@ size_t ImagePipeline::output_bytes() const {
 void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
                         ImageScratch& scratch) const {
   internal::ScratchImpl& s = *scratch.impl_;
-  const ImageInfo info = internal::read_info(file, options_.max_pixels, s.decode);
+  const ImageInfo info = s.decoder.open(file, options_.max_pixels);
   const internal::GeometryPlan plan =
       internal::plan_geometry(transforms_, info.width, info.height, rng);
 
@@ -178,24 +205,28 @@ void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::by
   // that the file is still checked).
   internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
   if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
-  const internal::DecodedRegion r =
-      internal::decode_region(file, info, options_.max_pixels, num, want, s.decode);
+  const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
+  const internal::DecodedRegion r = s.decoder.decode(num, want, jpeg);
   internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
   internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
 
-  SinkCtx ctx{this, lut_.data(), dst, plan.flip};
+  s.out_row.resize(static_cast<size_t>(width_) * 3 * element_size(dtype_));
+  SinkCtx ctx{this, lut_.data(), dst, s.out_row.data(), plan.flip};
   internal::RowSink fn = nullptr;
   switch (dtype_) {
     case DType::kUInt8:
-      fn = sink<uint8_t>;
+      fn = sink_for<uint8_t>(layout_);
       break;
     case DType::kFloat32:
-      fn = sink<float>;
+      fn = sink_for<float>(layout_);
       break;
     default:
-      fn = sink<uint16_t>;
+      fn = sink_for<uint16_t>(layout_);
   }
   internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, fn, &ctx);
+#if STOKER_PIPELINE_X86
+  _mm_sfence();  // the streamed rows are visible before the sample is reported done
+#endif
 }
 
 }  // namespace stoker::image

@@ -125,7 +125,37 @@ TEST(Pipeline, DctScalingStaysClose) {
   const std::vector<Transform> t = {Resize(128), CenterCrop(112), kHwc8};
   const auto exact = run_u8(ImagePipeline(t, kExact), f, SampleRng(0, 0, 0));
   const auto fast = run_u8(ImagePipeline(t), f, SampleRng(0, 0, 0));
+  EXPECT_NE(exact, fast);  // 768 / 128 = 6: decoded at 1/4 size
   EXPECT_LT(testing::mean_abs_diff(exact, fast), 1.0);
+}
+
+// The default pipeline (DCT scaling whenever the crop is >= 2x the output) against a full-size
+// decode followed by the same crop and resize: within 1.0 of 255 on average.
+TEST(Pipeline, RandomResizedCropStaysWithinOneLevelOfFullDecodeCropResize) {
+  const int w = 1100, h = 830;
+  const auto rgb = pattern_rgb(w, h, 8);
+  for (bool progressive : {false, true}) {
+    const auto f = encode_jpeg(rgb.data(), w, h, 3,
+                               {.quality = 90, .progressive = progressive, .subsample = true});
+    const Img full = decoded(f);
+    const RandomResizedCrop rrc(224, 224);
+    const ImagePipeline p({rrc, kHwc8});
+    double sum = 0;
+    int scaled = 0;
+    const int n = 40;
+    for (uint64_t i = 0; i < n; ++i) {
+      SampleRng params(3, 0, i);
+      const CropBox b = random_resized_crop_params(h, w, rrc, params);
+      const Img expect = resize(crop(full, b.top, b.left, b.height, b.width), 224, 224);
+      const auto got = run_u8(p, f, SampleRng(3, 0, i));
+      const double mad = testing::mean_abs_diff(got, expect.rgb);
+      sum += mad;
+      scaled += got != expect.rgb;
+      EXPECT_LT(mad, 2.5) << "sample " << i;
+    }
+    EXPECT_LE(sum / n, 1.0) << "progressive " << progressive;
+    EXPECT_GT(scaled, n / 4);  // most of these crops are >= 448 px: decoded at half size
+  }
 }
 
 TEST(Pipeline, CenterCropLargerThanImagePadsWithZeros) {

@@ -37,7 +37,11 @@ void read_fn(png_structp png, png_bytep out, size_t n) {
 // Warnings (bad ancillary chunks such as a wrong sRGB profile) leave the pixels intact.
 void warning_fn(png_structp, png_const_charp) {}
 
-// Owns the libpng structs; destroyed outside the setjmp frames.
+}  // namespace
+
+// Owns the libpng structs of one image; destroyed outside the setjmp frames. libpng has no way
+// to reset a read struct for the next image, so each image gets its own (the pixel buffers are
+// the RegionDecoder's and are reused).
 class PngReader {
  public:
   explicit PngReader(std::span<const std::byte> bytes)
@@ -62,6 +66,10 @@ class PngReader {
   png_structp png_ = nullptr;
   png_infop info_ = nullptr;
 };
+
+void PngReaderDeleter::operator()(PngReader* r) const { delete r; }
+
+namespace {
 
 struct Header {
   png_uint_32 width, height;
@@ -114,20 +122,21 @@ bool read_image(PngReader& r, png_bytepp rows) {
 
 }  // namespace
 
-ImageInfo png_read_info(std::span<const std::byte> bytes, uint64_t max_pixels) {
-  PngReader r(bytes);
+std::unique_ptr<PngReader, PngReaderDeleter> png_open(std::span<const std::byte> bytes,
+                                                      uint64_t max_pixels, ImageInfo& info) {
+  std::unique_ptr<PngReader, PngReaderDeleter> r(new PngReader(bytes));
   Header h{};
-  if (!read_header(r, h)) r.fail();
+  if (!read_header(*r, h)) r->fail();
   check_pixel_limit(h.width, h.height, max_pixels);
-  return ImageInfo{static_cast<int>(h.width), static_cast<int>(h.height), ImageFormat::kPng};
+  info = ImageInfo{static_cast<int>(h.width), static_cast<int>(h.height), ImageFormat::kPng};
+  return r;
 }
 
-DecodedRegion png_decode_region(std::span<const std::byte> bytes, uint64_t max_pixels, Rect want,
-                                DecodeScratch& scratch) {
-  PngReader r(bytes);
+DecodedRegion png_decode(PngReader& r, Rect want, std::vector<uint8_t>& pixels,
+                         std::vector<uint8_t>& row, std::vector<uint8_t*>& rows) {
   Header h{};
-  if (!read_header(r, h)) r.fail();
-  check_pixel_limit(h.width, h.height, max_pixels);
+  png_get_IHDR(r.png(), r.info(), &h.width, &h.height, &h.bit_depth, &h.color_type, &h.interlace,
+               nullptr, nullptr);
   int passes = 1;
   size_t rowbytes = 0;
   if (!set_rgb8(r, h, passes, rowbytes)) r.fail();
@@ -135,17 +144,17 @@ DecodedRegion png_decode_region(std::span<const std::byte> bytes, uint64_t max_p
     throw DecodeError("PNG: unexpected row size after conversion to RGB");
   }
   if (passes == 1) {
-    scratch.row.resize(rowbytes);
-    scratch.pixels.resize(static_cast<size_t>(want.width()) * 3 * want.height());
-    if (!read_rows(r, want, scratch.row.data(), scratch.pixels.data())) r.fail();
-    return DecodedRegion{want, scratch.pixels.data(), static_cast<size_t>(want.width()) * 3};
+    row.resize(rowbytes);
+    pixels.resize(static_cast<size_t>(want.width()) * 3 * want.height());
+    if (!read_rows(r, want, row.data(), pixels.data())) r.fail();
+    return DecodedRegion{want, pixels.data(), static_cast<size_t>(want.width()) * 3};
   }
-  scratch.pixels.resize(rowbytes * h.height);
-  std::vector<png_bytep> rows(h.height);
-  for (png_uint_32 y = 0; y < h.height; ++y) rows[y] = scratch.pixels.data() + y * rowbytes;
+  pixels.resize(rowbytes * h.height);
+  rows.resize(h.height);
+  for (png_uint_32 y = 0; y < h.height; ++y) rows[y] = pixels.data() + y * rowbytes;
   if (!read_image(r, rows.data())) r.fail();
   const Rect all{0, 0, static_cast<int>(h.width), static_cast<int>(h.height)};
-  return DecodedRegion{all, scratch.pixels.data(), rowbytes};
+  return DecodedRegion{all, pixels.data(), rowbytes};
 }
 
 }  // namespace stoker::image::internal

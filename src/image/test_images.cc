@@ -50,6 +50,20 @@ std::vector<std::byte> encode_jpeg(const uint8_t* pixels, int w, int h, int comp
     }
   }
   if (params.progressive) jpeg_simple_progression(&cinfo);
+  cinfo.restart_in_rows = params.restart_rows;
+  std::vector<jpeg_scan_info> scans;
+  if (params.non_interleaved && !params.progressive) {
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      jpeg_scan_info scan{};
+      scan.comps_in_scan = 1;
+      scan.component_index[0] = c;
+      scan.Ss = 0;
+      scan.Se = 63;
+      scans.push_back(scan);
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<uint8_t*>(pixels) + cinfo.next_scanline * w * components;
@@ -106,6 +120,55 @@ int max_abs_diff(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   int m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(int(a[i]) - int(b[i])));
   return m;
+}
+
+std::vector<NamedFile> mixed_files() {
+  const int w = 75, h = 53;
+  const auto rgb = pattern_rgb(w, h, 9);
+  std::vector<uint8_t> gray(w * h), cmyk(w * h * 4);
+  for (int i = 0; i < w * h; ++i) gray[i] = rgb[i * 3];
+  for (int i = 0; i < w * h * 4; ++i) cmyk[i] = static_cast<uint8_t>(rgb[i % (w * h * 3)] ^ i);
+  const auto baseline = encode_jpeg(rgb.data(), w, h, 3, {.quality = 85, .subsample = true});
+  const auto progressive =
+      encode_jpeg(rgb.data(), w, h, 3, {.quality = 85, .progressive = true, .subsample = true});
+  // Damage right after the scan header, so that every crop, however high, needs the damaged
+  // bytes (a crop is decoded only down to its last row).
+  size_t sos = 0;
+  while (sos + 1 < baseline.size() &&
+         !(baseline[sos] == std::byte{0xFF} && baseline[sos + 1] == std::byte{0xDA}))
+    ++sos;
+  auto corrupt_body = baseline;
+  for (size_t i = sos + 16; i < sos + 48 && i < corrupt_body.size(); ++i)
+    corrupt_body[i] = std::byte{0xFF};
+  auto corrupt_header = baseline;
+  for (size_t i = 0; i + 9 < corrupt_header.size(); ++i) {
+    if (corrupt_header[i] == std::byte{0xFF} && corrupt_header[i + 1] == std::byte{0xC0}) {
+      corrupt_header[i + 9] = std::byte{0};  // SOF0 with no components
+      break;
+    }
+  }
+  const auto png = encode_png(rgb.data(), w * 3, w, h, PNG_COLOR_TYPE_RGB, 8);
+  const auto png_interlaced = encode_png(rgb.data(), w * 3, w, h, PNG_COLOR_TYPE_RGB, 8, true);
+  auto truncated = [](std::vector<std::byte> f, size_t n) {
+    f.resize(n);
+    return f;
+  };
+  return {
+      {"baseline", baseline, true},
+      {"truncated progressive", truncated(progressive, progressive.size() / 2), false},
+      {"progressive", progressive, true},
+      {"corrupt body", corrupt_body, false},
+      {"grayscale", encode_jpeg(gray.data(), w, h, 1, {.quality = 90}), true},
+      {"corrupt header", corrupt_header, false},
+      {"cmyk", encode_jpeg(cmyk.data(), w, h, 4, {.quality = 90}), true},
+      {"truncated png", truncated(png, png.size() / 2), false},
+      {"png", png, true},
+      {"truncated baseline", truncated(baseline, sos + 24), false},
+      {"interlaced png", png_interlaced, true},
+      {"not an image", as_bytes(std::vector<uint8_t>(100, 7)), false},
+      {"progressive again", progressive, true},
+      {"baseline again", baseline, true},
+  };
 }
 
 }  // namespace stoker::image::testing

@@ -80,4 +80,23 @@ void ArraySource::prefetch(uint64_t index) const {
   }
 }
 
+// Random rows of a large array: every row is a TLB miss and a DRAM miss. Touching the first lines
+// of all of a batch's rows up front keeps dozens of those misses in flight at once; the per-row
+// prefetch() then streams the rest of each row. Measured on 1 KiB rows of a 1 GB mapping (2-core
+// AMD EPYC, thread CPU time per batch of 256, median of 7): 43 us with per-row prefetch 8 rows
+// ahead alone, 27 us with this pass first (6.1 -> 9.7 GB/s per thread). Huge pages are not an
+// option for a file mapping whose page cache holds small folios (FilePmdMapped stayed 0 under
+// MADV_HUGEPAGE), and deeper or shallower per-row prefetch (2..16 rows) changed nothing.
+void ArraySource::prefetch_batch(std::span<const uint64_t> indices) const {
+  constexpr size_t kLine = 64;
+  for (const Column& col : columns_) {
+    const bool two = col.row_bytes > kLine;
+    for (uint64_t index : indices) {
+      const std::byte* row = col.view.data + static_cast<int64_t>(index) * col.view.strides[0];
+      __builtin_prefetch(row);
+      if (two) __builtin_prefetch(row + kLine);
+    }
+  }
+}
+
 }  // namespace stoker

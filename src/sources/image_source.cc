@@ -14,8 +14,10 @@ struct ImageWorkerState final : WorkerState {
   image::ImageScratch scratch;
 };
 
-struct BufferWorkerState final : WorkerState {
+struct StatsWorkerState final : WorkerState {
   std::vector<std::byte> buffer;
+  image::Decoder decoder;
+  image::DecodedImage image;
 };
 
 }  // namespace
@@ -54,8 +56,10 @@ std::unique_ptr<WorkerState> ImageSource::make_worker_state() const {
 
 void ImageSource::read(const SampleKey& key, std::span<std::byte* const> slots,
                        WorkerState* state) const {
-  ImageWorkerState local;
-  auto* ws = state != nullptr ? static_cast<ImageWorkerState*>(state) : &local;
+  // Without a worker state (a one-off read), a temporary one; the loader passes each thread's.
+  std::unique_ptr<WorkerState> local;
+  if (state == nullptr) state = (local = make_worker_state()).get();
+  auto* ws = static_cast<ImageWorkerState*>(state);
   files_->read(key.index, ws->buffer);
   SampleRng rng(key.seed, key.epoch, key.index);
   pipeline_->run(ws->buffer, rng, slots[0], ws->scratch);
@@ -69,15 +73,17 @@ ChannelStatsSource::ChannelStatsSource(std::shared_ptr<const ImageFiles> files, 
 }
 
 std::unique_ptr<WorkerState> ChannelStatsSource::make_worker_state() const {
-  return std::make_unique<BufferWorkerState>();
+  return std::make_unique<StatsWorkerState>();
 }
 
 void ChannelStatsSource::read(const SampleKey& key, std::span<std::byte* const> slots,
                               WorkerState* state) const {
-  BufferWorkerState local;
-  auto* ws = state != nullptr ? static_cast<BufferWorkerState*>(state) : &local;
+  std::unique_ptr<WorkerState> local;
+  if (state == nullptr) state = (local = make_worker_state()).get();
+  auto* ws = static_cast<StatsWorkerState*>(state);
   files_->read(key.index, ws->buffer);
-  const image::DecodedImage img = image::decode(ws->buffer, max_pixels_);
+  const image::DecodedImage& img = ws->image;
+  ws->decoder.decode(ws->buffer, ws->image, max_pixels_);
   // Exact integer sums per row, accumulated in double: no rounding until the final scaling.
   uint64_t sum[3] = {0, 0, 0}, sq[3] = {0, 0, 0};
   const uint8_t* p = img.rgb.data();

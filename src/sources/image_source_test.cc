@@ -3,11 +3,30 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 
 #include "image/test_images.h"
 #include "stoker/errors.h"
+
+// Counts this thread's operator new calls while counting is on: a warm worker state must read a
+// sample without allocating (the libjpeg context and buffers are kept from sample to sample).
+// GCC cannot see that the replaced new and delete below match (malloc / free).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+thread_local bool g_count_allocations = false;
+thread_local size_t g_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_count_allocations) ++g_allocations;
+  if (void* p = std::malloc(n != 0 ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace stoker {
 namespace {
@@ -92,6 +111,67 @@ TEST(ImageSource, BadFileThrowsDecodeError) {
   int64_t label;
   std::byte* slots[2] = {img.data(), reinterpret_cast<std::byte*>(&label)};
   EXPECT_THROW(src.read({0, 0, 0}, slots, src.make_worker_state().get()), DecodeError);
+}
+
+std::shared_ptr<ImageFolderFiles> write_files(const std::string& tag,
+                                              const std::vector<image::testing::NamedFile>& in) {
+  std::vector<std::pair<std::string, int64_t>> samples;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string path = ::testing::TempDir() + tag + std::to_string(i);
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(in[i].bytes.data()),
+               static_cast<std::streamsize>(in[i].bytes.size()));
+    samples.emplace_back(path, static_cast<int64_t>(i));
+  }
+  return std::make_shared<ImageFolderFiles>(std::move(samples));
+}
+
+TEST(ImageSource, OneWorkerStateForEveryKindOfFileEvenAfterBadOnes) {
+  const auto mixed = image::testing::mixed_files();
+  auto files = write_files("mixed", mixed);
+  auto pipeline = std::make_shared<const image::ImagePipeline>(
+      std::vector<image::Transform>{image::RandomResizedCrop(40, 32), image::RandomHorizontalFlip(),
+                                    image::ToTensor(image::DType::kFloat32)});
+  ImageSource src(files, pipeline);
+  auto reused = src.make_worker_state();
+  const size_t n = pipeline->output_bytes();
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    for (uint64_t i = 0; i < mixed.size(); ++i) {
+      SCOPED_TRACE(mixed[i].name);
+      std::vector<std::byte> got(n), want(n);
+      int64_t label = -1;
+      std::byte* slots[2] = {got.data(), reinterpret_cast<std::byte*>(&label)};
+      if (!mixed[i].good) {
+        EXPECT_THROW(src.read({5, epoch, i}, slots, reused.get()), DecodeError);
+        continue;
+      }
+      src.read({5, epoch, i}, slots, reused.get());
+      std::byte* fresh_slots[2] = {want.data(), reinterpret_cast<std::byte*>(&label)};
+      src.read({5, epoch, i}, fresh_slots, src.make_worker_state().get());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(label, static_cast<int64_t>(i));
+    }
+  }
+}
+
+TEST(ImageSource, AWarmWorkerStateReadsAJpegWithoutAllocating) {
+  auto files = write_images("warm", 3);
+  auto pipeline = std::make_shared<const image::ImagePipeline>(
+      std::vector<image::Transform>{image::RandomResizedCrop(24, 24), image::RandomHorizontalFlip(),
+                                    image::ToTensor(image::DType::kFloat32)});
+  ImageSource src(files, pipeline);
+  auto state = src.make_worker_state();
+  std::vector<std::byte> out(pipeline->output_bytes());
+  int64_t label;
+  std::byte* slots[2] = {out.data(), reinterpret_cast<std::byte*>(&label)};
+  for (uint64_t i = 0; i < 3; ++i) src.read({1, 0, i}, slots, state.get());  // warm-up
+  for (uint64_t i = 0; i < 3; ++i) {
+    g_allocations = 0;
+    g_count_allocations = true;
+    src.read({1, 0, i}, slots, state.get());
+    g_count_allocations = false;
+    EXPECT_EQ(g_allocations, 0u) << "sample " << i;
+  }
 }
 
 TEST(ChannelStatsSource, SumsOfTheFullDecode) {

@@ -139,6 +139,47 @@ def test_resize_center_crop_matches_pil(sample):
     assert mad <= 1.0, diffs
 
 
+@pytest.fixture(scope="session")
+def large_sample(tmp_path_factory):
+    """A few 640-1024 px photos (the benchmark's second dataset, in small)."""
+    root = tmp_path_factory.mktemp("images") / "large"
+    make_sample(root, num_classes=2, images_per_class=6, shards=1, profile="large")
+    return root
+
+
+def test_large_profile_has_large_progressive_and_grayscale_photos(large_sample):
+    m = json.loads((large_sample / "manifest.json").read_text())
+    assert m["params"]["profile"] == "large"
+    assert m["counts"]["progressive"] == 2 and m["counts"]["grayscale"] == 1  # 15%, 8% of 12
+    for path, _ in stoker.ImageFolder(train(large_sample)).samples:
+        with Image.open(path) as im:
+            assert 640 <= max(im.size) <= 1024, (path, im.size)
+    with pytest.raises(ValueError, match="profile must be one of"):
+        make_sample(large_sample.parent / "x", profile="huge")
+
+
+def test_random_resized_crop_stays_within_one_level_of_full_decode_crop_resize(
+        sample, large_sample):
+    # Stoker decodes only the crop, at 1/2, 1/4 or 1/8 size when the crop is at least that many
+    # times the output; the reference decodes the whole file with PIL, then crops and resizes.
+    for root in (sample, large_sample):
+        ds = stoker.ImageFolder(train(root), transform=T.Compose(
+            [T.RandomResizedCrop(224), T.ToTensor("uint8", "HWC")]))
+        diffs = []
+        for i, (path, _) in enumerate(ds.samples):
+            image, _ = ds[i]
+            with Image.open(path) as im:
+                img = im.convert("RGB")
+            top, left, h, w = stoker._native.random_resized_crop_box(
+                img.height, img.width, (224, 224), (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, i)
+            ref = np.asarray(img.crop((left, top, left + w, top + h)).resize((224, 224),
+                                                                              Image.BILINEAR))
+            diffs.append(np.abs(image.astype(np.int16) - ref.astype(np.int16)).mean())
+        mad = float(np.mean(diffs))
+        print(f"{root.name}: mean absolute difference vs PIL {mad:.4f} (worst {max(diffs):.4f})")
+        assert mad <= 1.0, diffs
+
+
 def test_float_and_normalize_equal_the_uint8_path_scaled(sample):
     geometry = [T.Resize(160), T.CenterCrop((128, 112))]
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -108,7 +108,7 @@ def test_diagnose_fast_consumer_is_input_bound():
 def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
     ds = FaultyDataset(100_000, width=256, delay_us=300)  # 2 KiB samples
     batch_bytes = 8 * 256 * 8
-    budget = 6 * batch_bytes
+    budget = 8 * batch_bytes  # room for a third worker only with a shallower prefetch
     loader = stoker.DataLoader(ds, batch_size=8, memory_budget=budget, cpu_budget=4,
                                output="numpy")
     with caplog.at_level(logging.INFO, logger="stoker.autotune"):
@@ -125,10 +125,10 @@ def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
     assert s["buffer_bytes_peak"] <= budget
     assert s["autotune"], "the controller made no decision"
     assert len(s["autotune"]) <= 200
-    assert s["active_workers"] >= 2  # grew from one worker
+    assert s["active_workers"] >= 2  # started at the idle cores (at most 2 here) and grew
     d = s["autotune"][0]
-    assert d["num_workers"][0] == 1 and "reason" in d
-    assert all(a["num_workers"][1] * a["prefetch_factor"][1] + a["num_workers"][1] + 1 <= 6
+    assert 1 <= d["num_workers"][0] <= stoker.usable_cores() and "reason" in d
+    assert all(a["num_workers"][1] * a["prefetch_factor"][1] + a["num_workers"][1] + 1 <= 8
                for a in s["autotune"])
     assert any("num_workers" in r.getMessage() for r in caplog.records)
 

@@ -5,7 +5,8 @@
 //   torchvision's ImageFolder loader gets from PIL's `Image.open(f).convert("RGB")`: gray is
 //   replicated, alpha is dropped (not composited), CMYK/YCCK is converted as PIL does (Adobe
 //   inverted CMYK included), 16-bit samples keep their high byte.
-// - Thread safety: every function is reentrant; threads may decode concurrently.
+// - Thread safety: the free functions are reentrant; threads may decode concurrently. A Decoder
+//   is used by one thread at a time (one per worker thread).
 // - Ownership: input bytes are borrowed for the duration of the call only.
 // - Errors: any bad input (empty, unknown format, corrupt, truncated, larger than `max_pixels`)
 //   throws stoker::DecodeError with the decoder's message. Nothing is printed, nothing exits.
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -36,6 +38,31 @@ struct DecodedImage {
   std::vector<uint8_t> rgb;  // height rows of 3 * width bytes
 };
 
+namespace internal {
+class RegionDecoder;
+}
+
+// Decoder state kept from one image to the next: the libjpeg context (created once, reset
+// between images and after a failed one) and the buffers. Decoding many images with one Decoder
+// allocates nothing of ours once its buffers have grown (the codecs still allocate their
+// per-image state). A failed image leaves the Decoder usable for the next one.
+class Decoder {
+ public:
+  Decoder();
+  ~Decoder();
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+
+  // As the free functions below.
+  ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
+  // The whole image into `out`, whose buffer is reused.
+  void decode(std::span<const std::byte> bytes, DecodedImage& out,
+              uint64_t max_pixels = kDefaultMaxPixels);
+
+ private:
+  std::unique_ptr<internal::RegionDecoder> impl_;
+};
+
 // The format from the magic bytes. Throws DecodeError "unsupported image format (...)".
 ImageFormat sniff(std::span<const std::byte> bytes);
 
@@ -43,7 +70,7 @@ ImageFormat sniff(std::span<const std::byte> bytes);
 // is bad or width * height > max_pixels.
 ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
 
-// The whole image as RGB.
+// The whole image as RGB (a Decoder used once).
 DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
 
 }  // namespace stoker::image

@@ -32,6 +32,7 @@ class ArraySource final : public Source {
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
   void prefetch(uint64_t index) const override;
+  void prefetch_batch(std::span<const uint64_t> indices) const override;
 
  private:
   struct Column {
