@@ -11,4 +11,5 @@ NB_MODULE(_native, m) {
   stoker::python::register_workers(m);
   stoker::python::register_seeding(m);
   stoker::python::register_gpu(m);
+  stoker::python::register_gpu_decode(m);
 }

@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/image/pipeline.h"
@@ -182,13 +183,28 @@ class DecodeBackend;
 // tried when something is missing.
 std::unique_ptr<DecodeBackend> make_nvjpeg_backend(int device,
                                                    const std::vector<std::string>& library_dirs);
+// Opens libnvjpeg and libnvrtc as make_nvjpeg_backend does, without a device: their paths, or
+// Error saying which is missing and what was tried.
+std::pair<std::string, std::string> find_gpu_decode_libraries(
+    const std::vector<std::string>& library_dirs);
 // The CPU emulation (tests, bench --cpu-smoke): "device" memory is host memory, streams are
 // ignored, JPEGs are decoded by libjpeg. `reject` lists sample indices whose decode it reports as
 // failed (a GPU decoder refusing a file the CPU takes).
 std::unique_ptr<DecodeBackend> make_emulated_backend(std::vector<uint64_t> reject = {});
 
+// Which device a GpuBatchDecoder drives.
+struct DecodeDevice {
+  int device = 0;                         // CUDA ordinal
+  std::vector<std::string> library_dirs;  // see make_nvjpeg_backend
+  bool emulate = false;                   // make_emulated_backend(reject) instead
+  std::vector<uint64_t> reject;
+};
+
 class GpuBatchDecoder {
  public:
+  // Throws as make_nvjpeg_backend when the device cannot be used.
+  GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source, const DecodeDevice& device,
+                  OnError on_error);
   GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
                   std::unique_ptr<DecodeBackend> backend, OnError on_error);
   ~GpuBatchDecoder();

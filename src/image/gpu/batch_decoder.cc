@@ -266,6 +266,13 @@ GpuBatchDecoder::GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
   impl_ = std::make_unique<Impl>(*source_, std::move(backend), on_error);
 }
 
+GpuBatchDecoder::GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
+                                 const DecodeDevice& device, OnError on_error)
+    : GpuBatchDecoder(std::move(source),
+                      device.emulate ? make_emulated_backend(device.reject)
+                                     : make_nvjpeg_backend(device.device, device.library_dirs),
+                      on_error) {}
+
 GpuBatchDecoder::~GpuBatchDecoder() = default;
 
 void GpuBatchDecoder::decode(const StagedBatch& batch, std::byte* images, std::byte* labels,

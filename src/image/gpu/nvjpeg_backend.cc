@@ -579,6 +579,11 @@ class NvjpegBackend final : public DecodeBackend {
 
 }  // namespace
 
+std::pair<std::string, std::string> find_gpu_decode_libraries(
+    const std::vector<std::string>& library_dirs) {
+  return {nvjpeg(library_dirs).path, nvrtc(library_dirs).path};
+}
+
 std::unique_ptr<DecodeBackend> make_nvjpeg_backend(int device,
                                                    const std::vector<std::string>& library_dirs) {
   if (!cuda_available())
