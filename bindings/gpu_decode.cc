@@ -1,6 +1,8 @@
 // GPU JPEG decode for the Python front (stoker/gpu_decode.py): the staging source the loader's
 // workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
 // src/image/gpu/; this file converts arguments and releases the GIL.
+#include "stoker/image/gpu_decode.h"
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
@@ -10,7 +12,6 @@
 
 #include "bindings.h"
 #include "stoker/errors.h"
-#include "stoker/image/gpu_decode.h"
 #include "stoker/sources/image_files.h"
 
 namespace stoker::python {
@@ -80,8 +81,8 @@ void decode_batch(GpuBatchDecoder& dec, HostArray payload, HostArray labels, Hos
 
 void register_gpu_decode(nb::module_& m) {
   nb::class_<GpuDecodeSource, Source>(m, "GpuDecodeSource")
-      .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec,
-                       uint64_t max_pixels, uint64_t file_bytes, uint64_t decode_buffer_bytes) {
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels,
+                       uint64_t file_bytes, uint64_t decode_buffer_bytes) {
              image::gpu::GpuDecodeOptions o;
              o.max_pixels = max_pixels;
              o.file_bytes = static_cast<size_t>(file_bytes);
@@ -131,8 +132,8 @@ void register_gpu_decode(nb::module_& m) {
   m.def(
       "classify_jpeg",
       [](nb::bytes data) {
-        return image::gpu::route_name(image::gpu::classify_jpeg(
-            {static_cast<const std::byte*>(data.data()), data.size()}));
+        return image::gpu::route_name(
+            image::gpu::classify_jpeg({static_cast<const std::byte*>(data.data()), data.size()}));
       },
       nb::arg("data"), "Where GPU decode sends this file: \"gpu\", or why not.");
 }

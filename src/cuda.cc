@@ -1,7 +1,5 @@
 #include "stoker/cuda.h"
 
-#include "cuda_driver.h"
-
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -15,6 +13,7 @@
 #include <new>
 #include <type_traits>
 
+#include "cuda_driver.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -11,9 +11,9 @@ namespace stoker {
 namespace {
 
 constexpr size_t kFieldAlign = 64;
-constexpr size_t kSkippedListed = 1000;  // skipped samples remembered for stats()
-constexpr size_t kAutotuneListed = 200;  // autotune decisions remembered for stats()
-constexpr uint64_t kPrefetchAhead = 8;   // samples hinted ahead of the one being read
+constexpr size_t kSkippedListed = 1000;               // skipped samples remembered for stats()
+constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
+constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
 constexpr size_t kSmallBatchBytes = size_t{4} << 20;  // below: autotuned prefetch starts at 2
 
 LoaderOptions resolve(LoaderOptions o) {

@@ -42,17 +42,17 @@ namespace stoker::image::gpu {
 // Where a sample is decoded, and why not on the GPU. Stable numbers: they are stored in batches.
 enum class Route : uint8_t {
   kGpu = 0,
-  kNotJpeg = 1,       // PNG (or not an image: the CPU path names the error)
-  kBadHeader = 2,     // the marker structure is damaged or truncated before the image data
-  kNotBaseline = 3,   // progressive, lossless, hierarchical or arithmetic-coded
-  kPrecision = 4,     // not 8 bits per sample (12-bit JPEG)
-  kColorSpace = 5,    // CMYK, YCCK, RGB-coded (Adobe transform 0 / 'R','G','B' ids), 2 or 4+ comps
-  kSubsampling = 6,   // sampling factors nvJPEG's batched decoders do not take (4:1:1, odd ones)
-  kMultiScan = 7,     // a sequential JPEG whose components are in several scans
-  kNoEndMarker = 8,   // no EOI: truncated (the CPU path reports it)
-  kTooLarge = 9,      // over max_pixels, or its decode needs more than the decode buffer
-  kFileTooLarge = 10, // the file is larger than a batch's payload slot
-  kGpuFailed = 11,    // passed the header checks, but nvJPEG failed on it (counted by the stage)
+  kNotJpeg = 1,        // PNG (or not an image: the CPU path names the error)
+  kBadHeader = 2,      // the marker structure is damaged or truncated before the image data
+  kNotBaseline = 3,    // progressive, lossless, hierarchical or arithmetic-coded
+  kPrecision = 4,      // not 8 bits per sample (12-bit JPEG)
+  kColorSpace = 5,     // CMYK, YCCK, RGB-coded (Adobe transform 0 / 'R','G','B' ids), 2 or 4+ comps
+  kSubsampling = 6,    // sampling factors nvJPEG's batched decoders do not take (4:1:1, odd ones)
+  kMultiScan = 7,      // a sequential JPEG whose components are in several scans
+  kNoEndMarker = 8,    // no EOI: truncated (the CPU path reports it)
+  kTooLarge = 9,       // over max_pixels, or its decode needs more than the decode buffer
+  kFileTooLarge = 10,  // the file is larger than a batch's payload slot
+  kGpuFailed = 11,     // passed the header checks, but nvJPEG failed on it (counted by the stage)
 };
 inline constexpr int kNumRoutes = 12;
 const char* route_name(Route r);
@@ -60,13 +60,13 @@ const char* route_name(Route r);
 // What classify_jpeg reads from the header (up to the first scan, and the scan count to EOI).
 struct JpegHeader {
   int width = 0, height = 0;
-  int precision = 0;   // bits per sample
-  int sof = -1;        // SOF marker type (0 baseline, 1 extended, 2 progressive, ...)
+  int precision = 0;  // bits per sample
+  int sof = -1;       // SOF marker type (0 baseline, 1 extended, 2 progressive, ...)
   int components = 0;
   std::array<uint8_t, 4> component_id{}, h_samp{}, v_samp{};
   int adobe_transform = -1;  // from an Adobe APP14 marker; -1 without one
   bool jfif = false;
-  int scans = 0;       // SOS markers before EOI
+  int scans = 0;  // SOS markers before EOI
   bool eoi = false;
 };
 
@@ -89,9 +89,9 @@ struct StagedSample {
   uint8_t route = 0;                        // Route
   uint8_t flip = 0;                         // GPU samples: flip when writing (CPU: already done)
   uint16_t reserved = 0;
-  uint32_t file_bytes = 0;                  // GPU samples: JPEG bytes at the payload's start
-  int32_t width = 0, height = 0;            // GPU samples: the image
-  StagedAxis x, y;                          // GPU samples
+  uint32_t file_bytes = 0;        // GPU samples: JPEG bytes at the payload's start
+  int32_t width = 0, height = 0;  // GPU samples: the image
+  StagedAxis x, y;                // GPU samples
 };
 static_assert(sizeof(StagedSample) == 96);
 
@@ -160,16 +160,16 @@ struct StagedBatch {
 };
 
 struct GpuDecodeStats {
-  std::string backend;                           // "hardware", "gpu_hybrid" or "emulated"
+  std::string backend;  // "hardware", "gpu_hybrid" or "emulated"
   uint64_t batches = 0;
-  std::array<uint64_t, kNumRoutes> routes{};     // samples by route (kGpuFailed: recovered)
-  uint64_t hardware_samples = 0;                 // decoded by the hardware decoder
-  uint64_t skipped = 0;                          // replaced under kSkip by this stage
-  std::vector<std::string> skipped_samples;      // "index: path: message", the latest ones
-  uint64_t chunks = 0;                           // nvJPEG calls of decode-buffer size
+  std::array<uint64_t, kNumRoutes> routes{};         // samples by route (kGpuFailed: recovered)
+  uint64_t hardware_samples = 0;                     // decoded by the hardware decoder
+  uint64_t skipped = 0;                              // replaced under kSkip by this stage
+  std::vector<std::string> skipped_samples;          // "index: path: message", the latest ones
+  uint64_t chunks = 0;                               // nvJPEG calls of decode-buffer size
   uint64_t device_bytes = 0, device_bytes_peak = 0;  // decode buffer + nvJPEG's own + tables
-  uint64_t pinned_bytes = 0;                     // staging for descriptors + nvJPEG's own
-  double host_seconds = 0;                       // time in decode(), on the calling thread
+  uint64_t pinned_bytes = 0;                         // staging for descriptors + nvJPEG's own
+  double host_seconds = 0;                           // time in decode(), on the calling thread
 };
 
 // The GPU work, behind an interface: nvJPEG + NVRTC kernels on a device, or an emulation on the

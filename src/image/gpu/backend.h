@@ -17,7 +17,7 @@
 namespace stoker::image::gpu {
 
 struct JpegJob {
-  uint64_t index = 0;              // the sample (for the emulation's rejections)
+  uint64_t index = 0;               // the sample (for the emulation's rejections)
   const std::byte* data = nullptr;  // host (the staged batch's pinned payload slot)
   size_t bytes = 0;
   uint8_t* dst = nullptr;  // device: height rows of `pitch` bytes, interleaved RGB

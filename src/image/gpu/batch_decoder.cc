@@ -120,8 +120,10 @@ struct GpuBatchDecoder::Impl {
     std::vector<JpegJob> jobs(chunk.size());
     for (size_t i = 0; i < chunk.size(); ++i) {
       const StagedSample& r = b.records[chunk[i]];
-      jobs[i] = JpegJob{r.index,  b.payload + chunk[i] * src.payload_bytes(), r.file_bytes,
-                        arena + ks[i].src, r.width * 3, r.width, r.height};
+      jobs[i] = JpegJob{r.index,      b.payload + chunk[i] * src.payload_bytes(),
+                        r.file_bytes, arena + ks[i].src,
+                        r.width * 3,  r.width,
+                        r.height};
     }
     std::vector<uint8_t> ok(jobs.size(), 1);
     uint64_t hardware = 0;

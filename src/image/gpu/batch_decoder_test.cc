@@ -31,7 +31,8 @@ using testing::pattern_rgb;
 std::string write_file(const std::string& name, const std::vector<std::byte>& bytes) {
   const std::string path = ::testing::TempDir() + "gpudec_" + name;
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   return path;
 }
 
@@ -81,7 +82,8 @@ Dataset make_dataset(const std::string& tag, int corrupt_at = -1) {
         break;
       case 4: {
         std::vector<uint8_t> cmyk(static_cast<size_t>(w) * h * 4);
-        for (size_t p = 0; p < cmyk.size(); ++p) cmyk[p] = static_cast<uint8_t>(rgb[p % rgb.size()]);
+        for (size_t p = 0; p < cmyk.size(); ++p)
+          cmyk[p] = static_cast<uint8_t>(rgb[p % rgb.size()]);
         bytes = encode_jpeg(cmyk.data(), w, h, 4, {.quality = 90});
         cpu = true;
         break;
@@ -100,7 +102,8 @@ Dataset make_dataset(const std::string& tag, int corrupt_at = -1) {
   return d;
 }
 
-std::vector<Transform> train_transforms(DType dtype = DType::kFloat32, Layout layout = Layout::kCHW) {
+std::vector<Transform> train_transforms(DType dtype = DType::kFloat32,
+                                        Layout layout = Layout::kCHW) {
   return {RandomResizedCrop(24, 32), RandomHorizontalFlip(), ToTensor(dtype, layout),
           Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f})};
 }
@@ -119,8 +122,7 @@ std::vector<Result> run_gpu_path(std::shared_ptr<const GpuDecodeSource> src,
   Loader loader(src, o);
   auto it = loader.iterate(1);
   std::vector<Result> out;
-  const size_t sample_out =
-      size_t(src->out_height()) * src->out_width() * 3 * src->element_size();
+  const size_t sample_out = size_t(src->out_height()) * src->out_width() * 3 * src->element_size();
   while (auto batch = it->next()) {
     Result r;
     r.images.resize(batch->length * sample_out);
@@ -154,10 +156,9 @@ std::vector<std::byte> cpu_sample(const Dataset& d, const std::vector<Transform>
 
 TEST(GpuDecode, EveryBatchIsTheCpuPathsBitForBitWhateverTheRoute) {
   const Dataset d = make_dataset("routes");
-  for (auto [dtype, layout] : {std::pair{DType::kFloat32, Layout::kCHW},
-                               std::pair{DType::kFloat16, Layout::kHWC},
-                               std::pair{DType::kBFloat16, Layout::kCHW},
-                               std::pair{DType::kUInt8, Layout::kHWC}}) {
+  for (auto [dtype, layout] :
+       {std::pair{DType::kFloat32, Layout::kCHW}, std::pair{DType::kFloat16, Layout::kHWC},
+        std::pair{DType::kBFloat16, Layout::kCHW}, std::pair{DType::kUInt8, Layout::kHWC}}) {
     std::vector<Transform> t = train_transforms(dtype, layout);
     if (dtype == DType::kUInt8) t.pop_back();  // no Normalize on uint8
     auto files = std::make_shared<ImageFolderFiles>(d.samples);
@@ -221,8 +222,7 @@ TEST(GpuDecode, CropAndFlipAreTheCpuPathsForEveryKeyAndGeometry) {
         const size_t per = r.images.size() / r.labels.size();
         for (size_t s = 0; s < r.labels.size(); ++s) {
           const StagedSample& rec = r.records[s];
-          const auto want =
-              cpu_sample(d, t, seed, 1, rec.index, rec.route == uint8_t(Route::kGpu));
+          const auto want = cpu_sample(d, t, seed, 1, rec.index, rec.route == uint8_t(Route::kGpu));
           ASSERT_EQ(std::memcmp(want.data(), r.images.data() + s * per, per), 0)
               << "seed " << seed << " sample " << rec.index;
         }
@@ -288,8 +288,8 @@ TEST(GpuDecode, AFileTheGpuRefusesIsDecodedByTheCpuPathTransparently) {
       const bool refused = rec.index == 0 || rec.index == 7 || rec.index == 13;
       EXPECT_EQ(rec.route == uint8_t(Route::kGpuFailed), refused);
       // Refused files get the CPU path's own pipeline (DCT scaling and all), like fallbacks.
-      const auto want = cpu_sample(d, train_transforms(), 0, 1, rec.index,
-                                   rec.route == uint8_t(Route::kGpu));
+      const auto want =
+          cpu_sample(d, train_transforms(), 0, 1, rec.index, rec.route == uint8_t(Route::kGpu));
       EXPECT_EQ(std::memcmp(want.data(), r.images.data() + s * per, per), 0) << rec.index;
       EXPECT_EQ(r.labels[s], 100 + int64_t(rec.index));
     }

@@ -176,7 +176,8 @@ STOKER_FN void k_vpass_thread(const KParams& p, int32_t s, int32_t y, int32_t x)
   uint8_t* dst = p.out + (int64_t)k.out_index * p.out_sample_bytes;
   const int64_t plane = (int64_t)p.out_h * p.out_w;
   for (int32_t c = 0; c < 3; ++c) {
-    const int64_t at = p.hwc ? ((int64_t)y * p.out_w + ox) * 3 + c : c * plane + (int64_t)y * p.out_w + ox;
+    const int64_t at =
+        p.hwc ? ((int64_t)y * p.out_w + ox) * 3 + c : c * plane + (int64_t)y * p.out_w + ox;
     const uint8_t* src = p.table_out + (c * 256 + v[c]) * p.elem_bytes;
     uint8_t* o = dst + at * p.elem_bytes;
     for (int32_t b = 0; b < p.elem_bytes; ++b) o[b] = src[b];

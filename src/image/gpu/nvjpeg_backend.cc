@@ -130,7 +130,8 @@ class Current {
   const Driver& d_;
 };
 
-// ---- nvJPEG (nvjpeg.h's declarations, the few used) ----------------------------------------------
+// ---- nvJPEG (nvjpeg.h's declarations, the few used)
+// ----------------------------------------------
 using nvjpegStatus_t = int;
 using nvjpegHandle_t = void*;
 using nvjpegJpegState_t = void*;
@@ -168,7 +169,8 @@ struct Nvjpeg {
   nvjpegStatus_t (*batched_supported)(nvjpegHandle_t, nvjpegJpegStream_t, int*);
 };
 
-// ---- NVRTC ----------------------------------------------------------------------------------------
+// ---- NVRTC
+// ----------------------------------------------------------------------------------------
 using nvrtcProgram = void*;
 struct Nvrtc {
   void* lib = nullptr;
@@ -208,9 +210,11 @@ const Nvjpeg& nvjpeg(const std::vector<std::string>& dirs) {
   std::string tried;
   void* h = internal::open_library({"libnvjpeg"}, kNvjpegSonames, dirs, &tried);
   if (h == nullptr)
-    throw Error("GPU decode needs nvJPEG (libnvjpeg, CUDA 11-13), which was not found; install "
-                "the CUDA toolkit or the pip package nvidia-nvjpeg (torchvision's CUDA wheels "
-                "bundle it too). Tried:" + tried);
+    throw Error(
+        "GPU decode needs nvJPEG (libnvjpeg, CUDA 11-13), which was not found; install "
+        "the CUDA toolkit or the pip package nvidia-nvjpeg (torchvision's CUDA wheels "
+        "bundle it too). Tried:" +
+        tried);
   Nvjpeg n;
   const bool ok = sym(h, n.create_ex, "nvjpegCreateEx") && sym(h, n.destroy, "nvjpegDestroy") &&
                   sym(h, n.state_create, "nvjpegJpegStateCreate") &&
@@ -236,16 +240,17 @@ const Nvrtc& nvrtc(const std::vector<std::string>& dirs) {
   std::string tried;
   void* h = internal::open_library({"libnvrtc.so", "libnvrtc-"}, kNvrtcSonames, dirs, &tried);
   if (h == nullptr)
-    throw Error("GPU decode compiles its kernels with NVRTC (libnvrtc), which was not found; "
-                "install the CUDA toolkit or the pip package nvidia-cuda-nvrtc (a CUDA build of "
-                "torch depends on it). Tried:" + tried);
+    throw Error(
+        "GPU decode compiles its kernels with NVRTC (libnvrtc), which was not found; "
+        "install the CUDA toolkit or the pip package nvidia-cuda-nvrtc (a CUDA build of "
+        "torch depends on it). Tried:" +
+        tried);
   Nvrtc n;
-  const bool ok = sym(h, n.create, "nvrtcCreateProgram") &&
-                  sym(h, n.compile, "nvrtcCompileProgram") &&
-                  sym(h, n.log_size, "nvrtcGetProgramLogSize") &&
-                  sym(h, n.log, "nvrtcGetProgramLog") && sym(h, n.ptx_size, "nvrtcGetPTXSize") &&
-                  sym(h, n.ptx, "nvrtcGetPTX") && sym(h, n.destroy, "nvrtcDestroyProgram") &&
-                  sym(h, n.error, "nvrtcGetErrorString");
+  const bool ok =
+      sym(h, n.create, "nvrtcCreateProgram") && sym(h, n.compile, "nvrtcCompileProgram") &&
+      sym(h, n.log_size, "nvrtcGetProgramLogSize") && sym(h, n.log, "nvrtcGetProgramLog") &&
+      sym(h, n.ptx_size, "nvrtcGetPTXSize") && sym(h, n.ptx, "nvrtcGetPTX") &&
+      sym(h, n.destroy, "nvrtcDestroyProgram") && sym(h, n.error, "nvrtcGetErrorString");
   sym(h, n.cubin_size, "nvrtcGetCUBINSize");
   sym(h, n.cubin, "nvrtcGetCUBIN");
   sym(h, n.num_archs, "nvrtcGetNumSupportedArchs");
@@ -339,8 +344,8 @@ Kernels compile_kernels(int device, const Nvrtc& rtc) {
       std::string("--gpu-architecture=") + (cubin ? "sm_" : "compute_") + std::to_string(target);
   const char* options[] = {arch_opt.c_str(), "--fmad=false"};
   nvrtcProgram prog = nullptr;
-  if (int rc = rtc.create(&prog, internal::kKernelSource, "stoker_gpu_decode.cu", 0, nullptr,
-                          nullptr))
+  if (int rc =
+          rtc.create(&prog, internal::kKernelSource, "stoker_gpu_decode.cu", 0, nullptr, nullptr))
     throw Error(std::string("NVRTC: nvrtcCreateProgram failed: ") + rtc.error(rc));
   const int rc = rtc.compile(prog, 2, options);
   if (rc != 0) {
@@ -378,11 +383,13 @@ Kernels compile_kernels(int device, const Nvrtc& rtc) {
 class NvjpegBackend final : public DecodeBackend {
  public:
   NvjpegBackend(int device, const std::vector<std::string>& dirs)
-      : device_(device), d_(driver()), nv_(nvjpeg(dirs)), kernels_(compile_kernels(device,
-                                                                                   nvrtc(dirs))) {
+      : device_(device),
+        d_(driver()),
+        nv_(nvjpeg(dirs)),
+        kernels_(compile_kernels(device, nvrtc(dirs))) {
     Current current(device_);
-    const nvjpegStatus_t hw = nv_.create_ex(kBackendHardware, &dev_allocator, &pinned_allocator,
-                                            0, &hw_);
+    const nvjpegStatus_t hw =
+        nv_.create_ex(kBackendHardware, &dev_allocator, &pinned_allocator, 0, &hw_);
     if (hw != 0) hw_ = nullptr;  // 7, ARCH_MISMATCH: no JPEG engine on this GPU
     check(nv_.create_ex(kBackendGpuHybrid, &dev_allocator, &pinned_allocator, 0, &sw_),
           "nvjpegCreateEx(GPU_HYBRID)");
@@ -471,15 +478,16 @@ class NvjpegBackend final : public DecodeBackend {
     for (size_t i = 0; i < jobs.size(); ++i) {
       int unsupported = 1;
       if (hw_ != nullptr &&
-          nv_.parse_header(hw_, reinterpret_cast<const unsigned char*>(jobs[i].data),
-                           jobs[i].bytes, parse_) == 0 &&
+          nv_.parse_header(hw_, reinterpret_cast<const unsigned char*>(jobs[i].data), jobs[i].bytes,
+                           parse_) == 0 &&
           nv_.batched_supported(hw_, parse_, &unsupported) == 0 && unsupported == 0) {
         to_hw.push_back(i);
       } else {
         to_sw.push_back(i);
       }
     }
-    if (!to_hw.empty() && batched(hw_, hw_state_[slot_], jobs, to_hw, ok)) *hardware += to_hw.size();
+    if (!to_hw.empty() && batched(hw_, hw_state_[slot_], jobs, to_hw, ok))
+      *hardware += to_hw.size();
     if (!to_sw.empty()) batched(sw_, sw_state_[slot_], jobs, to_sw, ok);
   }
 
@@ -496,12 +504,12 @@ class NvjpegBackend final : public DecodeBackend {
         d_.check(d_.launch(kernels_.coeffs, blocks(p.out_w + p.out_h, 128), n, 1, 128, 1, 1, 0,
                            stream_, one, nullptr),
                  "cuLaunchKernel(stoker_coeffs)");
-        d_.check(d_.launch(kernels_.hpass, blocks(int64_t(max_rows) * p.out_w, 256), n, 1, 256,
-                           1, 1, 0, stream_, two, nullptr),
+        d_.check(d_.launch(kernels_.hpass, blocks(int64_t(max_rows) * p.out_w, 256), n, 1, 256, 1,
+                           1, 0, stream_, two, nullptr),
                  "cuLaunchKernel(stoker_hpass)");
       }
-      d_.check(d_.launch(kernels_.vpass, blocks(int64_t(p.out_h) * p.out_w, 256), n, 1, 256, 1,
-                         1, 0, stream_, one, nullptr),
+      d_.check(d_.launch(kernels_.vpass, blocks(int64_t(p.out_h) * p.out_w, 256), n, 1, 256, 1, 1,
+                         0, stream_, one, nullptr),
                "cuLaunchKernel(stoker_vpass)");
     }
   }
@@ -551,9 +559,9 @@ class NvjpegBackend final : public DecodeBackend {
     }
     d_.check(d_.stream_synchronize(stream_), "cuStreamSynchronize");
     for (size_t i = 0; i < idx.size(); ++i) {
-      ok[idx[i]] = nv_.decode(sw_, single_state_, data[i], lengths[i], kOutputRGBI, &out[i],
-                              stream_) == 0 &&
-                   d_.stream_synchronize(stream_) == 0;
+      ok[idx[i]] =
+          nv_.decode(sw_, single_state_, data[i], lengths[i], kOutputRGBI, &out[i], stream_) == 0 &&
+          d_.stream_synchronize(stream_) == 0;
     }
     return false;
   }
@@ -587,8 +595,9 @@ std::pair<std::string, std::string> find_gpu_decode_libraries(
 std::unique_ptr<DecodeBackend> make_nvjpeg_backend(int device,
                                                    const std::vector<std::string>& library_dirs) {
   if (!cuda_available())
-    throw Error("decode=\"cuda\" needs CUDA and nvJPEG: no CUDA driver or GPU is available in "
-                "this process");
+    throw Error(
+        "decode=\"cuda\" needs CUDA and nvJPEG: no CUDA driver or GPU is available in "
+        "this process");
   if (device < 0 || device >= cuda::device_count())
     throw InvalidArgument("GPU decode: CUDA device " + std::to_string(device) +
                           " does not exist (" + std::to_string(cuda::device_count()) +

@@ -37,8 +37,8 @@ uint64_t gpu_sample_bytes(const StagedSample& s) {
   internal::vertical_rows(y, &lo, &rows);
   const uint64_t image = align_up(uint64_t(s.width) * uint64_t(s.height) * 3);
   const uint64_t tmp = align_up(uint64_t(rows) * uint64_t(s.x.out_size) * 3);
-  const uint64_t tables = align_up((uint64_t(s.x.out_size) * (2 + x.ksize) +
-                                    uint64_t(s.y.out_size) * (2 + y.ksize)) * 4);
+  const uint64_t tables = align_up(
+      (uint64_t(s.x.out_size) * (2 + x.ksize) + uint64_t(s.y.out_size) * (2 + y.ksize)) * 4);
   return image + tmp + tables + sizeof(internal::k::KSample);
 }
 
