@@ -110,11 +110,9 @@ def require_gpu_decode():
 def _file_sizes(files, paths):
     """Sizes of up to _SIZE_SAMPLES files spread over the dataset."""
     n = len(files)
-    step = max(1, n // _SIZE_SAMPLES)
-    indices = range(0, n, step)
     if paths is not None:
-        return [os.path.getsize(paths[i]) for i in indices]
-    return [len(files.read(i)) for i in list(indices)[:128]]  # tar members: read a few
+        return [os.path.getsize(paths[i]) for i in range(0, n, max(1, n // _SIZE_SAMPLES))]
+    return [len(files.read(i)) for i in range(0, n, max(1, n // 128))]  # tar members: read
 
 
 def payload_file_bytes(files, paths=None):

@@ -349,7 +349,27 @@ def test_gpu_path_matches_its_emulation_bit_for_bit_on_exactly_decodable_files(t
 
 
 @needs_cuda
-def test_gpu_png_fallback_is_exact_and_corrupt_files_get_on_error(damaged, sample):
+def test_gpu_png_fallback_is_the_cpu_paths_exactly(sample, tmp_path):
+    # PNGs are decoded and resampled by the CPU path in the workers; the GPU only applies the
+    # output table: the batches must be the CPU loader's, bit for bit.
+    root = tmp_path / "png"
+    shutil.copytree(sample / "train", root)
+    for path in root.rglob("*.JPEG"):
+        with Image.open(path) as im:
+            im.convert("RGB").save(path, "PNG")
+    for t in (train_transform(), eval_transform("bfloat16")):
+        ds = stoker.ImageFolder(str(root), transform=t, decode="cuda")
+        cpu = stoker.ImageFolder(str(root), transform=t)
+        kw = dict(batch_size=8, shuffle=True, seed=6, num_workers=2)
+        loader = stoker.DataLoader(ds, device="cuda", **kw)
+        for (x, y), (cx, cy) in zip(loader, stoker.DataLoader(cpu, **kw)):
+            assert torch.equal(y.cpu(), cy)
+            assert torch.equal(x.cpu(), cx)
+        assert loader.stats()["gpu_decode"]["routes"] == {"not_jpeg": len(ds)}
+
+
+@needs_cuda
+def test_gpu_corrupt_files_get_on_error_and_memory_is_reported(damaged):
     root, victim = damaged
     with pytest.raises(stoker.SampleError, match=victim):
         gpu_batches(stoker.ImageFolder(str(root), transform=eval_transform(), decode="cuda"),
