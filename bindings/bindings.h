@@ -3,7 +3,10 @@
 
 #include <nanobind/nanobind.h>
 
+#include <vector>
+
 #include "stoker/batch_pool.h"
+#include "stoker/image/transforms.h"
 #include "stoker/loader.h"
 
 namespace stoker::python {
@@ -20,6 +23,11 @@ void register_workers(nb::module_& m);
 void register_seeding(nb::module_& m);
 void register_gpu(nb::module_& m);
 void register_stratified(nb::module_& m);
+void register_gpu_decode(nb::module_& m);
+
+// A pipeline spec (the private list of tuples stoker/transforms.py writes) as transforms
+// (images.cc). Throws InvalidArgument for an unknown or invalid transform.
+std::vector<image::Transform> parse_transforms(const nb::list& spec);
 
 // For the destructor of a capsule that owns exported batch memory (GIL held): records the fences
 // a pinned buffer needs before its pool may reuse it (gpu.cc). Call it before dropping the last

@@ -75,8 +75,7 @@ image::Transform parse_transform(const nb::tuple& t) {
 
 std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
                                                           uint64_t max_pixels) {
-  std::vector<image::Transform> transforms;
-  for (nb::handle h : spec) transforms.push_back(parse_transform(nb::cast<nb::tuple>(h)));
+  std::vector<image::Transform> transforms = parse_transforms(spec);
   image::PipelineOptions options;
   options.max_pixels = max_pixels;
   return std::make_shared<const image::ImagePipeline>(std::move(transforms), options);
@@ -178,6 +177,12 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
 }
 
 }  // namespace
+
+std::vector<image::Transform> parse_transforms(const nb::list& spec) {
+  std::vector<image::Transform> transforms;
+  for (nb::handle h : spec) transforms.push_back(parse_transform(nb::cast<nb::tuple>(h)));
+  return transforms;
+}
 
 void register_images(nb::module_& m) {
   nb::class_<ImageFiles>(m, "ImageFiles")

@@ -13,4 +13,5 @@ NB_MODULE(_native, m) {
   stoker::python::register_seeding(m);
   stoker::python::register_gpu(m);
   stoker::python::register_stratified(m);
+  stoker::python::register_gpu_decode(m);
 }

@@ -13,6 +13,7 @@
 #include <new>
 #include <type_traits>
 
+#include "cuda_driver.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -67,6 +68,7 @@ struct Driver {
   CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
 
+  void* lib = nullptr;            // libcuda, never closed
   std::vector<CUdevice> devices;  // by ordinal; set once in the constructor
   bool loaded = false;            // every entry point resolved, cuInit succeeded, >= 1 device
 
@@ -78,9 +80,9 @@ struct Driver {
 
   Driver() {
     if (forked_child.load()) return;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return;
-    auto sym = [lib](auto& fn, const char* name) {
+    auto sym = [this](auto& fn, const char* name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
       return fn != nullptr;
     };
@@ -343,5 +345,15 @@ std::string pci_bus_id(int device) {
   return id;
 }
 
+namespace internal {
+
+void* driver_symbol(const char* name) {
+  Driver& d = driver();
+  return d.usable() ? dlsym(d.lib, name) : nullptr;
+}
+
+void* primary_context(int device) { return driver().context(device); }
+
+}  // namespace internal
 }  // namespace cuda
 }  // namespace stoker

@@ -14,10 +14,9 @@ namespace stoker {
 namespace {
 
 constexpr size_t kFieldAlign = 64;
-constexpr int kSkipAttempts = 16;        // replacements tried before the error is raised anyway
-constexpr size_t kSkippedListed = 1000;  // skipped samples remembered for stats()
-constexpr size_t kAutotuneListed = 200;  // autotune decisions remembered for stats()
-constexpr uint64_t kPrefetchAhead = 8;   // samples hinted ahead of the one being read
+constexpr size_t kSkippedListed = 1000;               // skipped samples remembered for stats()
+constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
+constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
 constexpr size_t kSmallBatchBytes = size_t{4} << 20;  // below: autotuned prefetch starts at 2
 
 LoaderOptions resolve(LoaderOptions o) {
@@ -203,7 +202,7 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
   // Deterministic replacement: candidates depend only on (seed, epoch, index).
   const uint64_t n = source->size();
   for (int attempt = 1; attempt <= kSkipAttempts && n > 1; ++attempt) {
-    const uint64_t other = hash_key(options.seed, epoch, index * kSkipAttempts + attempt) % n;
+    const uint64_t other = skip_candidate(options.seed, epoch, index, attempt, n);
     if (other == index) continue;
     try {
       source->read({options.seed, epoch, other}, slots, worker);
@@ -234,6 +233,11 @@ void Loader::State::record_autotune(const AutotuneDecision& d) {
   autotune_prefetch_now = d.prefetch_to;
   autotune_log.push_back(d);
   if (autotune_log.size() > kAutotuneListed) autotune_log.pop_front();
+}
+
+uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
+                        uint64_t num_samples) {
+  return hash_key(seed, epoch, index * kSkipAttempts + attempt) % num_samples;
 }
 
 Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {

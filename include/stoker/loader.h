@@ -75,6 +75,14 @@ struct LoaderOptions {
 inline constexpr int kMaxWorkers = 256;
 inline constexpr int kMaxPrefetchFactor = 64;
 
+// on_error = kSkip: the candidates that replace a failed sample, tried in order for attempt = 1 ..
+// kSkipAttempts (a candidate equal to `index` is passed over). They depend only on (seed, epoch,
+// index), so a stage after the workers (the GPU JPEG decoder) replaces a sample exactly as the
+// loader would. REQUIRES: num_samples > 0.
+inline constexpr int kSkipAttempts = 16;
+uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
+                        uint64_t num_samples);
+
 // One field of a batch: a contiguous array with a leading batch dimension.
 struct BatchField {
   std::byte* data = nullptr;

@@ -328,7 +328,13 @@ class DeviceFeed:
             self._queue.append(_Entry(None, None, 0, e, self._position()))
             return
         position = self._position()
-        gpu, event, nbytes, fences = self._engine.copy(cpu)
+        try:
+            gpu, event, nbytes, fences = self._engine.copy(cpu)
+        except Exception as e:  # an engine that fails a batch (GPU decode): at its turn, too
+            with fenced_on(getattr(self._engine, "fences", ())):
+                del cpu  # work queued before the failure may still read the buffer
+            self._queue.append(_Entry(None, None, 0, e, position))
+            return
         with fenced_on(fences):
             del cpu  # the last reference: a pinned buffer is fenced on the copy, not reused early
         self._queue.append(_Entry(gpu, event, nbytes, None, position))

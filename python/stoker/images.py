@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import _native
+from . import _native, gpu_decode
 from .transforms import _pipeline_spec
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
@@ -39,16 +39,27 @@ def _check_max_pixels(max_pixels):
 class _ImageDataset:
     """What ImageFolder and TarShards share: the native files, the transform and the source."""
 
-    def _init_source(self, files, transform, max_pixels):
+    def _init_source(self, files, transform, max_pixels, decode="cpu", paths=None):
         self._files = files
         self.transform = transform
         self.max_pixels = _check_max_pixels(max_pixels)
+        self.decode = gpu_decode.check_decode(decode)
+        if decode == "cuda":
+            gpu_decode.require_gpu_decode()
         if transform is None:
             self._unbatchable = _NO_TRANSFORM.format(name=type(self).__name__)
         else:
-            self._source = _native.ImageSource(files, _pipeline_spec(transform), max_pixels)
+            self._source = self._cpu_source = _native.ImageSource(
+                files, _pipeline_spec(transform), max_pixels)
             self._shape = tuple(self._source.image_shape)
             self._dtype = self._source.image_dtype
+            if decode == "cuda":  # the loader's workers stage batches for the GPU stage
+                self._source = gpu_decode.staging_source(files, _pipeline_spec(transform),
+                                                         max_pixels, paths)
+                self._device_engine = self._gpu_decode_engine  # the DataLoader's copy engine
+
+    def _gpu_decode_engine(self, device, on_error):
+        return gpu_decode.GpuDecodeEngine(device, self._source, on_error)
 
     def __len__(self):
         return len(self._files)
@@ -69,7 +80,7 @@ class _ImageDataset:
         label = self._files.label(i)
         if self.transform is None:
             return self._decode(i), label
-        image_bytes, _ = self._source.sample(i, 0, 0)
+        image_bytes, _ = self._cpu_source.sample(i, 0, 0)
         return _as_array(image_bytes, self._dtype, self._shape), label
 
     def _decode(self, i):
@@ -100,16 +111,18 @@ class ImageFolder(_ImageDataset):
     Attributes as torchvision's: ``root``, ``classes``, ``class_to_idx``, ``samples`` (list of
     ``(path, class_index)``), ``targets``, ``imgs``. ``transform`` is a :mod:`stoker.transforms`
     pipeline; a DataLoader needs one that ends in a fixed size. Images over ``max_pixels`` pixels
-    fail to decode (PIL's default limit).
+    fail to decode (PIL's default limit). ``decode="cuda"`` decodes JPEGs on the GPU (nvJPEG),
+    with a ``DataLoader(device="cuda")``: see :mod:`stoker.gpu_decode`.
     """
 
-    def __init__(self, root, transform=None, max_pixels=_DEFAULT_MAX_PIXELS):
+    def __init__(self, root, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
         self.root = os.path.expanduser(os.fspath(root))
         self.classes, self.class_to_idx = self.find_classes(self.root)
         self.samples = self.make_dataset(self.root, self.class_to_idx)
         self.targets = [s[1] for s in self.samples]
         self.imgs = self.samples
-        self._init_source(_native.ImageFolderFiles(self.samples), transform, max_pixels)
+        self._init_source(_native.ImageFolderFiles(self.samples), transform, max_pixels, decode,
+                          [p for p, _ in self.samples])
 
     @staticmethod
     def find_classes(directory):
@@ -163,7 +176,7 @@ class TarShards(_ImageDataset):
     member order. ``labels`` (also ``targets``) holds each sample's label.
     """
 
-    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS):
+    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
         if isinstance(paths, (str, os.PathLike)):
             pattern = os.path.expanduser(os.fspath(paths))
             found = sorted(glob.glob(pattern))
@@ -177,7 +190,7 @@ class TarShards(_ImageDataset):
         files = _native.TarShardFiles(self.paths)
         self.labels = list(files.labels)
         self.targets = self.labels
-        self._init_source(files, transform, max_pixels)
+        self._init_source(files, transform, max_pixels, decode)
 
     def path(self, index):
         """``shard.tar:member`` of sample ``index``."""

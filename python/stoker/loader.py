@@ -193,6 +193,11 @@ class DataLoader:
         self._gpu_cap = None if gpu_prefetch_bytes is None else \
             _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
         self._device = _device.resolve_device(device)
+        # A dataset that decodes on the GPU (decode="cuda") brings its own copy engine.
+        self._engine_factory = getattr(dataset, "_device_engine", None)
+        if self._engine_factory is not None and self._device is None:
+            raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
+                             f"batches: pass device=\"cuda\" to the DataLoader")
         if self._device is not None:
             if output != "torch":
                 raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
@@ -272,7 +277,9 @@ class DataLoader:
         if self._device is None:
             return batches
         if self._engine is None:
-            self._engine = _device.CudaCopyEngine(self._device)
+            self._engine = (self._engine_factory(self._device, self.on_error)
+                            if self._engine_factory is not None
+                            else _device.CudaCopyEngine(self._device))
         return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
                                   engine=self._engine, cursor=cursor, stats=self._gpu_stats)
     def state_dict(self):
@@ -314,6 +321,9 @@ class DataLoader:
         s.update(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor,
                  pin_memory=self.pin_memory, device=str(self._device or "cpu"))
         s.update(self._gpu_stats)
+        if self._engine is not None and hasattr(self._engine, "stats"):
+            from .gpu_decode import merge_stats
+            merge_stats(s, self._engine.stats())
         return s
 
 

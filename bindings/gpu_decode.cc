@@ -1,0 +1,141 @@
+// GPU JPEG decode for the Python front (stoker/gpu_decode.py): the staging source the loader's
+// workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
+// src/image/gpu/; this file converts arguments and releases the GIL.
+#include "stoker/image/gpu_decode.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "stoker/errors.h"
+#include "stoker/sources/image_files.h"
+
+namespace stoker::python {
+namespace {
+
+using image::gpu::GpuBatchDecoder;
+using image::gpu::GpuDecodeSource;
+using image::gpu::Route;
+using HostArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+OnError parse_on_error(const std::string& s) {
+  if (s == "raise") return OnError::kRaise;
+  if (s == "skip") return OnError::kSkip;
+  throw InvalidArgument("on_error must be \"raise\" or \"skip\", got \"" + s + "\"");
+}
+
+const char* dtype_name(image::DType d) {
+  switch (d) {
+    case image::DType::kUInt8:
+      return "uint8";
+    case image::DType::kFloat32:
+      return "float32";
+    case image::DType::kFloat16:
+      return "float16";
+    case image::DType::kBFloat16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+nb::dict stats_dict(const image::gpu::GpuDecodeStats& s) {
+  nb::dict routes;
+  for (int r = 0; r < image::gpu::kNumRoutes; ++r)
+    if (s.routes[r] > 0) routes[image::gpu::route_name(Route(r))] = s.routes[r];
+  nb::dict d;
+  d["backend"] = s.backend;
+  d["batches"] = s.batches;
+  d["routes"] = routes;
+  d["hardware_samples"] = s.hardware_samples;
+  d["skipped"] = s.skipped;
+  d["skipped_samples"] = s.skipped_samples;
+  d["chunks"] = s.chunks;
+  d["device_bytes"] = s.device_bytes;
+  d["device_bytes_peak"] = s.device_bytes_peak;
+  d["pinned_bytes"] = s.pinned_bytes;
+  d["host_seconds"] = s.host_seconds;
+  return d;
+}
+
+void decode_batch(GpuBatchDecoder& dec, HostArray payload, HostArray labels, HostArray records,
+                  uint64_t images, uint64_t out_labels, uint64_t stream) {
+  const size_t n = labels.size();
+  const GpuDecodeSource& src = dec.source();
+  if (payload.nbytes() != n * src.payload_bytes() ||
+      records.nbytes() != n * sizeof(image::gpu::StagedSample) ||
+      labels.nbytes() != n * sizeof(int64_t))
+    throw InvalidArgument("GpuBatchDecoder.decode: not a batch of this dataset's staging source");
+  image::gpu::StagedBatch b{n, static_cast<std::byte*>(payload.data()),
+                            static_cast<int64_t*>(labels.data()),
+                            static_cast<image::gpu::StagedSample*>(records.data())};
+  nb::gil_scoped_release release;
+  dec.decode(b, reinterpret_cast<std::byte*>(images), reinterpret_cast<std::byte*>(out_labels),
+             static_cast<uintptr_t>(stream));
+}
+
+}  // namespace
+
+void register_gpu_decode(nb::module_& m) {
+  nb::class_<GpuDecodeSource, Source>(m, "GpuDecodeSource")
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels,
+                       uint64_t file_bytes, uint64_t decode_buffer_bytes) {
+             image::gpu::GpuDecodeOptions o;
+             o.max_pixels = max_pixels;
+             o.file_bytes = static_cast<size_t>(file_bytes);
+             o.decode_buffer_bytes = decode_buffer_bytes;
+             return std::make_shared<GpuDecodeSource>(std::move(files), parse_transforms(spec), o);
+           }),
+           nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"), nb::arg("file_bytes"),
+           nb::arg("decode_buffer_bytes"))
+      .def_prop_ro("output_shape",
+                   [](const GpuDecodeSource& s) {
+                     const auto a = s.output_shape();
+                     return std::vector<int64_t>(a.begin(), a.end());
+                   })
+      .def_prop_ro("output_dtype", [](const GpuDecodeSource& s) { return dtype_name(s.dtype()); })
+      .def_prop_ro("payload_bytes", &GpuDecodeSource::payload_bytes)
+      .def_prop_ro("decode_buffer_bytes",
+                   [](const GpuDecodeSource& s) { return s.options().decode_buffer_bytes; });
+
+  nb::class_<GpuBatchDecoder>(m, "GpuBatchDecoder",
+                              "The GPU stage of decode=\"cuda\": one call per staged batch.")
+      .def(
+          "__init__",
+          [](GpuBatchDecoder* self, std::shared_ptr<GpuDecodeSource> source, int device,
+             const std::string& on_error, const std::vector<std::string>& library_dirs,
+             bool emulate, std::vector<uint64_t> reject) {
+            const OnError e = parse_on_error(on_error);
+            const image::gpu::DecodeDevice d{device, library_dirs, emulate, std::move(reject)};
+            nb::gil_scoped_release release;  // NVRTC compiles for about a second
+            new (self) GpuBatchDecoder(std::move(source), d, e);
+          },
+          nb::arg("source"), nb::arg("device"), nb::arg("on_error"), nb::arg("library_dirs"),
+          nb::arg("emulate") = false, nb::arg("reject") = std::vector<uint64_t>{},
+          "emulate=True runs the stage on the CPU (tests): images/labels are host addresses.")
+      .def("decode", &decode_batch, nb::arg("payload"), nb::arg("labels"), nb::arg("records"),
+           nb::arg("images"), nb::arg("out_labels"), nb::arg("stream"),
+           "Queues the batch's decode on `stream` into the device addresses images/out_labels.")
+      .def("stats", [](const GpuBatchDecoder& d) { return stats_dict(d.stats()); });
+
+  m.def(
+      "gpu_decode_libraries",
+      [](const std::vector<std::string>& dirs) {
+        nb::gil_scoped_release release;
+        return image::gpu::find_gpu_decode_libraries(dirs);
+      },
+      nb::arg("library_dirs"),
+      "(libnvjpeg path, libnvrtc path); RuntimeError saying what is missing and what was tried.");
+  m.def(
+      "classify_jpeg",
+      [](nb::bytes data) {
+        return image::gpu::route_name(
+            image::gpu::classify_jpeg({static_cast<const std::byte*>(data.data()), data.size()}));
+      },
+      nb::arg("data"), "Where GPU decode sends this file: \"gpu\", or why not.");
+}
+
+}  // namespace stoker::python
