@@ -224,21 +224,25 @@ NpyFile::NpyFile(const std::string& path) : file_(std::make_unique<MappedFile>(p
 
 NpyFile::~NpyFile() = default;
 
-ArrayView NpyFile::view(std::string name) const {
+ArrayView npy_array_view(const NpyHeader& header, const std::byte* file_start, std::string name) {
   ArrayView v;
-  v.data = file_->bytes().data() + header_.data_offset;
-  v.dtype = header_.dtype;
-  v.shape = header_.shape;
+  v.data = file_start + header.data_offset;
+  v.dtype = header.dtype;
+  v.shape = header.shape;
   v.strides.resize(v.shape.size());
-  int64_t stride = static_cast<int64_t>(header_.dtype.bytes());
+  int64_t stride = static_cast<int64_t>(header.dtype.bytes());
   const size_t n = v.shape.size();
   for (size_t k = 0; k < n; ++k) {
-    const size_t d = header_.fortran_order ? k : n - 1 - k;
+    const size_t d = header.fortran_order ? k : n - 1 - k;
     v.strides[d] = stride;
-    stride *= std::max<int64_t>(v.shape[d], 1);
+    stride *= std::max<int64_t>(v.shape[d], 1);  // no overflow: parse_npy_header checked
   }
   v.name = std::move(name);
   return v;
+}
+
+ArrayView NpyFile::view(std::string name) const {
+  return npy_array_view(header_, file_->bytes().data(), std::move(name));
 }
 
 }  // namespace stoker

@@ -40,6 +40,12 @@ inline constexpr uint64_t kNpyMaxHeaderBytes = 1 << 20;
 NpyHeader parse_npy_header(std::span<const std::byte> head, uint64_t file_size,
                            const std::string& path);
 
+// The array a header describes, over the file's bytes starting at `file_start` (C or Fortran
+// order strides). REQUIRES: file_start points at the header.data_offset + header.data_bytes
+// bytes of the file (parse_npy_header checked the file holds them).
+ArrayView npy_array_view(const NpyHeader& header, const std::byte* file_start,
+                         std::string name = {});
+
 class MappedFile;
 
 // A .npy file mapped read-only. view() is the array (C or Fortran order) over the mapping, valid
