@@ -33,8 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using stoker::fuzz::require;
   static stoker::fuzz::FuzzFile file;
   FuzzedDataProvider p(data, size);
-  const stoker::DType dtype{stoker::DType::kUInt,
-                            static_cast<uint8_t>(p.ConsumeBool() ? 16 : 32)};
+  const stoker::DType dtype{stoker::DType::kUInt, static_cast<uint8_t>(p.ConsumeBool() ? 16 : 32)};
   const uint64_t seq_len = p.ConsumeIntegralInRange<uint64_t>(1, 300);
   const uint16_t cut = p.ConsumeIntegral<uint16_t>();
   const std::vector<uint8_t> bytes = p.ConsumeRemainingBytes<uint8_t>();

@@ -1,15 +1,17 @@
 // The image fuzz targets' shared body: one input through the whole decode + augment pipeline.
 //
 // An input is an encoded image followed by the pipeline's parameters: FuzzedDataProvider takes
-// integers from the end of the input, so the transforms (kind, order, sizes, crop scale and ratio
-// ranges, flip probability, output dtype and layout, Normalize), the pipeline options (DCT-scaling
-// threshold, pixel limit) and the sample's random key (seed, epoch, index: the crop and flip
-// parameters drawn) come from its last bytes, and the image is what is left. Seeds are images
+// integers from the end of the input, so whether a primer image comes first (and how long it is),
+// the transforms (kind, order, sizes, crop scale and ratio ranges, flip probability, output dtype
+// and layout, Normalize), the pipeline options (DCT-scaling threshold, pixel limit) and the
+// sample's random key (seed, epoch, index: the crop and flip parameters drawn) come from its last
+// bytes; then the primer is taken from the front and the image is what is left. Seeds are images
 // with parameter bytes appended (fuzz/make_seeds.py).
 //
 // Checked beyond "no crash, no sanitizer report": run() throws nothing but DecodeError; a
-// scratch reused across inputs (as a worker thread reuses it) gives the same bytes as a fresh one,
-// or the same error; decode() returns width x height x 3 bytes.
+// scratch that decoded the primer first (as a worker's scratch decoded the images before) gives
+// the same bytes as a fresh one, or the same error; decode() returns width x height x 3 bytes.
+// Every input is reproducible from its bytes alone: nothing carries over from one to the next.
 #pragma once
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -80,6 +82,8 @@ inline std::vector<image::Transform> transforms(FuzzedDataProvider& p) {
 inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat format) {
   using namespace stoker::image;
   FuzzedDataProvider p(data, size);
+  const bool primed = p.ConsumeIntegralInRange<int>(0, 3) == 0;
+  const size_t primer_bytes = primed ? p.ConsumeIntegralInRange<size_t>(0, p.remaining_bytes()) : 0;
   const std::vector<Transform> t = transforms(p);
   PipelineOptions options;
   options.dct_min_ratio = p.PickValueInArray({0.0, 1.0, 2.0, 4.0});
@@ -88,6 +92,7 @@ inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat forma
   const SampleRng key(p.ConsumeIntegral<uint64_t>(), p.ConsumeIntegral<uint64_t>(),
                       p.ConsumeIntegral<uint64_t>());
   const bool full_decode = p.ConsumeBool();
+  const std::vector<uint8_t> primer = p.ConsumeBytes<uint8_t>(primer_bytes);
   const std::vector<uint8_t> file = p.ConsumeRemainingBytes<uint8_t>();
   const std::span<const std::byte> bytes = std::as_bytes(std::span(file));
   try {
@@ -105,10 +110,17 @@ inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat forma
   // Floats: the output buffer is aligned for every output dtype.
   const size_t words = (pipeline->output_bytes() + 3) / 4;
   std::vector<float> reused_out(words, -1.0f), fresh_out(words, -1.0f);
-  static ImageScratch reused;  // carries state from input to input, as a worker's does
-  ImageScratch fresh;
+  ImageScratch reused, fresh;
   std::optional<std::string> reused_error, fresh_error;
   SampleRng rng1 = key, rng2 = key;
+  if (primed) {
+    SampleRng rng0 = key;
+    try {
+      pipeline->run(std::as_bytes(std::span(primer)), rng0,
+                    reinterpret_cast<std::byte*>(reused_out.data()), reused);
+    } catch (const DecodeError&) {
+    }
+  }
   try {
     pipeline->run(bytes, rng1, reinterpret_cast<std::byte*>(reused_out.data()), reused);
   } catch (const DecodeError& e) {
@@ -119,7 +131,12 @@ inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat forma
   } catch (const DecodeError& e) {
     fresh_error = e.what();
   }
-  require(reused_error == fresh_error, "a reused scratch and a fresh one disagree on the error");
+  if (reused_error != fresh_error) {
+    std::fprintf(stderr, "reused scratch: %s\nfresh scratch: %s\n",
+                 reused_error.value_or("no error").c_str(),
+                 fresh_error.value_or("no error").c_str());
+    require(false, "a reused scratch and a fresh one disagree on the error");
+  }
   if (!reused_error)
     require(std::memcmp(reused_out.data(), fresh_out.data(), pipeline->output_bytes()) == 0,
             "a reused scratch and a fresh one give different pixels");

@@ -44,8 +44,38 @@ def fdp_tail(values):
 
 
 def image_tail(rng):
-    """Random pipeline parameters (fuzz/image_fuzz.h takes whatever the bytes say)."""
-    return rng.integers(0, 256, 48, dtype=np.uint8).tobytes()
+    """Random pipeline parameters (fuzz/image_fuzz.h takes whatever the bytes say); the first
+    consumed byte is odd, so the input is one image, without a primer."""
+    tail = bytearray(rng.integers(0, 256, 48, dtype=np.uint8).tobytes())
+    tail[-1] |= 1
+    return bytes(tail)
+
+
+def _bytes_for_range(r):
+    """How many bytes FuzzedDataProvider's ConsumeIntegralInRange takes for a range of r."""
+    n = 0
+    while n < 8 and (r >> (8 * n)) > 0:
+        n += 1
+    return n
+
+
+def primed_image(primer, image, rng):
+    """An image-target input whose primer (decoded first by the scratch under test) is `primer`:
+    [primer][image][params][primer length][a byte that says "primed"]."""
+    body = primer + image + rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    nsplit = next(n for n in range(1, 9) if _bytes_for_range(len(body) + n) == n)
+    return body + fdp_tail([(0, 1), (len(primer), nsplit)])
+
+
+def without_segments(jpeg, marker):
+    """The JPEG without its marker segments of type `marker` (0xDB: DQT, 0xC4: DHT)."""
+    out, pos = bytearray(jpeg[:2]), 2
+    while pos + 4 <= len(jpeg) and jpeg[pos] == 0xFF and jpeg[pos + 1] != 0xDA:
+        length = int.from_bytes(jpeg[pos + 2:pos + 4], "big")
+        if jpeg[pos + 1] != marker:
+            out += jpeg[pos:pos + 2 + length]
+        pos += 2 + length
+    return bytes(out + jpeg[pos:])
 
 
 # --------------------------------------------------------------------------- the sample photos
@@ -341,6 +371,14 @@ def seeds(small):
         if stem == photos[0][0] or not small:
             for suffix, png in png_variants(im):
                 out["png"][f"{stem}-{im.size[0]}x{im.size[1]}-{suffix}"] = png + image_tail(rng)
+    # Pairs: a scratch that decoded one file, then another (fuzz/regressions/jpeg holds the
+    # pairs that found libjpeg's tables carried from one image to the next).
+    first, second = scaled(photos[0][1], 24), scaled(photos[1][1], 24)
+    progressive = dict(jpeg_variants(first))["progressive"]
+    baseline = dict(jpeg_variants(second))["420"]
+    out["jpeg"]["primed-progressive-then-baseline"] = primed_image(progressive, baseline, rng)
+    out["png"]["primed-adam7-then-palette"] = primed_image(
+        dict(png_variants(first))["rgba16-adam7"], dict(png_variants(second))["pal8-trns"], rng)
     if small:
         tiny = scaled(photos[0][1], 8)
         jpg = jpeg_variants(tiny)[0][1]

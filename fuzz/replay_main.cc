@@ -3,12 +3,12 @@
 // directory named, so the regression inputs and seeds replay as ordinary tests.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <memory>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -17,7 +17,8 @@ namespace {
 
 void run_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   std::fprintf(stderr, "replay %s (%zu bytes)\n", path.c_str(), bytes.size());
   // An exact-size heap copy: ASan catches a read one byte past it, as under libFuzzer.
   std::unique_ptr<uint8_t[]> exact(new uint8_t[bytes.size()]);
