@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "stoker/errors.h"
 #include "stoker/sources/faulty.h"
+#include "test_threads.h"
 
 namespace stoker {
 namespace {
@@ -251,7 +253,12 @@ TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
     Loader loader(source(100), o);
     auto it = loader.iterate(0);
     auto held = it->next();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Destroy only once every worker is blocked (waiting for the one buffer, or for a batch it
+    // may claim): that is the state the destructor must get out of.
+    ASSERT_TRUE(testing::wait_until([] {
+      const auto tids = testing::other_threads();
+      return tids.size() >= 4 && std::all_of(tids.begin(), tids.end(), testing::blocked_in_futex);
+    }));
   }
   EXPECT_EQ(thread_count(), before);
 }

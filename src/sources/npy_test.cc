@@ -142,5 +142,18 @@ TEST(NpyFile, MapsCAndFortranOrderArrays) {
   EXPECT_THROW(NpyFile(dir.path("missing.npy")), IoError);
 }
 
+TEST(NpyFile, RowsOfNoBytesAreReadWithoutWalkingTheirDimensions) {
+  // (2, 2**40, 0) int16: every row is empty; a strided copy of one would loop 2**40 times.
+  const std::string f =
+      header("{'descr': '<i2', 'fortran_order': False, 'shape': (2, 1099511627776, 0), }");
+  const NpyHeader h = parse(f);
+  EXPECT_EQ(h.data_bytes, 0u);
+  ArraySource source({npy_array_view(h, reinterpret_cast<const std::byte*>(f.data()), "x")});
+  std::byte none[1];
+  std::byte* slots[1] = {none};
+  source.read({0, 0, 1}, slots, nullptr);
+  EXPECT_EQ(source.fields()[0].sample_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -1,5 +1,6 @@
 import gc
 import os
+import time
 
 import pytest
 
@@ -40,6 +41,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[")[0] in TIMING_DECISIONS:
             item.add_marker(skip)
+
+
+def wait_until(condition, timeout=30.0):
+    """Polls ``condition()`` until it is true (returns True) or ``timeout`` seconds pass (False):
+    a test acts on a state it observes, not on a sleep that makes the state likely."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def blocked_in_futex(pid, tid):
+    """True when thread ``tid`` of process ``pid`` sleeps in a futex wait (a lock or a condition
+    variable): /proc/<pid>/task/<tid>/wchan."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+            return f.read().startswith("futex")
+    except OSError:
+        return False
 
 
 def native_threads():

@@ -1,6 +1,9 @@
-// A decoder reused from image to image (each worker thread keeps one) must decode every image as
-// a fresh decoder does: nothing of one file may leak into the next. Found by fuzz/fuzz_jpeg,
-// which compares a reused ImageScratch with a fresh one on every input.
+// What fuzzing the image pipeline found (fuzz/fuzz_jpeg, fuzz/fuzz_png), stated as unit tests; the
+// inputs themselves replay from fuzz/regressions/.
+//
+// DecoderReuse: a decoder reused from image to image (each worker thread keeps one) must decode
+// every image as a fresh decoder does; nothing of one file may leak into the next. The fuzz
+// targets compare a scratch that decoded a primer image with a fresh one on every input.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -86,6 +89,29 @@ TEST_F(DecoderReuse, AFileWithoutHuffmanTablesDecodesAsOnAFreshDecoder) {
   const std::string expected = fresh(b);
   EXPECT_EQ(expected, fresh(b_full));
   EXPECT_EQ(after(a, b), expected);
+}
+
+// RandomResizedCrop's fallback (no random crop fitted in 10 attempts) on an image 1 pixel wide
+// with a ratio range above 2: torchvision's int(round(w / ratio)) is a crop 0 pixels high. The
+// crop keeps at least one pixel, and the pipeline produces the sample.
+TEST(RandomResizedCropFallback, NeverAnEmptyCrop) {
+  const RandomResizedCrop t(105, 262, {0.42, 1.0}, {3.8, 8.3});
+  SampleRng rng(0, 0, 0);
+  const CropBox b = random_resized_crop_params(9, 1, t, rng);
+  EXPECT_EQ(b.height, 1);
+  EXPECT_EQ(b.width, 1);
+  EXPECT_EQ(b.top, 4);
+  const CropBox wide =
+      random_resized_crop_params(1, 9, RandomResizedCrop(8, 8, {0.5, 1.0}, {0.05, 0.1}), rng);
+  EXPECT_EQ(wide.width, 1);
+  EXPECT_EQ(wide.height, 1);
+
+  ImagePipeline p({RandomResizedCrop(105, 262, {0.42, 1.0}, {3.8, 8.3}), ToTensor(DType::kUInt8)});
+  const std::vector<uint8_t> column = pattern_rgb(1, 9, 3);
+  const auto file = testing::encode_png(column.data(), 3, 1, 9, 2, 8);
+  std::vector<std::byte> out(p.output_bytes());
+  ImageScratch scratch;
+  p.run(file, rng, out.data(), scratch);
 }
 
 }  // namespace
