@@ -245,6 +245,7 @@ TEST(Loader, DestroyingAnIteratorMidEpochJoinsItsThreads) {
 
 TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
   const int before = thread_count();
+  const std::vector<pid_t> others = testing::other_threads();  // a sanitizer's, if any
   {
     LoaderOptions o;
     o.batch_size = 1;
@@ -255,9 +256,12 @@ TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
     auto held = it->next();
     // Destroy only once every worker is blocked (waiting for the one buffer, or for a batch it
     // may claim): that is the state the destructor must get out of.
-    ASSERT_TRUE(testing::wait_until([] {
-      const auto tids = testing::other_threads();
-      return tids.size() >= 4 && std::all_of(tids.begin(), tids.end(), testing::blocked_in_futex);
+    ASSERT_TRUE(testing::wait_until([&] {
+      std::vector<pid_t> workers;
+      for (pid_t t : testing::other_threads())
+        if (std::find(others.begin(), others.end(), t) == others.end()) workers.push_back(t);
+      return workers.size() == 4 &&
+             std::all_of(workers.begin(), workers.end(), testing::blocked_in_futex);
     }));
   }
   EXPECT_EQ(thread_count(), before);

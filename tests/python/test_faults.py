@@ -33,7 +33,8 @@ TIMEOUT = 300 if ASAN_LANE else 120  # seconds, for a whole test
 
 @pytest.fixture(autouse=True)
 def hard_timeout():
-    faulthandler.dump_traceback_later(TIMEOUT, exit=True)
+    # The real stderr: under pytest's capture sys.stderr may have no file descriptor.
+    faulthandler.dump_traceback_later(TIMEOUT, exit=True, file=sys.__stderr__)
     yield
     faulthandler.cancel_dump_traceback_later()
 

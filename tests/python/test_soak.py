@@ -9,11 +9,15 @@ import os
 import subprocess
 import sys
 
+from conftest import ASAN_LANE
+
 SOAK = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "soak.py")
 
 
 def test_soak_quick(tmp_path):
-    proc = subprocess.run([sys.executable, SOAK, "--quick", "--out", str(tmp_path)],
+    # Under ASan the RSS is mostly its quarantine of freed memory: every other check still holds.
+    flags = ["--no-rss-check"] if ASAN_LANE else []
+    proc = subprocess.run([sys.executable, SOAK, "--quick", "--out", str(tmp_path)] + flags,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     results = json.loads((tmp_path / "soak.json").read_text())
@@ -22,7 +26,7 @@ def test_soak_quick(tmp_path):
         assert [row["epoch"] for row in r["epochs"]] == list(range(1, 9)), name
         failed = [c for c in r["checks"] if not c["ok"]]
         assert not failed, (name, failed)
-        assert len(r["checks"]) == 11
+        assert len(r["checks"]) == (10 if ASAN_LANE else 11)
     python = results["python"]["epochs"]
     assert all(row["children"] == 2 for row in python)  # the persistent workers, every epoch
     assert (tmp_path / "rss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
