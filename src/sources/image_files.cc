@@ -212,7 +212,8 @@ void TarShardFiles::index_shard(uint32_t s) {
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw IoError("cannot read tar shard " + shard + ": not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw IoError("cannot read tar shard " + shard + ": not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   auto corrupt = [&](const std::string& what) {
     return InvalidArgument("tar shard " + shard + ": " + what);
