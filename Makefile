@@ -5,7 +5,7 @@ CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test install cpp cpp-asan cpp-tsan bench bench-peers bench-images format clean
+.PHONY: demo test install cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -40,8 +40,37 @@ cpp-tsan: $(DEPS)
 
 , := ,
 
-test: install cpp cpp-asan cpp-tsan
+# The libFuzzer targets of fuzz/ (clang, ASan + UBSan, coverage), in build/fuzz.
+fuzz-build: $(DEPS)
+	@mkdir -p build
+	$(CMAKE) -S . -B build/fuzz -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF \
+	  -DSTOKER_FUZZ=ON -DSTOKER_SANITIZE=address$(,)undefined > build/fuzz.configure.log
+	$(CMAKE) --build build/fuzz -j $(JOBS)
+
+# Each fuzz target for FUZZ_SECONDS (one after the other; FUZZ_JOBS side by side), results in
+# build/fuzz/results.json. The seeds come from the sample data, hence `install`.
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS    ?= 1
+fuzz: install fuzz-build
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --json build/fuzz/results.json
+
+# The Python extension built with ASan + UBSan into build/pyasan/site (not .venv): the Python
+# tests run against it with libasan preloaded (tools/run_tests.py).
+ext-asan: $(DEPS)
+	@mkdir -p build/pyasan
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
+	  --upgrade --target build/pyasan/site -C build-dir=build/pyasan/build \
+	  -C cmake.build-type=RelWithDebInfo -C cmake.define.STOKER_SANITIZE=address$(,)undefined . \
+	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
+
+test: install cpp cpp-asan cpp-tsan fuzz-build ext-asan
 	$(PY) tools/run_tests.py
+
+# 100 epochs of the image pipeline and of a Python dataset with persistent process workers:
+# RSS, descriptors, threads, children per epoch; plot in build/soak/rss.png.
+soak: install
+	$(PY) bench/soak.py --out build/soak
 
 bench: install
 	$(PY) bench/bench_arrays.py

@@ -1,4 +1,5 @@
-// Native sources: arrays, token files, and the synthetic FaultySource used by tests.
+// Native sources: arrays (and .npy files mapped for them), token files, and the synthetic
+// FaultySource used by tests.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -9,6 +10,7 @@
 #include "stoker/errors.h"
 #include "stoker/sources/array.h"
 #include "stoker/sources/faulty.h"
+#include "stoker/sources/npy.h"
 #include "stoker/sources/tokens.h"
 
 namespace stoker::python {
@@ -43,6 +45,22 @@ std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
   // The source keeps the arrays (and so their Python owners) alive.
   auto owner = std::make_shared<std::vector<AnyArray>>(std::move(arrays));
   return std::make_shared<ArraySource>(std::move(views), std::move(owner));
+}
+
+// A .npy file as a read-only NumPy array over the native mapping (the array owns the mapping).
+nb::object load_npy(const std::string& path) {
+  auto file = std::make_shared<NpyFile>(path);
+  const ArrayView v = file->view();
+  std::vector<size_t> shape(v.shape.begin(), v.shape.end());
+  std::vector<int64_t> strides;
+  for (int64_t s : v.strides) strides.push_back(s / static_cast<int64_t>(v.dtype.bytes()));
+  const nb::dlpack::dtype dtype{static_cast<uint8_t>(v.dtype.code), v.dtype.bits, 1};
+  nb::capsule owner(new std::shared_ptr<const NpyFile>(std::move(file)), [](void* p) noexcept {
+    delete static_cast<std::shared_ptr<const NpyFile>*>(p);
+  });
+  return nb::ndarray<nb::numpy, nb::ro>(v.data, shape.size(), shape.data(), owner, strides.data(),
+                                        dtype, nb::device::cpu::value)
+      .cast();
 }
 
 }  // namespace
@@ -80,7 +98,21 @@ void register_sources(nb::module_& m) {
              return std::make_shared<TokenSource>(path, parse_token_dtype(dtype), seq_len);
            }),
            nb::arg("path"), nb::arg("dtype"), nb::arg("seq_len"))
-      .def_prop_ro("num_tokens", &TokenSource::num_tokens);
+      .def_prop_ro("num_tokens", &TokenSource::num_tokens)
+      .def_prop_ro("data_offset", [](const TokenSource& s) { return s.layout().data_offset; })
+      .def_prop_ro("format", [](const TokenSource& s) {
+        switch (s.layout().format) {
+          case TokenFileLayout::Format::kLlmc:
+            return "llm.c";
+          case TokenFileLayout::Format::kNpy:
+            return "npy";
+          default:
+            return "raw";
+        }
+      });
+
+  m.def("load_npy", &load_npy, nb::arg("path"),
+        "A .npy file as a read-only array over a memory mapping (Stoker's own header parser).");
 
   nb::class_<FaultySource, Source>(m, "FaultySource")
       .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {

@@ -2,6 +2,8 @@
 //
 // Writes a small uint16 token file, loads it with two worker threads, checks that every window is
 // delivered once and that each target is its input shifted by one token, and prints a summary.
+#include <stdlib.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +13,10 @@
 #include "stoker/sources/tokens.h"
 
 int main() {
-  const auto path = std::filesystem::temp_directory_path() / "stoker_example_tokens.bin";
+  // A directory of our own (two runs at once must not share a file), removed at the end.
+  std::string dir = (std::filesystem::temp_directory_path() / "stoker-example-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) return 1;
+  const auto path = std::filesystem::path(dir) / "tokens.bin";
   {
     std::ofstream f(path, std::ios::binary);
     for (uint32_t i = 0; i < 64 * 1000 + 1; ++i) {
@@ -45,7 +50,7 @@ int main() {
     }
     ++batches;
   }
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(dir);
   const auto stats = loader.stats();
   std::printf("%llu batches, %llu windows (%zu distinct), %.3f s reading\n",
               static_cast<unsigned long long>(batches),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Stoker builds against, if any is missing.
 set -euo pipefail
-packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv)
+# clang + libclang-rt-14-dev: the libFuzzer targets (`make fuzz`, the fuzz smoke of `make test`);
+# libclang-rt-14-dev ships libFuzzer's runtime (libclang_rt.fuzzer*.a) and FuzzedDataProvider.h.
+packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

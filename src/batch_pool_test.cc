@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "stoker/errors.h"
+#include "test_threads.h"
 
 namespace stoker {
 namespace {
@@ -41,15 +42,24 @@ TEST(BatchPool, WaiterWakesOnReleaseAndOnStop) {
   auto pool = BatchPool::create(64, 64, MemoryKind::kPageable);
   std::stop_source stop;
   Buffer held = pool->acquire(stop.get_token());
-  std::thread waiter([&] { EXPECT_NE(pool->acquire(stop.get_token()), nullptr); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::atomic<pid_t> tid{0};
+  std::thread waiter([&] {
+    tid = testing::this_thread_id();
+    EXPECT_NE(pool->acquire(stop.get_token()), nullptr);
+  });
+  // Release only once the waiter is blocked in acquire(): the wake-up is what is tested.
+  ASSERT_TRUE(testing::wait_until([&] { return tid != 0 && testing::blocked_in_futex(tid); }));
   held.reset();
   waiter.join();
 
   held = pool->acquire(stop.get_token());
   std::stop_source cancel;
-  std::thread cancelled([&] { EXPECT_EQ(pool->acquire(cancel.get_token()), nullptr); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  tid = 0;
+  std::thread cancelled([&] {
+    tid = testing::this_thread_id();
+    EXPECT_EQ(pool->acquire(cancel.get_token()), nullptr);
+  });
+  ASSERT_TRUE(testing::wait_until([&] { return tid != 0 && testing::blocked_in_futex(tid); }));
   cancel.request_stop();
   cancelled.join();
 }

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -11,6 +12,7 @@
 #include "stoker/errors.h"
 #include "stoker/sources/faulty.h"
 #include "stoker/stratified_order.h"
+#include "test_threads.h"
 
 namespace stoker {
 namespace {
@@ -309,6 +311,7 @@ TEST(Loader, DestroyingAnIteratorMidEpochJoinsItsThreads) {
 
 TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
   const int before = thread_count();
+  const std::vector<pid_t> others = testing::other_threads();  // a sanitizer's, if any
   {
     LoaderOptions o;
     o.batch_size = 1;
@@ -317,7 +320,15 @@ TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
     Loader loader(source(100), o);
     auto it = loader.iterate(0);
     auto held = it->next();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Destroy only once every worker is blocked (waiting for the one buffer, or for a batch it
+    // may claim): that is the state the destructor must get out of.
+    ASSERT_TRUE(testing::wait_until([&] {
+      std::vector<pid_t> workers;
+      for (pid_t t : testing::other_threads())
+        if (std::find(others.begin(), others.end(), t) == others.end()) workers.push_back(t);
+      return workers.size() == 4 &&
+             std::all_of(workers.begin(), workers.end(), testing::blocked_in_futex);
+    }));
   }
   EXPECT_EQ(thread_count(), before);
 }

@@ -1,10 +1,29 @@
-"""Runs every test suite (C++ under three builds, then Python) and prints one closing line:
-``N passed, N failed, N skipped``. Exits non-zero when anything failed."""
+"""Runs every test lane and prints one closing line: ``N passed, N failed, N skipped``. Exits
+non-zero when anything failed.
+
+Lanes, in order (``make test`` builds what they need first):
+1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds; the fuzz regression inputs and
+   seeds replay in each (fuzz/CMakeLists.txt).
+2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 30), two at a
+   time; each target counts as one test.
+3. Python tests against the .venv build.
+4. Python tests against the ASan/UBSan build of the extension (build/pyasan/site, `make
+   ext-asan`): the whole suite, libasan (and libstdc++, which ASan's exception interceptor needs
+   at start-up) preloaded into the interpreter, Python's own allocator off so that ASan sees every
+   object's memory. Tests whose assertion is a decision taken from wall-clock pace are skipped
+   there (tests/python/conftest.py says which and why): ASan's slowdown changes the pace.
+
+Every lane runs with TMPDIR set to a fresh directory of its own, which must be empty afterwards:
+a test that leaves a file outside its own temporary directory fails the run (listed by name).
+"""
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,6 +34,8 @@ CPP_BUILDS = [
               "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}),
     ("tsan", {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}),
 ]
+FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "30"))
+PYASAN_SITE = os.path.join(ROOT, "build", "pyasan", "site")
 
 
 def count_junit(path):
@@ -30,32 +51,90 @@ def count_junit(path):
     return passed, failed, skipped
 
 
+def leftovers(tmpdir):
+    """Paths a lane left in its TMPDIR (pytest's own base directory excepted)."""
+    found = []
+    for entry in sorted(os.listdir(tmpdir)):
+        if entry.startswith("pytest-of-"):
+            continue  # tmp_path's base: pytest keeps the last three runs by design
+        found.append(entry)
+    return found
+
+
 def run(label, cmd, report, env=None):
+    """Runs one lane; returns (passed, failed, skipped)."""
     print(f"== {label}: {' '.join(cmd)}", flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {})})
+    lane_tmp = tempfile.mkdtemp(prefix="stoker-lane-")
+    start = time.monotonic()
+    # SIGINT at its default disposition in the lane: started in the background (nohup, `&`, some
+    # CI runners) a process inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler, which the Ctrl-C tests need.
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": lane_tmp},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seconds = time.monotonic() - start
+    left = leftovers(lane_tmp)
+    shutil.rmtree(lane_tmp, ignore_errors=True)
     if not os.path.exists(report):
-        print(f"== {label}: no report (exit code {rc})", flush=True)
+        print(f"== {label}: no report (exit code {rc}), {seconds:.0f} s", flush=True)
         return 0, 1, 0
     counts = count_junit(report)
     if rc != 0 and counts[1] == 0:
         counts = (counts[0], 1, counts[2])  # crashed outside any test case
-    print(f"== {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped", flush=True)
+    if left:
+        print(f"== {label}: FAILED: tests left files in the temp dir: {', '.join(left)}",
+              flush=True)
+        counts = (counts[0], counts[1] + 1, counts[2])
+    print(f"== {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped "
+          f"({seconds:.0f} s)", flush=True)
     return counts
+
+
+def gcc_library(name):
+    """The path of a runtime library of the GCC that built the extension."""
+    out = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True)
+    return os.path.realpath(out.stdout.strip())
 
 
 def main():
     totals = [0, 0, 0]
+
+    def add(counts):
+        for i in range(3):
+            totals[i] += counts[i]
+
     with tempfile.TemporaryDirectory() as tmp:
         for build, env in CPP_BUILDS:
             report = os.path.join(tmp, f"ctest-{build}.xml")
-            counts = run(f"C++ ({build})", [CTEST, "--test-dir", f"build/{build}",
-                                            "--output-on-failure", "-j", "2",
-                                            "--output-junit", report], report, env)
-            totals = [a + b for a, b in zip(totals, counts)]
+            add(run(f"C++ ({build})", [CTEST, "--test-dir", f"build/{build}",
+                                       "--output-on-failure", "-j", "2",
+                                       "--output-junit", report], report, env))
+
+        report = os.path.join(tmp, "fuzz.xml")
+        add(run(f"Fuzz smoke ({FUZZ_SMOKE_SECONDS} s a target)",
+                [sys.executable, "fuzz/run.py", "--seconds", str(FUZZ_SMOKE_SECONDS),
+                 "--jobs", "2", "--junit", report], report))
+
         report = os.path.join(tmp, "pytest.xml")
-        counts = run("Python", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                f"--junitxml={report}"], report)
-        totals = [a + b for a, b in zip(totals, counts)]
+        add(run("Python", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"--junitxml={report}"], report))
+
+        report = os.path.join(tmp, "pytest-asan.xml")
+        env = {
+            "PYTHONPATH": PYASAN_SITE,
+            "LD_PRELOAD": f"{gcc_library('libasan.so')} {gcc_library('libstdc++.so')}",
+            "PYTHONMALLOC": "malloc",
+            # Leaks off: the interpreter and torch keep what they allocate until exit by design.
+            # Everything else ASan and UBSan find is fatal.
+            "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=1:"
+                            "allocator_may_return_null=1:handle_segv=1",
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+            "STOKER_EXPECT_ASAN": "1",
+        }
+        # --capture=sys: a sanitizer report is written to fd 2 by native code, which pytest's
+        # default fd capture would swallow when the process aborts.
+        add(run("Python (ASan/UBSan extension)",
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "--capture=sys", f"--junitxml={report}"], report, env))
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
     return 1 if totals[1] else 0
 

@@ -18,7 +18,7 @@ def _as_array(a, position):
         path = os.fspath(a)
         if not path.endswith(".npy"):
             raise ValueError(f"array {position}: a path must name a .npy file, got {path!r}")
-        a = np.load(path, mmap_mode="r")
+        a = _native.load_npy(path)  # memory-mapped, read-only; the header parsed natively
     elif not isinstance(a, np.ndarray):
         a = np.asarray(a)  # zero-copy for torch CPU tensors and anything with __array__
     if a.ndim == 0:
@@ -60,7 +60,8 @@ def _map_again(path, dtype, shape, offset, order):
 class ArrayDataset:
     """Samples are rows of NumPy arrays: sample ``i`` is ``(arrays[0][i], arrays[1][i], ...)``.
 
-    Arrays may be memory-mapped (``np.load(path, mmap_mode="r")``, or just the ``.npy`` path):
+    Arrays may be memory-mapped (``np.load(path, mmap_mode="r")``, or just the ``.npy`` path, which
+    Stoker maps itself):
     worker threads read rows straight from the mapping into batch buffers, and every thread shares
     the one mapping. A loader yields one tensor per array, or a single tensor for one array.
 
@@ -110,7 +111,8 @@ class ArrayDataset:
 
 
 class TokenDataset:
-    """Windows over a flat binary file of token ids (nanoGPT's ``train.bin`` layout).
+    """Windows over a file of token ids: raw (nanoGPT's ``train.bin``), with llm.c's 1024-byte
+    header (llm.c's and modded-nanogpt's shards), or a 1-d ``.npy`` array; told by its first bytes.
 
     Sample ``i`` is ``(tokens[i*L : i*L+L], tokens[i*L+1 : i*L+L+1])`` as int64, ``L = seq_len``;
     there are ``(num_tokens - 1) // seq_len`` samples. The file is memory-mapped once.
@@ -126,6 +128,7 @@ class TokenDataset:
         self.seq_len = seq_len
         self._source = _native.TokenSource(self.path, dtype, seq_len)
         self.num_tokens = self._source.num_tokens
+        self.format = self._source.format  # "raw", "llm.c" or "npy"
 
     def __reduce__(self):  # pickled as its spec: the file must be readable at the same path
         return TokenDataset, (self.path, self.dtype, self.seq_len)
@@ -136,7 +139,8 @@ class TokenDataset:
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} samples")
-        tokens = np.memmap(self.path, dtype=self.dtype, mode="r")
+        tokens = np.memmap(self.path, dtype=self.dtype, mode="r",
+                           offset=self._source.data_offset, shape=(self.num_tokens,))
         start = index * self.seq_len
         window = tokens[start:start + self.seq_len + 1].astype(np.int64)
         return window[:-1], window[1:]

@@ -1,5 +1,6 @@
 #include "stoker/image/transforms.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -81,13 +82,15 @@ CropBox random_resized_crop_params(int image_height, int image_width, const Rand
       return CropBox{top, left, h, w};
     }
   }
-  // Fallback: the central crop with the aspect ratio clamped into range.
+  // Fallback: the central crop with the aspect ratio clamped into range. At least one pixel:
+  // torchvision's int(round(w / ratio)) is 0 for an image 1 pixel wide and a ratio above 2, and
+  // its resize of that empty crop fails (found by fuzz/fuzz_jpeg).
   const double in_ratio = static_cast<double>(image_width) / image_height;
   int w = image_width, h = image_height;
   if (in_ratio < t.ratio.first) {
-    h = py_round(w / t.ratio.first);
+    h = std::max(1, py_round(w / t.ratio.first));
   } else if (in_ratio > t.ratio.second) {
-    w = py_round(h * t.ratio.second);
+    w = std::max(1, py_round(h * t.ratio.second));
   }
   return CropBox{(image_height - h) / 2, (image_width - w) / 2, h, w};
 }

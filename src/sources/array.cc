@@ -47,7 +47,9 @@ ArraySource::ArraySource(std::vector<ArrayView> arrays, std::shared_ptr<const vo
       if (v.shape[d] != 1 && v.strides[d] != expect) dense = false;
       expect *= v.shape[d];
     }
-    columns_.push_back({v, dense, spec.sample_bytes()});
+    // A row of no bytes is "dense" too: copy_strided would walk its other dimensions, which may
+    // be huge ((N, 2**30, 0): found by fuzz/fuzz_npy), to copy nothing.
+    columns_.push_back({v, dense || spec.sample_bytes() == 0, spec.sample_bytes()});
     fields_.push_back(std::move(spec));
   }
   size_ = static_cast<uint64_t>(arrays[0].shape[0]);

@@ -156,7 +156,9 @@ ImageFolderFiles::ImageFolderFiles(std::vector<std::pair<std::string, int64_t>> 
 
 void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   const std::string& p = samples_[i].first;
-  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO put in the file's place must fail at fstat below, not block the worker
+  // in open() forever (it does nothing to reads of a regular file).
+  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) throw IoError("cannot open " + p + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw IoError("cannot stat " + p + ": " + std::strerror(errno));
@@ -176,7 +178,7 @@ TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
   fds_.reserve(shards_.size());
   try {
     for (uint32_t s = 0; s < shards_.size(); ++s) {
-      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC);
+      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       if (fd < 0)
         throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
       fds_.push_back(fd);
@@ -210,6 +212,8 @@ void TarShardFiles::index_shard(uint32_t s) {
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw IoError("cannot read tar shard " + shard + ": not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   auto corrupt = [&](const std::string& what) {
     return InvalidArgument("tar shard " + shard + ": " + what);

@@ -1,12 +1,14 @@
 #include "stoker/sources/image_files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "stoker/errors.h"
+#include "test_temp_dir.h"
 
 namespace stoker {
 namespace {
@@ -54,8 +56,15 @@ class TarWriter {
   std::string bytes_;
 };
 
+// The test's files, in a directory of its own removed when the test program exits (ctest runs
+// each test in a process of its own).
+const testing::TempDir& test_dir() {
+  static const testing::TempDir dir;
+  return dir;
+}
+
 std::string write_file(const std::string& name, const std::string& data) {
-  const std::string path = ::testing::TempDir() + name;
+  const std::string path = test_dir().path(name);
   std::ofstream(path, std::ios::binary)
       .write(data.data(), static_cast<std::streamsize>(data.size()));
   return path;
@@ -178,6 +187,17 @@ TEST(TarShardFiles, TruncatedAndCorruptTarsAreClearErrors) {
   EXPECT_NE(m3.find("checksum"), std::string::npos) << m3;
   // Missing shard.
   EXPECT_THROW(TarShardFiles({"/nonexistent/shard.tar"}), IoError);
+}
+
+TEST(ImageFiles, AFifoInAFilesPlaceFailsInsteadOfBlocking) {
+  // A FIFO with no writer: open() without O_NONBLOCK would wait for one forever.
+  const std::string fifo = test_dir().path("fifo.jpg");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ImageFolderFiles files({{fifo, 0}});
+  std::vector<std::byte> buf;
+  EXPECT_EQ(error_of([&] { files.read(0, buf); }), "cannot read " + fifo + ": not a regular file");
+  EXPECT_EQ(error_of([&] { TarShardFiles shards({fifo}); }),
+            "cannot read tar shard " + fifo + ": not a regular file");
 }
 
 TEST(ImageFolderFiles, ReadsBytesAndNamesMissingFiles) {

@@ -10,6 +10,7 @@
 
 #include "image/test_images.h"
 #include "stoker/errors.h"
+#include "test_temp_dir.h"
 
 // Counts this thread's operator new calls while counting is on: a warm worker state must read a
 // sample without allocating (the libjpeg context and buffers are kept from sample to sample).
@@ -34,13 +35,20 @@ namespace {
 using image::testing::encode_jpeg;
 using image::testing::pattern_rgb;
 
+// The test's files, in a directory of its own removed when the test program exits (ctest runs
+// each test in a process of its own).
+const testing::TempDir& test_dir() {
+  static const testing::TempDir dir;
+  return dir;
+}
+
 std::shared_ptr<ImageFolderFiles> write_images(const std::string& tag, int n) {
   std::vector<std::pair<std::string, int64_t>> samples;
   for (int i = 0; i < n; ++i) {
     const int w = 120 + 17 * i, h = 90 + 11 * i;
     const auto rgb = pattern_rgb(w, h, i);
     const auto jpeg = encode_jpeg(rgb.data(), w, h, 3, {.quality = 90});
-    const std::string path = ::testing::TempDir() + tag + std::to_string(i) + ".jpg";
+    const std::string path = test_dir().path(tag + std::to_string(i) + ".jpg");
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(jpeg.data()),
                static_cast<std::streamsize>(jpeg.size()));
@@ -100,7 +108,7 @@ TEST(ImageSource, MapsEveryImageDType) {
 }
 
 TEST(ImageSource, BadFileThrowsDecodeError) {
-  const std::string path = ::testing::TempDir() + "not_an_image.jpg";
+  const std::string path = test_dir().path("not_an_image.jpg");
   std::ofstream(path) << "hello, I am text";
   auto files =
       std::make_shared<ImageFolderFiles>(std::vector<std::pair<std::string, int64_t>>{{path, 0}});

@@ -85,6 +85,64 @@ def test_token_windows_are_input_and_shifted_target(tmp_path, dtype):
     np.testing.assert_array_equal(y0, tokens[501:601].astype(np.int64))
 
 
+def _llmc_file(path, tokens, version):
+    header = np.zeros(256, np.int32)
+    header[:3] = (20240520, version, len(tokens))
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.tobytes())
+
+
+@pytest.mark.parametrize("layout", ["llm.c", "npy"])
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_headered_token_files_give_the_windows_of_their_tokens(tmp_path, layout, dtype):
+    tokens = np.random.default_rng(4).integers(0, 60000, 1_001).astype(dtype)
+    raw = tmp_path / "raw.bin"
+    tokens.tofile(raw)
+    path = tmp_path / ("t.bin" if layout == "llm.c" else "t.npy")
+    if layout == "llm.c":
+        _llmc_file(path, tokens, 1 if dtype == "uint16" else 2)
+    else:
+        np.save(path, tokens)
+    ds = stoker.TokenDataset(path, dtype=dtype, seq_len=10)
+    assert ds.format == layout and ds.num_tokens == 1_001 and len(ds) == 100
+    want = [b for b in stoker.DataLoader(stoker.TokenDataset(raw, dtype=dtype, seq_len=10),
+                                         batch_size=16, shuffle=True, output="numpy")]
+    got = [b for b in stoker.DataLoader(ds, batch_size=16, shuffle=True, output="numpy")]
+    for (x, y), (wx, wy) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x, wx)
+        np.testing.assert_array_equal(y, wy)
+    x7, y7 = ds[7]
+    np.testing.assert_array_equal(x7, tokens[70:80].astype(np.int64))
+    np.testing.assert_array_equal(y7, tokens[71:81].astype(np.int64))
+
+
+def test_headered_token_files_name_a_mismatch(tmp_path):
+    path = tmp_path / "v2.bin"
+    _llmc_file(path, np.arange(100, dtype=np.uint32), 2)
+    with pytest.raises(ValueError, match=r'v2.bin holds uint32 tokens .* \(pass dtype="uint32"\)'):
+        stoker.TokenDataset(path, dtype="uint16", seq_len=4)
+    np.save(tmp_path / "m.npy", np.zeros((4, 4), np.uint16))
+    with pytest.raises(ValueError, match="m.npy: a .npy token file holds a 1-d array, not 2-d"):
+        stoker.TokenDataset(tmp_path / "m.npy", dtype="uint16", seq_len=2)
+
+
+def test_npy_paths_are_mapped_natively_in_any_layout(tmp_path):
+    data = np.arange(60, dtype=np.int16).reshape(5, 3, 4)
+    for name, array in (("c.npy", data), ("f.npy", np.asfortranarray(data))):
+        np.save(tmp_path / name, array)
+        ds = stoker.ArrayDataset(str(tmp_path / name))
+        assert not ds.arrays[0].flags.writeable
+        np.testing.assert_array_equal(ds.arrays[0], data)
+        np.testing.assert_array_equal(np.concatenate(collect(ds)), data)
+    np.save(tmp_path / "big.npy", np.zeros(3, ">f4"))
+    with pytest.raises(ValueError, match="big.npy: dtype '>f4' has non-native byte order"):
+        stoker.ArrayDataset(str(tmp_path / "big.npy"))
+    (tmp_path / "not.npy").write_bytes(b"PK\x03\x04")
+    with pytest.raises(ValueError, match="not.npy: not a .npy file"):
+        stoker.ArrayDataset(str(tmp_path / "not.npy"))
+
+
 def test_token_dataset_errors_name_the_file(tmp_path):
     path = tmp_path / "odd.bin"
     path.write_bytes(b"\x00" * 7)

@@ -5,6 +5,7 @@ within the memory budget with a bounded decision log."""
 import json
 import logging
 import random
+import sys
 import time
 
 import numpy as np
@@ -85,24 +86,88 @@ def test_cli_tune_writes_json_and_png(tmp_path, capsys):
     stoker.DataLoader(stoker.ArrayDataset(np.arange(10)), **data["recommended"])
 
 
-def test_diagnose_slow_consumer_is_compute_bound():
-    loader = stoker.DataLoader(FaultyDataset(100_000, delay_us=100), batch_size=4, num_workers=2,
+class FakeClock:
+    """stoker.diagnose's clock (time.perf_counter, time.thread_time): it moves only when the test
+    moves it, so the wait fraction is the one the test sets, not what sleeps happen to give."""
+
+    def __init__(self):
+        self.now = self.cpu = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def thread_time(self):
+        return self.cpu
+
+    def advance(self, seconds, cpu=0.0):
+        self.now += seconds
+        self.cpu += cpu
+
+
+class PacedLoader:
+    """A loader's batches, each taking `wait` seconds of the fake clock to arrive. Keeps the
+    loader's `_loader` so that diagnose reads the engine's own figures."""
+
+    def __init__(self, loader, clock, wait):
+        self._loader = loader._loader
+        self.loader, self.clock, self.wait = loader, clock, wait
+
+    def __iter__(self):
+        for batch in self.loader:
+            self.clock.advance(self.wait)
+            yield batch
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(sys.modules["stoker.diagnose"], "time", fake)
+    return fake
+
+
+def diagnose_paced(clock, wait, step):
+    loader = stoker.DataLoader(FaultyDataset(100_000), batch_size=4, num_workers=2,
                                output="numpy")
-    report = stoker.diagnose(loader, lambda b: time.sleep(0.02), seconds=1.0)
+    return stoker.diagnose(PacedLoader(loader, clock, wait),
+                           lambda batch: clock.advance(step, cpu=step), seconds=1.0)
+
+
+def test_diagnose_slow_consumer_is_compute_bound(clock):
+    report = diagnose_paced(clock, wait=0.0, step=0.02)  # batches ready, 20 ms steps
     assert report.verdict == report["verdict"] == "compute-bound"
-    assert report["wait_fraction"] < 0.1
+    assert report["wait_fraction"] == 0.0
+    assert report.batches == 50 and report.samples == 200  # 1 s of 20 ms steps
     assert report.limiting_stage == "consumer" and "mixed precision" in report.action
+    consumer = {s["name"]: s for s in report["figures"]["stages"]}["consumer"]
+    assert consumer["busy_seconds"] == pytest.approx(1.0)
+    assert consumer["samples_per_s"] == pytest.approx(200)
 
 
-def test_diagnose_fast_consumer_is_input_bound():
-    loader = stoker.DataLoader(FaultyDataset(100_000, delay_us=2000), batch_size=4,
-                               num_workers=1, output="numpy")
-    report = stoker.diagnose(loader, lambda b: None, seconds=1.0)
+def test_diagnose_fast_consumer_is_input_bound(clock):
+    report = diagnose_paced(clock, wait=0.004, step=0.001)  # 4 ms waits, 1 ms steps
     assert report.verdict == "input-bound"
-    assert report["wait_fraction"] > 0.5
+    assert report["wait_fraction"] == pytest.approx(0.8)
     assert report.limiting_stage == "workers"
     stages = {s["name"]: s for s in report["figures"]["stages"]}
-    assert stages["workers"]["samples_per_s"] > 0 and report["figures"]["core_utilization"]
+    assert stages["workers"]["samples_per_s"] == pytest.approx(800)
+    assert report["figures"]["core_utilization"]
+
+
+def test_diagnose_verdict_from_synthetic_figures():
+    figures = {"wall_seconds": 10.0, "consumer_wait_seconds": 0.2, "buffer_wait_seconds": 0.0,
+               "stages": [{"name": "workers", "threads": 2, "samples_per_s": 1000,
+                           "busy_seconds": 19.0, "cpu_seconds": 18.5},
+                          {"name": "consumer", "threads": 1, "samples_per_s": 1000,
+                           "busy_seconds": 9.8, "cpu_seconds": 0.5}],
+               "core_utilization": [0.95, 0.97], "rss_bytes": 2**30,
+               "pinned_bytes": 0, "pinned_budget_bytes": 0, "buffer_bytes_peak": 2**20,
+               "memory_budget": 2**30, "gpu_present": False, "gpu_utilization": 0.0,
+               "gpu_memory_used": 0, "gpu_memory_total": 0}
+    assert _native.diagnose(figures)["verdict"] == "compute-bound"
+    slow = dict(figures, consumer_wait_seconds=6.0)
+    verdict = _native.diagnose(slow)
+    assert verdict["verdict"] == "input-bound" and verdict["wait_fraction"] == pytest.approx(0.6)
+    assert verdict["limiting_stage"] == "workers"
 
 
 def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
@@ -111,23 +176,25 @@ def test_autotune_stays_within_the_memory_budget_and_logs(caplog):
     budget = 8 * batch_bytes  # room for a third worker only with a shallower prefetch
     loader = stoker.DataLoader(ds, batch_size=8, memory_budget=budget, cpu_budget=4,
                                output="numpy")
+    # Run until the controller has decided something (it decides every 0.2 s while the consumer
+    # waits for workers that sleep): the state observed, not a time window. What it decides from
+    # which figures is autotune_test.cc's, with synthetic figures.
+    deadline = time.monotonic() + 120  # a controller that never decides fails, not hangs
     with caplog.at_level(logging.INFO, logger="stoker.autotune"):
-        start = time.perf_counter()
-        for epoch in range(100):
+        for epoch in range(100_000):
             loader.set_epoch(epoch)
             for i, _ in enumerate(loader):
-                if time.perf_counter() - start > 3 or i > 400:
+                if i % 50 == 49 and (loader.stats()["autotune"] or time.monotonic() > deadline):
                     break
-            if time.perf_counter() - start > 3:
+            if loader.stats()["autotune"] or time.monotonic() > deadline:
                 break
     s = loader.stats()
     assert s["autotune_enabled"]
     assert s["buffer_bytes_peak"] <= budget
-    assert s["autotune"], "the controller made no decision"
-    assert len(s["autotune"]) <= 200
-    assert s["active_workers"] >= 2  # started at the idle cores (at most 2 here) and grew
-    d = s["autotune"][0]
-    assert 1 <= d["num_workers"][0] <= stoker.usable_cores() and "reason" in d
+    assert 1 <= len(s["autotune"]) <= 200
+    assert all("reason" in d for d in s["autotune"])
+    # It starts at the idle cores (a learned start aside): never above what the machine has.
+    assert 1 <= s["autotune"][0]["num_workers"][0] <= stoker.usable_cores()
     assert all(a["num_workers"][1] * a["prefetch_factor"][1] + a["num_workers"][1] + 1 <= 8
                for a in s["autotune"])
     assert any("num_workers" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,434 @@
+"""Seed corpora for the fuzz targets, made from Stoker's sample data (``stoker make-sample``).
+
+``python fuzz/make_seeds.py OUT`` writes ``OUT/<target>/<name>`` for the targets jpeg, png, tar,
+tokens and npy. ``--small`` writes only the small seeds (every file a few KB: photos scaled down
+to 24-40 px); those are committed in ``fuzz/corpus/``. Without it, the larger seeds are added:
+sample JPEGs as they are, photos at 96-192 px, a slice of a real sample shard. Both are
+deterministic for a given sample dataset.
+
+Every seed is what its target reads: image seeds end with parameter bytes (the image targets
+take their transforms and random key from the input's last bytes, see fuzz/image_fuzz.h), tar
+and token seeds end with the bytes that say where to cut the file.
+
+The PNG seeds are written by a small encoder here, not by Pillow, because Pillow writes neither
+Adam7-interlaced files nor every bit depth and filter: those are the paths of libpng and of
+Stoker's PNG reader worth covering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+TARGETS = ("jpeg", "png", "tar", "tokens", "npy")
+
+
+# --------------------------------------------------------------------------- FuzzedDataProvider
+
+def fdp_tail(values):
+    """Bytes to append so that FuzzedDataProvider, which consumes integers from the end of the
+    input (the first byte consumed is the most significant), reads ``values``: (value, nbytes)
+    pairs in the order the target consumes them."""
+    consumed = []
+    for value, nbytes in values:
+        consumed += [(value >> (8 * (nbytes - 1 - i))) & 0xFF for i in range(nbytes)]
+    return bytes(reversed(consumed))
+
+
+def image_tail(rng):
+    """Random pipeline parameters (fuzz/image_fuzz.h takes whatever the bytes say); the first
+    consumed byte is odd, so the input is one image, without a primer."""
+    tail = bytearray(rng.integers(0, 256, 48, dtype=np.uint8).tobytes())
+    tail[-1] |= 1
+    return bytes(tail)
+
+
+def _bytes_for_range(r):
+    """How many bytes FuzzedDataProvider's ConsumeIntegralInRange takes for a range of r."""
+    n = 0
+    while n < 8 and (r >> (8 * n)) > 0:
+        n += 1
+    return n
+
+
+def primed_image(primer, image, rng):
+    """An image-target input whose primer (decoded first by the scratch under test) is `primer`:
+    [primer][image][params][primer length][a byte that says "primed"]."""
+    body = primer + image + rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    nsplit = next(n for n in range(1, 9) if _bytes_for_range(len(body) + n) == n)
+    return body + fdp_tail([(0, 1), (len(primer), nsplit)])
+
+
+def without_segments(jpeg, marker):
+    """The JPEG without its marker segments of type `marker` (0xDB: DQT, 0xC4: DHT)."""
+    out, pos = bytearray(jpeg[:2]), 2
+    while pos + 4 <= len(jpeg) and jpeg[pos] == 0xFF and jpeg[pos + 1] != 0xDA:
+        length = int.from_bytes(jpeg[pos + 2:pos + 4], "big")
+        if jpeg[pos + 1] != marker:
+            out += jpeg[pos:pos + 2 + length]
+        pos += 2 + length
+    return bytes(out + jpeg[pos:])
+
+
+# --------------------------------------------------------------------------- the sample photos
+
+def sample_jpegs(count):
+    """`count` sample JPEGs: the first progressive and the first grayscale file, then others
+    spread over the dataset, as (name, bytes)."""
+    from stoker import sample_data
+
+    root = Path(sample_data.default_sample_root())
+    sample_data.make_sample(root)  # cached: built once per machine
+    files = sorted((root / "train").rglob("*.JPEG"))
+    picked, seen = [], set()
+
+    def take(path):
+        if path not in seen and len(picked) < count:
+            seen.add(path)
+            picked.append(path)
+
+    for path in files:
+        with Image.open(path) as im:
+            if im.info.get("progressive") and not any(
+                    Image.open(p).info.get("progressive") for p in picked):
+                take(path)
+            if im.mode == "L" and not any(Image.open(p).mode == "L" for p in picked):
+                take(path)
+    for path in files[:: max(1, len(files) // count)]:
+        take(path)
+    return [(p.stem, p.read_bytes()) for p in picked]
+
+
+def scaled(jpeg_bytes, long_side):
+    im = Image.open(io.BytesIO(jpeg_bytes)).convert("RGB")
+    w, h = im.size
+    f = long_side / max(w, h)
+    return im.resize((max(1, round(w * f)), max(1, round(h * f))), Image.BILINEAR)
+
+
+def jpeg_variants(im):
+    """(suffix, bytes): the JPEG encodings libjpeg-turbo decodes differently."""
+    out = []
+
+    def save(suffix, image, **kw):
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", **kw)
+        out.append((suffix, buf.getvalue()))
+
+    save("420", im, quality=75, subsampling=2)
+    save("444", im, quality=95, subsampling=0)
+    save("422", im, quality=85, subsampling=1)
+    save("progressive", im, quality=80, progressive=True)
+    save("optimized", im, quality=70, optimize=True)
+    save("gray", im.convert("L"), quality=80)
+    save("cmyk", im.convert("CMYK"), quality=80)  # Adobe marker, inverted CMYK
+    return out
+
+
+# --------------------------------------------------------------------------- a PNG encoder
+
+def _chunk(kind, data):
+    return (len(data).to_bytes(4, "big") + kind + data
+            + zlib.crc32(kind + data).to_bytes(4, "big"))
+
+
+def _pack(samples, depth):
+    """One row of samples (ints) at `depth` bits, MSB first, padded to a byte."""
+    if depth >= 8:
+        return b"".join(int(s).to_bytes(depth // 8, "big") for s in samples)
+    out, acc, bits = bytearray(), 0, 0
+    for s in samples:
+        acc = (acc << depth) | int(s)
+        bits += depth
+        if bits == 8:
+            out.append(acc)
+            acc = bits = 0
+    if bits:
+        out.append(acc << (8 - bits))
+    return bytes(out)
+
+
+def _filter(raw_rows, bpp, first_filter):
+    """Filters each row, cycling through the five filter types."""
+    out, prev = bytearray(), bytes(len(raw_rows[0])) if raw_rows else b""
+    for i, row in enumerate(raw_rows):
+        ftype = (first_filter + i) % 5
+        f = bytearray(len(row))
+        for x, v in enumerate(row):
+            a = row[x - bpp] if x >= bpp else 0
+            b = prev[x]
+            c = prev[x - bpp] if x >= bpp else 0
+            if ftype == 0:
+                pred = 0
+            elif ftype == 1:
+                pred = a
+            elif ftype == 2:
+                pred = b
+            elif ftype == 3:
+                pred = (a + b) // 2
+            else:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            f[x] = (v - pred) & 0xFF
+        out += bytes([ftype]) + f
+        prev = row
+    return bytes(out)
+
+
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+
+
+def encode_png(samples, color_type, depth, interlace=False, palette=None, trns=None,
+               extra_chunks=()):
+    """samples: (H, W, channels) integers already at `depth` bits (palette indices for type 3)."""
+    h, w, channels = samples.shape
+    bpp = max(1, channels * depth // 8)
+    if interlace:
+        passes = [samples[y0::dy, x0::dx] for x0, y0, dx, dy in _ADAM7]
+    else:
+        passes = [samples]
+    data = b""
+    for i, sub in enumerate(passes):
+        if sub.shape[0] == 0 or sub.shape[1] == 0:
+            continue  # empty passes are not stored
+        rows = [_pack(sub[y].reshape(-1), depth) for y in range(sub.shape[0])]
+        data += _filter(rows, bpp, first_filter=i)
+    ihdr = (w.to_bytes(4, "big") + h.to_bytes(4, "big")
+            + bytes([depth, color_type, 0, 0, 1 if interlace else 0]))
+    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr)
+    for kind, payload in extra_chunks:
+        out += _chunk(kind, payload)
+    if palette is not None:
+        out += _chunk(b"PLTE", bytes(np.asarray(palette, np.uint8).reshape(-1)))
+    if trns is not None:
+        out += _chunk(b"tRNS", trns)
+    return out + _chunk(b"IDAT", zlib.compress(data, 9)) + _chunk(b"IEND", b"")
+
+
+def png_variants(im):
+    """(suffix, bytes) over the colour types, bit depths, interlacing and palettes."""
+    rgb = np.asarray(im.convert("RGB"), np.uint16)
+    gray = np.asarray(im.convert("L"), np.uint16)[..., None]
+    alpha = (np.arange(rgb.shape[1], dtype=np.uint16)[None, :, None] * 37 % 256
+             * np.ones((rgb.shape[0], 1, 1), np.uint16))
+    pal_im = im.convert("P", palette=Image.ADAPTIVE, colors=16)
+    idx = np.asarray(pal_im, np.uint16)[..., None]
+    pal = np.asarray(pal_im.getpalette()[:48], np.uint8).reshape(16, 3)
+    text = ((b"tEXt", b"Comment\x00stoker fuzz seed"), (b"gAMA", (45455).to_bytes(4, "big")))
+    return [
+        ("rgb8", encode_png(rgb, 2, 8, extra_chunks=text)),
+        ("rgb8-adam7", encode_png(rgb, 2, 8, interlace=True)),
+        ("rgb16", encode_png(rgb * 257, 2, 16)),
+        ("rgba8", encode_png(np.concatenate([rgb, alpha], 2), 6, 8)),
+        ("rgba16-adam7", encode_png(np.concatenate([rgb, alpha], 2) * 257, 6, 16, interlace=True)),
+        ("ga8", encode_png(np.concatenate([gray, alpha], 2), 4, 8)),
+        ("gray8", encode_png(gray, 0, 8)),
+        ("gray16", encode_png(gray * 257, 0, 16)),
+        ("gray4-adam7", encode_png(gray >> 4, 0, 4, interlace=True)),
+        ("gray2", encode_png(gray >> 6, 0, 2)),
+        ("gray1", encode_png(gray >> 7, 0, 1, trns=(1).to_bytes(2, "big"))),
+        ("pal8-trns", encode_png(idx, 3, 8, palette=pal, trns=bytes(range(0, 256, 16)))),
+        ("pal4", encode_png(idx, 3, 4, palette=pal)),
+        ("pal1-adam7", encode_png(idx & 1, 3, 1, interlace=True, palette=pal[:2])),
+    ]
+
+
+# --------------------------------------------------------------------------- tar shards
+
+def _end_of_archive(data):
+    """A tar cut after its two zero blocks (tarfile pads to 10 KiB records)."""
+    pos = 0
+    while pos + 512 <= len(data) and any(data[pos:pos + 512]):
+        size_field = data[pos + 124:pos + 136]
+        size = (int.from_bytes(size_field[1:], "big") if size_field[0] & 0x80
+                else int(size_field.strip(b" \0") or b"0", 8))
+        pos += 512 + (size + 511) // 512 * 512
+    return data[:pos + 1024]
+
+
+def make_tar(members, fmt, pax_headers=None):
+    """members: (name, bytes) or (name, None) for a directory."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt, pax_headers=pax_headers) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.mtime = 0
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return _end_of_archive(buf.getvalue())
+
+
+def base256_size(tar_bytes):
+    """The first member's size field rewritten in GNU base-256 form (checksum fixed)."""
+    h = bytearray(tar_bytes[:512])
+    size = int(h[124:136].strip(b" \0") or b"0", 8)
+    h[124:136] = b"\x80" + size.to_bytes(11, "big")
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h) + tar_bytes[512:]
+
+
+def tar_seeds(jpeg, png, label_text=b"7"):
+    deep = "d/" + "n" * 120 + "/"  # past ustar's 100-byte name: GNU 'L' or pax path records
+    samples = [("a.jpg", jpeg), ("a.cls", label_text), ("./b.PNG", png), ("./b.cls", b" -3\n"),
+               ("dir", None), ("c.jpeg", jpeg), ("c.cls", b"12"), ("c.json", b"{}")]
+    long_names = [(deep + "x.jpg", jpeg), (deep + "x.cls", b"1")]
+    ustar = make_tar(samples, tarfile.USTAR_FORMAT)
+    return {
+        "ustar.tar": ustar,
+        "gnu-longname.tar": make_tar(samples[:2] + long_names, tarfile.GNU_FORMAT),
+        "pax.tar": make_tar(samples[:4] + long_names, tarfile.PAX_FORMAT),
+        "pax-global.tar": make_tar(samples[:2], tarfile.PAX_FORMAT,
+                                   pax_headers={"comment": "stoker"}),
+        "base256.tar": base256_size(ustar),
+    }
+
+
+# --------------------------------------------------------------------------- tokens and .npy
+
+def llmc(tokens, version, count=None):
+    header = np.zeros(256, "<i4")
+    header[:3] = (20240520, version, len(tokens) if count is None else count)
+    return header.tobytes() + tokens.tobytes()
+
+
+def npy_bytes(array, version=None):
+    buf = io.BytesIO()
+    if version is None:
+        np.save(buf, array)
+    else:
+        np.lib.format.write_array(buf, array, version=version)
+    return buf.getvalue()
+
+
+def token_seeds(source_bytes):
+    ids = np.frombuffer(source_bytes[: 2 * 400], "<u2").copy()
+    ids32 = ids.astype("<u4") * 3
+    # Tail: dtype (1 byte: odd = uint16), seq_len - 1 (2 bytes), cut (2 bytes).
+    def tail(uint16, seq_len, cut):
+        return fdp_tail([(1 if uint16 else 0, 1), (seq_len - 1, 2), (cut, 2)])
+    return {
+        "raw-u16": ids.tobytes() + tail(True, 16, 65535),
+        "raw-u32": ids32.tobytes() + tail(False, 7, 40000),
+        "llmc-v1": llmc(ids, 1) + tail(True, 32, 65535),
+        "llmc-v2": llmc(ids32, 2) + tail(False, 5, 50000),
+        "llmc-short": llmc(ids[:100], 1, count=300) + tail(True, 8, 65535),
+        "npy-u2": npy_bytes(ids) + tail(True, 10, 60000),
+        "npy-u4-v2": npy_bytes(ids32, version=(2, 0)) + tail(False, 3, 65535),
+        "npy-2d": npy_bytes(ids[:100].reshape(10, 10)) + tail(True, 4, 65535),
+    }
+
+
+def npy_seeds(pixels):
+    """pixels: a small (H, W, 3) uint8 crop of a sample photo."""
+    f = pixels.astype(np.float32) / 255
+    return {
+        "u8-hwc": npy_bytes(pixels),
+        "f4": npy_bytes(f),
+        "f2": npy_bytes(f.astype(np.float16)),
+        "f8-fortran": npy_bytes(np.asfortranarray(f.astype(np.float64))),
+        "i2": npy_bytes(pixels.astype(np.int16) - 128),
+        "i8-labels": npy_bytes(np.arange(pixels.shape[0], dtype=np.int64)),
+        "b1": npy_bytes(pixels[..., 0] > 127),
+        "c8": npy_bytes(f[..., 0] + 1j * f[..., 1]),
+        "c16-v3": npy_bytes((f[..., 0] + 1j * f[..., 1]).astype(np.complex128), version=(3, 0)),
+        "u4-v2": npy_bytes(pixels.astype(np.uint32), version=(2, 0)),
+        "scalar": npy_bytes(np.float32(0.5)),
+        "empty": npy_bytes(np.zeros((0, 3), np.uint8)),
+        "big-endian": npy_bytes(f.astype(">f4")),
+        "structured": npy_bytes(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i2")])),
+    }
+
+
+# --------------------------------------------------------------------------- all seeds
+
+def seeds(small):
+    """{target: {name: bytes}}."""
+    rng = np.random.default_rng(0)
+    photos = sample_jpegs(4)
+    out = {t: {} for t in TARGETS}
+    sizes = (24, 40) if small else (96, 192)
+    for stem, data in photos[:3]:
+        for side in sizes[:1] if small else sizes:
+            im = scaled(data, side)
+            for suffix, jpg in jpeg_variants(im):
+                out["jpeg"][f"{stem}-{side}-{suffix}"] = jpg + image_tail(rng)
+        im = scaled(data, sizes[0] if small else sizes[1])
+        if stem == photos[0][0] or not small:
+            for suffix, png in png_variants(im):
+                out["png"][f"{stem}-{im.size[0]}x{im.size[1]}-{suffix}"] = png + image_tail(rng)
+    # Pairs: a scratch that decoded one file, then another (fuzz/regressions/jpeg holds the
+    # pairs that found libjpeg's tables carried from one image to the next).
+    first, second = scaled(photos[0][1], 24), scaled(photos[1][1], 24)
+    progressive = dict(jpeg_variants(first))["progressive"]
+    baseline = dict(jpeg_variants(second))["420"]
+    out["jpeg"]["primed-progressive-then-baseline"] = primed_image(progressive, baseline, rng)
+    out["png"]["primed-adam7-then-palette"] = primed_image(
+        dict(png_variants(first))["rgba16-adam7"], dict(png_variants(second))["pal8-trns"], rng)
+    if small:
+        tiny = scaled(photos[0][1], 8)
+        jpg = jpeg_variants(tiny)[0][1]
+        png = png_variants(tiny)[0][1]
+        out["jpeg"]["tiny-1x1"] = jpeg_variants(tiny.resize((1, 1)))[0][1] + image_tail(rng)
+    else:
+        for stem, data in photos:  # the sample files as they are
+            out["jpeg"][f"{stem}-original"] = data + image_tail(rng)
+        jpg = jpeg_variants(scaled(photos[1][1], 64))[0][1]
+        png = png_variants(scaled(photos[1][1], 64))[0][1]
+    cut = fdp_tail([(65535, 2)])
+    for name, tar in tar_seeds(jpg, png).items():
+        out["tar"][name] = tar + cut
+        if small:
+            out["tar"][name.replace(".tar", "-cut.tar")] = tar + fdp_tail([(30000, 2)])
+    if not small:
+        from stoker import sample_data
+        shard = Path(sample_data.default_sample_root()) / "shards" / "train-0000.tar"
+        with open(shard, "rb") as f:
+            head = f.read(600_000)
+        members, pos = 0, 0
+        while members < 4 and pos + 512 <= len(head):  # the first two samples (4 members)
+            size = int(head[pos + 124:pos + 136].strip(b" \0") or b"0", 8)
+            pos += 512 + (size + 511) // 512 * 512
+            members += 1
+        out["tar"]["sample-shard-slice.tar"] = head[:pos] + bytes(1024) + cut
+    out["tokens"] = token_seeds(photos[0][1])
+    pixels = np.asarray(scaled(photos[2][1], 12 if small else 48))
+    out["npy"] = npy_seeds(pixels)
+    if not small:
+        out["tokens"] = {f"{k}-long": v for k, v in token_seeds(photos[1][1] * 4).items()}
+        out["npy"] = {f"{k}-large": v for k, v in out["npy"].items()}
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", help="directory for <target>/<seed> files")
+    p.add_argument("--small", action="store_true", help="only the small (committed) seeds")
+    args = p.parse_args(argv)
+    total = 0
+    for target, files in seeds(args.small).items():
+        d = Path(args.out) / target
+        d.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+            total += 1
+    print(f"wrote {total} seeds to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
