@@ -400,14 +400,6 @@ class RowDataset(torch.utils.data.Dataset):
         return torch.full((ROW,), float(i))
 
 
-def _python_loader_has_device():
-    import inspect
-    from stoker.python_datasets import PythonLoader
-    return "device" in inspect.signature(PythonLoader.__init__).parameters
-
-
-@pytest.mark.skipif(not _python_loader_has_device(),
-                    reason="the Python-dataset loader takes no device= yet (integration pending)")
 def test_python_dataset_shared_buffers_are_fenced_like_native_ones(pageable_fences):
     """Batches written by forked workers into shared memory: a late copy still reads its own
     batch (the buffers' fences are recorded when the last view of a batch dies)."""
