@@ -24,8 +24,16 @@ DType parse_token_dtype(const std::string& name) {
   throw InvalidArgument("dtype must be \"uint16\" or \"uint32\", got \"" + name + "\"");
 }
 
+// `guards[a]` is the NpyFile array `a` lies in (its reads survive the file being truncated), or
+// None for memory Stoker did not map; missing entries are None.
 std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
-                                               std::vector<std::string> names) {
+                                               std::vector<std::string> names,
+                                               std::vector<nb::object> guards) {
+  struct Owner {
+    std::vector<AnyArray> arrays;
+    std::vector<std::shared_ptr<const NpyFile>> files;
+  };
+  auto owner = std::make_shared<Owner>();
   std::vector<ArrayView> views;
   for (size_t a = 0; a < arrays.size(); ++a) {
     const AnyArray& arr = arrays[a];
@@ -40,26 +48,27 @@ std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
       v.strides.push_back(arr.stride(d) * item);
     }
     v.name = a < names.size() ? names[a] : std::to_string(a);
+    if (a < guards.size() && !guards[a].is_none()) {
+      auto file = nb::cast<std::shared_ptr<const NpyFile>>(guards[a]);
+      v.mapping = file->view().mapping;  // ArraySource checks the array lies inside it
+      owner->files.push_back(std::move(file));
+    }
     views.push_back(std::move(v));
   }
-  // The source keeps the arrays (and so their Python owners) alive.
-  auto owner = std::make_shared<std::vector<AnyArray>>(std::move(arrays));
+  // The source keeps the arrays (and so their Python owners) and the guarding files alive.
+  owner->arrays = std::move(arrays);
   return std::make_shared<ArraySource>(std::move(views), std::move(owner));
 }
 
-// A .npy file as a read-only NumPy array over the native mapping (the array owns the mapping).
-nb::object load_npy(const std::string& path) {
-  auto file = std::make_shared<NpyFile>(path);
-  const ArrayView v = file->view();
+// A .npy file's array: read-only NumPy over the native mapping; the array keeps `file` alive.
+nb::object npy_array(const NpyFile& file) {
+  const ArrayView v = file.view();
   std::vector<size_t> shape(v.shape.begin(), v.shape.end());
   std::vector<int64_t> strides;
   for (int64_t s : v.strides) strides.push_back(s / static_cast<int64_t>(v.dtype.bytes()));
   const nb::dlpack::dtype dtype{static_cast<uint8_t>(v.dtype.code), v.dtype.bits, 1};
-  nb::capsule owner(new std::shared_ptr<const NpyFile>(std::move(file)), [](void* p) noexcept {
-    delete static_cast<std::shared_ptr<const NpyFile>*>(p);
-  });
-  return nb::ndarray<nb::numpy, nb::ro>(v.data, shape.size(), shape.data(), owner, strides.data(),
-                                        dtype, nb::device::cpu::value)
+  return nb::ndarray<nb::numpy, nb::ro>(v.data, shape.size(), shape.data(), nb::find(&file),
+                                        strides.data(), dtype, nb::device::cpu::value)
       .cast();
 }
 
@@ -91,7 +100,8 @@ void register_sources(nb::module_& m) {
           "array), else None.");
 
   nb::class_<ArraySource, Source>(m, "ArraySource")
-      .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"));
+      .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"),
+           nb::arg("guards") = std::vector<nb::object>{});
 
   nb::class_<TokenSource, Source>(m, "TokenSource")
       .def(nb::new_([](const std::string& path, const std::string& dtype, uint64_t seq_len) {
@@ -111,8 +121,14 @@ void register_sources(nb::module_& m) {
         }
       });
 
-  m.def("load_npy", &load_npy, nb::arg("path"),
-        "A .npy file as a read-only array over a memory mapping (Stoker's own header parser).");
+  nb::class_<NpyFile>(m, "NpyFile",
+                      "A .npy file mapped read-only (Stoker's own header parser). Pass it as an "
+                      "ArraySource guard so that reads survive the file being truncated.")
+      .def(nb::init<const std::string&>(), nb::arg("path"))
+      .def_prop_ro("path", &NpyFile::path)
+      .def_prop_ro("array", &npy_array,
+                   "The file's array: read-only, over the mapping (reading it from Python is not "
+                   "guarded).");
 
   nb::class_<FaultySource, Source>(m, "FaultySource")
       .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {

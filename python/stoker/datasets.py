@@ -14,11 +14,15 @@ _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
 
 def _as_array(a, position):
+    """``a`` as a NumPy array, and the ``_native.NpyFile`` it lies in when it was given as a
+    path (Stoker maps it, and guards reads of it against the file being truncated), else None."""
+    npy = None
     if isinstance(a, (str, os.PathLike)):
         path = os.fspath(a)
         if not path.endswith(".npy"):
             raise ValueError(f"array {position}: a path must name a .npy file, got {path!r}")
-        a = _native.load_npy(path)  # memory-mapped, read-only; the header parsed natively
+        npy = _native.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
+        a = npy.array
     elif not isinstance(a, np.ndarray):
         a = np.asarray(a)  # zero-copy for torch CPU tensors and anything with __array__
     if a.ndim == 0:
@@ -31,7 +35,7 @@ def _as_array(a, position):
         raise ValueError(
             f"array {position} has non-native byte order ({a.dtype}); convert it with "
             "a.astype(a.dtype.newbyteorder('='))")
-    return a
+    return a, npy
 
 
 def _mapped_array_spec(a):
@@ -64,6 +68,10 @@ class ArrayDataset:
     Stoker maps itself):
     worker threads read rows straight from the mapping into batch buffers, and every thread shares
     the one mapping. A loader yields one tensor per array, or a single tensor for one array.
+    A ``.npy`` path given here is read under a guard: if the file is truncated while an epoch
+    runs, the rows that are gone raise ``SampleError`` naming the file (or are skipped with
+    ``on_error="skip"``). An array you map yourself has no such guard: a row read past the end
+    of its truncated file kills the process with SIGBUS.
 
     ``targets`` (torchvision's name) is the class label array, which ``shuffle="stratified"`` and
     ``class_weights`` group samples by: the array named "label", "labels", "target", "targets"
@@ -74,7 +82,9 @@ class ArrayDataset:
     def __init__(self, *arrays, names=None):
         if not arrays:
             raise ValueError("ArrayDataset needs at least one array")
-        self.arrays = tuple(_as_array(a, i) for i, a in enumerate(arrays))
+        arrays_and_files = [_as_array(a, i) for i, a in enumerate(arrays)]
+        self.arrays = tuple(a for a, _ in arrays_and_files)
+        self._files = tuple(npy for _, npy in arrays_and_files)
         lengths = {len(a) for a in self.arrays}
         if len(lengths) != 1:
             raise ValueError(
@@ -82,8 +92,7 @@ class ArrayDataset:
                 + ", ".join(str(len(a)) for a in self.arrays))
         names = list(names) if names is not None else [str(i) for i in range(len(arrays))]
         self._names = names
-        self._source = _native.ArraySource(list(self.arrays), names)
-        self._names = names
+        self._source = _native.ArraySource(list(self.arrays), names, list(self._files))
 
     @property
     def targets(self):
@@ -96,11 +105,13 @@ class ArrayDataset:
         return None
 
     def __reduce__(self):
-        # Pickled (for a Ray offload actor, say) as its spec: a whole memory-mapped file travels
-        # as its path and mapping, to be mapped again where it is unpickled (the file must be
-        # readable at the same path there); any other array travels as its data.
+        # Pickled (for a Ray offload actor, say) as its spec: a .npy path travels as the path, a
+        # whole memory-mapped file as its path and mapping, to be mapped again where it is
+        # unpickled (the file must be readable at the same path there); any other array travels
+        # as its data.
         return functools.partial(ArrayDataset, names=self._names), tuple(
-            _mapped_array_spec(a) or a for a in self.arrays)
+            npy.path if npy is not None else _mapped_array_spec(a) or a
+            for a, npy in zip(self.arrays, self._files))
 
     def __len__(self):
         return len(self.arrays[0])

@@ -1,8 +1,10 @@
 #include "stoker/sources/array.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
+#include "mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -18,6 +20,41 @@ std::byte* copy_strided(const std::byte* src, const ArrayView& v, size_t dim, st
   for (int64_t i = 0; i < v.shape[dim]; ++i)
     dst = copy_strided(src + i * v.strides[dim], v, dim + 1, dst);
   return dst;
+}
+
+// One guarded column's row, copied under MappedFile's guard (no destructors, no locks).
+struct RowCopy {
+  const std::byte* src;
+  const ArrayView* view;
+  bool contiguous;
+  size_t row_bytes;
+  std::byte* dst;
+};
+
+void copy_row(void* arg) {
+  const auto& c = *static_cast<const RowCopy*>(arg);
+  if (c.contiguous)
+    std::memcpy(c.dst, c.src, c.row_bytes);
+  else
+    copy_strided(c.src, *c.view, 1, c.dst);
+}
+
+// Whether every byte the view addresses lies inside `bytes` (no overflow in the arithmetic).
+bool lies_inside(const ArrayView& v, std::span<const std::byte> bytes) {
+  int64_t lo = 0, hi = 0;  // the first and last element's offsets from v.data
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] == 0) return true;  // no element: nothing is ever read
+    int64_t reach;
+    if (v.shape[d] < 0 || __builtin_mul_overflow(v.strides[d], v.shape[d] - 1, &reach) ||
+        __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+      return false;
+  }
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const auto data = reinterpret_cast<uintptr_t>(v.data);
+  if (data < begin || data - begin > bytes.size()) return false;
+  const uint64_t at = data - begin;  // v.data's offset in the mapping
+  return uint64_t{0} - static_cast<uint64_t>(lo) <= at &&
+         static_cast<uint64_t>(hi) + v.dtype.bytes() <= bytes.size() - at;
 }
 
 }  // namespace
@@ -38,6 +75,13 @@ ArraySource::ArraySource(std::vector<ArrayView> arrays, std::shared_ptr<const vo
           "has " +
           std::to_string(arrays[0].shape[0]) + ", array " + std::to_string(a) + " has " +
           std::to_string(v.shape[0]));
+    if (v.mapping != nullptr && !lies_inside(v, v.mapping->bytes()))
+      throw InvalidArgument("array " + std::to_string(a) + " does not lie inside its file " +
+                            v.mapping->path());
+    if (v.mapping != nullptr && std::none_of(arrays.begin(), arrays.begin() + a, [&](auto& u) {
+          return u.mapping != nullptr && u.mapping->path() == v.mapping->path();
+        }))
+      path_ += (path_.empty() ? "" : ", ") + v.mapping->path();
     if (v.name.empty()) v.name = std::to_string(a);
     FieldSpec spec{v.name, v.dtype, std::vector<int64_t>(v.shape.begin() + 1, v.shape.end())};
     // Dense rows: strides of dimensions 1.. are those of a C-contiguous row.
@@ -61,7 +105,10 @@ void ArraySource::read(const SampleKey& key, std::span<std::byte* const> slots,
   for (size_t c = 0; c < columns_.size(); ++c) {
     const Column& col = columns_[c];
     const std::byte* src = col.view.data + row * col.view.strides[0];
-    if (col.contiguous_rows)
+    if (col.view.mapping != nullptr) {
+      RowCopy copy{src, &col.view, col.contiguous_rows, col.row_bytes, slots[c]};
+      col.view.mapping->copy(copy_row, &copy);
+    } else if (col.contiguous_rows)
       std::memcpy(slots[c], src, col.row_bytes);
     else
       copy_strided(src, col.view, 1, slots[c]);

@@ -241,8 +241,12 @@ ArrayView npy_array_view(const NpyHeader& header, const std::byte* file_start, s
   return v;
 }
 
+const std::string& NpyFile::path() const { return file_->path(); }
+
 ArrayView NpyFile::view(std::string name) const {
-  return npy_array_view(header_, file_->bytes().data(), std::move(name));
+  ArrayView v = npy_array_view(header_, file_->bytes().data(), std::move(name));
+  v.mapping = file_.get();
+  return v;
 }
 
 }  // namespace stoker

@@ -1,11 +1,14 @@
 #include "stoker/sources/npy.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "stoker/errors.h"
 #include "test_temp_dir.h"
@@ -153,6 +156,112 @@ TEST(NpyFile, RowsOfNoBytesAreReadWithoutWalkingTheirDimensions) {
   std::byte* slots[1] = {none};
   source.read({0, 0, 1}, slots, nullptr);
   EXPECT_EQ(source.fields()[0].sample_bytes(), 0u);
+}
+
+// Writes a .npy file of int32 `values` with the given shape and order; returns its path.
+std::string write_npy(const testing::TempDir& dir, const std::string& name,
+                      const std::string& shape, bool fortran, const std::vector<int32_t>& values) {
+  const std::string path = dir.path(name);
+  std::ofstream out(path, std::ios::binary);
+  out << header("{'descr': '<i4', 'fortran_order': " + std::string(fortran ? "True" : "False") +
+                ", 'shape': " + shape + ", }");
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * 4));
+  return path;
+}
+
+TEST(NpyFile, ARowOfAFileTruncatedWhileMappedRaisesIoErrorNamingIt) {
+  testing::TempDir dir;
+  // 128 rows of 256 int32 (1 KiB each) after a 128-byte header: 129 KiB, many pages.
+  std::vector<int32_t> values(128 * 256);
+  std::iota(values.begin(), values.end(), 0);
+  const std::string c_path = write_npy(dir, "rows.npy", "(128, 256)", false, values);
+  // The same numbers in Fortran order: every row is strided across the whole file.
+  const std::string f_path = write_npy(dir, "cols.npy", "(256, 128)", true, values);
+  NpyFile c_file(c_path), f_file(f_path);
+  std::vector<int64_t> labels(128);
+  std::iota(labels.begin(), labels.end(), 0);
+  ArrayView in_memory{reinterpret_cast<const std::byte*>(labels.data()), kInt64, {128}, {8}, "y"};
+  ArraySource rows({c_file.view("x"), in_memory});
+  ArraySource cols({f_file.view("x")});
+  EXPECT_EQ(rows.path(5), c_path);
+  EXPECT_EQ(cols.path(5), f_path);
+
+  std::vector<int32_t> row(256), col(128);
+  int64_t label = -1;
+  std::byte* row_slots[2] = {reinterpret_cast<std::byte*>(row.data()),
+                             reinterpret_cast<std::byte*>(&label)};
+  std::byte* col_slots[1] = {reinterpret_cast<std::byte*>(col.data())};
+  rows.read({0, 0, 100}, row_slots, nullptr);
+  EXPECT_EQ(row[7], 100 * 256 + 7);
+  cols.read({0, 0, 3}, col_slots, nullptr);
+  EXPECT_EQ(col[1], 3 + 256);  // Fortran order: element (3, 1) is the 4th of the 2nd column
+
+  // The first page stays: the header (128 bytes) and rows 0..2; row 3 ends in the second page.
+  ASSERT_EQ(::truncate(c_path.c_str(), 4096), 0);
+  ASSERT_EQ(::truncate(f_path.c_str(), 4096), 0);
+  for (uint64_t r = 0; r < 3; ++r) {  // rows wholly inside read the same bytes as before
+    rows.read({0, 0, r}, row_slots, nullptr);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), values.begin() + r * 256)) << "row " << r;
+    EXPECT_EQ(label, static_cast<int64_t>(r));
+  }
+  const std::string cut =
+      " was truncated while being read (it had 131200 bytes when it was opened)";
+  try {
+    rows.read({0, 0, 100}, row_slots, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), ".npy file " + c_path + cut);
+  }
+  try {
+    cols.read({0, 0, 3}, col_slots, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), ".npy file " + f_path + cut);
+  }
+  // The guard is left as it was: the next read inside the file still works.
+  rows.read({0, 0, 1}, row_slots, nullptr);
+  EXPECT_EQ(row[0], 256);
+}
+
+TEST(NpyFile, AGuardedViewMustLieInsideItsFile) {
+  testing::TempDir dir;
+  std::vector<int32_t> values(16 * 4);
+  std::iota(values.begin(), values.end(), 0);
+  const std::string a_path = write_npy(dir, "a.npy", "(16, 4)", false, values);
+  const std::string b_path = write_npy(dir, "b.npy", "(16, 4)", false, values);
+  NpyFile a(a_path), b(b_path);
+  // Rows reversed, a column picked, two files: all inside, the source's path names both.
+  ArrayView reversed = a.view("r");
+  reversed.data += 15 * reversed.strides[0];
+  reversed.strides[0] = -reversed.strides[0];
+  ArrayView column = a.view("c");
+  column.data += 3 * 4;
+  column.shape = {16};
+  column.strides = {16};
+  ArraySource both({reversed, column, b.view("b"), a.view("a")});
+  EXPECT_EQ(both.path(0), a_path + ", " + b_path);
+  int32_t r[4], c, bb[4], aa[4];
+  std::byte* slots[4] = {reinterpret_cast<std::byte*>(r), reinterpret_cast<std::byte*>(&c),
+                         reinterpret_cast<std::byte*>(bb), reinterpret_cast<std::byte*>(aa)};
+  both.read({0, 0, 2}, slots, nullptr);
+  EXPECT_EQ(r[0], 13 * 4);
+  EXPECT_EQ(c, 2 * 4 + 3);
+  EXPECT_EQ(bb[1], 9);
+  EXPECT_EQ(aa[1], 9);
+
+  ArrayView past_end = a.view();
+  past_end.data += 4;  // the last row's last element lies past the file's end
+  EXPECT_THROW(ArraySource({past_end}), InvalidArgument);
+  ArrayView other = a.view();
+  other.mapping = b.view().mapping;  // the bytes of a, the guard of b
+  EXPECT_THROW(ArraySource({other}), InvalidArgument);
+  ArrayView huge = a.view();
+  huge.strides[0] = int64_t{1} << 62;
+  EXPECT_THROW(ArraySource({huge}), InvalidArgument);
+  ArrayView empty = a.view();
+  empty.shape = {16, 0};  // no element, so nothing is ever read
+  EXPECT_EQ(ArraySource({empty}).size(), 16u);
 }
 
 }  // namespace

@@ -221,11 +221,8 @@ def test_token_file_truncated_mid_epoch_raises_naming_it_instead_of_sigbus(tmp_p
     assert len(errors) >= 29
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ArraySource reads mapped .npy rows without MappedFile's SIGBUS guard (src/sources/array.cc "
-    "is issue 15's): a .npy file truncated mid-epoch kills the process. Integration note in "
-    "docs/hardening.md"))
 def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path):
+    # In a child process: were the read unguarded, the SIGBUS would kill the test run.
     path = tmp_path / "rows.npy"
     np.save(path, np.zeros((64, 1024), np.float32))
     script = textwrap.dedent(f"""
@@ -240,11 +237,40 @@ def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path):
                 pass
         except stoker.SampleError as e:
             print("SampleError", e.index, e.path, flush=True)
+            print(e.__cause__, flush=True)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=TIMEOUT / 2)
     assert proc.returncode == 0, f"died with {proc.returncode}: {proc.stderr[-2000:]}"
-    assert proc.stdout.startswith("SampleError") and str(path) in proc.stdout
+    first, cause = proc.stdout.splitlines()
+    # The worker is at most two batches ahead of the consumer: batches 0..2 may have been read
+    # before the cut, and every row after the first page's lies past it.
+    kind, index, named = first.split(" ", 2)
+    assert kind == "SampleError" and int(index) in (2, 4, 6) and named == str(path)
+    assert cause == (f".npy file {path} was truncated while being read (it had "
+                     f"{64 * 4096 + 128} bytes when it was opened)")
+
+
+def test_npy_file_truncated_mid_epoch_skips_the_rows_that_are_gone(tmp_path):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(64 * 256, dtype=np.int32).reshape(64, 256))  # 1 KiB rows
+    ds = stoker.ArrayDataset(path, np.arange(64), names=["x", "label"])
+    loader = stoker.DataLoader(ds, batch_size=4, num_workers=2, prefetch_factor=1,
+                               output="numpy", on_error="skip", seed=5)
+    it = iter(loader)
+    got = [next(it)]
+    # 15 pages stay: the 128-byte header and rows 0..58; rows 59..63 reach past the cut.
+    os.truncate(path, 15 * 4096)
+    got += list(it)
+    x = np.concatenate([b[0] for b in got])
+    labels = np.concatenate([b[1] for b in got])
+    assert len(labels) == 64 and set(labels[59:]) <= set(range(59))  # replaced by readable rows
+    assert list(labels[:59]) == list(range(59))
+    assert np.array_equal(x, np.arange(64 * 256, dtype=np.int32).reshape(64, 256)[labels])
+    stats = loader.stats()
+    assert stats["skipped"] == 5
+    assert all(str(path) in s and "was truncated while being read" in s
+               for s in stats["skipped_samples"])
 
 
 # --------------------------------------------------------------------------- Python datasets

@@ -49,7 +49,10 @@ ArrayView npy_array_view(const NpyHeader& header, const std::byte* file_start,
 class MappedFile;
 
 // A .npy file mapped read-only. view() is the array (C or Fortran order) over the mapping, valid
-// while the NpyFile lives; rows are read in place, nothing is copied.
+// while the NpyFile lives; rows are read in place, nothing is copied. The view carries the
+// mapping as its guard (ArrayView::mapping): an ArraySource reading it survives the file being
+// truncated, throwing IoError naming the file for the rows that are gone. Reading view().data
+// directly is not guarded.
 class NpyFile {
  public:
   explicit NpyFile(const std::string& path);
@@ -57,6 +60,7 @@ class NpyFile {
   NpyFile(const NpyFile&) = delete;
   NpyFile& operator=(const NpyFile&) = delete;
 
+  const std::string& path() const;
   const NpyHeader& header() const { return header_; }
   // REQUIRES: a header with at least one dimension for ArraySource (a 0-d array is one element).
   ArrayView view(std::string name = {}) const;
