@@ -125,7 +125,7 @@ std::shared_ptr<ImageFolderFiles> write_files(const std::string& tag,
                                               const std::vector<image::testing::NamedFile>& in) {
   std::vector<std::pair<std::string, int64_t>> samples;
   for (size_t i = 0; i < in.size(); ++i) {
-    const std::string path = ::testing::TempDir() + tag + std::to_string(i);
+    const std::string path = test_dir().path(tag + std::to_string(i));
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(in[i].bytes.data()),
                static_cast<std::streamsize>(in[i].bytes.size()));

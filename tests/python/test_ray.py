@@ -6,8 +6,10 @@ says how to install it."""
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -27,13 +29,17 @@ def local_ray():
     # not this test's concern.
     saved = os.environ.get("RAY_memory_monitor_refresh_ms")
     os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # read by the processes ray.init starts
+    # Ray's session files (logs, sockets) in a directory of the test's own, removed afterwards
+    # (short: the sockets' paths must fit in 107 bytes).
+    session_dir = tempfile.mkdtemp(prefix="ray-")
     # 4 logical CPUs on this 2-core machine: room for the actors of two loaders at once.
     ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 << 20,
-             log_to_driver=False, configure_logging=False)
+             log_to_driver=False, configure_logging=False, _temp_dir=session_dir)
     # The Python datasets below travel by value: a Ray worker cannot import this test module.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()
+    shutil.rmtree(session_dir, ignore_errors=True)
     if saved is None:
         del os.environ["RAY_memory_monitor_refresh_ms"]
     else:

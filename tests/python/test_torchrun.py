@@ -95,8 +95,11 @@ class Cluster:
     def start(self, phase, nprocs, rdzv_port):
         script = self.tmp / "worker.py"
         script.write_text(WORKER)
+        # TMPDIR: torchelastic's per-run directories land in the test's own (a SIGKILLed node
+        # cannot remove its own).
+        (self.tmp / "tmp").mkdir(exist_ok=True)
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-                   MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
+                   MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1", TMPDIR=str(self.tmp / "tmp"))
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         started = []
         for node, nproc in enumerate(nprocs):

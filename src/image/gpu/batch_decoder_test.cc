@@ -20,6 +20,7 @@
 #include "stoker/loader.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
+#include "test_temp_dir.h"
 
 namespace stoker::image::gpu {
 namespace {
@@ -28,8 +29,15 @@ using testing::encode_jpeg;
 using testing::encode_png;
 using testing::pattern_rgb;
 
+// The test's files, in a directory of its own removed when the test program exits (ctest runs
+// each test in a process of its own).
+const stoker::testing::TempDir& test_dir() {
+  static const stoker::testing::TempDir dir;
+  return dir;
+}
+
 std::string write_file(const std::string& name, const std::vector<std::byte>& bytes) {
-  const std::string path = ::testing::TempDir() + "gpudec_" + name;
+  const std::string path = test_dir().path(name);
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()),
              static_cast<std::streamsize>(bytes.size()));
@@ -371,7 +379,7 @@ TEST(GpuDecode, LibrariesAreFoundByNameInDirectoriesAndUnderWheelNames) {
   const std::string real = internal::library_path(z);
   ASSERT_FALSE(real.empty());
   // A wheel's renamed copy (torchvision.libs/libnvjpeg.<hash>.so.12), found in its directory.
-  const std::string dir = ::testing::TempDir() + "gpudec_libs";
+  const std::string dir = test_dir().path("libs");
   std::filesystem::create_directories(dir);
   std::filesystem::remove(dir + "/libstokerfake.1a2b3c.so.12");
   std::filesystem::create_symlink(real, dir + "/libstokerfake.1a2b3c.so.12");
