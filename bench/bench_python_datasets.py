@@ -17,6 +17,7 @@ Stoker with it at equal workers and at each one's best ("base" rows).
 """
 
 import argparse
+import gc
 import io
 import json
 import statistics
@@ -98,6 +99,11 @@ def measure(kind, which, workers):  # workers: an int, or "auto" (stoker's defau
     import stoker
     datasets = make_datasets()
     ds, bs = datasets[which]
+    # Every loader starts from the same collector state. A full collection of the heap torch's
+    # import leaves takes ~100 ms here; where the next one falls depends on what was imported
+    # before, and it landed inside the light dataset's 0.2 s in-process epoch for one Stoker
+    # build and not for another (a 0.65x "regression" that gc.collect() here made vanish).
+    gc.collect()
     start = time.perf_counter()
     if kind == "torch":
         loader = torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=True,

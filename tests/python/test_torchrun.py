@@ -30,7 +30,12 @@ N, BATCH, SEED, CHECKPOINT_STEP = 96, 4, 7, 2
 DEADLINE_S = 120  # a phase (start, rendezvous, import torch on 2 cores, the epoch)
 
 WORKER = textwrap.dedent("""
-    import datetime, json, os, sys, time
+    import ctypes, datetime, json, os, signal, sys, time
+    # A node dies whole: torchelastic starts its workers in sessions of their own, so killing the
+    # agent's process group would leave them running. They die with their agent instead.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)  # the agent died before the line above
     import numpy as np
     import torch
     import torch.distributed as dist
