@@ -219,9 +219,12 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
 }
 
 void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error) {
-  ++skipped;
   SampleError described(index, source->path(index), error);
+  // The count and the list change together, under the lock stats() reads both with: a reader
+  // that took the newest records by the count's growth got an old record twice and missed the
+  // new one when it came between the two (the Ray offload actors do exactly that).
   std::lock_guard lock(skipped_mu);
+  ++skipped;
   skipped_samples.emplace_back(described.what());
   if (skipped_samples.size() > kSkippedListed) skipped_samples.pop_front();
 }
@@ -299,9 +302,9 @@ LoaderStats Loader::stats() const {
   LoaderStats out;
   out.batches = s.batches;
   out.samples = s.samples;
-  out.skipped = s.skipped;
   {
     std::lock_guard lock(s.skipped_mu);
+    out.skipped = s.skipped;
     out.skipped_samples.assign(s.skipped_samples.begin(), s.skipped_samples.end());
   }
   out.read_seconds = s.read_ns * 1e-9;

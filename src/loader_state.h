@@ -116,7 +116,8 @@ struct Loader::State {
             uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
 
   // Statistics, updated once per batch.
-  std::atomic<uint64_t> batches{0}, samples{0}, skipped{0};
+  std::atomic<uint64_t> batches{0}, samples{0};
+  uint64_t skipped = 0;  // guarded by skipped_mu, which it changes with skipped_samples
   std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
   mutable std::mutex skipped_mu;
   std::deque<std::string> skipped_samples;  // guarded by skipped_mu; bounded
