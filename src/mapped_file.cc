@@ -95,6 +95,13 @@ MappedFile::~MappedFile() {
 void MappedFile::copy(void (*fn)(void*), void* arg) const {
   sigjmp_buf jmp;
   if (sigsetjmp(jmp, 0) != 0) {
+    // A handler run through a wrapper (ThreadSanitizer's) may have had SIGBUS blocked despite
+    // SA_NODEFER; the jump out of it would leave it blocked, and the next SIGBUS on this thread
+    // would then kill the process. One syscall, on the error path only.
+    sigset_t bus;
+    sigemptyset(&bus);
+    sigaddset(&bus, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
     throw IoError(what_ + " " + path_ + " was truncated while being read (it had " +
                   std::to_string(size_) + " bytes when it was opened)");
   }
