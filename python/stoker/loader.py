@@ -55,6 +55,29 @@ def _env_int(name, default):
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _ranks(rank, world_size):
+    """(rank, world_size), from torchrun's RANK and WORLD_SIZE where not given; checked."""
+    rank = _env_int("RANK", 0) if rank is None else rank
+    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    if not _is_int(world_size) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if not _is_int(rank) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+    return rank, world_size
+
+
+def _feed_options(device, output, gpu_prefetch, gpu_prefetch_bytes):
+    """(torch.device or None, GPU prefetch depth, GPU byte cap or None) of a loader's device=,
+    gpu_prefetch= and gpu_prefetch_bytes=; checked (a CUDA device yields torch tensors)."""
+    resolved = _device.resolve_device(device)
+    if resolved is not None and output != "torch":
+        raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
+                         f"got {output!r}")
+    cap = None if gpu_prefetch_bytes is None else \
+        _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
+    return resolved, _device.resolve_prefetch(gpu_prefetch), cap
+
+
 def _torch_available():
     try:
         import torch  # noqa: F401
@@ -179,31 +202,20 @@ class DataLoader:
                           stacklevel=2)
             pin = "off"
         budget = _parse_bytes(memory_budget)
-        rank = _env_int("RANK", 0) if rank is None else rank
-        world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-        if not _is_int(world_size) or world_size < 1:
-            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-        if not _is_int(rank) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        rank, world_size = _ranks(rank, world_size)
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
-        self._gpu_prefetch = _device.resolve_prefetch(gpu_prefetch)
-        self._gpu_cap = None if gpu_prefetch_bytes is None else \
-            _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
-        self._device = _device.resolve_device(device)
+        self._device, self._gpu_prefetch, self._gpu_cap = _feed_options(
+            device, output, gpu_prefetch, gpu_prefetch_bytes)
         # A dataset that decodes on the GPU (decode="cuda") brings its own copy engine.
         self._engine_factory = getattr(dataset, "_device_engine", None)
         if self._engine_factory is not None and self._device is None:
             raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
                              f"batches: pass device=\"cuda\" to the DataLoader")
-        if self._device is not None:
-            if output != "torch":
-                raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
-                                 f"got {output!r}")
-            if _native.cuda_available():  # pin with the device's own context, create no other
-                _native.cuda_set_host_device(self._device.index)
+        if self._device is not None and _native.cuda_available():
+            _native.cuda_set_host_device(self._device.index)  # pin with the device's own context
         self._engine = None  # the copy engine (one copy stream), made at the first iteration
         self._gpu_stats = {}
 

@@ -36,7 +36,8 @@ from . import _native, _state, balance
 from . import device as _device
 from ._offload_actor import Producer, fingerprint, nbytes, unpack, unpack_error
 from .errors import WorkerError
-from .loader import _PY_DEFAULTS, DataLoader, _env_int, _is_int, _is_native, _parse_bytes
+from .loader import (_PY_DEFAULTS, DataLoader, _feed_options, _is_int, _is_native,
+                     _parse_bytes, _ranks)
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
             "(or: pip install ray)")
@@ -223,24 +224,14 @@ class OffloadLoader(DataLoader):
                                               and 1 <= prefetch_factor <= 64):
             raise ValueError(f'prefetch_factor must be "auto" or an integer in [1, 64], got '
                              f'{prefetch_factor!r}')
-        rank = _env_int("RANK", 0) if rank is None else rank
-        world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-        if not _is_int(world_size) or world_size < 1:
-            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-        if not _is_int(rank) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        rank, world_size = _ranks(rank, world_size)
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
         budget = _parse_bytes(memory_budget)
-        self._device = _device.resolve_device(device)
-        if self._device is not None and output != "torch":
-            raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
-                             f"got {output!r}")
-        self._gpu_prefetch = _device.resolve_prefetch(gpu_prefetch)
-        self._gpu_cap = None if gpu_prefetch_bytes is None else \
-            _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
+        self._device, self._gpu_prefetch, self._gpu_cap = _feed_options(
+            device, output, gpu_prefetch, gpu_prefetch_bytes)
         self._engine = None
         self._gpu_stats = {}
         # A stratified or weighted order: the actors build the same one from the same labels.

@@ -226,10 +226,8 @@ class PythonLoader(DataLoader):
         if stratified and batch_size is None:
             raise ValueError('shuffle="stratified" and class_weights need batch_size (batches '
                              'are what they balance)')
-        gpu_device = _device.resolve_device(device)
-        if gpu_device is not None and output != "torch":
-            raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
-                             f"got {output!r}")
+        gpu_device, self._gpu_prefetch, self._gpu_cap = _loader._feed_options(
+            device, output, gpu_prefetch, gpu_prefetch_bytes)
         context = _context(multiprocessing_context, num_workers)
         if isinstance(num_workers, int) and num_workers > 0:
             _warn_worker_count(num_workers)
@@ -281,9 +279,6 @@ class PythonLoader(DataLoader):
         if self._pinned_pool:
             _device.install_fence_provider()
         self._device = gpu_device
-        self._gpu_prefetch = _device.resolve_prefetch(gpu_prefetch)
-        self._gpu_cap = None if gpu_prefetch_bytes is None else \
-            _loader._parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
         self._engine = None  # the copy engine (one copy stream), made at the first iteration
         self._gpu_stats = {}
         self._iterable = iterable
