@@ -7,19 +7,6 @@ import pytest
 # The ASan/UBSan lane of tools/run_tests.py runs this suite against build/pyasan/site.
 ASAN_LANE = os.environ.get("STOKER_EXPECT_ASAN") == "1"
 
-# Tests whose assertion is a decision the loader takes from the wall-clock pace of samples that
-# sleep or spin (fork or not, threads or processes, who produced a chunk first). Under ASan's
-# slowdown the pace differs, so the decision differs; they run in the release lane. (They live in
-# test_python_datasets.py; replacing them by decisions fed synthetic timings is issue 14's.)
-TIMING_DECISIONS = {
-    "tests/python/test_python_datasets.py::"
-    "test_auto_workers_are_forked_only_when_the_measured_work_pays_for_it",
-    "tests/python/test_python_datasets.py::"
-    "test_auto_runs_on_threads_when_the_work_releases_the_gil",
-    "tests/python/test_python_datasets.py::"
-    "test_the_consumer_produces_samples_of_the_batch_it_waits_for",
-}
-
 
 def pytest_sessionstart(session):
     if not ASAN_LANE:
@@ -32,15 +19,6 @@ def pytest_sessionstart(session):
     if site not in native.__file__ or "libasan" not in maps:
         pytest.exit(f"ASan lane: the extension {native.__file__} is not the ASan build in {site} "
                     "or libasan is not loaded (make ext-asan; see tools/run_tests.py)", 2)
-
-
-def pytest_collection_modifyitems(config, items):
-    if not ASAN_LANE:
-        return
-    skip = pytest.mark.skip(reason="a decision from wall-clock pace: release lane only")
-    for item in items:
-        if item.nodeid.split("[")[0] in TIMING_DECISIONS:
-            item.add_marker(skip)
 
 
 def wait_until(condition, timeout=30.0):

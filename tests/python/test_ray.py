@@ -20,6 +20,8 @@ from stoker import transforms as T
 from stoker.sample_data import make_sample
 from stoker.testing import FaultyDataset
 
+from conftest import ASAN_LANE
+
 ray = pytest.importorskip("ray")
 
 
@@ -32,11 +34,23 @@ def local_ray():
     # Ray's session files (logs, sockets) in a directory of the test's own, removed afterwards
     # (short: the sockets' paths must fit in 107 bytes).
     session_dir = tempfile.mkdtemp(prefix="ray-")
-    # 4 logical CPUs on this 2-core machine: room for the actors of two loaders at once.
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 << 20,
-             log_to_driver=False, configure_logging=False, _temp_dir=session_dir)
+    # In the ASan lane libasan goes to the processes that load the extension (this one, and Ray's
+    # workers through the job's runtime_env), not to Ray's own uninstrumented daemons: a raylet
+    # under libasan once missed Ray's fixed 30 s start limit on a loaded CI machine.
+    preload = os.environ.pop("LD_PRELOAD", None) if ASAN_LANE else None
+    runtime_env = {"env_vars": {"LD_PRELOAD": preload}} if preload else None
+    try:
+        # 4 logical CPUs on this 2-core machine: room for the actors of two loaders at once.
+        ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 << 20,
+                 log_to_driver=False, configure_logging=False, _temp_dir=session_dir,
+                 runtime_env=runtime_env)
+    finally:
+        if preload:
+            os.environ["LD_PRELOAD"] = preload
     # The Python datasets below travel by value: a Ray worker cannot import this test module.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if ASAN_LANE:  # the workers run the ASan build of the extension, as this process does
+        assert ray.get(asan_runtime.remote()) == asan_runtime._function()
     yield
     ray.shutdown()
     shutil.rmtree(session_dir, ignore_errors=True)
@@ -44,6 +58,13 @@ def local_ray():
         del os.environ["RAY_memory_monitor_refresh_ms"]
     else:
         os.environ["RAY_memory_monitor_refresh_ms"] = saved
+
+
+@ray.remote
+def asan_runtime():
+    """Where this process's extension comes from, and whether libasan is loaded."""
+    with open("/proc/self/maps") as maps:
+        return stoker._native.__file__, "libasan" in maps.read()
 
 
 @pytest.fixture
