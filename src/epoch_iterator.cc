@@ -154,6 +154,7 @@ class ThreadedIterator final : public EpochIterator {
     std::unique_lock lock(mu_);
     if (next_deliver_ >= end_) return Status::kEnd;
     Slot& slot = ring_[next_deliver_ % ring_size_];
+    if (failure_) std::rethrow_exception(failure_);
     while (!slot.ready) {
       check_stall_locked();
       if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force(this, next_deliver_);
@@ -161,6 +162,7 @@ class ThreadedIterator final : public EpochIterator {
       consumer_waiting_ = true;
       ready_.wait_until(lock, slice);
       consumer_waiting_ = false;
+      if (failure_) std::rethrow_exception(failure_);
       if (!slot.ready && Clock::now() >= deadline) {
         const int64_t waited = elapsed_ns(start);
         st_->consumer_wait_ns += waited;
@@ -238,7 +240,21 @@ class ThreadedIterator final : public EpochIterator {
                                 length);
   }
 
+  // A failure outside any sample (the worker's state cannot be made, a batch buffer cannot be
+  // allocated or pinned) ends the epoch: the consumer gets it from its next call.
   void work(int me) {
+    try {
+      produce(me);
+    } catch (...) {
+      {
+        std::lock_guard lock(mu_);
+        if (!failure_) failure_ = std::current_exception();
+      }
+      ready_.notify_all();
+    }
+  }
+
+  void produce(int me) {
     const std::stop_token stop = stop_.get_token();
     std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
     std::unique_lock lock(mu_);
@@ -268,7 +284,12 @@ class ThreadedIterator final : public EpochIterator {
           if (!entered) return;  // stopped
         }
         const auto waited = Clock::now();
-        buffer = st_->pool->acquire(stop);
+        try {
+          buffer = st_->pool->acquire(stop);
+        } catch (...) {
+          if (gated_) st_->buffer_gate->leave();
+          throw;  // opening_ stays set: no other worker opens a batch of this failed epoch
+        }
         st_->buffer_wait_ns += elapsed_ns(waited);
         if (gated_ && buffer) {
           buffer = BufferGate::wrap(st_->buffer_gate, std::move(buffer));
@@ -429,8 +450,9 @@ class ThreadedIterator final : public EpochIterator {
   uint64_t next_claim_;     // guarded by mu_; the next batch to open
   uint64_t next_deliver_;   // guarded by mu_
   uint64_t next_chunked_;   // guarded by mu_; open batches before it have every sample handed out
-  bool consumer_waiting_ = false;                 // guarded by mu_; skips needless notifies
-  int workers_waiting_ = 0;                       // guarded by mu_
+  bool consumer_waiting_ = false;  // guarded by mu_; skips needless notifies
+  int workers_waiting_ = 0;        // guarded by mu_
+  std::exception_ptr failure_;     // guarded by mu_; a worker's failure outside any sample
   std::optional<Clock::time_point> stall_since_;  // consumer thread only
 
   std::stop_source stop_;

@@ -448,6 +448,64 @@ class KeySource final : public Source {
   std::vector<FieldSpec> fields_;
 };
 
+// A worker whose state cannot be made: the source's error reaches the consumer.
+class StatelessSource final : public Source {
+ public:
+  StatelessSource() : fields_{{"x", {DType::kInt, 64}, {1}}} {}
+  uint64_t size() const override { return 64; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  std::unique_ptr<WorkerState> make_worker_state() const override {
+    throw IoError("the worker's model file cannot be opened");
+  }
+  void read(const SampleKey&, std::span<std::byte* const>, WorkerState*) const override {}
+
+ private:
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(Loader, AWorkerThatFailsOutsideAnySampleEndsTheEpochWithItsError) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  for (int workers : {1, 3}) {
+    o.num_workers = workers;
+    Loader loader(std::make_shared<StatelessSource>(), o);
+    auto it = loader.iterate(0);
+    EXPECT_THROW(
+        try { it->next(); } catch (const IoError& e) {
+          EXPECT_STREQ(e.what(), "the worker's model file cannot be opened");
+          throw;
+        },
+        IoError);
+    EXPECT_THROW(it->next(), IoError);  // the epoch stays failed
+  }
+}
+
+// Samples of 2^46 bytes: no batch buffer of them can be allocated (the address space is 2^47).
+class HugeSource final : public Source {
+ public:
+  HugeSource() : fields_{{"x", kUInt8, {uint64_t{1} << 46}}} {}
+  uint64_t size() const override { return 8; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  void read(const SampleKey&, std::span<std::byte* const> slots, WorkerState*) const override {
+    *slots[0] = std::byte{1};
+  }
+
+ private:
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(Loader, ABufferThatCannotBeAllocatedEndsTheEpochWithItsError) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.memory_budget = uint64_t{1} << 50;  // the budget allows it; the allocation fails
+  for (int workers : {0, 2}) {
+    o.num_workers = workers;
+    Loader loader(std::make_shared<HugeSource>(), o);
+    auto it = loader.iterate(0);
+    EXPECT_THROW(it->next(), std::bad_alloc) << workers;
+  }
+}
+
 TEST(Loader, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
   std::vector<int64_t> labels(300, 0);
   for (size_t i = 0; i < 12; ++i) labels[i * 25] = 1;  // 12 rare samples, drawn ~150 times
