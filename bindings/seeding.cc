@@ -2,6 +2,7 @@
 // generators (GlobalSeeder) and the fetch loop that seeds and calls __getitem__ (SampleFetcher).
 // The engine code is in src/python/ (global_seeder.h states the private layouts it relies on).
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -9,6 +10,8 @@
 
 #include <array>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -141,14 +144,18 @@ void register_seeding(nb::module_& m) {
       .def(
           "fetch",
           [](SampleFetcher& f, nb::handle dataset, uint64_t epoch, nb::handle indices,
-             uint64_t batch) {
+             uint64_t batch, uint64_t first_row, std::optional<std::vector<uint64_t>> cycles) {
             return nb::steal(python_errors([&] {
-                               return f.fetch(dataset.ptr(), epoch, indices.ptr(), batch);
+                               return f.fetch(dataset.ptr(), epoch, indices.ptr(), batch, first_row,
+                                              cycles ? std::span<const uint64_t>(*cycles)
+                                                     : std::span<const uint64_t>());
                              }).release());
           },
           nb::arg("dataset"), nb::arg("epoch"), nb::arg("indices"), nb::arg("batch") = 0,
+          nb::arg("first_row") = 0, nb::arg("cycles").none() = nb::none(),
           "[dataset[i] for i in indices], each with the global generators seeded for its "
-          "sample.")
+          "sample: `indices` are the rows from `first_row` on of batch `batch`; `cycles` (one a "
+          "sample) key the draws of a stratified order instead of the epoch.")
       .def("take_skipped",
            [](SampleFetcher& f) {
              return nb::steal(python_errors([&] { return f.take_skipped(); }).release());

@@ -334,9 +334,9 @@ class SampleFetcher:
 
     def __init__(self, seed: int, seeding: str, seeder: GlobalSeeder | None, slow_seed: object | None, leave_alone: Sequence[bool], skip: bool = False, size: int = 0) -> None: ...
 
-    def fetch(self, dataset: object, epoch: int, indices: object, batch: int = 0) -> object:
+    def fetch(self, dataset: object, epoch: int, indices: object, batch: int = 0, first_row: int = 0, cycles: Sequence[int] | None = None) -> object:
         """
-        [dataset[i] for i in indices], each with the global generators seeded for its sample.
+        [dataset[i] for i in indices], each with the global generators seeded for its sample: `indices` are the rows from `first_row` on of batch `batch`; `cycles` (one a sample) key the draws of a stratified order instead of the epoch.
         """
 
     def take_skipped(self) -> object: ...

@@ -17,6 +17,26 @@ import dataclasses
 from . import _native
 
 
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """Samples of one batch, as the order draws them: ``indices`` (or sampler keys) at rows
+    ``first_row`` on of the batch, and ``cycles``, one a sample in a stratified order (a draw's
+    randomness is keyed by its cycle through its class, as the native loader keys it), else None
+    (keyed by the epoch)."""
+    indices: list
+    cycles: list | None = None
+    first_row: int = 0
+
+    def __len__(self):
+        return len(self.indices)
+
+    def part(self, start, stop):
+        """Rows [start, stop) of these draws."""
+        return Draws(self.indices[start:stop],
+                     None if self.cycles is None else self.cycles[start:stop],
+                     self.first_row + start)
+
+
 @dataclasses.dataclass
 class BatchOrder:
     dataset: object
@@ -44,23 +64,24 @@ class BatchOrder:
                                         self.rank, self.world_size, origin)
 
     def batches(self, seed, epoch, start=0, origin=0):
-        """(batch number, [indices]) of the epoch from batch ``start`` on (of the plan that
-        begins at global position ``origin``). Without auto-collation the list holds one index
-        (or sampler key)."""
+        """(batch number, Draws) of the epoch from batch ``start`` on (of the plan that begins
+        at global position ``origin``). Without auto-collation a batch draws one index (or
+        sampler key)."""
         if self.batch_sampler is not None:
             for b, indices in enumerate(self.batch_sampler):
                 if b >= start:
-                    yield b, list(indices)
+                    yield b, Draws(list(indices))
         elif self.sampler is not None:
             for b, key in enumerate(self.sampler):
                 if b >= start:
-                    yield b, [key]
+                    yield b, Draws([key])
         elif self.stratified is not None:
             for b in range(start, len(self.stratified)):
-                yield b, self.stratified.batch_indices(epoch, b)
+                yield b, Draws(*self.stratified.batch_draws(epoch, b))
         else:
             n = len(self.dataset)
             bs = self.batch_size or 1
             for b in range(start, self.num_batches(origin)):
-                yield b, _native.batch_indices(n, bs, self.shuffle, seed, epoch, self.drop_last,
-                                               self.rank, self.world_size, b, origin)
+                yield b, Draws(_native.batch_indices(n, bs, self.shuffle, seed, epoch,
+                                                     self.drop_last, self.rank, self.world_size,
+                                                     b, origin))

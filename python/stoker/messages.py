@@ -2,8 +2,8 @@
 
 Training process -> worker, on the worker's task pipe (pickled):
 
-- ``Task``: produce one batch. Map-style: ``indices`` are its samples. IterableDataset: ``indices``
-  is None and the worker takes the next batch of its own copy of the stream (a new stream when
+- ``Task``: produce one batch. Map-style: ``draws`` are its samples (batch_order.Draws).
+  IterableDataset: ``draws`` is None and the worker takes the next batch of its own copy of the stream (a new stream when
   ``epoch`` changes). ``slot``: where in the shared arena the batch's arrays go (None: no buffer
   was free; the arrays travel pickled).
 - ``STOP`` (an empty message): exit (exit code 0).
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .batch_order import Draws
 from .batch_structure import EncodedBatch
 from .remote_errors import RemoteError
 
@@ -41,7 +42,7 @@ class Task:
     task_id: int
     epoch: int
     batch_no: int  # the batch's number in the epoch (seeds samples fetched by non-integer keys)
-    indices: list | None  # None: the next batch of an IterableDataset stream
+    draws: Draws | None  # None: the next batch of an IterableDataset stream
     slot: Slot | None
     stream_seed: int | None = None  # IterDataPipe: the epoch's shared seed (torch's)
 

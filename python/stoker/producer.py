@@ -36,10 +36,11 @@ class Producer:
                                        config.on_error == "skip", config.size)
         self.stream = None  # IterableDataset: (epoch, iterator) of this producer's copy
 
-    def fetch(self, epoch, indices, batch_no):
-        """[dataset[i] for i in indices], each seeded for its sample. A sample's exception
-        carries its index as ``_stoker_index``."""
-        return self.fetcher.fetch(self.dataset, epoch, indices, batch_no)
+    def fetch(self, epoch, draws, batch_no):
+        """[dataset[i] for i in draws.indices], each seeded for its sample (batch_order.Draws).
+        A sample's exception carries its index as ``_stoker_index``."""
+        return self.fetcher.fetch(self.dataset, epoch, draws.indices, batch_no, draws.first_row,
+                                  draws.cycles)
 
     def take_skipped(self):
         """(index, "Type: message") of the samples on_error="skip" replaced since the last call."""
@@ -66,14 +67,14 @@ class Producer:
         return batch_structure.collate(samples, c.collate_fn, c.auto_collation,
                                        writer or batch_structure.HeapWriter())
 
-    def produce_here(self, epoch, indices, batch_no):
+    def produce_here(self, epoch, draws, batch_no):
         """A batch produced in the training process (its callers keep their generator states):
         the batch, or None at the end of an IterableDataset. Raises a sample's error as a
         SampleError naming the sample."""
         with seeding.caller_states_kept(self.config.seed_samples is not False):
             try:
-                samples = self.next_samples(epoch) if indices is None else \
-                    self.fetch(epoch, indices, batch_no)
+                samples = self.next_samples(epoch) if draws is None else \
+                    self.fetch(epoch, draws, batch_no)
             except Exception as e:
                 raise local_exception(e) from e
         if not samples:

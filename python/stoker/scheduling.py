@@ -137,7 +137,7 @@ class EpochIterator:
         return self.local
 
     def _pull(self):
-        """The next (batch number, indices) of the order; (batch number, None) for an
+        """The next (batch number, Draws) of the order; (batch number, None) for an
         IterableDataset; None when the order is exhausted."""
         if self.iterable:
             b = self.next_batch_no
@@ -154,16 +154,16 @@ class EpochIterator:
         nxt = self._pull()
         if nxt is None:
             return None
-        b, indices = nxt
+        b, draws = nxt
         state = _Pending(b, None, done=True)
         t0 = time.perf_counter()
         try:
-            if self.policy is not None and self.session is None and indices is not None \
+            if self.policy is not None and self.session is None and draws is not None \
                     and not self.measured:
                 self.measured = True
-                batch = self._produce_measured(b, indices)
+                batch = self._produce_measured(b, draws)
             else:
-                batch = self._producer().produce_here(self.epoch, indices, b)
+                batch = self._producer().produce_here(self.epoch, draws, b)
         except Exception as e:
             state.error = e
             return state
@@ -171,20 +171,22 @@ class EpochIterator:
             self.exhausted = True
             return None
         state.batch = batch
-        state.samples = (len(indices) if self.plan.config.auto_collation else 1) \
-            if indices is not None else batch_structure.batch_len(batch)
-        if self.policy is not None and self.session is None and indices:
-            left = (self.total - b - 1) * len(indices)
-            self._decide(self.policy.after_batch((time.perf_counter() - t0) / len(indices), left))
+        state.samples = (len(draws) if self.plan.config.auto_collation else 1) \
+            if draws is not None else batch_structure.batch_len(batch)
+        if self.policy is not None and self.session is None and draws:
+            left = (self.total - b - 1) * len(draws)
+            self._decide(self.policy.after_batch((time.perf_counter() - t0) / len(draws), left))
         return state
 
-    def _produce_measured(self, b, indices):
+    def _produce_measured(self, b, draws):
         """The epoch's first batch here, in timed chunks: the policy may start workers (for the
         batches after this one) from the first two chunks' pace, after a thread trial if the
         dataset allows one."""
         p = self._producer()
-        chunk = -(-len(indices) // 16)
-        parts = [indices[k:k + chunk] for k in range(0, len(indices), chunk)]
+        n = len(draws)
+        chunk = -(-n // 16)
+        bounds = [(k, min(k + chunk, n)) for k in range(0, n, chunk)]
+        parts = [draws.part(*r) for r in bounds]
         samples, pace = [], float("inf")
         with seeding.caller_states_kept(self.plan.config.seed_samples is not False):
             try:
@@ -196,7 +198,8 @@ class EpochIterator:
                 decision = None
                 if self.policy.wants_thread_trial() and len(rest) >= 6:
                     # two chunks a thread: one chunk's time is too noisy on a busy machine
-                    got, seconds = self._thread_trial(rest[0] + rest[1], rest[2] + rest[3], b)
+                    two = [draws.part(bounds[k][0], bounds[k + 1][1]) for k in (2, 4)]
+                    got, seconds = self._thread_trial(*two, b)
                     samples += got
                     rest = rest[4:]
                     decision = self.policy.thread_trial(pace, seconds)
@@ -259,7 +262,7 @@ class EpochIterator:
             nxt = self._pull()
             if nxt is None:
                 break
-            b, indices = nxt
+            b, draws = nxt
             w = self.active[self.rr % len(self.active)]
             self.rr += 1
             shared = self.session.shared_pool
@@ -267,7 +270,7 @@ class EpochIterator:
             slot = Slot(lease.offset, shared.buffer_bytes) if lease is not None else None
             tid = self._loader._new_task_id()
             self.pending[tid] = _Pending(b, w, lease)
-            self.session.pool.submit(w, Task(tid, self.epoch, b, indices, slot,
+            self.session.pool.submit(w, Task(tid, self.epoch, b, draws, slot,
                                              self.plan.stream_seed))
 
     def _collect(self, timeout):

@@ -112,7 +112,7 @@ def run_task(producer, task, worker_id, arena=None, arena_tensor=None):
     writer = batch_structure.SlotWriter(arena_tensor, slot.offset, slot.capacity) \
         if slot is not None else None
     try:
-        if task.indices is None:
+        if task.draws is None:
             if task.stream_seed is not None and (producer.stream is None
                                                  or producer.stream[0] != task.epoch):
                 _seed_datapipe(producer.dataset, task.stream_seed)
@@ -120,7 +120,7 @@ def run_task(producer, task, worker_id, arena=None, arena_tensor=None):
             if not samples:
                 return StreamEnd(task.task_id)
         else:
-            samples = producer.fetch(task.epoch, task.indices, task.batch_no)
+            samples = producer.fetch(task.epoch, task.draws, task.batch_no)
         batch = producer.collate(samples, writer)
         encoded = batch_structure.encode(batch, writer)
         if writer is not None:  # its pages count here only while written

@@ -1,5 +1,6 @@
 #include "python/sample_fetcher.h"
 
+#include <string>
 #include <utility>
 
 #include "stoker/errors.h"
@@ -95,12 +96,18 @@ SampleFetcher::SampleFetcher(Options options)
   }
 }
 
-PyRef SampleFetcher::fetch(PyObject* dataset, uint64_t epoch, PyObject* indices, uint64_t batch) {
+PyRef SampleFetcher::fetch(PyObject* dataset, uint64_t epoch, PyObject* indices, uint64_t batch,
+                           uint64_t first_row, std::span<const uint64_t> cycles) {
   const PyRef list = check(PyRef::steal(PySequence_List(indices)));
+  if (!cycles.empty() && cycles.size() != static_cast<size_t>(PyList_GET_SIZE(list.get())))
+    throw InvalidArgument("SampleFetcher::fetch: " + std::to_string(cycles.size()) +
+                          " cycles for " + std::to_string(PyList_GET_SIZE(list.get())) +
+                          " samples");
+  const Rows rows{batch, first_row, cycles};
   while (true) {
     const PyRef out = check(PyRef::steal(PyList_New(0)));
     const PyRef skipped = check(PyRef::steal(PyList_New(0)));
-    if (run(dataset, epoch, list.get(), batch, out.get(), skipped.get())) {
+    if (run(dataset, epoch, list.get(), rows, out.get(), skipped.get())) {
       const Py_ssize_t n = PyList_GET_SIZE(skipped.get());
       for (Py_ssize_t k = 0; k < n; ++k)
         if (PyList_Append(skipped_.get(), PyList_GET_ITEM(skipped.get(), k)) != 0)
@@ -128,7 +135,7 @@ std::vector<std::string> SampleFetcher::modes() const {
 // False when a lazy generator changed on the way: it is seeded from then on and the chunk must
 // run again. (Checked once a chunk, not a sample: ~0.1 us a sample less, and __getitem__ runs
 // twice for at most three chunks a producer.)
-bool SampleFetcher::run(PyObject* dataset, uint64_t epoch, PyObject* list, uint64_t batch,
+bool SampleFetcher::run(PyObject* dataset, uint64_t epoch, PyObject* list, const Rows& rows,
                         PyObject* out, PyObject* skipped) {
   Prints lazy{};  // the lazy generators' prints when the chunk started, or when they turned lazy
   for (int g = 0; g < G::kGenerators; ++g)
@@ -137,10 +144,12 @@ bool SampleFetcher::run(PyObject* dataset, uint64_t epoch, PyObject* list, uint6
   const Py_ssize_t n = PyList_GET_SIZE(list);
   for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject* index = PyList_GET_ITEM(list, k);
+    const uint64_t key_epoch = rows.cycles.empty() ? epoch : rows.cycles[k];
     uint64_t i = 0;
-    const uint64_t key = integer_index(index, i)
-                             ? sample_key(o_.seed, epoch, i)
-                             : position_key(o_.seed, epoch, batch, static_cast<uint64_t>(k));
+    const uint64_t key =
+        integer_index(index, i)
+            ? sample_key(o_.seed, key_epoch, i)
+            : position_key(o_.seed, epoch, rows.batch, rows.first_row + static_cast<uint64_t>(k));
     PyRef got = PyRef::steal(attempt(getitem.get(), dataset, index, key, lazy));
     if (!got) {
       if (!PyErr_ExceptionMatches(PyExc_Exception)) raise_with_index(index);
@@ -154,7 +163,7 @@ bool SampleFetcher::run(PyObject* dataset, uint64_t epoch, PyObject* list, uint6
       const PyRef text = pending_error_text();
       const PyRef record = check(PyRef::steal(PyTuple_Pack(2, index, text.get())));
       if (PyList_Append(skipped, record.get()) != 0) throw PythonError{};
-      got = PyRef::steal(replacement(getitem.get(), dataset, epoch, index, lazy));
+      got = PyRef::steal(replacement(getitem.get(), dataset, key_epoch, index, lazy));
       if (!got) raise_with_index(index);
     }
     if (PyList_Append(out, got.get()) != 0) throw PythonError{};

@@ -2,9 +2,12 @@
 // generators seeded for that sample (internal to Stoker's Python-dataset engine).
 //
 // Keys: sample i of an epoch gets key = hash_key(seed, epoch, i) >> 1 (63 bits, so that
-// torch.initial_seed(), which reports it, fits in an int64 tensor). A sample fetched by a key that
+// torch.initial_seed(), which reports it, fits in an int64 tensor). In a stratified order a draw
+// is keyed by its cycle through its class instead of the epoch (as the native loader keys it), so
+// the repeats of an oversampled sample draw their own randomness. A sample fetched by a key that
 // is not an integer (a list from a bulk-loading sampler, a string) gets the key of its place in the
-// epoch instead, position_key(seed, epoch, batch, row): still the same whichever worker runs it.
+// epoch instead, position_key(seed, epoch, batch, row): still the same whichever worker runs it,
+// and whichever part of the batch it is fetched with.
 //
 // Seeding modes:
 // - kAlways: every generator is seeded before every sample.
@@ -30,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,11 +67,14 @@ class SampleFetcher {
   // REQUIRES: with seeding, a seeder or a slow_seed (InvalidArgument otherwise).
   explicit SampleFetcher(Options options);
 
-  // [dataset[i] for i in indices], each seeded for its sample (batch `batch` of `epoch`). The
-  // dataset is an argument, not held: a reference from here would be out of sight of the garbage
-  // collector. An exception from __getitem__ propagates (PythonError) with the sample's index as
-  // its `_stoker_index` attribute.
-  PyRef fetch(PyObject* dataset, uint64_t epoch, PyObject* indices, uint64_t batch);
+  // [dataset[i] for i in indices], each seeded for its sample: `indices` are the rows from
+  // `first_row` on of batch `batch` of `epoch`; `cycles` (empty, or one a sample) key the draws of
+  // a stratified order. The dataset is an argument, not held: a reference from here would be out
+  // of sight of the garbage collector. An exception from __getitem__ propagates (PythonError) with
+  // the sample's index as its `_stoker_index` attribute. REQUIRES: cycles empty or as long as
+  // indices (InvalidArgument).
+  PyRef fetch(PyObject* dataset, uint64_t epoch, PyObject* indices, uint64_t batch,
+              uint64_t first_row = 0, std::span<const uint64_t> cycles = {});
 
   // (index, "Type: message") of the samples on_error="skip" replaced since the last call.
   PyRef take_skipped();
@@ -80,7 +87,11 @@ class SampleFetcher {
   using G = GlobalSeeder::Generator;
   using Prints = std::array<GlobalSeeder::Print, G::kGenerators>;
 
-  bool run(PyObject* dataset, uint64_t epoch, PyObject* list, uint64_t batch, PyObject* out,
+  struct Rows {  // where a fetched list sits: its batch, first row, and the draws' cycles
+    uint64_t batch, first_row;
+    std::span<const uint64_t> cycles;
+  };
+  bool run(PyObject* dataset, uint64_t epoch, PyObject* list, const Rows& rows, PyObject* out,
            PyObject* skipped);
   PyObject* attempt(PyObject* getitem, PyObject* dataset, PyObject* index, uint64_t key,
                     Prints& lazy);

@@ -133,6 +133,33 @@ TEST(SampleFetcher, ANonIntegerIndexIsSeededFromItsPlaceInTheEpoch) {
                                  ")]");
 }
 
+TEST(SampleFetcher, APartOfABatchIsSeededFromItsRowsInTheBatch) {
+  Fixture t;
+  SampleFetcher f = t.fetcher(SampleFetcher::Seeding::kAlways);
+  // Rows 2 and 3 of batch 7, fetched as a part: the keys of the whole batch's rows 2 and 3.
+  const PyRef part = f.fetch(eval(t.ns, "Data()").get(), 2, eval(t.ns, "[[4, 5], [6, 7]]").get(), 7,
+                             /*first_row=*/2);
+  EXPECT_EQ(repr(part.get()), "[((4, 5), 624, " + std::to_string(position_key(5, 2, 7, 2)) +
+                                  "), ((6, 7), 624, " + std::to_string(position_key(5, 2, 7, 3)) +
+                                  ")]");
+}
+
+TEST(SampleFetcher, StratifiedDrawsAreKeyedByTheirCycles) {
+  Fixture t;
+  SampleFetcher f = t.fetcher(SampleFetcher::Seeding::kAlways);
+  // Sample 3 drawn three times in one epoch (an oversampled class): three cycles, three keys.
+  const std::vector<uint64_t> cycles{4, 5, 6};
+  const PyRef got =
+      f.fetch(eval(t.ns, "Data()").get(), 2, eval(t.ns, "[3, 3, 3]").get(), 0, 0, cycles);
+  EXPECT_EQ(repr(got.get()), "[(3, 624, " + std::to_string(sample_key(5, 4, 3)) + "), (3, 624, " +
+                                 std::to_string(sample_key(5, 5, 3)) + "), (3, 624, " +
+                                 std::to_string(sample_key(5, 6, 3)) + ")]");
+  const std::vector<uint64_t> short_cycles{4};
+  EXPECT_THROW(
+      f.fetch(eval(t.ns, "Data()").get(), 2, eval(t.ns, "[3, 3]").get(), 0, 0, short_cycles),
+      InvalidArgument);
+}
+
 TEST(SampleFetcher, AnErrorCarriesItsSampleIndex) {
   Fixture t;
   SampleFetcher f = t.fetcher(SampleFetcher::Seeding::kAdaptive);

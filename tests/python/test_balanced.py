@@ -7,6 +7,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import torch
 
 import stoker
 from stoker import _native, balance
@@ -422,6 +423,44 @@ def test_python_dataset_through_the_dataloader_follows_the_native_order():
     with pytest.raises(ValueError, match="mutually exclusive"):
         stoker.DataLoader(Python(labels), shuffle="stratified",
                           sampler=list(range(len(labels))))
+
+
+class Keys:
+    """A Python dataset (torchvision's `targets`) whose samples report their key and a draw."""
+    targets = [0 if i in (3, 17) else 1 for i in range(40)]
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        return np.array([i, torch.initial_seed(), int(random.random() * 2**40)], dtype=np.int64)
+
+
+def test_repeats_of_an_oversampled_python_sample_draw_their_own_randomness():
+    # As the native loader does: a draw's randomness is keyed by (seed, cycle, index), so the ~9
+    # draws of a rare sample in an epoch are ~9 different augmentations, whichever process or
+    # part of a batch fetched them.
+    kw = dict(batch_size=6, shuffle=True, class_weights={0: 3, 1: 1}, seed=3, output="numpy")
+    runs = []
+    for workers in (0, 2, "auto"):
+        loader = stoker.DataLoader(Keys(), num_workers=workers, **kw)
+        loader.set_epoch(1)
+        runs.append(np.concatenate(list(loader)))
+    assert all(np.array_equal(r, runs[0]) for r in runs[1:])
+    rows = runs[0]
+    plan = loader._order.stratified
+    cycles = np.concatenate([plan.batch_draws(1, b)[1] for b in range(len(plan))])
+    assert rows[:, 1].tolist() == [_native.sample_key(3, int(c), int(i))
+                                   for c, i in zip(cycles, rows[:, 0])]
+    for rare in (3, 17):
+        draws = rows[rows[:, 0] == rare]
+        assert 14 <= len(draws) <= 16  # 3/4 of 40 draws, for two samples
+        assert len(set(draws[:, 2].tolist())) == len(draws), f"sample {rare} repeats a draw"
+    # Without weights every draw is keyed by the epoch, as in a plain shuffle.
+    loader = stoker.DataLoader(Keys(), num_workers=0, batch_size=6, shuffle="stratified", seed=3,
+                               output="numpy")
+    rows = np.concatenate(list(loader))
+    assert rows[:, 1].tolist() == [_native.sample_key(3, 0, int(i)) for i in rows[:, 0]]
 
 
 @pytest.mark.parametrize("extra", [{"shuffle": "stratified"},

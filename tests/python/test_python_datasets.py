@@ -20,6 +20,7 @@ from torch.utils.data import (BatchSampler, Dataset, IterableDataset, RandomSamp
                               SequentialSampler, default_collate, get_worker_info)
 
 import stoker
+from stoker import _native
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -326,6 +327,29 @@ def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index()
     assert got == [1, 2] and torch.initial_seed() == _native.position_key(0, 3, 7, 1)
     with pytest.raises(ValueError, match="seed_samples"):
         stoker.DataLoader(Random(), seed_samples="sometimes")
+
+
+class ByName(Dataset):
+    """Samples fetched by a key that is not an integer: seeded from their place in the epoch."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, name):
+        return torch.tensor([torch.initial_seed(), int(random.random() * 2**40)])
+
+
+def test_samples_by_name_are_seeded_by_their_row_whichever_way_the_batch_is_fetched():
+    # num_workers="auto" fetches an epoch's first batch in timed parts; each sample keeps the key
+    # of its row in the batch, so the batches equal those fetched whole (and no two rows of a
+    # batch share a key).
+    names = [f"s{i}" for i in range(64)]
+    kw = dict(sampler=names, batch_size=32, seed=4)
+    whole = [b.tolist() for b in stoker.DataLoader(ByName(), num_workers=0, **kw)]
+    assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers="auto", **kw)] == whole
+    assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers=2, **kw)] == whole
+    for b, batch in enumerate(whole):
+        assert [k for k, _ in batch] == [_native.position_key(4, 0, b, r) for r in range(32)]
 
 
 def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
