@@ -318,9 +318,8 @@ TEST(BatchPoolFence, ConcurrentUseNeverHandsOutABufferWithAPendingCopy) {
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w)
     workers.emplace_back([&] {
-      std::stop_source stop;
       for (int r = 0; r < kRounds; ++r) {
-        Buffer b = pool->acquire(stop.get_token());
+        Buffer b = pool->acquire(std::stop_token());  // never stopped
         auto copy = std::make_shared<FenceProbe>();
         {
           std::lock_guard lock(mu);
