@@ -295,7 +295,16 @@ class ProcessPool(WorkerPool):
         return list(self._procs)
 
     def submit(self, worker, task):
-        self._tasks[worker].send_bytes(pickle.dumps(task, 5))
+        try:
+            self._tasks[worker].send_bytes(pickle.dumps(task, 5))
+        except OSError:
+            # The worker is gone (its worker_init_fn raised, or it died) before it read the task:
+            # the error is why, as wait() reports it, not the broken pipe.
+            p = self._procs[worker]
+            p.join(_STOP_GRACE_S)
+            self.wait(0)
+            self.shutdown()
+            raise worker_died(worker, p.pid, p.exitcode) from None
 
     def wait(self, timeout):
         if not self._finalizer.alive:

@@ -364,8 +364,20 @@ def raise_in_init(worker_id):
     raise RuntimeError(f"worker {worker_id} cannot start")
 
 
-def test_an_error_in_worker_init_fn_is_raised(children):
+def test_an_error_in_worker_init_fn_is_raised(children, monkeypatch):
     with pytest.raises(RuntimeError, match=r"worker \d cannot start"):
+        list(stoker.DataLoader(Counting(), num_workers=2, worker_init_fn=raise_in_init))
+    assert children() == []
+    # Also when the worker has exited before its first task is sent (its pipe is broken then:
+    # the error is still the worker_init_fn's). Seen in torch's suite under load.
+    from stoker import workers
+    submit = workers.ProcessPool.submit
+
+    def after_exit(self, worker, task):
+        self.processes[worker].join(30)
+        submit(self, worker, task)
+    monkeypatch.setattr(workers.ProcessPool, "submit", after_exit)
+    with pytest.raises(RuntimeError, match=r"worker 0 cannot start"):
         list(stoker.DataLoader(Counting(), num_workers=2, worker_init_fn=raise_in_init))
     assert children() == []
 
