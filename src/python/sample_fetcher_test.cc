@@ -59,8 +59,9 @@ struct Fixture {
     o.size = 1000;
     return SampleFetcher(o);
   }
-  PyRef fetch(SampleFetcher& f, const char* dataset, const char* indices, uint64_t batch = 0) {
-    return f.fetch(eval(ns, dataset).get(), 2, eval(ns, indices).get(), batch);
+  PyRef fetch(SampleFetcher& f, const char* dataset, const char* indices, uint64_t batch = 0,
+              uint64_t first_row = 0) {
+    return f.fetch(eval(ns, dataset).get(), 2, eval(ns, indices).get(), batch, first_row);
   }
   long calls(const char* key) {
     return PyLong_AsLong(eval(ns, std::string("calls[") + key + "]").get());
@@ -127,21 +128,14 @@ TEST(SampleFetcher, GeneratorsLeftAloneAreNeverWrittenNorTheirInitialSeed) {
 TEST(SampleFetcher, ANonIntegerIndexIsSeededFromItsPlaceInTheEpoch) {
   Fixture t;
   SampleFetcher f = t.fetcher(SampleFetcher::Seeding::kAlways);
-  const PyRef got = t.fetch(f, "Data()", "[[0, 1], [2, 3]]", 7);
-  EXPECT_EQ(repr(got.get()), "[((0, 1), 624, " + std::to_string(position_key(5, 2, 7, 0)) +
-                                 "), ((2, 3), 624, " + std::to_string(position_key(5, 2, 7, 1)) +
-                                 ")]");
-}
-
-TEST(SampleFetcher, APartOfABatchIsSeededFromItsRowsInTheBatch) {
-  Fixture t;
-  SampleFetcher f = t.fetcher(SampleFetcher::Seeding::kAlways);
-  // Rows 2 and 3 of batch 7, fetched as a part: the keys of the whole batch's rows 2 and 3.
-  const PyRef part = f.fetch(eval(t.ns, "Data()").get(), 2, eval(t.ns, "[[4, 5], [6, 7]]").get(), 7,
-                             /*first_row=*/2);
-  EXPECT_EQ(repr(part.get()), "[((4, 5), 624, " + std::to_string(position_key(5, 2, 7, 2)) +
-                                  "), ((6, 7), 624, " + std::to_string(position_key(5, 2, 7, 3)) +
-                                  ")]");
+  // Samples (0, 1) and (2, 3) with the keys of rows `first` and `first` + 1 of batch 7.
+  auto keyed = [](uint64_t first) {
+    return "[((0, 1), 624, " + std::to_string(position_key(5, 2, 7, first)) + "), ((2, 3), 624, " +
+           std::to_string(position_key(5, 2, 7, first + 1)) + ")]";
+  };
+  EXPECT_EQ(repr(t.fetch(f, "Data()", "[[0, 1], [2, 3]]", 7).get()), keyed(0));
+  // The same samples as rows 2 and 3, a part of the batch fetched alone: those rows' keys.
+  EXPECT_EQ(repr(t.fetch(f, "Data()", "[[0, 1], [2, 3]]", 7, 2).get()), keyed(2));
 }
 
 TEST(SampleFetcher, StratifiedDrawsAreKeyedByTheirCycles) {
