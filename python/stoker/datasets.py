@@ -23,6 +23,10 @@ def _as_array(a, position):
             raise ValueError(f"array {position}: a path must name a .npy file, got {path!r}")
         npy = _native.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
         a = npy.array
+    elif isinstance(a, np.memmap):
+        npy = _npy_mapped_again(a)
+        if npy is not None:
+            a = npy.array
     elif not isinstance(a, np.ndarray):
         a = np.asarray(a)  # zero-copy for torch CPU tensors and anything with __array__
     if a.ndim == 0:
@@ -48,6 +52,25 @@ def _mapped_array_spec(a):
     return None
 
 
+def _npy_mapped_again(a):
+    """A whole .npy file that NumPy mapped read-only (``np.load(path, mmap_mode="r")``), mapped
+    again by Stoker so that reads of it are guarded as those of a path are: the ``NpyFile``, or
+    None for anything else (a view, a raw ``np.memmap``, a writable mapping), read as it is."""
+    spec = _mapped_array_spec(a)
+    path = os.fspath(spec[0]) if spec is not None else ""
+    if not path.endswith(".npy"):
+        return None
+    try:
+        npy = _native.NpyFile(path)
+        same_place = a.offset == os.path.getsize(path) - a.nbytes  # .npy data ends the file
+    except (OSError, ValueError):  # changed since NumPy mapped it: read NumPy's mapping
+        return None
+    b = npy.array
+    if not same_place or (b.dtype, b.shape, b.strides) != (a.dtype, a.shape, a.strides):
+        return None
+    return npy
+
+
 class _Mapped(tuple):
     """A memory-mapped array's spec: (path, dtype, shape, offset, order); unpickles as the
     mapped array."""
@@ -70,8 +93,10 @@ class ArrayDataset:
     the one mapping. A loader yields one tensor per array, or a single tensor for one array.
     A ``.npy`` path given here is read under a guard: if the file is truncated while an epoch
     runs, the rows that are gone raise ``SampleError`` naming the file (or are skipped with
-    ``on_error="skip"``). An array you map yourself has no such guard: a row read past the end
-    of its truncated file kills the process with SIGBUS.
+    ``on_error="skip"``). So is a whole ``.npy`` file NumPy mapped read-only (Stoker maps it
+    again). Other arrays you map yourself (a view of a mapping, a raw ``np.memmap``, a writable
+    mapping) have no such guard: a row read past the end of their truncated file kills the
+    process with SIGBUS.
 
     ``targets`` (torchvision's name) is the class label array, which ``shuffle="stratified"`` and
     ``class_weights`` group samples by: the array named "label", "labels", "target", "targets"

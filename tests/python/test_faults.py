@@ -221,13 +221,16 @@ def test_token_file_truncated_mid_epoch_raises_naming_it_instead_of_sigbus(tmp_p
     assert len(errors) >= 29
 
 
-def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path):
-    # In a child process: were the read unguarded, the SIGBUS would kill the test run.
+@pytest.mark.parametrize("given", ["path", "np.load"])
+def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path, given):
+    # In a child process: were the read unguarded, the SIGBUS would kill the test run. A whole
+    # .npy file NumPy mapped is mapped again by Stoker, and guarded as its path is.
     path = tmp_path / "rows.npy"
     np.save(path, np.zeros((64, 1024), np.float32))
+    array = repr(str(path)) if given == "path" else f"np.load({str(path)!r}, mmap_mode='r')"
     script = textwrap.dedent(f"""
-        import os, stoker
-        ds = stoker.ArrayDataset({str(path)!r})
+        import os, numpy as np, stoker
+        ds = stoker.ArrayDataset({array})
         it = iter(stoker.DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=1,
                                     output="numpy"))
         next(it)
@@ -249,6 +252,22 @@ def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path):
     assert kind == "SampleError" and int(index) in (2, 4, 6) and named == str(path)
     assert cause == (f".npy file {path} was truncated while being read (it had "
                      f"{64 * 4096 + 128} bytes when it was opened)")
+
+
+def test_only_whole_read_only_npy_mappings_are_mapped_again(tmp_path):
+    path = tmp_path / "rows.npy"
+    data = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
+    np.save(path, data)
+    mapped = stoker.ArrayDataset(np.load(path, mmap_mode="r"))
+    assert mapped._files[0].path == str(path) and np.array_equal(mapped.arrays[0], data)
+    raw = tmp_path / "rows.bin"
+    data.tofile(raw)
+    for a in (np.load(path, mmap_mode="r")[::2],  # a view: its rows are not the file's
+              np.load(path, mmap_mode="r+"),  # writable: the user may write through it
+              np.memmap(raw, dtype=np.int32, mode="r", shape=(64, 4)),  # not a .npy file
+              np.load(path)):  # in memory
+        ds = stoker.ArrayDataset(a)
+        assert ds._files[0] is None and ds.arrays[0] is a
 
 
 def test_npy_file_truncated_mid_epoch_skips_the_rows_that_are_gone(tmp_path):
