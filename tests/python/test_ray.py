@@ -145,6 +145,30 @@ def test_stratified_and_weighted_orders_equal_local(loaders, extra):
         assert_same_batches(list(off), list(local))
     assert off.state_dict() == local.state_dict()
 
+class WeightedKeys(torch.utils.data.Dataset):
+    """A Python dataset with torchvision's `targets`, whose samples report their key and a
+    draw."""
+    targets = [0] * 4 + [1] * 36
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        return torch.tensor([i, torch.initial_seed(), int(random.random() * 2**40)])
+
+
+def test_python_dataset_with_class_weights_equals_local(loaders):
+    """The actors key each draw of a Python dataset by its cycle, as the local loader does: the
+    ~5 repeats of each rare sample in an epoch draw anew, and equal the local batches."""
+    kw = dict(batch_size=8, shuffle=True, class_weights="balanced", seed=6)
+    off = loaders(WeightedKeys(), **kw)
+    got = list(off)
+    assert_same_batches(got, list(stoker.DataLoader(WeightedKeys(), num_workers=0, **kw)))
+    rows = torch.cat(got)
+    rare = rows[rows[:, 0] < 4]
+    assert len(rare) == 20 and len(set(rare[:, 2].tolist())) == 20
+
+
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray-images") / "sample"
