@@ -139,6 +139,8 @@ def main():
             # One OpenMP thread: GCC's ASan allocator is not fork-safe, and a child forked while
             # torch's OpenMP pool allocated waited forever on the allocator's lock (seen in a
             # fresh-clone run). glibc's malloc, in the other lanes, locks itself around fork.
+            # For the same reason tests/python/conftest.py makes every fork in this lane wait
+            # until the Python threads that finished have left the kernel.
             "OMP_NUM_THREADS": "1",
         }
         # --capture=sys: a sanitizer report is written to fd 2 by native code, which pytest's

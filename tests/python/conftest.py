@@ -8,6 +8,44 @@ import pytest
 ASAN_LANE = os.environ.get("STOKER_EXPECT_ASAN") == "1"
 
 
+def _fork_only_after_exited_threads():
+    """ASan lane: every fork waits until the Python threads that have finished are gone from the
+    kernel too.
+
+    GCC's ASan allocator has no fork handler: a child forked while another thread holds one of its
+    locks waits on that lock forever. On Python 3.11, ``Thread.join()`` returns before the thread's
+    native exit (which frees its thread state and ASan's per-thread caches through that
+    allocator), so a fork right after a join could hang the child: 7 forks in 2,000 did after a
+    ``threading.Timer`` was cancelled and joined, as pytest-timeout does after each test; one such
+    hang failed a CI run. glibc's malloc, in the other lanes and for users, locks itself around
+    fork. The wait is on an observed condition (the thread's /proc entry), not on a guess of time.
+    """
+    import threading
+
+    started = set()  # native ids of the Python threads started since
+    bootstrap = threading.Thread._bootstrap_inner
+
+    def recording_bootstrap(self):
+        started.add(threading.get_native_id())
+        bootstrap(self)
+
+    def before_fork():
+        running = {t.native_id for t in threading.enumerate()}
+        end = time.monotonic() + 10
+        while True:
+            started.intersection_update(int(tid) for tid in os.listdir("/proc/self/task"))
+            if not started - running or time.monotonic() > end:
+                return
+            time.sleep(0.0002)
+
+    threading.Thread._bootstrap_inner = recording_bootstrap
+    os.register_at_fork(before=before_fork)
+
+
+if ASAN_LANE:
+    _fork_only_after_exited_threads()
+
+
 def pytest_sessionstart(session):
     if not ASAN_LANE:
         return
