@@ -254,7 +254,11 @@ def test_python_dataset_equals_local_with_per_sample_seeding(loaders):
     got, expected = list(off), list(local)
     assert_same_batches(got, expected)
     assert sorted(torch.cat([b["index"] for b in got]).tolist()) == list(range(57))
-    again = stoker.DataLoader(Augmenting(), num_workers=2, **kw)  # forked workers, same seeds
+    # Process workers, the same seeds. Started by a forkserver: this process runs Ray's threads,
+    # and a fork from it could copy a lock that one of them holds (in the ASan lane, the
+    # allocator's: it has no fork handler).
+    again = stoker.DataLoader(Augmenting(), num_workers=2, multiprocessing_context="forkserver",
+                              **kw)
     assert_same_batches(got, list(again))
 
 
