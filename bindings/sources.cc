@@ -1,4 +1,4 @@
-// Native sources: arrays (and .npy files mapped for them), token files, and the synthetic
+// Native sources: arrays (and the files mapped for them), token files, and the synthetic
 // FaultySource used by tests.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/set.h>
@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/sources/array.h"
 #include "stoker/sources/faulty.h"
@@ -24,14 +25,14 @@ DType parse_token_dtype(const std::string& name) {
   throw InvalidArgument("dtype must be \"uint16\" or \"uint32\", got \"" + name + "\"");
 }
 
-// `guards[a]` is the NpyFile array `a` lies in (its reads survive the file being truncated), or
-// None for memory Stoker did not map; missing entries are None.
+// `guards[a]` is the mapping array `a` lies in, an NpyFile or a FileMapping (its reads survive
+// the file being truncated), or None for memory Stoker did not map; missing entries are None.
 std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
                                                std::vector<std::string> names,
                                                std::vector<nb::object> guards) {
   struct Owner {
     std::vector<AnyArray> arrays;
-    std::vector<std::shared_ptr<const NpyFile>> files;
+    std::vector<std::shared_ptr<const void>> files;
   };
   auto owner = std::make_shared<Owner>();
   std::vector<ArrayView> views;
@@ -49,9 +50,16 @@ std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
     }
     v.name = a < names.size() ? names[a] : std::to_string(a);
     if (a < guards.size() && !guards[a].is_none()) {
-      auto file = nb::cast<std::shared_ptr<const NpyFile>>(guards[a]);
-      v.mapping = file->view().mapping;  // ArraySource checks the array lies inside it
-      owner->files.push_back(std::move(file));
+      // ArraySource checks that the array lies inside the mapping.
+      if (nb::isinstance<NpyFile>(guards[a])) {
+        auto file = nb::cast<std::shared_ptr<const NpyFile>>(guards[a]);
+        v.mapping = file->view().mapping;
+        owner->files.push_back(std::move(file));
+      } else {
+        auto file = nb::cast<std::shared_ptr<const MappedFile>>(guards[a]);
+        v.mapping = file.get();
+        owner->files.push_back(std::move(file));
+      }
     }
     views.push_back(std::move(v));
   }
@@ -69,6 +77,14 @@ nb::object npy_array(const NpyFile& file) {
   const nb::dlpack::dtype dtype{static_cast<uint8_t>(v.dtype.code), v.dtype.bits, 1};
   return nb::ndarray<nb::numpy, nb::ro>(v.data, shape.size(), shape.data(), nb::find(&file),
                                         strides.data(), dtype, nb::device::cpu::value)
+      .cast();
+}
+
+// The bytes of a mapped file: a read-only uint8 array over the mapping, which keeps `file` alive.
+nb::object file_bytes(const MappedFile& file) {
+  const std::span<const std::byte> bytes = file.bytes();
+  const size_t shape[1] = {bytes.size()};
+  return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(bytes.data(), 1, shape, nb::find(&file))
       .cast();
 }
 
@@ -129,6 +145,21 @@ void register_sources(nb::module_& m) {
       .def_prop_ro("array", &npy_array,
                    "The file's array: read-only, over the mapping (reading it from Python is not "
                    "guarded).");
+
+  nb::class_<MappedFile>(
+      m, "FileMapping",
+      "A whole file mapped read-only by Stoker. Arrays rebuilt over its bytes "
+      "(a file NumPy mapped, mapped again) pass it as their ArraySource guard, so "
+      "that reads survive the file being truncated.")
+      .def(nb::new_([](const std::string& path) {
+             return std::make_shared<MappedFile>(path,
+                                                 path.ends_with(".npy") ? ".npy file" : "file");
+           }),
+           nb::arg("path"))
+      .def_prop_ro("path", &MappedFile::path)
+      .def_prop_ro("bytes", &file_bytes,
+                   "The file's bytes as mapped: a read-only uint8 array (reading it from Python is "
+                   "not guarded).");
 
   nb::class_<FaultySource, Source>(m, "FaultySource")
       .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {

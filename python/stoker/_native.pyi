@@ -52,6 +52,22 @@ class NpyFile:
         The file's array: read-only, over the mapping (reading it from Python is not guarded).
         """
 
+class FileMapping:
+    """
+    A whole file mapped read-only by Stoker. Arrays rebuilt over its bytes (a file NumPy mapped, mapped again) pass it as their ArraySource guard, so that reads survive the file being truncated.
+    """
+
+    def __init__(self, path: str) -> None: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def bytes(self) -> object:
+        """
+        The file's bytes as mapped: a read-only uint8 array (reading it from Python is not guarded).
+        """
+
 class FaultySource(Source):
     def __init__(self, size: int, width: int = 1, fail: Set[int] = ..., delay_us: int = 0) -> None: ...
 

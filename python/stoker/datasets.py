@@ -14,20 +14,21 @@ _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
 
 def _as_array(a, position):
-    """``a`` as a NumPy array, and the ``_native.NpyFile`` it lies in when it was given as a
-    path (Stoker maps it, and guards reads of it against the file being truncated), else None."""
-    npy = None
+    """``a`` as a NumPy array, and the mapping that guards reads of it (Stoker's own mapping of the
+    file, so that a file truncated under it raises instead of SIGBUS): an ``_native.NpyFile``
+    for a .npy path, an ``_native.FileMapping`` for an array NumPy mapped read-only, else None."""
+    guard = None
     if isinstance(a, (str, os.PathLike)):
         path = os.fspath(a)
         if not path.endswith(".npy"):
             raise ValueError(f"array {position}: a path must name a .npy file, got {path!r}")
-        npy = _native.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
-        a = npy.array
-    elif isinstance(a, np.memmap):
-        npy = _npy_mapped_again(a)
-        if npy is not None:
-            a = npy.array
-    elif not isinstance(a, np.ndarray):
+        guard = _native.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
+        a = guard.array
+    elif isinstance(a, np.ndarray):
+        again = _mapped_again(a)
+        if again is not None:
+            a, guard = again
+    else:
         a = np.asarray(a)  # zero-copy for torch CPU tensors and anything with __array__
     if a.ndim == 0:
         raise ValueError(f"array {position} is a scalar; arrays need a first dimension of samples")
@@ -39,49 +40,75 @@ def _as_array(a, position):
         raise ValueError(
             f"array {position} has non-native byte order ({a.dtype}); convert it with "
             "a.astype(a.dtype.newbyteorder('='))")
-    return a, npy
+    return a, guard
 
 
-def _mapped_array_spec(a):
-    """How to map ``a`` again: a spec for _map_again when ``a`` is a whole read-only
-    memory-mapped file (not a view of one), else None."""
-    if isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename and \
-            a.mode == "r" and (a.flags.c_contiguous or a.flags.f_contiguous):
-        order = "C" if a.flags.c_contiguous else "F"
-        return _Mapped((a.filename, a.dtype.str, a.shape, a.offset, order))
+def _numpy_mapping(a):
+    """The np.memmap whose file mapping ``a``'s memory lies in, when NumPy mapped the file
+    read-only (``np.load(path, mmap_mode="r")``, ``np.memmap(path, mode="r")``, or a view of
+    either), else None. A view of a memmap is a memmap sharing its parent's mapping."""
+    while isinstance(a, np.ndarray):
+        if isinstance(a, np.memmap) and isinstance(getattr(a, "_mmap", None), mmap.mmap):
+            return a if a.mode == "r" and a.filename else None
+        a = a.base
     return None
 
 
-def _npy_mapped_again(a):
-    """A whole .npy file that NumPy mapped read-only (``np.load(path, mmap_mode="r")``), mapped
-    again by Stoker so that reads of it are guarded as those of a path are: the ``NpyFile``, or
-    None for anything else (a view, a raw ``np.memmap``, a writable mapping), read as it is."""
-    spec = _mapped_array_spec(a)
-    path = os.fspath(spec[0]) if spec is not None else ""
-    if not path.endswith(".npy"):
+def _mapped_again(a):
+    """``a`` rebuilt over Stoker's own mapping of the file NumPy mapped it from, at the same
+    place with the same strides, and that ``_native.FileMapping``; None when ``a`` is not a
+    read-only NumPy mapping of a file (writable and copy-on-write mappings are read as they are:
+    the user may write through them) or the file changed since NumPy mapped it."""
+    m = _numpy_mapping(a)
+    if m is None or a.size == 0:
         return None
     try:
-        npy = _native.NpyFile(path)
-        same_place = a.offset == os.path.getsize(path) - a.nbytes  # .npy data ends the file
-    except (OSError, ValueError):  # changed since NumPy mapped it: read NumPy's mapping
+        mapped_at = np.frombuffer(m._mmap, dtype=np.uint8).ctypes.data
+        mapping = _native.FileMapping(os.fspath(m.filename))
+    except (OSError, ValueError):  # NumPy's mapping closed, or the file gone
         return None
-    b = npy.array
-    if not same_place or (b.dtype, b.shape, b.strides) != (a.dtype, a.shape, a.strides):
-        return None
-    return npy
+    # NumPy maps from the file offset rounded down to the allocation granularity.
+    file_start = m.offset - m.offset % mmap.ALLOCATIONGRANULARITY
+    low, high = _byte_bounds(a)
+    first = low - mapped_at + file_start  # the file offset of a's lowest byte
+    data = mapping.bytes
+    if first < 0 or first + (high - low) > data.size:
+        return None  # the file shrank since NumPy mapped it
+    b = np.ndarray(a.shape, a.dtype, buffer=data, offset=first + a.ctypes.data - low,
+                   strides=a.strides)
+    if not (np.array_equal(a[:1], b[:1]) and np.array_equal(a[-1:], b[-1:])):
+        return None  # another file at that path now
+    return b, mapping
+
+
+def _byte_bounds(a):
+    """The addresses of ``a``'s lowest byte and one past its highest."""
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds  # NumPy 2 moved it
+    return bounds(a)
+
+
+def _guarded_spec(a, guard):
+    """How an array travels in a pickle: a .npy path as its path, an array over a FileMapping as
+    its place in the file (mapped again where it is unpickled), anything else as its data."""
+    if isinstance(guard, _native.NpyFile):
+        return guard.path
+    if isinstance(guard, _native.FileMapping):
+        offset = a.ctypes.data - guard.bytes.ctypes.data
+        return _Mapped((guard.path, a.dtype.str, a.shape, offset, a.strides))
+    return a
 
 
 class _Mapped(tuple):
-    """A memory-mapped array's spec: (path, dtype, shape, offset, order); unpickles as the
-    mapped array."""
+    """An array's place in a file: (path, dtype, shape, offset, strides); unpickles as a view of a
+    read-only NumPy mapping of the file (which ArrayDataset maps again)."""
 
     def __reduce__(self):
         return _map_again, tuple(self)
 
 
-def _map_again(path, dtype, shape, offset, order):
-    return np.memmap(path, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset,
-                     order=order)
+def _map_again(path, dtype, shape, offset, strides):
+    whole = np.memmap(path, dtype=np.uint8, mode="r")
+    return np.ndarray(shape, np.dtype(dtype), buffer=whole, offset=offset, strides=strides)
 
 
 class ArrayDataset:
@@ -93,10 +120,11 @@ class ArrayDataset:
     the one mapping. A loader yields one tensor per array, or a single tensor for one array.
     A ``.npy`` path given here is read under a guard: if the file is truncated while an epoch
     runs, the rows that are gone raise ``SampleError`` naming the file (or are skipped with
-    ``on_error="skip"``). So is a whole ``.npy`` file NumPy mapped read-only (Stoker maps it
-    again). Other arrays you map yourself (a view of a mapping, a raw ``np.memmap``, a writable
-    mapping) have no such guard: a row read past the end of their truncated file kills the
-    process with SIGBUS.
+    ``on_error="skip"``). So is any array NumPy mapped read-only from a file
+    (``np.load(path, mmap_mode="r")``, ``np.memmap(path, mode="r")``, or a view of either):
+    Stoker maps the file again and reads the same bytes through its own mapping. A writable or
+    copy-on-write mapping (``mode="r+"``, ``"c"``) is read as it is, without the guard: a row
+    read past the end of its truncated file kills the process with SIGBUS.
 
     ``targets`` (torchvision's name) is the class label array, which ``shuffle="stratified"`` and
     ``class_weights`` group samples by: the array named "label", "labels", "target", "targets"
@@ -135,8 +163,7 @@ class ArrayDataset:
         # unpickled (the file must be readable at the same path there); any other array travels
         # as its data.
         return functools.partial(ArrayDataset, names=self._names), tuple(
-            npy.path if npy is not None else _mapped_array_spec(a) or a
-            for a, npy in zip(self.arrays, self._files))
+            _guarded_spec(a, guard) for a, guard in zip(self.arrays, self._files))
 
     def __len__(self):
         return len(self.arrays[0])

@@ -221,13 +221,25 @@ def test_token_file_truncated_mid_epoch_raises_naming_it_instead_of_sigbus(tmp_p
     assert len(errors) >= 29
 
 
-@pytest.mark.parametrize("given", ["path", "np.load"])
-def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path, given):
-    # In a child process: were the read unguarded, the SIGBUS would kill the test run. A whole
-    # .npy file NumPy mapped is mapped again by Stoker, and guarded as its path is.
-    path = tmp_path / "rows.npy"
-    np.save(path, np.zeros((64, 1024), np.float32))
-    array = repr(str(path)) if given == "path" else f"np.load({str(path)!r}, mmap_mode='r')"
+# How the rows reach ArrayDataset: each way but the path is an array NumPy mapped, which Stoker
+# maps again. Rows are 4 KiB apart in the file, row i at 128 + 4096 i in the .npy (header first)
+# and at 4096 i in the raw file.
+MAPPED_ROWS = {
+    "path": "{npy!r}",
+    "np.load": "np.load({npy!r}, mmap_mode='r')",
+    "a view": "np.load({npy!r}, mmap_mode='r')[:, 512:]",  # strided: half of each row
+    "np.memmap": "np.memmap({raw!r}, dtype=np.float32, mode='r', shape=(64, 1024))",
+}
+
+
+@pytest.mark.parametrize("given", list(MAPPED_ROWS))
+def test_file_truncated_mid_epoch_raises_naming_it(tmp_path, given):
+    # In a child process: were the read unguarded, the SIGBUS would kill the test run.
+    npy, raw = tmp_path / "rows.npy", tmp_path / "rows.bin"
+    np.save(npy, np.zeros((64, 1024), np.float32))
+    np.zeros((64, 1024), np.float32).tofile(raw)
+    path = raw if given == "np.memmap" else npy
+    array = MAPPED_ROWS[given].format(npy=str(npy), raw=str(raw))
     script = textwrap.dedent(f"""
         import os, numpy as np, stoker
         ds = stoker.ArrayDataset({array})
@@ -247,24 +259,37 @@ def test_npy_file_truncated_mid_epoch_raises_naming_it(tmp_path, given):
     assert proc.returncode == 0, f"died with {proc.returncode}: {proc.stderr[-2000:]}"
     first, cause = proc.stdout.splitlines()
     # The worker is at most two batches ahead of the consumer: batches 0..2 may have been read
-    # before the cut, and every row after the first page's lies past it.
+    # before the cut, and every row after the first lies past it.
     kind, index, named = first.split(" ", 2)
     assert kind == "SampleError" and int(index) in (2, 4, 6) and named == str(path)
-    assert cause == (f".npy file {path} was truncated while being read (it had "
-                     f"{64 * 4096 + 128} bytes when it was opened)")
+    what, size = ("file", 64 * 4096) if path == raw else (".npy file", 64 * 4096 + 128)
+    assert cause == f"{what} {path} was truncated while being read (it had {size} bytes when it " \
+                    "was opened)"
 
 
-def test_only_whole_read_only_npy_mappings_are_mapped_again(tmp_path):
+def test_read_only_numpy_mappings_are_mapped_again(tmp_path):
     path = tmp_path / "rows.npy"
     data = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
     np.save(path, data)
-    mapped = stoker.ArrayDataset(np.load(path, mmap_mode="r"))
-    assert mapped._files[0].path == str(path) and np.array_equal(mapped.arrays[0], data)
     raw = tmp_path / "rows.bin"
     data.tofile(raw)
-    for a in (np.load(path, mmap_mode="r")[::2],  # a view: its rows are not the file's
-              np.load(path, mmap_mode="r+"),  # writable: the user may write through it
-              np.memmap(raw, dtype=np.int32, mode="r", shape=(64, 4)),  # not a .npy file
+    for a, expected, file in (
+            (np.load(path, mmap_mode="r"), data, path),
+            (np.load(path, mmap_mode="r")[::2], data[::2], path),  # views, strides of any sign
+            (np.load(path, mmap_mode="r")[::-3, 1:3], data[::-3, 1:3], path),
+            (np.load(path, mmap_mode="r").T[1], data[:, 1], path),
+            (np.asarray(np.load(path, mmap_mode="r"))[5:], data[5:], path),  # a plain ndarray
+            # a raw file, from an offset that is not a multiple of the page size
+            (np.memmap(raw, dtype=np.int32, mode="r", shape=(60, 4), offset=64), data[4:], raw)):
+        ds = stoker.ArrayDataset(a)
+        assert isinstance(ds._files[0], stoker._native.FileMapping)
+        assert ds._files[0].path == str(file)
+        assert np.array_equal(ds.arrays[0], expected) and not ds.arrays[0].flags.writeable
+        assert ds.arrays[0].strides == a.strides
+        batches = list(stoker.DataLoader(ds, batch_size=7, output="numpy"))
+        assert np.array_equal(np.concatenate(batches), expected)
+    for a in (np.load(path, mmap_mode="r+"),  # writable: the user may write through it
+              np.load(path, mmap_mode="c"),  # copy-on-write: the user's writes are private
               np.load(path)):  # in memory
         ds = stoker.ArrayDataset(a)
         assert ds._files[0] is None and ds.arrays[0] is a

@@ -5,12 +5,13 @@
 // array too.
 // Thread safety: immutable; read() is safe from any number of threads.
 //
-// Truncated files: an array whose `mapping` is set (NpyFile::view() sets it: a .npy file Stoker
-// mapped itself) is read under the mapping's SIGBUS guard, so a file cut short while an epoch runs
-// makes read() throw IoError("<file> was truncated while being read ...") for the rows past the
-// new end, which the loader reports as that sample's SampleError. Arrays mapped by anyone else
-// (np.load(path, mmap_mode="r"), np.memmap, a raw mmap) carry no guard: reading a row past the
-// end of a truncated file raises SIGBUS, which kills the process.
+// Truncated files: an array whose `mapping` is set (a file Stoker mapped itself: NpyFile::view()
+// sets it, and the Python front rebuilds arrays NumPy mapped read-only over a MappedFile of their
+// file) is read under the mapping's SIGBUS guard, so a file cut short while an epoch runs makes
+// read() throw IoError("<file> was truncated while being read ...") for the rows past the new
+// end, which the loader reports as that sample's SampleError. Arrays in memory mapped by anyone
+// else carry no guard: reading a row past the end of a truncated file raises SIGBUS, which kills
+// the process.
 #pragma once
 
 #include <memory>
@@ -46,7 +47,7 @@ class ArraySource final : public Source {
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
-  // The .npy file(s) the rows lie in: the paths of the guarded arrays' mappings, distinct ones
+  // The file(s) the rows lie in: the paths of the guarded arrays' mappings, distinct ones
   // joined by ", " in array order; empty when no array is guarded.
   std::string path(uint64_t) const override { return path_; }
   void prefetch(uint64_t index) const override;
