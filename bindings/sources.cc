@@ -51,15 +51,17 @@ std::shared_ptr<ArraySource> make_array_source(std::vector<AnyArray> arrays,
     v.name = a < names.size() ? names[a] : std::to_string(a);
     if (a < guards.size() && !guards[a].is_none()) {
       // ArraySource checks that the array lies inside the mapping.
+      std::shared_ptr<const void> file;
       if (nb::isinstance<NpyFile>(guards[a])) {
-        auto file = nb::cast<std::shared_ptr<const NpyFile>>(guards[a]);
-        v.mapping = file->view().mapping;
-        owner->files.push_back(std::move(file));
+        auto npy = nb::cast<std::shared_ptr<const NpyFile>>(guards[a]);
+        v.mapping = npy->view().mapping;
+        file = std::move(npy);
       } else {
-        auto file = nb::cast<std::shared_ptr<const MappedFile>>(guards[a]);
-        v.mapping = file.get();
-        owner->files.push_back(std::move(file));
+        auto mapped = nb::cast<std::shared_ptr<const MappedFile>>(guards[a]);
+        v.mapping = mapped.get();
+        file = std::move(mapped);
       }
+      owner->files.push_back(std::move(file));
     }
     views.push_back(std::move(v));
   }

@@ -158,10 +158,9 @@ class ArrayDataset:
         return None
 
     def __reduce__(self):
-        # Pickled (for a Ray offload actor, say) as its spec: a .npy path travels as the path, a
-        # whole memory-mapped file as its path and mapping, to be mapped again where it is
-        # unpickled (the file must be readable at the same path there); any other array travels
-        # as its data.
+        # Pickled (for a Ray offload actor, say) as its spec (_guarded_spec): mapped files are
+        # mapped again where it is unpickled (readable at the same path there), any other array
+        # travels as its data.
         return functools.partial(ArrayDataset, names=self._names), tuple(
             _guarded_spec(a, guard) for a, guard in zip(self.arrays, self._files))
 
