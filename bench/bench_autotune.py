@@ -18,7 +18,7 @@ import time
 
 import stoker
 from stoker import _native
-from stoker.tune import sample_dataset
+from stoker.tuning.tune import sample_dataset
 
 
 def static(ds, workers, prefetch, seconds):

@@ -39,11 +39,14 @@ import time
 import torch
 
 import stoker
-from stoker import gpu_decode
+from stoker.gpu import decode as gpu_decode
 from stoker import transforms as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gpu import synthetic_jpegs  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import gpu_emulation  # noqa: E402  (the emulated GPU stage of --cpu-smoke: a test double)
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -90,7 +93,7 @@ def stoker_gpu(root, args, device):
     if args.cpu_smoke:  # the decode="cuda" path with its GPU stage emulated on the CPU
         with gpu_decode.emulation():
             ds = stoker.ImageFolder(root, transform=train_transform(), decode="cuda")
-        loader = gpu_decode.emulated_loader(ds, batch_size=args.batch_size, shuffle=True)
+        loader = gpu_emulation.emulated_loader(ds, batch_size=args.batch_size, shuffle=True)
         return forever(lambda e: loader), loader
     ds = stoker.ImageFolder(root, transform=train_transform(), decode="cuda")
     loader = stoker.DataLoader(ds, batch_size=args.batch_size, shuffle=True, device=device)
@@ -154,7 +157,7 @@ def image_root(args):
     if args.data:
         return args.data
     try:
-        from stoker.sample_data import default_sample_root, make_sample
+        from stoker.cli.sample_data import default_sample_root, make_sample
         make_sample(default_sample_root())
         return os.path.join(default_sample_root(), "train")
     except Exception as e:  # scikit-image missing (the GPU machine), or no photos

@@ -431,7 +431,7 @@ def short_epoch_root(root, tmp):
 
 def run_dataset(profile, args):
     import stoker
-    from stoker.sample_data import default_sample_root, make_sample
+    from stoker.cli.sample_data import default_sample_root, make_sample
     manifest = make_sample(default_sample_root(profile), profile=profile)
     root = default_sample_root(profile) / "train"
     for path, _ in samples_of(root):  # page cache: every loader reads from RAM

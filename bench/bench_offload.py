@@ -37,7 +37,7 @@ import psutil
 
 import stoker
 from stoker import transforms as T
-from stoker.sample_data import default_sample_root, make_sample
+from stoker.cli.sample_data import default_sample_root, make_sample
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

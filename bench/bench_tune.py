@@ -16,7 +16,7 @@ import statistics
 import time
 
 from stoker import _native
-from stoker.tune import default_knobs, sample_dataset, tune_loader
+from stoker.tuning.tune import default_knobs, sample_dataset, tune_loader
 
 
 def measure(ds, config, batch_size, seconds):

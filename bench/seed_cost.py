@@ -9,7 +9,8 @@ import timeit
 
 import torch
 
-from stoker import _native, seeding
+from stoker import _native
+from stoker.pydata import seeding
 
 
 class Identity:

@@ -3,21 +3,21 @@
 C++ threads read, decode and collate samples straight into pooled batch buffers, handed to PyTorch
 or NumPy without a copy; every sample exactly once per epoch, bit-identical batches whatever the
 worker count, resumable mid-epoch, bounded memory.
+
+One front, ``DataLoader`` (loader.py), hands its options to a producer: native.py (the C++
+engine), pydata/ (Python datasets in worker processes) or offload/ (Ray actors). The other
+subpackages: sources/ (Stoker's datasets), gpu/ (the GPU feed and GPU decode), tuning/ (tune,
+diagnose, stats); cli/ (the ``stoker`` command and its sample data) is never imported from here.
 """
 
 from ._native import cuda_available, usable_cores
 from . import transforms
-from .datasets import ArrayDataset, TokenDataset
-from .diagnose import diagnose
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
-from .images import ImageFolder, TarShards
 from .loader import DataLoader
-from .offload import RayOffload
-
-import sys as _sys
-
-if "torch" in _sys.modules:  # the front for Python datasets imports torch; load it now if cheap
-    from . import python_datasets as _python_datasets  # noqa: F401
+from .offload.producer import RayOffload
+from .sources.arrays import ArrayDataset, TokenDataset
+from .sources.images import ImageFolder, TarShards
+from .tuning.diagnose import diagnose
 
 __version__ = "0.1.0"
 

@@ -11,9 +11,10 @@ what is left among its ranks with equal batch counts (``_native.BatchPlan``, whi
 padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
 itself: the same batches, numbered as before.
 
-A front keeps ``_next_epoch``, ``_start_batch`` and ``_next_start`` (where its next iteration
-begins) and ``_cursor`` (a :class:`Cursor`, shared with its running iterator), and has the
-attributes named in :func:`config`.
+The loader (loader.py) keeps ``_next_epoch``, ``_start_batch`` and ``_next_start`` (where its next
+iteration begins) and ``_cursor`` (a :class:`Cursor`, shared with its running iterator); its
+producer says who orders the samples (``order_kind``) and, for a class-balanced order, the
+classes and weights.
 """
 
 from __future__ import annotations
@@ -51,50 +52,44 @@ def order_kind(loader):
     """Who orders the loader's samples: "engine" (EpochOrder + BatchPlan), "stratified" (the
     engine's class-stratified or class-weighted order, laid out for the loader's ranks),
     "sampler" (a sampler or batch_sampler of the user's) or "iterable" (an IterableDataset)."""
-    if getattr(loader, "_classes", None) is not None:
-        return "stratified"
-    if getattr(loader, "_iterable", False):
-        return "iterable"
-    if getattr(loader, "batch_sampler", None) is not None or \
-            getattr(loader, "sampler", None) is not None:
-        return "sampler"
-    return "engine"
+    return loader._producer.order_kind
 
 
-def num_samples(loader):
+def num_samples(dataset):
     try:
-        return len(loader.dataset)
+        return len(dataset)
     except TypeError:  # an IterableDataset without __len__
         return None
 
 
-def plan_batch_size(loader):
-    """The plan's batch size: batch_size, or 1 without automatic batching (batch_size=None)."""
-    return loader.batch_size if _is_int(loader.batch_size) else 1
+def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0):
+    """The engine's plan of ``rank`` of ``world_size`` from global position ``start`` on
+    (``batch_size`` None, no automatic batching, plans batches of 1)."""
+    return _native.BatchPlan(num_samples(dataset), batch_size if _is_int(batch_size) else 1,
+                             drop_last, rank, world_size, start)
 
 
 def plan(loader, start=0, world_size=None, rank=None):
     """The engine's plan of the loader's rank (or of ``rank`` of ``world_size``) from global
     position ``start`` on."""
-    world_size = loader.world_size if world_size is None else world_size
-    rank = loader.rank if rank is None else rank
-    return _native.BatchPlan(num_samples(loader), plan_batch_size(loader), loader.drop_last,
-                             rank, world_size, start)
+    return batch_plan(loader.dataset, loader.batch_size, loader.drop_last,
+                      loader.rank if rank is None else rank,
+                      loader.world_size if world_size is None else world_size, start)
 
 
 def weights_state(loader):
     """``[[label, weight], ...]`` of a class-weighted order (JSON keeps no int keys), else
     None."""
-    weights = getattr(loader, "_weights", None)
-    if not weights:
+    producer = loader._producer
+    if not producer.weights:
         return None
-    return [[label, w] for label, w in zip(loader._classes.labels, weights)]
+    return [[label, w] for label, w in zip(producer.classes.labels, producer.weights)]
 
 
 def config(loader):
     """What a state must match to be resumed by ``loader``."""
     return {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
-            "drop_last": loader.drop_last, "num_samples": num_samples(loader),
+            "drop_last": loader.drop_last, "num_samples": num_samples(loader.dataset),
             "rank": loader.rank, "world_size": loader.world_size, "order": order_kind(loader),
             "class_weights": weights_state(loader)}
 

@@ -1,121 +1,74 @@
-"""``stoker.DataLoader``: the Python front of the native loader."""
+"""``stoker.DataLoader``: the one front of every dataset and every option.
+
+The constructor parses and checks the options once (_options.py), then hands them to one of three
+producers, chosen by the dataset and ``offload``:
+
+- native.py, :class:`NativeProducer`: a Stoker dataset, read by the C++ engine's threads;
+- pydata/producer.py, :class:`PythonProducer`: any Python (torch) dataset, in worker processes;
+- offload/producer.py, :class:`RayProducer`: either kind, on Ray actors.
+
+A producer is an object with this protocol (nothing else of it is used here):
+
+- ``order_kind``: who orders the samples ("engine", "stratified", "sampler", "iterable");
+- ``num_batches()``: len(loader) (TypeError where the dataset has no length);
+- ``batches(cursor)``: an iterator (with ``__len__``) over the CPU batches of the iteration that
+  ``cursor`` (an _state.Cursor) starts, keeping ``cursor[1]`` at the batches it delivered;
+- ``knobs()``: the resolved num_workers, prefetch_factor, pin_memory and memory_budget;
+- ``stats()``: its counters (at least batches, samples, skipped, skipped_samples);
+- ``copy_engine(device)``: the engine that copies its batches to a GPU (None: torch's copy).
+
+The loader builds the plan (class balance; the resume state of _state.py), wraps whatever the
+producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU, and builds ``stats()``
+and ``state_dict()`` in one place.
+"""
 
 from __future__ import annotations
 
-import gc
-import os
-import re
-import warnings
+from . import _native, _options, _state, balance
+from .gpu import feed as _feed
 
-from . import _native, _state, balance
-from . import device as _device
-from .errors import MemoryBudgetError
-
-_MAX_WORKERS = _native.MAX_WORKERS
-_MAX_PREFETCH = _native.MAX_PREFETCH_FACTOR
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+# The attributes torch freezes once a loader is made.
+_FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                      "persistent_workers")
 
 
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _parse_bytes(value, name="memory_budget"):
-    if value is None:
-        return 0  # the engine's default: half of physical memory
-    if _is_int(value) and value > 0:
-        return value
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if m and m.group(2).lower() in _UNITS:
-            n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-            if n > 0:
-                return n
-    raise ValueError(
-        f"{name} must be None, a positive number of bytes, or a size such as '4GiB' or "
-        f"'512MB', got {value!r}")
-
-
-def _knob(name, value, low, high):
-    if value == "auto":
-        return -1
-    if not _is_int(value) or not low <= value <= high:
-        raise ValueError(f'{name} must be "auto" or an integer in [{low}, {high}], got {value!r}')
-    return value
-
-
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-def _ranks(rank, world_size):
-    """(rank, world_size), from torchrun's RANK and WORLD_SIZE where not given; checked."""
-    rank = _env_int("RANK", 0) if rank is None else rank
-    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-    if not _is_int(world_size) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not _is_int(rank) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
-    return rank, world_size
-
-
-def _feed_options(device, output, gpu_prefetch, gpu_prefetch_bytes):
-    """(torch.device or None, GPU prefetch depth, GPU byte cap or None) of a loader's device=,
-    gpu_prefetch= and gpu_prefetch_bytes=; checked (a CUDA device yields torch tensors)."""
-    resolved = _device.resolve_device(device)
-    if resolved is not None and output != "torch":
-        raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
-                         f"got {output!r}")
-    cap = None if gpu_prefetch_bytes is None else \
-        _parse_bytes(gpu_prefetch_bytes, "gpu_prefetch_bytes")
-    return resolved, _device.resolve_prefetch(gpu_prefetch), cap
-
-
-def _torch_available():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-_PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
-                "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
-                "generator": None, "worker_type": "auto", "seed_samples": True,
-                "consumer_helps": None, "multiprocessing_context": None, "in_order": True,
-                "pin_memory_device": ""}
-
-
-def _is_native(dataset):
+def is_native(dataset):
     """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
-    ImageFolder without a transform: the native loader explains why)."""
+    ImageFolder without a transform: the native producer explains why)."""
     return (isinstance(getattr(dataset, "_source", None), _native.Source)
             or getattr(dataset, "_unbatchable", None) is not None)
 
 
+def _producer_class(dataset, offload):
+    if offload is not None:
+        from .offload.producer import RayProducer
+        return RayProducer
+    if dataset is not None and not is_native(dataset):
+        from .pydata.producer import PythonProducer  # imports torch: only when needed
+        return PythonProducer
+    from .native import NativeProducer
+    return NativeProducer
+
+
 class DataLoader:
-    """Batches of a native dataset, produced ahead of the consumer by C++ threads.
+    """Batches of a dataset, produced ahead of the consumer.
 
     Every knob defaults to ``"auto"``. Batches depend only on (dataset, batch_size, shuffle, seed,
     epoch, drop_last, rank, world_size): never on ``num_workers`` or ``prefetch_factor``.
 
     Args:
         dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``, ``ImageFolder``,
-            ``TarShards``).
-        batch_size: samples per batch.
+            ``TarShards``), read by C++ threads; or any Python dataset (a map-style one with
+            ``__getitem__`` and ``__len__``, or an ``IterableDataset``), read in worker
+            processes with torch's keywords and semantics (docs/python-datasets.md).
+        batch_size: samples per batch (Python datasets: None yields samples unbatched).
         shuffle: visit samples in a seeded random order, new for every epoch. "stratified":
             also hold every class in every batch (and every rank's batch) within one sample of
             its share of the dataset; needs labels (below).
         seed: the seed of the order (and of per-sample randomness).
         drop_last: drop the final partial batch (and, across ranks, the uneven tail).
-        num_workers: worker threads; 0 produces batches on the calling thread.
+        num_workers: worker threads (Python datasets: processes); 0 produces batches on the
+            calling thread.
         prefetch_factor: batches in flight per worker.
         pin_memory: page-locked batch buffers; "auto" pins when a CUDA device is present.
         memory_budget: bytes (or a size like "2GiB") that batch buffers may use together;
@@ -131,7 +84,7 @@ class DataLoader:
             in ``stats()["autotune"]`` and logged to the "stoker.autotune" logger.
         device: None or "cpu" (CPU batches), or "cuda", "cuda:N", a torch.device: batches are
             copied to that GPU ahead of the consumer, on a copy stream, and yielded there (see
-            stoker/device.py for the stream contract). Raises RuntimeError without CUDA.
+            stoker/gpu/feed.py for the stream contract). Raises RuntimeError without CUDA.
         gpu_prefetch: batches copied to the GPU ahead of the one the consumer holds ("auto": 2).
         gpu_prefetch_bytes: GPU memory those batches may take (bytes or a size like "2GiB";
             None: a tenth of the device's memory).
@@ -144,136 +97,105 @@ class DataLoader:
             default the dataset's (``targets``, or the label array of an ArrayDataset).
         offload: a ``stoker.RayOffload``: batches are produced by Ray actors (see
             ``stoker.offload``), the same batches as here, bit for bit.
+        **python_options: torch's keywords for Python datasets (sampler, batch_sampler,
+            collate_fn, worker_init_fn, timeout, persistent_workers, generator,
+            multiprocessing_context, in_order, pin_memory_device) and Stoker's (worker_type,
+            seed_samples, consumer_helps); see docs/python-datasets.md.
     """
-
-    # A stratified order's classes (_native.ClassGroups) and weights ([] for the dataset's shares);
-    # class attributes, so that every loader has them.
-    _classes = None
-    _weights = ()
-    class_weights = None
 
     def __class_getitem__(cls, item):  # DataLoader[T] in annotations, as torch's is generic
         return cls
 
-    def __new__(cls, dataset=None, *args, **kwargs):
-        if cls is DataLoader and kwargs.get("offload") is not None:
-            from .offload import OffloadLoader  # batches from Ray actors
-            return super().__new__(OffloadLoader)
-        if cls is DataLoader and dataset is not None and not _is_native(dataset):
-            from .python_datasets import PythonLoader  # imports torch: only when needed
-            return super().__new__(PythonLoader)
-        return super().__new__(cls)
-
-    def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
+    def __init__(self, dataset, batch_size=1, shuffle=None, seed=0, drop_last=False,
                  num_workers="auto", prefetch_factor="auto", pin_memory="auto",
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
                  gpu_prefetch_bytes=None, class_weights=None, labels=None, offload=None,
                  **python_options):
-        source = getattr(dataset, "_source", None)
-        if source is None and getattr(dataset, "_unbatchable", None):
-            raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
-        if not isinstance(source, _native.Source):
-            raise TypeError(
-                f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
-                f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
-                f"got {type(dataset).__name__}")
-        for key, value in python_options.items():
-            if key not in _PY_DEFAULTS:
-                raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
-            if value is not _PY_DEFAULTS[key] and value != _PY_DEFAULTS[key]:
-                raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
-                                 f"and seed samples in the engine")
-        if not _is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        stratified = balance.check_shuffle(shuffle, class_weights)
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
-        if not _is_int(seed) or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-        workers = _knob("num_workers", num_workers, 0, _MAX_WORKERS)
-        prefetch = _knob("prefetch_factor", prefetch_factor, 1, _MAX_PREFETCH)
-        pin = {"auto": "auto", True: "on", False: "off"}.get(pin_memory) \
-            if isinstance(pin_memory, (bool, str)) else None
-        if pin is None:
-            raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
-        if pin == "on" and not _native.cuda_available():
-            warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
-                          stacklevel=2)
-            pin = "off"
-        budget = _parse_bytes(memory_budget)
-        rank, world_size = _ranks(rank, world_size)
-        if output not in ("torch", "numpy"):
-            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
-        self._device, self._gpu_prefetch, self._gpu_cap = _feed_options(
-            device, output, gpu_prefetch, gpu_prefetch_bytes)
-        # A dataset that decodes on the GPU (decode="cuda") brings its own copy engine.
-        self._engine_factory = getattr(dataset, "_device_engine", None)
-        if self._engine_factory is not None and self._device is None:
-            raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
-                             f"batches: pass device=\"cuda\" to the DataLoader")
-        if self._device is not None and _native.cuda_available():
-            _native.cuda_set_host_device(self._device.index)  # pin with the device's own context
-        self._engine = None  # the copy engine (one copy stream), made at the first iteration
-        self._gpu_stats = {}
-
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.on_error = on_error
+        options = _options.parse(
+            batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
+            memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
+            gpu_prefetch_bytes, class_weights, labels, offload, python_options)
+        producer = _producer_class(dataset, offload)(dataset, options)
+        self._producer = producer
+        self._options = options
+        set_ = object.__setattr__  # the attributes torch freezes after __init__
+        for name, value in producer.attributes().items():
+            set_(self, name, value)
         self.output = output
-        self._torch = output == "torch" and _torch_available()
+        self.on_error = on_error
         self.class_weights = class_weights
-        self._classes = balance.class_groups(dataset, labels) if stratified else None
-        self._weights = balance.weights_for(self._classes, class_weights) if stratified else []
-        self._loader = _native.Loader(source, batch_size, shuffle is not False, seed, drop_last,
-                                      workers, prefetch, pin, budget, rank, world_size, on_error,
-                                      cpu_budget=0 if cpu_budget is None else
-                                      _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS),
-                                      classes=self._classes, class_weights=self._weights)
-        if self._loader.pinned:
-            _device.install_fence_provider()
-        self._single = len(source.field_names) == 1
+        self.offload = offload
+        self._device = options.device
+        self._engine = None  # the GPU copy engine (one copy stream), made at the first iteration
+        self._gpu_stats = {}
         self._next_epoch = 0
         self._start_batch = 0
         self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
+        self._resumed = False
         # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
         # no reference to the iterator (dropping it stops its threads).
         self._cursor = None
+        self._initialized = True
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_initialized", False) and name in _FROZEN_AFTER_INIT:
+            raise ValueError(f"{name} attribute should not be set after "
+                             f"{type(self).__name__} is initialized")
+        object.__setattr__(self, name, value)
 
     # The knobs as resolved: "auto" replaced by the value in use.
     @property
     def num_workers(self):
-        return self._loader.num_workers
+        return self._producer.knobs()["num_workers"]
 
     @property
     def prefetch_factor(self):
-        return self._loader.prefetch_factor
+        return self._producer.knobs()["prefetch_factor"]
 
     @property
     def pin_memory(self):
-        return self._loader.pinned
+        return self._producer.knobs()["pin_memory"]
 
     @property
     def memory_budget(self):
-        return self._loader.memory_budget
+        return self._producer.knobs()["memory_budget"]
+
+    @property
+    def seed(self):
+        """The seed of the order and of per-sample randomness (with a ``generator``: drawn from
+        it once, at first use)."""
+        return self._producer.seed
+
+    @property
+    def multiprocessing_context(self):
+        return getattr(self._producer, "context", None)
+
+    @property
+    def _iterator(self):
+        """The latest iterator while workers persist (as torch keeps it); setting None stops
+        them."""
+        return getattr(self._producer, "persistent_iterator", lambda: None)()
+
+    @_iterator.setter
+    def _iterator(self, value):
+        if value is None and hasattr(self._producer, "stop_workers"):
+            self._producer.stop_workers()
+
+    @property
+    def _order_kind(self):
+        return self._producer.order_kind
 
     def __len__(self):
-        return len(self._loader)
+        return self._producer.num_batches()
 
     def set_epoch(self, epoch):
         """Makes the next iteration run epoch ``epoch`` from its start; right after
         ``load_state_dict`` positioned the loader inside epoch ``epoch``, keeps that position
         (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
-        if not _is_int(epoch) or epoch < 0:
+        if not _options.is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        if getattr(self, "_resumed", False) and epoch == self._next_epoch:
+        if self._resumed and epoch == self._next_epoch:
             return
         self._resumed = False
         self._next_epoch = epoch
@@ -281,19 +203,17 @@ class DataLoader:
         self._next_start = 0
 
     def __iter__(self):
-        start = self._next_start
-        plan = _state.plan(self, start) if start else None
-        native = self._loader.iterate(self._next_epoch, self._start_batch, plan)
         cursor = _state.begin(self)
-        batches = _Iterator(self, native, cursor)
+        batches = self._producer.batches(cursor)
         if self._device is None:
             return batches
         if self._engine is None:
-            self._engine = (self._engine_factory(self._device, self.on_error)
-                            if self._engine_factory is not None
-                            else _device.CudaCopyEngine(self._device))
-        return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
-                                  engine=self._engine, cursor=cursor, stats=self._gpu_stats)
+            self._engine = self._producer.copy_engine(self._device) or \
+                _feed.CudaCopyEngine(self._device)
+        return _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
+                                self._options.gpu_prefetch_bytes, engine=self._engine,
+                                cursor=cursor, stats=self._gpu_stats)
+
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
         batches each rank delivered and the global position the epoch's plan started at, with
@@ -318,57 +238,32 @@ class DataLoader:
         """For a stratified or weighted loader, one dict a class: ``label``, ``samples``,
         ``draws_per_epoch`` (over all ranks; the same every epoch) and ``per_batch`` (its
         expected count in a full batch; every batch holds it rounded down or up)."""
-        if self._classes is None:
+        classes = self._producer.classes
+        if classes is None:
             raise ValueError('class_plan() is for a loader with shuffle="stratified" or '
                              'class_weights')
-        plan = _native.StratifiedPlan(self._classes, self._weights, self.seed, self.batch_size,
+        weights = self._producer.weights
+        plan = _native.StratifiedPlan(classes, weights, self.seed, self.batch_size,
                                       self.drop_last, self.rank, self.world_size)
-        return balance.class_plan(self._classes, self._weights, plan.class_draws,
-                                  self.batch_size)
+        return balance.class_plan(classes, weights, plan.class_draws, self.batch_size)
 
     def stats(self):
-        """Counters since the loader was made: batches, samples, skipped samples, seconds spent
-        reading, waiting for buffers and waiting as the consumer, buffer memory and its peak."""
-        s = self._loader.stats()
-        s.update(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor,
-                 pin_memory=self.pin_memory, device=str(self._device or "cpu"))
+        """Counters since the loader was made: batches, samples, skipped samples (and the most
+        recent ones described), the knobs in use, the device, and each producer's own figures
+        (the native engine's stage times and autotune decisions, worker processes, Ray actors;
+        docs/ says which)."""
+        s = self._producer.stats()
+        for key in ("batches", "samples", "skipped"):
+            s.setdefault(key, 0)
+        s.setdefault("skipped_samples", [])
+        s.update(self._producer.knobs())
+        s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)
-        if self._engine is not None and hasattr(self._engine, "stats"):
-            from .gpu_decode import merge_stats
-            merge_stats(s, self._engine.stats())
+        if hasattr(self._engine, "add_stats"):  # a GPU decode stage counts its skips too
+            self._engine.add_stats(s)
         return s
 
-
-class _Iterator:
-    __slots__ = ("_native", "_cursor", "_torch", "_single")
-
-    def __init__(self, loader, native, cursor):
-        self._native = native
-        self._cursor = cursor
-        self._torch = loader._torch
-        self._single = loader._single
-
-    def __iter__(self):
-        return self
-
-    def __len__(self):
-        return self._cursor.num_batches - self._cursor[1]
-
-    def __next__(self):
-        if self._native is None:
-            raise StopIteration
-        try:
-            try:
-                fields = self._native.next(self._torch)
-            except MemoryBudgetError:
-                # Batches the consumer dropped may still sit in reference cycles: collect, retry.
-                gc.collect()
-                fields = self._native.next(self._torch)
-        except StopIteration:
-            self._native = None  # joins the worker threads now, not at garbage collection
-            raise
-        finally:
-            if self._native is not None:
-                self._cursor[1] = self._native.position  # a failed batch counts as consumed
-        return fields[0] if self._single else fields
-
+    def shutdown(self):
+        """Stops this loader's workers (processes, Ray actors) now; the next iteration starts
+        new ones. Threads of the native engine stop with their iterator."""
+        self._producer.shutdown()

@@ -184,7 +184,7 @@ def test_epoch_indices_are_what_the_loader_reads():
                                output="numpy")
     loader.set_epoch(5)
     read = [i for b in epoch(loader) for i in b]
-    assert loader._loader.epoch_indices(5).tolist() == read
+    assert loader._producer.loader.epoch_indices(5).tolist() == read
 
 
 def test_labels_come_from_the_dataset_or_the_loader():
@@ -236,7 +236,7 @@ def test_image_datasets_give_their_labels_without_decoding(tmp_path):
         targets = np.asarray(ds.targets)
         assert np.array_equal(ds._source.labels(), targets)
         loader = stoker.DataLoader(ds, batch_size=8, shuffle="stratified", output="numpy")
-        order = loader._loader.epoch_indices(0)
+        order = loader._producer.loader.epoch_indices(0)
         assert sorted(order.tolist()) == list(range(len(labels)))
         shares = {c: labels.count(c) / len(labels) for c in set(labels)}
         within_one(order.reshape(-1, 8).tolist(), targets, shares)
@@ -247,7 +247,7 @@ def test_image_datasets_give_their_labels_without_decoding(tmp_path):
 def test_repeats_of_an_oversampled_image_are_augmented_anew(tmp_path):
     # Each draw's randomness is keyed by its cycle through its class, so the ~9 draws of each
     # image of an oversampled class in an epoch are ~9 different crops, not one crop 9 times.
-    from stoker.sample_data import make_sample
+    from stoker.cli.sample_data import make_sample
     make_sample(tmp_path / "s", num_classes=3, images_per_class=8, shards=1)
     transform = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor()])
     ds = stoker.ImageFolder(tmp_path / "s" / "train", transform=transform)
@@ -255,7 +255,7 @@ def test_repeats_of_an_oversampled_image_are_augmented_anew(tmp_path):
     labels[[3, 17]] = 0  # two rare images, 3/4 of the draws: about 9 each an epoch
     loader = stoker.DataLoader(ds, batch_size=6, shuffle=True, class_weights={0: 3, 1: 1},
                                labels=labels, output="numpy", num_workers=2)
-    order = loader._loader.epoch_indices(0).tolist()
+    order = loader._producer.loader.epoch_indices(0).tolist()
     images = np.concatenate([x for x, _ in loader])
     for rare in (3, 17):
         crops = {images[k].tobytes() for k, i in enumerate(order) if i == rare}
@@ -286,7 +286,7 @@ def test_python_dataset_targets_give_the_native_order():
                                        class_weights=weights, seed=9, rank=rank, world_size=2)
             assert len(plan) == len(native)
             flat = [i for b in range(len(plan)) for i in plan.batch_indices(2, b)]
-            assert flat == native._loader.epoch_indices(2).tolist()
+            assert flat == native._producer.loader.epoch_indices(2).tolist()
             indices, cycles = plan.batch_draws(2, 1)
             assert indices == plan.batch_indices(2, 1) and len(cycles) == len(indices)
             if weights is None:
@@ -353,7 +353,7 @@ def test_class_groups_memory_is_four_bytes_a_sample():
 
 
 def test_class_mix_shows_how_each_shuffle_mode_mixes_the_classes():
-    from stoker.stats import class_mix
+    from stoker.tuning.stats import class_mix
     labels = np.array([0] * 950 + [1] * 50, dtype=np.int64)  # sorted, as an ImageFolder is
     mix = class_mix(labels, batch_size=32, drop_last=True, world_size=2, epochs=2,
                     class_weights="balanced")
@@ -371,7 +371,7 @@ def test_class_mix_shows_how_each_shuffle_mode_mixes_the_classes():
 
 
 def test_stoker_stats_classes_cli(tmp_path, capsys):
-    from stoker.stats import main
+    from stoker.tuning.stats import main
     labels = np.zeros(2000, dtype=np.int64)
     labels[1900:] = 1
     path = tmp_path / "labels.npy"
@@ -389,16 +389,6 @@ def test_stoker_stats_classes_cli(tmp_path, capsys):
     assert main(["--classes", str(tmp_path / "missing.npy")]) == 2
 
 
-def _python_loader_takes_class_weights():
-    import inspect
-    pytest.importorskip("torch")
-    from stoker.python_datasets import PythonLoader
-    return "class_weights" in inspect.signature(PythonLoader.__init__).parameters
-
-
-@pytest.mark.skipif(not _python_loader_takes_class_weights(),
-                    reason="python_datasets.py does not take shuffle=\"stratified\" / "
-                           "class_weights yet: the lead applies the i17 patch when merging")
 def test_python_dataset_through_the_dataloader_follows_the_native_order():
     class Python:
         def __init__(self, targets):
@@ -448,7 +438,7 @@ def test_repeats_of_an_oversampled_python_sample_draw_their_own_randomness():
         runs.append(np.concatenate(list(loader)))
     assert all(np.array_equal(r, runs[0]) for r in runs[1:])
     rows = runs[0]
-    plan = loader._order.stratified
+    plan = loader._producer._order.stratified
     cycles = np.concatenate([plan.batch_draws(1, b)[1] for b in range(len(plan))])
     assert rows[:, 1].tolist() == [_native.sample_key(3, int(c), int(i))
                                    for c, i in zip(cycles, rows[:, 0])]

@@ -15,7 +15,7 @@ import torch
 
 import stoker
 from stoker import _native
-from stoker.device import DeviceFeed
+from stoker.gpu.feed import DeviceFeed
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and stoker.cuda_available()), reason="needs a CUDA GPU")
@@ -242,7 +242,7 @@ def test_diagnose_names_a_gpu_bound_step_and_an_input_bound_one():
 
 
 def test_tune_recommends_pin_memory_and_device():
-    from stoker.tune import tune_loader
+    from stoker.tuning.tune import tune_loader
     data = stoker.ArrayDataset(np.zeros((4096, 4096), dtype=np.float32))
     start = time.perf_counter()
     r = tune_loader(data, batch_size=64, repeats=1, seconds=0.2, max_workers=2, gpu=True)

@@ -17,9 +17,11 @@ import torch
 from PIL import Image
 
 import stoker
-from stoker import _native, gpu_decode
+import gpu_emulation
+from stoker import _native
+from stoker.gpu import decode as gpu_decode
 from stoker import transforms as T
-from stoker.sample_data import make_sample
+from stoker.cli.sample_data import make_sample
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 HAS_CUDA = torch.cuda.is_available() and _native.cuda_available()
@@ -162,7 +164,7 @@ def test_emulated_gpu_path_gives_the_cpu_paths_batches(sample, make):
     ds = emulated_dataset(*args, transform=train_transform())
     cpu = args[0](*args[1:], transform=train_transform())
     kw = dict(batch_size=8, shuffle=True, seed=5, num_workers=2)
-    loader = gpu_decode.emulated_loader(ds, **kw)
+    loader = gpu_emulation.emulated_loader(ds, **kw)
     exact = total = 0
     for (x, y), (cx, cy) in zip(loader, stoker.DataLoader(cpu, **kw)):
         assert x.shape == cx.shape and x.dtype == cx.dtype
@@ -198,7 +200,7 @@ def test_emulated_gpu_path_on_png_and_small_crops(sample):
     cpu = stoker.ImageFolder(str(root), transform=t)
     png = [open(p, "rb").read(4) == b"\x89PNG" for p, _ in cpu.samples]
     kw = dict(batch_size=6, seed=1, num_workers=1)
-    loader = gpu_decode.emulated_loader(ds, **kw)
+    loader = gpu_emulation.emulated_loader(ds, **kw)
     exact = 0
     for b, ((x, y), (cx, cy)) in enumerate(zip(loader, stoker.DataLoader(cpu, **kw))):
         assert torch.equal(y, cy)
@@ -229,7 +231,7 @@ def test_a_corrupt_file_on_the_gpu_path_raises_a_sample_error_naming_it(damaged)
     root, victim = damaged
     ds = emulated_dataset(stoker.ImageFolder, str(root), transform=train_transform())
     with pytest.raises(stoker.SampleError, match=victim) as info:
-        for _ in gpu_decode.emulated_loader(ds, batch_size=8, num_workers=2):
+        for _ in gpu_emulation.emulated_loader(ds, batch_size=8, num_workers=2):
             pass
     assert info.value.path == victim
     assert "JPEG" in str(info.value.__cause__)
@@ -252,7 +254,7 @@ def test_the_error_comes_at_its_batchs_turn_and_the_epoch_goes_on(damaged):
     ds = emulated_dataset(stoker.ImageFolder, str(root), transform=train_transform())
     cpu = stoker.ImageFolder(str(root), transform=train_transform())
     kw = dict(batch_size=4, shuffle=True, seed=8, num_workers=2)
-    got = outcomes(gpu_decode.emulated_loader(ds, **kw))
+    got = outcomes(gpu_emulation.emulated_loader(ds, **kw))
     assert got == outcomes(stoker.DataLoader(cpu, **kw))
     assert got.count(victim) == 1 and len(got) == len(cpu) // 4 + (len(cpu) % 4 > 0)
 
@@ -262,7 +264,7 @@ def test_skip_replaces_a_corrupt_file_as_the_cpu_loader_does(damaged):
     ds = emulated_dataset(stoker.ImageFolder, str(root), transform=eval_transform())
     cpu = stoker.ImageFolder(str(root), transform=eval_transform())
     kw = dict(batch_size=8, shuffle=True, seed=3, num_workers=2, on_error="skip")
-    loader = gpu_decode.emulated_loader(ds, **kw)
+    loader = gpu_emulation.emulated_loader(ds, **kw)
     cpu_loader = stoker.DataLoader(cpu, **kw)
     got = list(loader)
     want = list(cpu_loader)
@@ -280,7 +282,7 @@ def test_a_file_the_gpu_refuses_takes_the_cpu_path_transparently(sample):
     ds = emulated_dataset(stoker.ImageFolder, str(sample / "train"), transform=eval_transform())
     cpu = stoker.ImageFolder(str(sample / "train"), transform=eval_transform())
     kw = dict(batch_size=7, num_workers=0)
-    loader = gpu_decode.emulated_loader(ds, reject=range(0, 42, 2), **kw)
+    loader = gpu_emulation.emulated_loader(ds, reject=range(0, 42, 2), **kw)
     for (x, y), (cx, cy) in zip(loader, stoker.DataLoader(cpu, **kw)):
         assert torch.equal(y, cy)
         assert per_sample_mad(x, cx).max() < 2.0
@@ -344,7 +346,7 @@ def test_gpu_path_matches_its_emulation_bit_for_bit_on_exactly_decodable_files(t
     with gpu_decode.emulation():
         em = stoker.ImageFolder(str(tmp_path), transform=t, decode="cuda")
     kw = dict(batch_size=8, shuffle=True, seed=2, num_workers=1)
-    for (x, y), (ex, ey) in zip(gpu_batches(ds, **kw), gpu_decode.emulated_loader(em, **kw)):
+    for (x, y), (ex, ey) in zip(gpu_batches(ds, **kw), gpu_emulation.emulated_loader(em, **kw)):
         assert torch.equal(y, ey)
         assert torch.equal(x, ex)
 

@@ -12,8 +12,8 @@ import torch
 
 import stoker
 from stoker import _native
-from stoker import device as stoker_device
-from stoker.device import DeviceFeed
+from stoker.gpu import feed as stoker_device
+from stoker.gpu.feed import DeviceFeed
 
 ROW = 1024  # floats per sample: 4 KiB rows, 16 KiB batches of 4
 
@@ -361,7 +361,7 @@ def test_diagnose_reports_no_gpu_figures_without_a_gpu():
 # ---- stoker tune -----------------------------------------------------------------------------------
 
 def test_tune_knobs_include_pin_memory_and_device_with_a_gpu():
-    from stoker.tune import default_knobs
+    from stoker.tuning.tune import default_knobs
     with_gpu = {k["name"]: k for k in default_knobs(4, gpu=True)}
     assert with_gpu["pin_memory"]["values"] == [0, 1]
     assert with_gpu["device"]["values"] == [0, 1] and with_gpu["device"]["start"] == 1
@@ -372,7 +372,7 @@ def test_tune_knobs_include_pin_memory_and_device_with_a_gpu():
 
 
 def test_tune_recommends_device_as_a_dataloader_argument():
-    from stoker.tune import _finish
+    from stoker.tuning.tune import _finish
     result = _finish({"recommended": {"num_workers": 2, "pin_memory": 1, "device": 1}}, "stoker")
     assert result["recommended"] == {"num_workers": 2, "pin_memory": True, "device": "cuda"}
     result = _finish({"recommended": {"pin_memory": 0, "device": 0}}, "stoker")
@@ -382,7 +382,7 @@ def test_tune_recommends_device_as_a_dataloader_argument():
 def test_tune_measures_batches_delivered_to_the_device_both_ways():
     """The GPU measurement, run against the CPU: device=0 copies in the loop, device=1 asks the
     loader; both deliver every batch."""
-    from stoker.tune import _gpu_measure
+    from stoker.tuning.tune import _gpu_measure
     measure = _gpu_measure(row_dataset(64), 4, True, 0, 0, 0.05, 20, target=torch.device("cpu"))
     for device in (0, 1):
         rate = measure({"num_workers": 2, "prefetch_factor": 2, "pin_memory": 0,
@@ -440,6 +440,6 @@ def test_waiting_for_a_slow_copy_is_not_a_budget_error(pageable_fences):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
 def test_cli_diagnose_on_a_gpu_without_cuda_says_so(capsys):
-    from stoker.diagnose import main
+    from stoker.tuning.diagnose import main
     assert main(["--device", "cuda", "--seconds", "0.1"]) == 2
     assert "needs CUDA" in capsys.readouterr().err

@@ -12,9 +12,9 @@ from PIL import Image
 
 import stoker
 from stoker import transforms as T
-from stoker.sample_data import make_sample
-from stoker.stats import channel_stats
-from stoker.stats import main as stats_main
+from stoker.cli.sample_data import make_sample
+from stoker.tuning.stats import channel_stats
+from stoker.tuning.stats import main as stats_main
 
 CLASSES = ["c000_astronaut", "c001_chelsea", "c002_coffee"]
 PER_CLASS = 8

@@ -220,7 +220,9 @@ def test_batches_identical_for_any_worker_count_with_random_augmentation():
 
 
 def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normals():
-    from stoker import _native, rng_fields, seeding
+    from stoker import _native
+    from stoker.pydata import rng_fields
+    from stoker.pydata import seeding
     seeder = seeding.global_seeder()
     assert seeder is not None  # the generators' fields were located (and verified) here
     key = _native.sample_key(5, 2, 11)
@@ -268,7 +270,8 @@ class SometimesRandom(Dataset):
 
 
 def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
-    from stoker import _native, seeding
+    from stoker import _native
+    from stoker.pydata import seeding
 
     def expected(i):
         seeding._slow_seed((False, False, False))(_native.sample_key(5, 1, i))
@@ -309,7 +312,8 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
 
 
 def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index():
-    from stoker import _native, seeding
+    from stoker import _native
+    from stoker.pydata import seeding
 
     class DrawsThenFails(Dataset):
         def __getitem__(self, i):
@@ -353,7 +357,8 @@ def test_samples_by_name_are_seeded_by_their_row_whichever_way_the_batch_is_fetc
 
 
 def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
-    from stoker import _native, seeding
+    from stoker import _native
+    from stoker.pydata import seeding
     random.seed(3)
     np.random.seed(4)
     torch.manual_seed(5)
@@ -379,7 +384,7 @@ def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
 @pytest.mark.parametrize("column", [[1, -2, 3], [0.5, 2.0, -1.25], [True, False], [2**70, 1],
                                     [2**63 - 1, -2**63]])
 def test_number_columns_collate_exactly_as_default_collate(column):
-    from stoker import batch_structure
+    from stoker.pydata import batch_structure
     try:
         expected = default_collate(column)
     except Exception as e:
@@ -491,7 +496,7 @@ class Paced(Dataset):
 
 
 def test_the_policy_decides_from_timings_alone():
-    from stoker import policy
+    from stoker.pydata import policy
     p = policy.ExecutorPolicy(cores=4)
     assert p.first_chunks(0.001, 10).kind == "stay"  # 10 ms left in the batch
     d = p.first_chunks(0.001, 30)  # 30 ms: workers now, one a core but this process's
@@ -542,7 +547,7 @@ class ScriptedPolicy:
     decision is tested here; the decisions from timings in test_the_policy_decides_...()."""
 
     def __init__(self, first=None, after=(), trial=None):
-        from stoker import policy
+        from stoker.pydata import policy
         self.stay = policy.STAY
         self.first, self.after, self.trial = first, list(after), trial
         self.calls = []
@@ -564,13 +569,13 @@ class ScriptedPolicy:
 
 
 def test_auto_starts_workers_when_its_policy_says_so(children):
-    from stoker.policy import Decision
+    from stoker.pydata.policy import Decision
     ref = [b[0].tolist() for b in stoker.DataLoader(Paced(96, 0), batch_size=16, shuffle=True,
                                                      num_workers=0)]
 
     def run(policy, **kw):
         loader = stoker.DataLoader(Paced(96, 0.001), batch_size=16, shuffle=True, **kw)
-        loader._policy = policy
+        loader._producer._policy = policy
         forked, got = [], []
         for batch in loader:
             forked.append((loader.stats()["worker_processes"], len(children())))
@@ -602,7 +607,7 @@ def test_auto_starts_workers_when_its_policy_says_so(children):
 
 
 def policy_stay():
-    from stoker.policy import STAY
+    from stoker.pydata.policy import STAY
     return STAY
 
 
@@ -610,7 +615,7 @@ def test_auto_tries_threads_only_for_thread_safe_datasets_without_seeding():
     def allowed(**kw):
         loader = stoker.DataLoader(Waiting(True), batch_size=16, **kw)
         iter(loader)
-        return loader._policy.threads_allowed
+        return loader._producer._policy.threads_allowed
     assert allowed(seed_samples=False)
     # Per-sample seeding of the process-global generators needs processes: threads would race.
     assert not allowed()

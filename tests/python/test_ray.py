@@ -17,7 +17,7 @@ import torch
 
 import stoker
 from stoker import transforms as T
-from stoker.sample_data import make_sample
+from stoker.cli.sample_data import make_sample
 from stoker.testing import FaultyDataset
 
 from conftest import ASAN_LANE
@@ -228,7 +228,7 @@ def test_native_datasets_travel_as_their_spec(tmp_path, images):
 
 
 def test_an_actor_refuses_a_dataset_that_differs_where_it_is_rebuilt(images, tmp_path):
-    from stoker._offload_actor import Producer, fingerprint
+    from stoker.offload.actor import Producer, fingerprint
 
     aug = T.Compose([T.CenterCrop(16), T.ToTensor()])
     ds = stoker.ImageFolder(images / "train", transform=aug)
@@ -323,7 +323,7 @@ def test_an_actor_killed_mid_epoch_loses_nothing(loaders):
     it = iter(off)
     got = [next(it) for _ in range(3)]
     victim = it.streams[(3 - it.first) % len(it.streams)].actor  # the next batch's actor
-    os.kill(off._actors.pids[victim], signal.SIGKILL)
+    os.kill(off._producer._actors.pids[victim], signal.SIGKILL)
     got += list(it)
     assert_same_batches(got, expected)
     s = off.stats()

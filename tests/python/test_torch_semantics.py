@@ -370,7 +370,7 @@ def test_an_error_in_worker_init_fn_is_raised(children, monkeypatch):
     assert children() == []
     # Also when the worker has exited before its first task is sent (its pipe is broken then:
     # the error is still the worker_init_fn's). Seen in torch's suite under load.
-    from stoker import workers
+    from stoker.pydata import workers
     submit = workers.ProcessPool.submit
 
     def after_exit(self, worker, task):

@@ -14,7 +14,7 @@ import pytest
 import stoker
 from stoker import _native
 from stoker.testing import FaultyDataset
-from stoker.tune import main as tune_main, tune_loader
+from stoker.tuning.tune import main as tune_main, tune_loader
 
 
 def plateau_model(config):
@@ -106,10 +106,10 @@ class FakeClock:
 
 class PacedLoader:
     """A loader's batches, each taking `wait` seconds of the fake clock to arrive. Keeps the
-    loader's `_loader` so that diagnose reads the engine's own figures."""
+    loader's `_producer` so that diagnose reads the engine's own figures."""
 
     def __init__(self, loader, clock, wait):
-        self._loader = loader._loader
+        self._producer = loader._producer
         self.loader, self.clock, self.wait = loader, clock, wait
 
     def __iter__(self):
@@ -121,7 +121,7 @@ class PacedLoader:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(sys.modules["stoker.diagnose"], "time", fake)
+    monkeypatch.setattr(sys.modules["stoker.tuning.diagnose"], "time", fake)
     return fake
 
 

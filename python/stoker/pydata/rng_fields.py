@@ -34,7 +34,7 @@ import struct
 import numpy as np
 import torch
 
-from . import _native
+from .. import _native
 
 TORCH_STATE_BYTES = 5056  # sizeof(CPUGeneratorImplState): what get_state()/set_state() carry
 

@@ -23,16 +23,16 @@ def main(argv=None):
                    help="is the loader or the model the bottleneck? (see diagnose --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["tune"]:
-        from .tune import main as tune_main
+        from ..tuning.tune import main as tune_main
         return tune_main(argv[1:])
     if argv[:1] == ["diagnose"]:
-        from .diagnose import main as diagnose_main
+        from ..tuning.diagnose import main as diagnose_main
         return diagnose_main(argv[1:])
     if argv[:1] == ["make-sample"]:
         from .sample_data import main as make_sample_main
         return make_sample_main(argv[1:])
     if argv[:1] == ["stats"]:
-        from .stats import main as stats_main
+        from ..tuning.stats import main as stats_main
         return stats_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":

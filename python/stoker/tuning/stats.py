@@ -22,10 +22,10 @@ import sys
 
 import numpy as np
 
-from . import _native
-from . import balance
-from .images import ImageFolder, TarShards
-from .loader import DataLoader
+from .. import _native
+from .. import balance
+from ..sources.images import ImageFolder, TarShards
+from ..loader import DataLoader
 
 __all__ = ["channel_stats", "class_mix", "main"]
 
@@ -182,7 +182,7 @@ def _print_class_mix(mix, names, where):
 
 def _open_dataset(spec):
     if spec is None:
-        from .sample_data import default_sample_root, make_sample
+        from ..cli.sample_data import default_sample_root, make_sample
         make_sample()
         return ImageFolder(os.path.join(default_sample_root(), "train"))
     if os.path.isdir(spec):

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from . import _native
+from .. import _native
 
 __all__ = ["tune_loader", "tune_torch", "write_plot", "print_table", "main"]
 
@@ -81,7 +81,7 @@ def sample_dataset(root=None):
     """The built-in sample data with the standard ImageNet training pipeline."""
     import stoker
     from stoker import transforms as T
-    from .sample_data import default_sample_root, make_sample
+    from ..cli.sample_data import default_sample_root, make_sample
 
     make_sample(root) if root else make_sample()
     base = root or default_sample_root()
@@ -132,7 +132,7 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
     batches into GPU memory, as training needs them: ``device="cuda"``, or CPU batches copied by
     the loop with ``x.to("cuda", non_blocking=True)``, the knobs including pin_memory and device;
     the GPU is synchronized before the clock stops."""
-    from .loader import _parse_bytes
+    from .._options import parse_bytes as _parse_bytes
     dataset = sample_dataset() if dataset is None else dataset
     gpu = _torch_cuda() if gpu is None else gpu
     knobs = knobs or default_knobs(max_workers, batch_sizes, batch_size, gpu=gpu)
@@ -156,7 +156,7 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
 
 def _sample_bytes_of(dataset):
     """Bytes one sample takes in a batch buffer (all fields)."""
-    from .loader import DataLoader
+    from ..loader import DataLoader
     one = DataLoader(dataset, batch_size=1, num_workers=0, pin_memory=False)
     return one.stats()["batch_bytes"]
 
@@ -165,8 +165,8 @@ def _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batche
     """measure(config) -> samples/s delivered into GPU memory (see tune_loader). ``target``:
     torch's current CUDA device when None (tests pass the CPU)."""
     import torch
-    from .device import _map_tensors
-    from .loader import DataLoader
+    from ..gpu.feed import _map_tensors
+    from ..loader import DataLoader
     if target is None:
         target = torch.device("cuda", torch.cuda.current_device())
     on_cuda = target.type == "cuda"
@@ -246,7 +246,7 @@ def tune_torch(dataset, loader_kwargs=None, *, memory_budget=None, repeats=2, se
     it saves the worker start at every epoch). The search is the same C++ tuner; each
     measurement is a Python callback timing the DataLoader (first batch untimed)."""
     import torch
-    from .loader import _parse_bytes
+    from .._options import parse_bytes as _parse_bytes
     kwargs = dict(loader_kwargs or {})
     batch_size = kwargs.pop("batch_size", 64)
     for k in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers"):

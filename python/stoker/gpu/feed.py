@@ -38,7 +38,7 @@ import sys
 import threading
 import weakref
 
-from . import _native
+from .. import _native
 
 __all__ = ["DeviceFeed", "CudaCopyEngine", "resolve_device", "install_fence_provider",
            "fenced_on"]

@@ -23,7 +23,8 @@ import json
 import sys
 import time
 
-from . import _native
+from .. import _native
+from ..native import NativeProducer
 
 __all__ = ["Report", "diagnose", "main"]
 
@@ -69,7 +70,9 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     iterable of batches such as a torch DataLoader) for ``seconds`` (or ``max_batches``), and
     returns a :class:`Report`. ``step_fn=None`` is a consumer that does nothing (the fastest)."""
     step_fn = step_fn or (lambda batch: None)
-    native = getattr(loader, "_loader", None)
+    producer = getattr(loader, "_producer", None)
+    # The engine's own stage figures, for a loader of a native dataset.
+    native = producer.loader if isinstance(producer, NativeProducer) else None
     it = iter(loader)
 
     def next_batch():
@@ -157,7 +160,7 @@ def main(argv=None):
                    help='copy batches to this GPU ahead of the step ("cuda", "cuda:N")')
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     args = p.parse_args(argv)
-    from .loader import DataLoader
+    from ..loader import DataLoader
     from .tune import _open_dataset
     workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
     try:

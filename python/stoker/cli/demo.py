@@ -22,7 +22,7 @@ import numpy as np
 
 import stoker
 from stoker import transforms as T
-from stoker.sample_data import default_sample_root, make_sample
+from stoker.cli.sample_data import default_sample_root, make_sample
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -146,7 +146,7 @@ def run_demo(root=None):
 
 def tune_demo(root):
     """A short `stoker tune --quick` on the built-in image sample data."""
-    from stoker.tune import ProgressBar, default_knobs, print_table, tune_loader
+    from stoker.tuning.tune import ProgressBar, default_knobs, print_table, tune_loader
     print("\n== stoker tune --quick (bare loader on the built-in ImageNet-like sample data, "
           "RandomResizedCrop(224) + flip + Normalize, batch 64):")
     knobs = default_knobs()

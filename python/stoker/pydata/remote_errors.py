@@ -16,7 +16,7 @@ import pickle
 import signal
 import traceback
 
-from .errors import SampleError, WorkerError
+from ..errors import SampleError, WorkerError
 
 
 @dataclasses.dataclass(frozen=True)

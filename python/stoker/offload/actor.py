@@ -9,8 +9,8 @@ import os
 import pickle
 import warnings
 
-from . import _state
-from .loader import DataLoader, _is_native
+from .. import _state
+from ..loader import DataLoader, is_native
 
 
 class _Tensor:
@@ -90,7 +90,7 @@ def fingerprint(dataset):
     """What must be equal where a dataset is rebuilt: its length and, for a native dataset, the
     files it lists (a Python dataset travels whole, pickled)."""
     h = hashlib.sha1()
-    if _is_native(dataset):
+    if is_native(dataset):
         for attr in ("samples", "paths", "labels", "path"):
             value = getattr(dataset, attr, None)
             if value is not None and not callable(value):
@@ -107,7 +107,7 @@ class Producer:
                 f"the dataset rebuilt on the Ray node ({len(dataset)} samples) differs from the "
                 f"training process's ({config['fingerprint'][0]} samples, or other files): the "
                 f"files must be readable at the same paths on every node")
-        self.native = _is_native(dataset)
+        self.native = is_native(dataset)
         kw = config["loader"]
         try:
             import torch  # noqa: F401
@@ -132,7 +132,7 @@ class Producer:
         source = None
         if self.native:
             plan = _state.plan(self.loader, start).strided(first, step)
-            source = self.loader._loader.iterate(epoch, 0, plan)
+            source = self.loader._producer.epoch_source(epoch, 0, plan)
         self.streams[stream] = [source, epoch, start, first, step, 0]
 
     def close(self, stream):
@@ -155,7 +155,7 @@ class Producer:
                 # arrays that the object store holds.
                 fields = tuple(_pack(f) if self.torch else _Tensor(f, None)
                                for f in source.next(self.torch))
-                batch = fields[0] if self.loader._single else fields
+                batch = fields[0] if self.loader._producer.single else fields
             else:
                 state = self.loader.state_dict()
                 state.update(epoch=epoch, batch=b, start=start)

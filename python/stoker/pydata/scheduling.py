@@ -28,9 +28,9 @@ import weakref
 import torch
 
 from . import batch_structure, seeding
-from .errors import WorkerError
+from ..errors import WorkerError
 from .messages import BatchDone, Slot, StreamEnd, Task, TaskFailed
-from .producer import Producer
+from .batch_maker import BatchMaker
 from .remote_errors import local_exception, to_exception
 
 _WAIT_SLICE_S = 1.0
@@ -85,8 +85,9 @@ def _close_epoch(session, pending, owned):
 
 
 class EpochIterator:
-    def __init__(self, loader, epoch, start, plan):
-        self._loader = loader
+    def __init__(self, loader, epoch, start, plan, cursor):
+        self._loader = loader  # the PythonProducer
+        self.cursor = cursor  # the loader's [epoch, batches delivered] (_state.Cursor)
         self.epoch = epoch
         self.plan = plan
         self.iterable = plan.iterable
@@ -102,7 +103,7 @@ class EpochIterator:
         self.active = list(range(self.session.pool.size)) if self.session else []
         self.rr = 0
         self.next_batch_no = start
-        self.local = None  # the Producer of this process, made when it first produces
+        self.local = None  # the BatchMaker of this process, made when it first produces
         self.policy = plan.policy if plan.measure else None
         self.measured = False  # the first batch was timed by chunks
         self.delivered = 0
@@ -133,7 +134,7 @@ class EpochIterator:
 
     def _producer(self):
         if self.local is None:
-            self.local = Producer(self._loader.dataset, self.plan.config)
+            self.local = BatchMaker(self._loader.dataset, self.plan.config)
         return self.local
 
     def _pull(self):
@@ -215,7 +216,7 @@ class EpochIterator:
     def _thread_trial(self, mine, theirs, b):
         """Two threads fetch a chunk each side by side: (samples in order, wall seconds a
         sample)."""
-        helper = Producer(self._loader.dataset, self.plan.config, seed_samples=False)
+        helper = BatchMaker(self._loader.dataset, self.plan.config, seed_samples=False)
         out, errors = [], []
 
         def run():
@@ -374,7 +375,7 @@ class EpochIterator:
         """The one place a finished batch is handed to the caller."""
         loader = self._loader
         self.delivered += 1
-        loader._cursor[1] += 1
+        self.cursor[1] += 1
         loader._stats["batches"] += 1
         loader._stats["samples"] += samples
         if self.iterable and self.len_called is not None and self.delivered > self.len_called:

@@ -1,5 +1,5 @@
 """Batches produced on a Ray cluster: ``stoker.DataLoader(..., offload=stoker.RayOffload(...))``.
-(The actor's side is in _offload_actor.py.)
+(The actor's side is in actor.py.)
 
 Each Ray actor runs Stoker's own engine on its share of the rank's epoch: for a native dataset,
 the dataset's spec (class, paths, transform) travels (pickled by its ``__reduce__``) and is
@@ -32,12 +32,11 @@ import itertools
 import time
 import warnings
 
-from . import _native, _state, balance
-from . import device as _device
-from ._offload_actor import Producer, fingerprint, nbytes, unpack, unpack_error
-from .errors import WorkerError
-from .loader import (_PY_DEFAULTS, DataLoader, _feed_options, _is_int, _is_native,
-                     _parse_bytes, _ranks)
+from .. import _native, _state, balance
+from .._options import is_int
+from ..errors import WorkerError
+from ..loader import is_native
+from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
             "(or: pip install ray)")
@@ -73,7 +72,7 @@ class RayOffload:
         _import_ray()
         for name, value in (("actors", actors), ("cpus_per_actor", cpus_per_actor),
                             ("max_retries", max_retries)):
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if address is not None and not isinstance(address, str):
             raise ValueError(f"address must be None or a Ray address string, got {address!r}")
@@ -176,18 +175,15 @@ class _Actors:
         self.ready, self.starting = [], []
 
 
-class OffloadLoader(DataLoader):
-    """stoker.DataLoader whose batches come from Ray actors (see the module's docstring)."""
+class RayProducer:
+    """Batches made by Ray actors (see the module's docstring; loader.py states the producer
+    protocol)."""
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, seed=0, drop_last=False,
-                 num_workers="auto", prefetch_factor="auto", pin_memory="auto",
-                 memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise", cpu_budget=None, offload=None, *, collate_fn=None,
-                 seed_samples=True, device=None, gpu_prefetch="auto", gpu_prefetch_bytes=None,
-                 class_weights=None, labels=None, **python_options):
-        if not isinstance(offload, RayOffload):
-            raise TypeError(f"offload must be a stoker.RayOffload, got {offload!r}")
-        native = _is_native(dataset)
+    def __init__(self, dataset, options):
+        o = options
+        if not isinstance(o.offload, RayOffload):
+            raise TypeError(f"offload must be a stoker.RayOffload, got {o.offload!r}")
+        native = is_native(dataset)
         if native and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)
         if not native:
@@ -196,122 +192,94 @@ class OffloadLoader(DataLoader):
                     hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
                 raise ValueError("offload needs a map-style dataset (__getitem__ and __len__): "
                                  "the actors produce batches by their sample indices")
-        for key, value in python_options.items():
-            if key not in _PY_DEFAULTS:
-                raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
-            if value is not _PY_DEFAULTS[key] and value != _PY_DEFAULTS[key]:
+        for key, value in o.python_given().items():
+            if key not in ("collate_fn", "seed_samples"):
                 raise ValueError(f"{key}={value!r} is not supported with offload: the actors "
                                  f"order and batch samples with the engine's plan")
-        if native and (collate_fn is not None or seed_samples is not True):
+        if native and o.python_given():
             raise ValueError("collate_fn and seed_samples are for Python datasets")
-        if num_workers != "auto":
+        if o.num_workers != "auto":
             raise ValueError('with offload, num_workers must be "auto": each actor runs '
                              'cpus_per_actor threads (RayOffload(cpus_per_actor=...))')
-        if cpu_budget is not None:
+        if o.cpu_budget is not None:
             raise ValueError("cpu_budget is for local threads; with offload, see "
                              "RayOffload(actors=..., cpus_per_actor=...)")
-        if pin_memory is True:
+        if o.pin_memory is True:
             raise ValueError("pin_memory=True is not supported with offload: batches arrive in "
                              "Ray's object store")
-        if not _is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        stratified = balance.check_shuffle(shuffle, class_weights)
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
-        if not _is_int(seed) or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-        if prefetch_factor != "auto" and not (_is_int(prefetch_factor)
-                                              and 1 <= prefetch_factor <= 64):
+        if not is_int(o.batch_size) or o.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
+        if o.prefetch_factor != "auto" and not (is_int(o.prefetch_factor)
+                                                and 1 <= o.prefetch_factor <= 64):
             raise ValueError(f'prefetch_factor must be "auto" or an integer in [1, 64], got '
-                             f'{prefetch_factor!r}')
-        rank, world_size = _ranks(rank, world_size)
-        if output not in ("torch", "numpy"):
-            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
-        budget = _parse_bytes(memory_budget)
-        self._device, self._gpu_prefetch, self._gpu_cap = _feed_options(
-            device, output, gpu_prefetch, gpu_prefetch_bytes)
-        self._engine = None
-        self._gpu_stats = {}
-        # A stratified or weighted order: the actors build the same one from the same labels.
-        self.class_weights = class_weights
-        self._classes = balance.class_groups(dataset, labels) if stratified else None
-        self._weights = balance.weights_for(self._classes, class_weights) if stratified else []
-
+                             f'{o.prefetch_factor!r}')
+        self.options = o
+        self.offload = o.offload
         self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.on_error = on_error
-        self.output = output
-        self.offload = offload
-        self._torch = output == "torch" and _torch_available()
-        self._prefetch = _DEFAULT_PREFETCH if prefetch_factor == "auto" else prefetch_factor
-        self._budget = budget or _native.physical_memory_bytes() // 2
-        loader_kw = dict(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                         rank=rank, world_size=world_size, on_error=on_error,
-                         memory_budget=memory_budget)
-        if stratified:
-            loader_kw.update(class_weights=class_weights,
-                             labels=None if labels is None else balance.labels_of(dataset, labels))
+        self.seed = o.seed
+        self.shuffle = False if o.shuffle is None else o.shuffle
+        # A stratified or weighted order: the actors build the same one from the same labels.
+        self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
+        self.weights = balance.weights_for(self.classes, o.class_weights) \
+            if o.stratified else []
+        self.order_kind = "stratified" if self.classes is not None else "engine"
+        self._torch = o.torch_output
+        self._prefetch = _DEFAULT_PREFETCH if o.prefetch_factor == "auto" else o.prefetch_factor
+        self._budget = o.memory_budget or _native.physical_memory_bytes() // 2
+        loader_kw = dict(batch_size=o.batch_size, shuffle=self.shuffle, seed=o.seed,
+                         drop_last=o.drop_last, rank=o.rank, world_size=o.world_size,
+                         on_error=o.on_error, memory_budget=o.memory_budget or None)
+        if o.stratified:
+            loader_kw.update(class_weights=o.class_weights,
+                             labels=None if o.labels is None else
+                             balance.labels_of(dataset, o.labels))
         self._config = {"fingerprint": fingerprint(dataset), "loader": loader_kw,
-                        "threads": offload.cpus_per_actor,
-                        "python": {} if native else {"collate_fn": collate_fn,
-                                                     "seed_samples": seed_samples}}
+                        "threads": self.offload.cpus_per_actor,
+                        "python": {} if native else {
+                            "collate_fn": o.python["collate_fn"],
+                            "seed_samples": o.python["seed_samples"]}}
         self._actors = None
         self._stats = collections.Counter()
         self._skipped_samples = collections.deque(maxlen=1000)
-        self._next_epoch = 0
-        self._start_batch = 0
-        self._next_start = 0
-        self._cursor = None
 
-    @property
-    def num_workers(self):
-        return self.offload.actors * self.offload.cpus_per_actor
+    def attributes(self):
+        o = self.options
+        return {"dataset": self.dataset, "batch_size": o.batch_size, "shuffle": self.shuffle,
+                "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
+                "sampler": None, "batch_sampler": None, "persistent_workers": False}
 
-    @property
-    def prefetch_factor(self):
-        return self._prefetch
+    def knobs(self):
+        return {"num_workers": self.offload.actors * self.offload.cpus_per_actor,
+                "prefetch_factor": self._prefetch, "pin_memory": False,
+                "memory_budget": self._budget}
 
-    @property
-    def pin_memory(self):
-        return False
+    def plan(self, start=0):
+        o = self.options
+        return _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
+                                 start)
 
-    @property
-    def memory_budget(self):
-        return self._budget
+    def num_batches(self):
+        return self.plan().num_batches
 
-    def __len__(self):
-        return _state.plan(self).num_batches
-
-    def __iter__(self):
+    def batches(self, cursor):
         if self._actors is None:
             self._actors = _Actors(self.offload, self.dataset, self._config)
-        cursor = _state.begin(self)
-        batches = _OffloadIterator(self, cursor)
-        if self._device is None:
-            return batches
-        if self._engine is None:
-            self._engine = _device.CudaCopyEngine(self._device)
-        return _device.DeviceFeed(batches, self._device, self._gpu_prefetch, self._gpu_cap,
-                                  engine=self._engine, cursor=cursor, stats=self._gpu_stats)
+        return _OffloadIterator(self, cursor)
+
+    def copy_engine(self, device):
+        return None
 
     def shutdown(self):
-        """Stops this loader's actors now (they also stop when the loader is garbage
-        collected). The next iteration starts new ones."""
+        """Stops the actors now (they also stop when the loader is garbage collected). The next
+        iteration starts new ones."""
         if self._actors is not None:
             self._actors.shutdown()
             self._actors = None
 
     def stats(self):
-        """Counters since the loader was made: batches, samples, skipped samples, retries (batches
-        asked for again after an actor died), actor failures, actors, batches in flight (peak),
-        the consumer's wait and CPU time."""
+        """Counters since the loader was made: batches, samples, skipped samples, retries
+        (batches asked for again after an actor died), actor failures, actors, batches in
+        flight (peak), the consumer's wait and CPU time."""
         s = dict(self._stats)
         for key in ("batches", "samples", "skipped", "retries", "actor_failures",
                     "in_flight_peak", "batch_bytes"):
@@ -321,19 +289,8 @@ class OffloadLoader(DataLoader):
         s["skipped_samples"] = list(self._skipped_samples)
         actors = self._actors
         s.update(actors=len(actors.ready) if actors else 0,
-                 actors_starting=len(actors.starting) if actors else 0,
-                 num_workers=self.num_workers, prefetch_factor=self._prefetch,
-                 memory_budget=self._budget, device=str(self._device or "cpu"))
-        s.update(self._gpu_stats)
+                 actors_starting=len(actors.starting) if actors else 0)
         return s
-
-
-def _torch_available():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class _Stream:
@@ -362,7 +319,7 @@ class _OffloadIterator:
         self.epoch = cursor[0]
         self.start = cursor.start
         self.end = cursor.num_batches
-        self.plan = _state.plan(loader, self.start)
+        self.plan = loader.plan(self.start)
         self.failures = {}  # batch number -> actors it killed in a row
         self.done = cursor[1] >= self.end
         self.streams = []

@@ -1,16 +1,18 @@
-"""``stoker.DataLoader`` for Python datasets: the API, its checks, and which executor runs it.
+"""The producer of Python datasets' batches: torch's checks, the plan of each epoch, and which
+executor runs it.
 
 Any map-style ``torch.utils.data.Dataset`` (or any object with ``__getitem__`` and ``__len__``) or
 ``IterableDataset``, with torch's keywords, checks and messages. Where a dataset can observe it,
 Stoker behaves as torch does; what it cannot observe is Stoker's (shared-memory batches written in
 place, native collation, the engine's order). The modules, one concern each:
 
-- python_datasets.py (this): the loader's arguments, torch's checks, the plan of each epoch;
+- producer.py (this): torch's checks of the options, the plan of each epoch;
 - batch_order.py: the one place the batch order is computed;
 - scheduling.py: an epoch's dispatch, waiting, ordering and the one place a batch is delivered;
 - policy.py: num_workers="auto"'s decision between this process and workers, from timings;
 - workers.py: the worker pool interface (processes, threads) and what a worker runs;
-- producer.py: fetching and collating a batch; batch_structure.py: collation and shared memory;
+- batch_maker.py: fetching and collating a batch; batch_structure.py: collation and shared
+  memory;
 - seeding.py (+ rng_fields.py): worker and per-sample seeds; remote_errors.py: errors from workers;
 - messages.py: the typed messages between the training process and its workers.
 
@@ -38,13 +40,12 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import BatchSampler, IterableDataset
 
-from . import _native, _state, balance, seeding
-from . import device as _device
-from . import loader as _loader
+from .. import _native, balance
+from ..gpu import feed as _feed
+from . import seeding
 from .batch_order import BatchOrder
-from .loader import DataLoader
 from .policy import Decision, ExecutorPolicy
-from .producer import ProducerConfig
+from .batch_maker import ProducerConfig
 from .scheduling import EpochIterator, PoolSession
 from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 
@@ -52,8 +53,6 @@ _MIN_SLOTS = 8
 _MAX_AUTO_WORKERS = 16
 _AUTO_PREFETCH = 2
 _AUTO_PREFETCH_BYTES = 4 << 20  # prefetch_factor="auto": 1 batch a worker above this size
-_FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
-                      "persistent_workers")
 
 
 def _free_threaded():
@@ -150,7 +149,7 @@ def _warn_worker_count(n):
         warnings.warn(f"This DataLoader will create {n} worker processes in total. This machine "
                       f"has {cores} usable cores, fewer than the workers: excessive worker "
                       f"creation might get DataLoader running slow or even freeze; lower the "
-                      f"worker number to avoid slowness or freezing if necessary.", stacklevel=3)
+                      f"worker number to avoid slowness or freezing if necessary.", stacklevel=4)
 
 
 @dataclass
@@ -172,53 +171,38 @@ class _Plan:
     origin: int  # the global position the epoch's plan starts at (an elastic resume)
 
 
-class PythonLoader(DataLoader):
-    """stoker.DataLoader over a Python dataset (see the module docstring)."""
+class PythonProducer:
+    """Batches of a Python dataset (see the module docstring; loader.py states the producer
+    protocol)."""
 
-    def __init__(self, dataset, batch_size=1, shuffle=None, seed=0, drop_last=False,
-                 num_workers="auto", prefetch_factor="auto", pin_memory="auto",
-                 memory_budget=None, rank=None, world_size=None, output="torch",
-                 on_error="raise", *, sampler=None, batch_sampler=None, collate_fn=None,
-                 worker_init_fn=None, timeout=0, persistent_workers=False, generator=None,
-                 worker_type="auto", seed_samples=True, consumer_helps=None,
-                 multiprocessing_context=None, in_order=True, pin_memory_device="",
-                 device=None, gpu_prefetch="auto", gpu_prefetch_bytes=None, class_weights=None,
-                 labels=None, offload=None):
+    def __init__(self, dataset, options):
+        o = options
+        py = o.python
+        batch_size, shuffle, drop_last = o.batch_size, o.shuffle, o.drop_last
+        num_workers, prefetch_factor = o.num_workers, o.prefetch_factor
+        sampler, batch_sampler = py["sampler"], py["batch_sampler"]
         if not (hasattr(dataset, "__getitem__") or hasattr(dataset, "__iter__")):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
                 f"TokenDataset), or a Python one with __getitem__, got {type(dataset).__name__}")
         validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
-                 timeout, persistent_workers, prefetch_factor)
-        if pin_memory not in ("auto", True, False):
-            raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-        if generator is not None and seed != 0:
-            raise ValueError("give seed or generator, not both: with a generator, the seed is "
-                             "drawn from it")
-        if output not in ("torch", "numpy"):
-            raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+                 py["timeout"], py["persistent_workers"], prefetch_factor)
         iterable = isinstance(dataset, IterableDataset)
-        if on_error == "skip" and iterable:
+        if o.on_error == "skip" and iterable:
             raise ValueError('on_error="skip" needs a map-style dataset (replacements are drawn '
                              'from range(len(dataset)))')
-        if not (isinstance(seed_samples, bool) or seed_samples == "always"):
+        if not (isinstance(py["seed_samples"], bool) or py["seed_samples"] == "always"):
             raise ValueError(f'seed_samples must be True, False or "always", got '
-                             f'{seed_samples!r}')
-        if consumer_helps not in (None, True, False):
+                             f'{py["seed_samples"]!r}')
+        if py["consumer_helps"] not in (None, True, False):
             raise TypeError(f"consumer_helps must be None, True or False, got "
-                            f"{consumer_helps!r}")
-        if worker_type not in ("auto", "process", "thread"):
+                            f"{py['consumer_helps']!r}")
+        if py["worker_type"] not in ("auto", "process", "thread"):
             raise ValueError(f'worker_type must be "auto", "process" or "thread", got '
-                             f'{worker_type!r}')
-        if not isinstance(in_order, bool):
-            raise ValueError(f"in_order must be True or False, got {in_order!r}")
-        if offload is not None:  # DataLoader.__new__ sends a loader with offload elsewhere
-            raise ValueError("offload is given to stoker.DataLoader itself")
-        stratified = balance.check_shuffle(False if shuffle is None else shuffle, class_weights)
+                             f'{py["worker_type"]!r}')
+        if not isinstance(py["in_order"], bool):
+            raise ValueError(f"in_order must be True or False, got {py['in_order']!r}")
+        stratified = o.stratified
         if stratified and (iterable or sampler is not None or batch_sampler is not None):
             raise ValueError('shuffle="stratified" and class_weights order the samples of a '
                              'map-style dataset: not with an IterableDataset, a sampler or a '
@@ -226,9 +210,7 @@ class PythonLoader(DataLoader):
         if stratified and batch_size is None:
             raise ValueError('shuffle="stratified" and class_weights need batch_size (batches '
                              'are what they balance)')
-        gpu_device, self._gpu_prefetch, self._gpu_cap = _loader._feed_options(
-            device, output, gpu_prefetch, gpu_prefetch_bytes)
-        context = _context(multiprocessing_context, num_workers)
+        context = _context(py["multiprocessing_context"], num_workers)
         if isinstance(num_workers, int) and num_workers > 0:
             _warn_worker_count(num_workers)
         if _is_datapipe(dataset) and shuffle is not None:
@@ -238,63 +220,56 @@ class PythonLoader(DataLoader):
         shuffle = bool(shuffle) if not iterable else False
 
         user_order = sampler is not None or batch_sampler is not None
-        rank = 0 if user_order or iterable else (_loader._env_int("RANK", 0) if rank is None
-                                                 else rank)
-        world_size = 1 if user_order or iterable else (
-            _loader._env_int("WORLD_SIZE", 1) if world_size is None else world_size)
-        if not isinstance(world_size, int) or world_size < 1 or not (
-                isinstance(rank, int) and 0 <= rank < world_size):
-            raise ValueError(f"rank must be an integer in [0, world_size), got rank={rank!r}, "
-                             f"world_size={world_size!r}")
+        # A user's sampler or an IterableDataset orders every sample itself: no sharding.
+        rank, world_size = (0, 1) if user_order or iterable else (o.rank, o.world_size)
         if sampler is not None and batch_sampler is None and batch_size is not None:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
 
-        set_ = object.__setattr__  # the attributes torch freezes after __init__
-        set_(self, "dataset", dataset)
-        set_(self, "batch_size", batch_size if batch_sampler is None else None)
-        set_(self, "drop_last", drop_last)
-        set_(self, "sampler", sampler)
-        set_(self, "batch_sampler", batch_sampler)
-        set_(self, "persistent_workers", persistent_workers)
-        self._seed = None if generator is not None else seed
-        self.generator = generator
+        self.options = o
+        self.dataset = dataset
+        self.batch_size = batch_size if batch_sampler is None else None
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.persistent_workers = py["persistent_workers"]
+        self._seed = None if py["generator"] is not None else o.seed
+        self.generator = py["generator"]
         self.shuffle = shuffle
         self.rank, self.world_size = rank, world_size
-        self.collate_fn = collate_fn
-        self.worker_init_fn = worker_init_fn
-        self.timeout = timeout
-        self.output = output
-        self.on_error = on_error
-        self.seed_samples = seed_samples
-        self.consumer_helps = consumer_helps
-        self.worker_type = worker_type
-        self.in_order = in_order
-        self.pin_memory_device = pin_memory_device
-        self._pin = pin_memory is True
+        self.collate_fn = py["collate_fn"]
+        self.worker_init_fn = py["worker_init_fn"]
+        self.timeout = py["timeout"]
+        self.output = o.output
+        self.on_error = o.on_error
+        self.seed_samples = py["seed_samples"]
+        self.consumer_helps = py["consumer_helps"]
+        self.worker_type = py["worker_type"]
+        self.in_order = py["in_order"]
+        self.pin_memory_device = py["pin_memory_device"]
+        self._pin = o.pin_memory is True
         # Page-locked shared buffers (cuMemHostRegister, bounded by memory_budget, fenced when
         # their last tensor dies): with pin_memory=True or a CUDA device, when CUDA is present.
         # Registered in this process only: workers never touch CUDA.
-        self._pinned_pool = (pin_memory is True or gpu_device is not None) and \
+        self._pinned_pool = (o.pin_memory is True or o.device is not None) and \
             _native.cuda_available()
         if self._pinned_pool:
-            _device.install_fence_provider()
-        self._device = gpu_device
-        self._engine = None  # the copy engine (one copy stream), made at the first iteration
-        self._gpu_stats = {}
+            _feed.install_fence_provider()
         self._iterable = iterable
         self._auto_collation = batch_sampler is not None or batch_size is not None
-        self._context = context
+        self.context = context
         self._num_workers_arg = num_workers
         self._prefetch_arg = None if prefetch_factor in ("auto", None) else prefetch_factor
         self._prefetch_auto = _AUTO_PREFETCH
-        self._budget = _loader._parse_bytes(memory_budget) or \
-            _native.physical_memory_bytes() // 2
-        plan = balance.stratified_plan(dataset, shuffle_arg, class_weights, labels, self.seed,
-                                       batch_size, drop_last, rank, world_size) \
+        self._budget = o.memory_budget or _native.physical_memory_bytes() // 2
+        plan = balance.stratified_plan(dataset, shuffle_arg, o.class_weights, o.labels,
+                                       self.seed, batch_size, drop_last, rank, world_size) \
             if stratified else None
+        self.classes, self.weights = (plan.classes, plan.weights) if plan is not None \
+            else (None, [])
         if plan is not None:
-            self.shuffle, self.class_weights = shuffle_arg, class_weights
-            self._classes, self._weights = plan.classes, plan.weights
+            self.shuffle = shuffle_arg
+        self.order_kind = ("stratified" if plan is not None else "iterable" if iterable
+                           else "sampler" if user_order else "engine")
         self._order = None if iterable else BatchOrder(
             dataset, batch_size, shuffle, drop_last, rank, world_size,
             batch_sampler=batch_sampler, sampler=sampler if batch_sampler is None else None,
@@ -304,24 +279,24 @@ class PythonLoader(DataLoader):
         self._policy = None
         self._auto_decision = None  # num_workers="auto": what the first epoch decided
         self._task_ids = itertools.count()
-        self._next_epoch = 0
-        self._start_batch = 0
-        self._next_start = 0
-        self._cursor = None
+        self._next_epoch = 0  # the epoch of the iteration that starts next (worker seeds)
         self._last_iterator = None
         self._IterableDataset_len_called = None
         self._stats = collections.Counter()
-        self._skipped_samples = collections.deque(maxlen=1000)  # the most recent, as native
+        self._skipped_samples = collections.deque(maxlen=1000)
         self._mode, self._kind, self._workers_n, self._consumer_produces = self._executor()
-        self._initialized = True
 
-    # -- torch's attributes ----------------------------------------------------------------------
-
-    def __setattr__(self, name, value):
-        if getattr(self, "_initialized", False) and name in _FROZEN_AFTER_INIT:
-            raise ValueError(f"{name} attribute should not be set after "
-                             f"{type(self).__name__} is initialized")
-        object.__setattr__(self, name, value)
+    def attributes(self):
+        """The loader's attributes as torch names them."""
+        return {"dataset": self.dataset, "batch_size": self.batch_size,
+                "shuffle": self.shuffle, "drop_last": self.drop_last, "rank": self.rank,
+                "world_size": self.world_size, "sampler": self.sampler,
+                "batch_sampler": self.batch_sampler,
+                "persistent_workers": self.persistent_workers, "generator": self.generator,
+                "collate_fn": self.collate_fn, "worker_init_fn": self.worker_init_fn,
+                "timeout": self.timeout, "seed_samples": self.seed_samples,
+                "consumer_helps": self.consumer_helps, "worker_type": self.worker_type,
+                "in_order": self.in_order, "pin_memory_device": self.pin_memory_device}
 
     @property
     def seed(self):
@@ -332,38 +307,29 @@ class PythonLoader(DataLoader):
         return self._seed
 
     @property
-    def num_workers(self):
-        return self._workers_n
-
-    @property
     def prefetch_factor(self):
         return self._prefetch_arg if self._prefetch_arg is not None else self._prefetch_auto
 
-    @property
-    def pin_memory(self):
-        return self._pin
+    def knobs(self):
+        return {"num_workers": self._workers_n, "prefetch_factor": self.prefetch_factor,
+                "pin_memory": self._pin, "memory_budget": self._budget}
 
-    @property
-    def memory_budget(self):
-        return self._budget
-
-    @property
-    def multiprocessing_context(self):
-        return self._context
-
-    @property
-    def _iterator(self):
+    def persistent_iterator(self):
         """The latest iterator, with persistent workers (as torch keeps it)."""
         it = self._last_iterator() if self._last_iterator is not None else None
         return it if self.persistent_workers else None
 
-    @_iterator.setter
-    def _iterator(self, value):
-        if value is None:
-            self._last_iterator = None
-            if self._session is not None:
-                self._session.pool.shutdown()
-                self._session = None
+    def stop_workers(self):
+        self._last_iterator = None
+        if self._session is not None:
+            self._session.pool.shutdown()
+            self._session = None
+
+    def shutdown(self):
+        self.stop_workers()
+
+    def copy_engine(self, device):
+        return None
 
     # -- which executor ----------------------------------------------------------------------------
 
@@ -428,7 +394,7 @@ class PythonLoader(DataLoader):
             session = PoolSession(pool, None)
             self._stats["worker_threads"] = n
         else:
-            context = self._context or multiprocessing.get_context()
+            context = self.context or multiprocessing.get_context()
             shared = self._shared(n)
             base = seeding.base_seed(self.seed, self._next_epoch - 1 if epoch is None else epoch)
             config = self._config()
@@ -445,7 +411,7 @@ class PythonLoader(DataLoader):
             self._session = session
         return session
 
-    def _plan(self, epoch):
+    def _plan(self, epoch, origin):
         session, owned, measure, policy = None, False, False, None
         consumer = self._consumer_produces
         if self._mode == "pool" or (self._mode == "measure" and self._auto_decision is not None
@@ -460,7 +426,7 @@ class PythonLoader(DataLoader):
         elif self._mode == "measure" and self._auto_decision is None:
             measure = True
             if self._policy is None:
-                context = self._context or multiprocessing.get_context()
+                context = self.context or multiprocessing.get_context()
                 self._policy = ExecutorPolicy(
                     min(_native.usable_cores(), _MAX_AUTO_WORKERS),
                     forked=context.get_start_method() == "fork",
@@ -480,11 +446,11 @@ class PythonLoader(DataLoader):
             pin = self.pin_memory_device or "cuda"
         return _Plan(self._iterable, self._order, self.seed, self._config(), session, owned,
                      measure, policy, self.in_order, self.timeout, consumer, stream_seed, pin,
-                     self._cursor.start if self._cursor is not None else 0)
+                     origin)
 
     # -- iteration ---------------------------------------------------------------------------------
 
-    def __len__(self):
+    def num_batches(self):
         if self._iterable:
             n = self._IterableDataset_len_called = len(self.dataset)  # TypeError without a len
             if not self._auto_collation:
@@ -492,19 +458,16 @@ class PythonLoader(DataLoader):
             return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         return len(self._order)
 
-    def __iter__(self):
-        if self._iterable and self._start_batch:
-            raise ValueError("resuming an IterableDataset mid-epoch is not supported")
-        cursor = _state.begin(self)
+    __len__ = num_batches  # the epoch iterator's len() when the length is the dataset's
+
+    def batches(self, cursor):
         epoch, start = cursor
-        it = EpochIterator(self, epoch, start, self._plan(epoch))
+        if self._iterable and start:
+            raise ValueError("resuming an IterableDataset mid-epoch is not supported")
+        self._next_epoch = epoch + 1
+        it = EpochIterator(self, epoch, start, self._plan(epoch, cursor.start), cursor)
         self._last_iterator = weakref.ref(it)
-        if self._device is None:
-            return it
-        if self._engine is None:
-            self._engine = _device.CudaCopyEngine(self._device)
-        return _device.DeviceFeed(it, self._device, self._gpu_prefetch, self._gpu_cap,
-                                  engine=self._engine, cursor=cursor, stats=self._gpu_stats)
+        return it
 
     def stats(self):
         s = dict(self._stats)
@@ -513,12 +476,9 @@ class PythonLoader(DataLoader):
             s.setdefault(k, 0)
         s["skipped_samples"] = list(self._skipped_samples)
         pool = self._shared_pool
-        s.update(self._gpu_stats)
-        s.update(pin_memory=self._pin, device=str(self._device or "cpu"),
-                 pinned_bytes=pool.pinned_bytes if pool else 0,
-                 fenced_buffers=pool.fenced_buffers if pool else 0)
-        s.update(num_workers=self._workers_n, prefetch_factor=self.prefetch_factor,
-                 worker_type=self.worker_type, memory_budget=self._budget,
+        s.update(pinned_bytes=pool.pinned_bytes if pool else 0,
+                 fenced_buffers=pool.fenced_buffers if pool else 0,
+                 worker_type=self.worker_type,
                  auto_decision=(self._auto_decision.kind if self._auto_decision else None),
                  buffer_bytes=pool.bytes_allocated if pool else 0,
                  buffer_bytes_peak=pool.peak_bytes_allocated if pool else 0,

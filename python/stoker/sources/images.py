@@ -13,8 +13,9 @@ import os
 
 import numpy as np
 
-from . import _native, gpu_decode
-from .transforms import _pipeline_spec
+from .. import _native
+from ..gpu import decode as gpu_decode
+from ..transforms import _pipeline_spec
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 
@@ -112,7 +113,7 @@ class ImageFolder(_ImageDataset):
     ``(path, class_index)``), ``targets``, ``imgs``. ``transform`` is a :mod:`stoker.transforms`
     pipeline; a DataLoader needs one that ends in a fixed size. Images over ``max_pixels`` pixels
     fail to decode (PIL's default limit). ``decode="cuda"`` decodes JPEGs on the GPU (nvJPEG),
-    with a ``DataLoader(device="cuda")``: see :mod:`stoker.gpu_decode`.
+    with a ``DataLoader(device="cuda")``: see :mod:`stoker.gpu.decode`.
     """
 
     def __init__(self, root, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):

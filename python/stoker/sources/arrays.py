@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from . import _native
+from .. import _native
 
 _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 

@@ -1,6 +1,6 @@
 """Turning a task into a batch (Python datasets): fetch the samples, collate them.
 
-One Producer per producing thread of a process: the training process (num_workers=0, or
+One BatchMaker per producing thread of a process: the training process (num_workers=0, or
 num_workers="auto" while it produces), each worker process, each worker thread. It fetches a
 map-style batch's samples with the native, per-sample seeded SampleFetcher, or the next samples of
 its copy of an IterableDataset, and collates them with batch_structure.collate.
@@ -27,7 +27,7 @@ class ProducerConfig:
     size: int  # on_error="skip": len(dataset), the range replacements come from
 
 
-class Producer:
+class BatchMaker:
     def __init__(self, dataset, config, leave_alone=(False, False, False), seed_samples=None):
         self.dataset = dataset
         self.config = config

@@ -20,7 +20,8 @@ import random
 import numpy as np
 import torch
 
-from . import _native, rng_fields
+from .. import _native
+from . import rng_fields
 
 GENERATORS = ("random", "numpy", "torch")
 _MASK63 = (1 << 63) - 1

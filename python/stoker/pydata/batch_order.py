@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import _native
+from .. import _native
 
 
 @dataclasses.dataclass(frozen=True)

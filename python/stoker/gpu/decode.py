@@ -21,8 +21,8 @@ import importlib.util
 import os
 import weakref
 
-from . import _native
-from .device import CudaCopyEngine
+from .. import _native
+from .feed import CudaCopyEngine
 
 __all__ = ["DECODE_CHOICES", "GpuDecodeEngine", "check_decode", "library_dirs",
            "require_gpu_decode", "staging_source"]
@@ -172,74 +172,9 @@ class GpuDecodeEngine(CudaCopyEngine):
         ahead = sum(n for ref, n in list(self._ahead.values()) if ref() is not None)
         return {"gpu_decode": self.decoder.stats(), "gpu_batches_ahead_bytes": ahead}
 
-
-class EmulatedDecodeEngine:
-    """The same copy-engine protocol with the GPU stage emulated on the CPU (its kernels' own code
-    over host memory, libjpeg for nvJPEG): for tests and ``bench_gpu_decode.py --cpu-smoke``.
-    Batches are CPU tensors. ``reject``: sample indices whose "GPU" decode fails."""
-
-    def __init__(self, source, on_error, reject=()):
-        import torch
-        self.torch = torch
-        self.shape = tuple(source.output_shape)
-        self.dtype = _torch_dtype(torch, source.output_dtype)
-        self.decoder = _native.GpuBatchDecoder(source, 0, on_error, [], emulate=True,
-                                               reject=list(reject))
-
-    def default_cap(self):
-        return 1 << 40
-
-    def copy(self, batch):
-        torch = self.torch
-        payload, labels, records = batch
-        n = labels.shape[0]
-        images = torch.empty((n, *self.shape), dtype=self.dtype)
-        out_labels = torch.empty((n,), dtype=torch.int64)
-        self.decoder.decode(payload, labels, records, images.data_ptr(), out_labels.data_ptr(), 0)
-        return (images, out_labels), None, images.numel() * images.element_size() + n * 8, []
-
-    def hand_over(self, gpu, event):
-        pass
-
-    def stats(self):
-        return {"gpu_decode": self.decoder.stats(), "gpu_batches_ahead_bytes": 0}
-
-
-class _Staged:
-    """A decode="cuda" dataset seen as its staging source (raw staged batches)."""
-
-    def __init__(self, dataset):
-        self._source = dataset._source
-
-    def __len__(self):
-        return len(self._source)
-
-
-def emulated_loader(dataset, reject=(), **loader_kwargs):
-    """Test/smoke helper: iterating the result runs the decode="cuda" path with the GPU stage
-    emulated on the CPU (same staging, same stage logic, the kernels' code on the host). Takes
-    DataLoader keyword arguments (no device); yields (images, labels) CPU tensors."""
-    from .device import DeviceFeed
-    from .loader import DataLoader
-
-    if getattr(dataset, "decode", "cpu") != "cuda":
-        raise ValueError('emulated_loader needs a dataset made with decode="cuda"')
-    loader = DataLoader(_Staged(dataset), **loader_kwargs)
-    engine = EmulatedDecodeEngine(dataset._source, loader.on_error, reject)
-
-    class _Emulated:
-        def __iter__(self):
-            return DeviceFeed(iter(loader), None, engine=engine, cursor=None)
-
-        def __len__(self):
-            return len(loader)
-
-        def stats(self):
-            s = loader.stats()
-            merge_stats(s, engine.stats())
-            return s
-
-    return _Emulated()
+    def add_stats(self, stats):
+        """Adds this stage's figures to a loader's stats() (the loader calls it)."""
+        return merge_stats(stats, self.stats())
 
 
 def merge_stats(stats, engine_stats):

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from . import _native
+from .. import _native
 
 _ALIGN = _native.LEAF_ALIGNMENT
 # In the training process, leaves above this many elements are stacked with NumPy: torch.stack

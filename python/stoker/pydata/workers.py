@@ -39,9 +39,10 @@ from multiprocessing import reduction
 import torch
 from torch.utils.data._utils import worker as _torch_worker
 
-from . import _native, batch_structure, seeding
+from .. import _native
+from . import batch_structure, seeding
 from .messages import STOP, BatchDone, InitFailed, StreamEnd, TaskFailed
-from .producer import Producer, ProducerConfig
+from .batch_maker import BatchMaker, ProducerConfig
 from .remote_errors import pack, to_exception, worker_died
 
 _STOP_GRACE_S = 1.0
@@ -206,7 +207,7 @@ def worker_main(setup, task_conn, result_conn):
     # A generator that worker_init_fn seeded (or drew from) is its own from now on.
     leave_alone = seeding.changed(before) if setup.worker_init_fn is not None else \
         (False, False, False)
-    producer = Producer(dataset, setup.config, leave_alone)
+    producer = BatchMaker(dataset, setup.config, leave_alone)
     while True:
         try:
             while not task_conn.poll(_PARENT_CHECK_S):
@@ -387,7 +388,7 @@ def _thread_main(w, dataset, config, worker_init_fn, tasks, answers):
     try:
         if worker_init_fn is not None:
             worker_init_fn(w)
-        producer = Producer(dataset, config, seed_samples=False)
+        producer = BatchMaker(dataset, config, seed_samples=False)
     except BaseException as e:
         answers.put((w, InitFailed(pack(e, w))))
         return

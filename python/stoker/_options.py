@@ -1,0 +1,165 @@
+"""The options of a ``stoker.DataLoader``: parsed and checked once, with one set of defaults.
+
+``parse`` turns the constructor's keywords into an :class:`Options` (every check that holds for
+every producer: seed, output, on_error, pin_memory, memory_budget, rank and world size, the GPU
+feed, class balance); each producer then checks what only it constrains (``check`` of
+native.py, pydata/producer.py, offload/producer.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from . import _native, balance
+from .gpu import feed as _feed
+
+MAX_WORKERS = _native.MAX_WORKERS
+MAX_PREFETCH = _native.MAX_PREFETCH_FACTOR
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+# The options only Python datasets read, with their defaults (torch's keywords, and Stoker's own
+# for worker processes).
+PYTHON_ONLY = {"sampler": None, "batch_sampler": None, "collate_fn": None,
+               "worker_init_fn": None, "timeout": 0, "persistent_workers": False,
+               "generator": None, "worker_type": "auto", "seed_samples": True,
+               "consumer_helps": None, "multiprocessing_context": None, "in_order": True,
+               "pin_memory_device": ""}
+
+
+def is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_bytes(value, name="memory_budget"):
+    """Bytes of ``value``: None (0: the default), a positive int, or a size such as "4GiB"."""
+    if value is None:
+        return 0
+    if is_int(value) and value > 0:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+            if n > 0:
+                return n
+    raise ValueError(
+        f"{name} must be None, a positive number of bytes, or a size such as '4GiB' or "
+        f"'512MB', got {value!r}")
+
+
+def knob(name, value, low, high):
+    """-1 for "auto", else ``value`` checked to lie in [low, high]."""
+    if value == "auto":
+        return -1
+    if not is_int(value) or not low <= value <= high:
+        raise ValueError(f'{name} must be "auto" or an integer in [{low}, {high}], got {value!r}')
+    return value
+
+
+def env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def ranks(rank, world_size):
+    """(rank, world_size), from torchrun's RANK and WORLD_SIZE where not given; checked."""
+    rank = env_int("RANK", 0) if rank is None else rank
+    world_size = env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    if not is_int(world_size) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if not is_int(rank) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+    return rank, world_size
+
+
+def torch_available():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclasses.dataclass
+class Options:
+    """A loader's options as given, checked; ``python`` holds the Python-only keywords (all of
+    them, defaults included). ``rank``/``world_size`` are resolved from the environment where
+    not given (a producer that shards nothing resets them)."""
+    batch_size: object
+    shuffle: object  # None (unspecified: no shuffle), True, False or "stratified"
+    seed: int
+    drop_last: bool
+    num_workers: object
+    prefetch_factor: object
+    pin_memory: object  # "auto", True or False
+    memory_budget: int  # bytes; 0: half of physical memory
+    rank: int
+    world_size: int
+    output: str
+    on_error: str
+    cpu_budget: object
+    device: object  # torch.device("cuda", N) or None
+    gpu_prefetch: int
+    gpu_prefetch_bytes: int | None
+    class_weights: object
+    labels: object
+    offload: object
+    stratified: bool  # shuffle="stratified" or class_weights
+    python: dict
+
+    def python_given(self):
+        """The Python-only options set to other than their defaults."""
+        return {k: v for k, v in self.python.items()
+                if v is not PYTHON_ONLY[k] and v != PYTHON_ONLY[k]}
+
+    @property
+    def torch_output(self):
+        """Whether batches are torch tensors (output="torch" and torch is installed)."""
+        return self.output == "torch" and torch_available()
+
+
+def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
+          memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
+          gpu_prefetch_bytes, class_weights, labels, offload, python):
+    for key in python:
+        if key not in PYTHON_ONLY:
+            raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
+    python = {**PYTHON_ONLY, **python}
+    if not is_int(seed) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    if python["generator"] is not None and seed != 0:
+        raise ValueError("give seed or generator, not both: with a generator, the seed is "
+                         "drawn from it")
+    stratified = balance.check_shuffle(False if shuffle is None else shuffle, class_weights)
+    if not isinstance(drop_last, bool):
+        raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
+    if not (isinstance(pin_memory, (bool, str)) and pin_memory in ("auto", True, False)):
+        raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
+    budget = parse_bytes(memory_budget)
+    rank, world_size = ranks(rank, world_size)
+    if output not in ("torch", "numpy"):
+        raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+    resolved = _feed.resolve_device(device)
+    if resolved is not None and output != "torch":
+        raise ValueError(f'device={device!r} yields torch tensors: output must be "torch", '
+                         f"got {output!r}")
+    cap = None if gpu_prefetch_bytes is None else parse_bytes(gpu_prefetch_bytes,
+                                                              "gpu_prefetch_bytes")
+    return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                   num_workers=num_workers, prefetch_factor=prefetch_factor,
+                   pin_memory=pin_memory, memory_budget=budget, rank=rank,
+                   world_size=world_size, output=output, on_error=on_error,
+                   cpu_budget=cpu_budget, device=resolved,
+                   gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
+                   class_weights=class_weights, labels=labels, offload=offload,
+                   stratified=stratified, python=python)

@@ -1,0 +1,136 @@
+"""The native producer: a Stoker dataset's batches, made by the C++ engine's threads
+(``_native.Loader``) straight into pooled batch buffers and handed over without a copy."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+from . import _native, _options, _state, balance
+from .errors import MemoryBudgetError
+from .gpu import feed as _feed
+
+
+class NativeProducer:
+    """Batches of a native dataset (see loader.py for the producer protocol)."""
+
+    def __init__(self, dataset, options):
+        source = getattr(dataset, "_source", None)
+        if source is None and getattr(dataset, "_unbatchable", None):
+            raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
+        if not isinstance(source, _native.Source):
+            raise TypeError(
+                f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
+                f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
+                f"got {type(dataset).__name__}")
+        o = options
+        for key in o.python_given():
+            raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
+                             f"and seed samples in the engine")
+        if not _options.is_int(o.batch_size) or o.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
+        workers = _options.knob("num_workers", o.num_workers, 0, _options.MAX_WORKERS)
+        prefetch = _options.knob("prefetch_factor", o.prefetch_factor, 1, _options.MAX_PREFETCH)
+        pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
+        if pin == "on" and not _native.cuda_available():
+            warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
+                          stacklevel=3)
+            pin = "off"
+        cpu_budget = 0 if o.cpu_budget is None else \
+            _options.knob("cpu_budget", o.cpu_budget, 1, _options.MAX_WORKERS)
+        # A dataset that decodes on the GPU (decode="cuda") brings its own copy engine.
+        self._engine_factory = getattr(dataset, "_device_engine", None)
+        if self._engine_factory is not None and o.device is None:
+            raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
+                             f"batches: pass device=\"cuda\" to the DataLoader")
+        if o.device is not None and _native.cuda_available():
+            _native.cuda_set_host_device(o.device.index)  # pin with the device's own context
+        self.dataset = dataset
+        self.options = o
+        self.seed = o.seed
+        self.shuffle = False if o.shuffle is None else o.shuffle
+        self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
+        self.weights = balance.weights_for(self.classes, o.class_weights) \
+            if o.stratified else []
+        self.order_kind = "stratified" if self.classes is not None else "engine"
+        self.loader = _native.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
+                                     o.drop_last, workers, prefetch, pin, o.memory_budget,
+                                     o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
+                                     classes=self.classes, class_weights=self.weights)
+        if self.loader.pinned:
+            _feed.install_fence_provider()
+        self.torch = o.torch_output
+        self.single = len(source.field_names) == 1
+
+    def attributes(self):
+        o = self.options
+        return {"dataset": self.dataset, "batch_size": o.batch_size, "shuffle": self.shuffle,
+                "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
+                "sampler": None, "batch_sampler": None, "persistent_workers": False}
+
+    def knobs(self):
+        return {"num_workers": self.loader.num_workers,
+                "prefetch_factor": self.loader.prefetch_factor,
+                "pin_memory": self.loader.pinned, "memory_budget": self.loader.memory_budget}
+
+    def num_batches(self):
+        return len(self.loader)
+
+    def epoch_source(self, cursor_epoch, start_batch, plan=None):
+        """The engine's iterator over one epoch's batches (``plan``: a BatchPlan, or None for
+        the loader's own)."""
+        return self.loader.iterate(cursor_epoch, start_batch, plan)
+
+    def batches(self, cursor):
+        o = self.options
+        plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
+                                 cursor.start) if cursor.start else None
+        return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan), cursor, self.torch,
+                             self.single)
+
+    def copy_engine(self, device):
+        if self._engine_factory is None:
+            return None
+        return self._engine_factory(device, self.options.on_error)
+
+    def stats(self):
+        return self.loader.stats()
+
+    def shutdown(self):
+        pass  # the engine's threads stop with their iterator
+
+
+class NativeBatches:
+    """One iteration's batches from the engine; ``cursor[1]`` follows the batches delivered."""
+
+    __slots__ = ("_native", "_cursor", "_torch", "_single")
+
+    def __init__(self, native, cursor, torch, single):
+        self._native = native
+        self._cursor = cursor
+        self._torch = torch
+        self._single = single
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return self._cursor.num_batches - self._cursor[1]
+
+    def __next__(self):
+        if self._native is None:
+            raise StopIteration
+        try:
+            try:
+                fields = self._native.next(self._torch)
+            except MemoryBudgetError:
+                # Batches the consumer dropped may still sit in reference cycles: collect, retry.
+                gc.collect()
+                fields = self._native.next(self._torch)
+        except StopIteration:
+            self._native = None  # joins the worker threads now, not at garbage collection
+            raise
+        finally:
+            if self._native is not None:
+                self._cursor[1] = self._native.position  # a failed batch counts as consumed
+        return fields[0] if self._single else fields
