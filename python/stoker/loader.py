@@ -26,28 +26,23 @@ from __future__ import annotations
 
 from . import _native, _options, _state, balance
 from .gpu import feed as _feed
+from .native import NativeProducer, is_native
 
 # The attributes torch freezes once a loader is made.
 _FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                       "persistent_workers")
 
 
-def is_native(dataset):
-    """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
-    ImageFolder without a transform: the native producer explains why)."""
-    return (isinstance(getattr(dataset, "_source", None), _native.Source)
-            or getattr(dataset, "_unbatchable", None) is not None)
-
-
-def _producer_class(dataset, offload):
-    if offload is not None:
-        from .offload.producer import RayProducer
-        return RayProducer
+def _make_producer(dataset, options):
+    if options.offload is not None:
+        make = getattr(options.offload, "_producer", None)
+        if make is None:
+            raise TypeError(f"offload must be a stoker.RayOffload, got {options.offload!r}")
+        return make(dataset, options)  # RayProducer (offload/producer.py)
     if dataset is not None and not is_native(dataset):
         from .pydata.producer import PythonProducer  # imports torch: only when needed
-        return PythonProducer
-    from .native import NativeProducer
-    return NativeProducer
+        return PythonProducer(dataset, options)
+    return NativeProducer(dataset, options)
 
 
 class DataLoader:
@@ -116,7 +111,7 @@ class DataLoader:
             batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
             memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
             gpu_prefetch_bytes, class_weights, labels, offload, python_options)
-        producer = _producer_class(dataset, offload)(dataset, options)
+        producer = _make_producer(dataset, options)
         self._producer = producer
         self._options = options
         set_ = object.__setattr__  # the attributes torch freezes after __init__

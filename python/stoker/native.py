@@ -11,6 +11,13 @@ from .errors import MemoryBudgetError
 from .gpu import feed as _feed
 
 
+def is_native(dataset):
+    """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
+    ImageFolder without a transform: the native producer explains why)."""
+    return (isinstance(getattr(dataset, "_source", None), _native.Source)
+            or getattr(dataset, "_unbatchable", None) is not None)
+
+
 class NativeProducer:
     """Batches of a native dataset (see loader.py for the producer protocol)."""
 
@@ -34,7 +41,7 @@ class NativeProducer:
         pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
         if pin == "on" and not _native.cuda_available():
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
-                          stacklevel=3)
+                          stacklevel=4)
             pin = "off"
         cpu_budget = 0 if o.cpu_budget is None else \
             _options.knob("cpu_budget", o.cpu_budget, 1, _options.MAX_WORKERS)

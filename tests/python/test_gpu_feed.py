@@ -13,6 +13,7 @@ import torch
 import stoker
 from stoker import _native
 from stoker.gpu import feed as stoker_device
+from stoker._tree import tree_map
 from stoker.gpu.feed import DeviceFeed
 
 ROW = 1024  # floats per sample: 4 KiB rows, 16 KiB batches of 4
@@ -193,7 +194,7 @@ def test_feed_maps_nested_batches_and_passes_other_leaves_through():
 
     class TensorEngine(ListEngine):
         def copy(self, batch):
-            out = stoker_device._map_tensors(lambda t: moved.append(t) or t + 1, batch,
+            out = tree_map(lambda t: moved.append(t) or t + 1, batch,
                                              torch.Tensor)
             return out, None, 0, []
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import atexit
 import collections
-import collections.abc
 import re
 import sys
 import threading
 import weakref
 
 from .. import _native
+from .._tree import tree_map
 
 __all__ = ["DeviceFeed", "CudaCopyEngine", "resolve_device", "install_fence_provider",
            "fenced_on"]
@@ -156,26 +156,6 @@ def resolve_prefetch(gpu_prefetch):
 
 # ---- the copy stage ------------------------------------------------------------------------------
 
-def _map_tensors(fn, obj, tensor_type):
-    """``obj`` with every tensor leaf replaced by fn(leaf): tuples, lists, dicts and namedtuples
-    keep their type (as torch's pin_memory does); other leaves pass through."""
-    if isinstance(obj, tensor_type):
-        return fn(obj)
-    if isinstance(obj, (str, bytes)):
-        return obj
-    if isinstance(obj, collections.abc.Mapping):
-        mapped = {k: _map_tensors(fn, v, tensor_type) for k, v in obj.items()}
-        try:
-            return type(obj)(mapped)
-        except TypeError:
-            return mapped
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_map_tensors(fn, v, tensor_type) for v in obj))
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_map_tensors(fn, v, tensor_type) for v in obj)
-    return obj
-
-
 class CudaCopyEngine:
     """Copies batches to one CUDA device on a stream of its own (torch.cuda)."""
 
@@ -205,7 +185,7 @@ class CudaCopyEngine:
             return t.to(self.device, non_blocking=True)
 
         with torch.cuda.stream(self.stream):
-            gpu = _map_tensors(move, batch, torch.Tensor)
+            gpu = tree_map(move, batch, torch.Tensor)
             event = torch.cuda.Event()
             event.record(self.stream)
         return gpu, event, nbytes, self.fences
@@ -215,7 +195,7 @@ class CudaCopyEngine:
         tensors are marked used by it, for the caching allocator."""
         current = self.torch.cuda.current_stream(self.device)
         current.wait_event(event)
-        _map_tensors(lambda t: t.record_stream(current), gpu, self.torch.Tensor)
+        tree_map(lambda t: t.record_stream(current), gpu, self.torch.Tensor)
 
 
 def _forget_copy_stream(key):

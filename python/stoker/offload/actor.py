@@ -1,4 +1,4 @@
-"""What runs in a Ray actor for stoker.RayOffload (see offload.py), and what travels between it
+"""What runs in a Ray actor for stoker.RayOffload (see producer.py), and what travels between it
 and the consumer: batches as NumPy arrays that Ray's object store holds and maps back without a
 copy, errors pickled with their cause."""
 
@@ -9,8 +9,11 @@ import os
 import pickle
 import warnings
 
+import numpy as np
+
 from .. import _state
-from ..loader import DataLoader, is_native
+from .._tree import tree_leaves, tree_map
+from ..native import is_native
 
 
 class _Tensor:
@@ -27,43 +30,35 @@ class _Tensor:
         return _Tensor, (self.array, self.dtype)
 
 
+def _pack_tensor(t):
+    t = t.detach()
+    try:
+        return _Tensor(t.numpy(), None)
+    except TypeError:  # no NumPy dtype (bfloat16, ...): travels as raw integers
+        import torch
+        raw = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        return _Tensor(t.view(raw[t.element_size()]).numpy(), str(t.dtype).split(".")[1])
+
+
 def _pack(obj):
     """``obj`` with every torch tensor replaced by a _Tensor (run in the actor)."""
     import torch
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        try:
-            return _Tensor(t.numpy(), None)
-        except TypeError:  # no NumPy dtype (bfloat16, ...): travels as raw integers
-            raw = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-            return _Tensor(t.view(raw[t.element_size()]).numpy(), str(t.dtype).split(".")[1])
-    if isinstance(obj, dict):
-        return type(obj)((k, _pack(v)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_pack(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_pack(v) for v in obj)
-    return obj
+    return tree_map(_pack_tensor, obj, torch.Tensor)
 
 
 def unpack(obj, torch_out):
     """The batch the consumer gets: tensors (or, for output="numpy", arrays) over the object
     store's memory."""
-    if isinstance(obj, _Tensor):
-        if not torch_out:
-            return obj.array
-        import torch
+    if not torch_out:
+        return tree_map(lambda x: x.array, obj, _Tensor)
+    import torch
+
+    def tensor(x):
         with warnings.catch_warnings():  # the object store's memory is shared, read-only to NumPy
             warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(obj.array)
-        return t if obj.dtype is None else t.view(getattr(torch, obj.dtype))
-    if isinstance(obj, dict):
-        return type(obj)((k, unpack(v, torch_out)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(unpack(v, torch_out) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(unpack(v, torch_out) for v in obj)
-    return obj
+            t = torch.from_numpy(x.array)
+        return t if x.dtype is None else t.view(getattr(torch, x.dtype))
+    return tree_map(tensor, obj, _Tensor)
 
 
 def _pack_error(exc):
@@ -114,6 +109,8 @@ class Producer:
             self.torch = True
         except ImportError:
             self.torch = False
+        from ..loader import DataLoader  # an actor runs a whole loader
+
         if self.native:
             self.loader = DataLoader(dataset, num_workers=config["threads"], prefetch_factor=1,
                                      output="torch" if self.torch else "numpy", **kw)
@@ -172,16 +169,5 @@ class Producer:
 
 def nbytes(payload):
     """Bytes of the arrays in a batch in transit."""
-    total = 0
-    stack = [payload]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, _Tensor):
-            total += x.array.nbytes
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif hasattr(x, "nbytes"):
-            total += x.nbytes
-    return total
+    return sum(x.array.nbytes if isinstance(x, _Tensor) else x.nbytes
+               for x in tree_leaves(payload, (_Tensor, np.ndarray)))

@@ -35,7 +35,7 @@ import warnings
 from .. import _native, _state, balance
 from .._options import is_int
 from ..errors import WorkerError
-from ..loader import is_native
+from ..native import is_native
 from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
@@ -84,6 +84,10 @@ class RayOffload:
     def __repr__(self):
         return (f"RayOffload(actors={self.actors}, cpus_per_actor={self.cpus_per_actor}, "
                 f"address={self.address!r})")
+
+    def _producer(self, dataset, options):
+        """The producer of a DataLoader given ``offload=self`` (loader.py)."""
+        return RayProducer(dataset, options)
 
     def _connect(self):
         ray = _import_ray()

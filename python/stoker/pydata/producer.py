@@ -149,7 +149,7 @@ def _warn_worker_count(n):
         warnings.warn(f"This DataLoader will create {n} worker processes in total. This machine "
                       f"has {cores} usable cores, fewer than the workers: excessive worker "
                       f"creation might get DataLoader running slow or even freeze; lower the "
-                      f"worker number to avoid slowness or freezing if necessary.", stacklevel=4)
+                      f"worker number to avoid slowness or freezing if necessary.", stacklevel=5)
 
 
 @dataclass

@@ -79,26 +79,26 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
 
 def sample_dataset(root=None):
     """The built-in sample data with the standard ImageNet training pipeline."""
-    import stoker
-    from stoker import transforms as T
+    from .. import transforms as T
     from ..cli.sample_data import default_sample_root, make_sample
+    from ..sources.images import ImageFolder
 
     make_sample(root) if root else make_sample()
     base = root or default_sample_root()
-    return stoker.ImageFolder(os.path.join(base, "train"), transform=T.Compose([
+    return ImageFolder(os.path.join(base, "train"), transform=T.Compose([
         T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]))
 
 
 def _open_dataset(spec):
     if spec is None:
         return sample_dataset()
-    import stoker
-    from stoker import transforms as T
+    from .. import transforms as T
+    from ..sources.images import ImageFolder, TarShards
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                            T.Normalize(MEAN, STD)])
     if os.path.isdir(spec):
-        return stoker.ImageFolder(spec, transform=transform)
-    return stoker.TarShards(spec, transform=transform)
+        return ImageFolder(spec, transform=transform)
+    return TarShards(spec, transform=transform)
 
 
 def _options(repeats, memory_budget, time_budget, noise_floor=0.02, plateau=0.03,
@@ -165,7 +165,7 @@ def _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batche
     """measure(config) -> samples/s delivered into GPU memory (see tune_loader). ``target``:
     torch's current CUDA device when None (tests pass the CPU)."""
     import torch
-    from ..gpu.feed import _map_tensors
+    from .._tree import tree_map
     from ..loader import DataLoader
     if target is None:
         target = torch.device("cuda", torch.cuda.current_device())
@@ -176,7 +176,7 @@ def _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batche
             torch.cuda.synchronize(target)
 
     def to_gpu(batch):  # what a training loop does with CPU batches
-        return _map_tensors(lambda t: t.to(target, non_blocking=True), batch, torch.Tensor)
+        return tree_map(lambda t: t.to(target, non_blocking=True), batch, torch.Tensor)
 
     def measure(config):
         on_gpu = bool(config.get("device", 1))

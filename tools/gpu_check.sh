@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The GPU check: one command for a bare GPU machine with no network.
+#
+#   bash tools/gpu_check.sh prepare   # here (network to Debian's packages): downloads the image
+#                                     # libraries' -dev packages into .gpu-deps/ (git-ignored)
+#   bash tools/gpu_check.sh run       # there, with .gpu-deps/ carried: builds the extension,
+#                                     # probes CUDA, runs every GPU test and both GPU benchmarks
+#                                     # in quick mode; logs and JSON under $OUT (default
+#                                     # build/gpu-check)
+#
+# `run` needs a Python with torch, numpy, pytest, nanobind, scikit-build-core, cmake and ninja
+# (GPU_CHECK_PYTHON, default python3). It unpacks the carried packages into a private prefix
+# (never into /) and links libjpeg and libpng statically, so the extension needs nothing of the
+# prefix at run time. Without a GPU it builds, runs the same tests (they skip) and reports
+# "no GPU" in summary.json, exiting 0; a failed build or a failed test exits non-zero.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPS=$ROOT/.gpu-deps
+PACKAGES=(libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev)
+
+prepare() {
+  mkdir -p "$DEPS"
+  local sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  [ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] || $sudo_cmd apt-get update -qq
+  (cd "$DEPS" && apt-get download -qq "${PACKAGES[@]}") || exit 1
+  ls -l "$DEPS"
+}
+
+run() {
+  local out=${OUT:-$ROOT/build/gpu-check}
+  local py=${GPU_CHECK_PYTHON:-python3}
+  local prefix=/tmp/stoker-gpu-deps site=/tmp/stoker-gpu-site
+  mkdir -p "$out"
+  local status=0
+  exec > >(tee "$out/gpu_check.log") 2>&1
+  echo "== gpu_check $(date -u +%FT%TZ) on $(uname -n): $(nproc) cores"
+
+  echo "== probe"
+  { nvidia-smi || echo "nvidia-smi: none"; } > "$out/nvidia-smi.txt" 2>&1
+  head -15 "$out/nvidia-smi.txt"
+  "$py" - > "$out/probe.json" <<'EOF'
+import glob, json, os, site, sys
+out = {"python": sys.version.split()[0]}
+try:
+    import torch
+    out.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
+               cuda_available=torch.cuda.is_available(),
+               devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+               if torch.cuda.is_available() else [])
+except Exception as e:
+    out["torch_error"] = repr(e)
+libs = {}
+roots = site.getsitepackages() + ["/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu",
+                                  "/usr/local/nvidia/lib64"]
+for name in ("libcuda.so", "libnvjpeg.so", "libnvrtc.so", "libnvrtc-builtins.so",
+             "libnvidia-ml.so"):
+    found = set()
+    for r in roots:
+        found.update(glob.glob(os.path.join(r, "**", name + "*"), recursive=True))
+    libs[name] = sorted(found)[:8]
+out["libraries"] = libs
+print(json.dumps(out, indent=1))
+EOF
+  cat "$out/probe.json"
+  local gpu
+  gpu=$("$py" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+
+  echo "== build"
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for f in "$DEPS"/*.deb; do dpkg -x "$f" "$prefix" || exit 1; done
+  local lib=$prefix/usr/lib/x86_64-linux-gnu
+  local start=$SECONDS
+  rm -rf "$site"
+  if ! PATH=$(dirname "$(command -v "$py")"):$PATH "$py" -m pip install -q --no-build-isolation \
+      --no-deps --no-index --target "$site" -C build-dir=build/gpu-check \
+      -C cmake.define.STOKER_TESTING=ON \
+      -C cmake.define.JPEG_INCLUDE_DIR="$prefix/usr/include" \
+      -C cmake.define.JPEG_LIBRARY="$lib/libjpeg.a" \
+      -C cmake.define.PNG_PNG_INCLUDE_DIR="$prefix/usr/include" \
+      -C cmake.define.PNG_LIBRARY="$lib/libpng16.a" \
+      -C cmake.define.ZLIB_INCLUDE_DIR="$prefix/usr/include" \
+      -C cmake.define.ZLIB_LIBRARY="$lib/libz.a" . > "$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    echo '{"build": "failed"}' > "$out/summary.json"
+    exit 1
+  fi
+  echo "built in $((SECONDS - start)) s"
+  export PYTHONPATH=$site
+
+  echo "== GPU tests"
+  "$py" -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$out/tests.xml" \
+    tests/python/test_gpu.py tests/python/test_gpu_feed.py tests/python/test_gpu_decode.py \
+    > "$out/tests.log" 2>&1 || status=1
+  tail -30 "$out/tests.log"
+
+  if [ "$gpu" = 1 ]; then
+    echo "== bench_gpu --quick"
+    timeout 240 "$py" bench/bench_gpu.py --quick --json "$out/bench_gpu.json" \
+      > "$out/bench_gpu.log" 2>&1 || status=1
+    tail -40 "$out/bench_gpu.log"
+    echo "== bench_gpu_decode --quick"
+    timeout 180 "$py" bench/bench_gpu_decode.py --quick --json "$out/bench_gpu_decode.json" \
+      > "$out/bench_gpu_decode.log" 2>&1 || status=1
+    tail -30 "$out/bench_gpu_decode.log"
+  else
+    echo "== no GPU: the benchmarks are not run"
+  fi
+  "$py" - "$out" "$gpu" "$status" > "$out/summary.json" <<'EOF'
+import json, os, sys
+import xml.etree.ElementTree as ET
+out, gpu, status = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+path = os.path.join(out, "tests.xml")
+if os.path.exists(path):
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["failed"] += 1
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+print(json.dumps({"gpu": gpu if gpu else "no GPU", "tests": counts, "ok": status == 0}))
+EOF
+  cat "$out/summary.json"
+  exit $status
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: bash tools/gpu_check.sh prepare|run" >&2; exit 2 ;;
+esac
