@@ -79,9 +79,12 @@ inline constexpr int kMaxPrefetchFactor = 64;
 // kSkipAttempts (a candidate equal to `index` is passed over). They depend only on (seed, epoch,
 // index), so a stage after the workers (the GPU JPEG decoder) replaces a sample exactly as the
 // loader would. REQUIRES: num_samples > 0.
+// The rule as a whole (what is recorded, the error when none reads) is src/skip_policy.h.
 inline constexpr int kSkipAttempts = 16;
 uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
                         uint64_t num_samples);
+// The skipped samples whose descriptions stats() lists: the newest this many.
+inline constexpr size_t kSkippedListed = 1000;
 
 // One field of a batch: a contiguous array with a leading batch dimension.
 struct BatchField {
