@@ -72,6 +72,8 @@ void register_workers(nb::module_& m) {
   m.attr("MAX_PREFETCH_FACTOR") = kMaxPrefetchFactor;
   m.attr("DEFAULT_MAX_PIXELS") = image::kDefaultMaxPixels;
   m.attr("LEAF_ALIGNMENT") = kLeafAlignment;
+  // on_error="skip": how many skipped samples stats() lists, the newest (src/skip_policy.h).
+  m.attr("SKIPPED_LISTED") = kSkippedListed;
 
   m.def(
       "gather_columns",

@@ -242,6 +242,8 @@ DEFAULT_MAX_PIXELS: int = 89478485
 
 LEAF_ALIGNMENT: int = 64
 
+SKIPPED_LISTED: int = 1000
+
 def gather_columns(structure: object, samples: object, array_types: object, object_types: object, np_dtypes: object) -> object:
     """
     (array columns, object columns) of a batch whose samples all have `structure` (batch_structure.flatten's tree of sample 0) with leaves of the same types, else None (src/python/column_gatherer.h).
@@ -323,6 +325,8 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
 
 def position_key(seed: int, epoch: int, batch: int, row: int) -> int:
     """The key of a sample fetched by a non-integer index, from its place."""
+
+SEED_MASK: int = 9223372036854775807
 
 def mt19937_state(key: int, generator: str) -> list[int]:
     """
@@ -441,6 +445,8 @@ class StratifiedPlan:
         """
         (indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, index), as the native loader keys it (the cycle is the epoch without class weights; the repeats of an oversampled sample have different cycles).
         """
+
+DEFAULT_DECODE_BUFFER_BYTES: int = 536870912
 
 class GpuDecodeSource(Source):
     def __init__(self, files: ImageFiles, pipeline: list, max_pixels: int, file_bytes: int, decode_buffer_bytes: int) -> None: ...

@@ -24,7 +24,7 @@
 // on_error="skip": a failing sample (an Exception from __getitem__) is replaced by the rule of
 // src/skip_policy.h, as the native loader replaces it, the replacement seeded as itself. Its
 // (index, "Type: message") is kept for take_skipped(); the Python front keeps the newest
-// kSkippedListed of them.
+// kSkippedListed of them (exported as _native.SKIPPED_LISTED).
 //
 // Thread safety: not thread-safe: one per producer. REQUIRES the GIL.
 #pragma once
@@ -43,6 +43,10 @@
 #include "stoker/loader.h"
 
 namespace stoker::python {
+
+// Sample keys and worker seeds are 63-bit, so that torch.initial_seed(), which reports them, fits
+// in an int64 tensor: every key is within this mask (exported as _native.SEED_MASK).
+inline constexpr uint64_t kSeedMask = ~uint64_t{0} >> 1;
 
 // The key of sample `index` of `epoch`: what torch.initial_seed() reports while it runs.
 uint64_t sample_key(uint64_t seed, uint64_t epoch, uint64_t index);

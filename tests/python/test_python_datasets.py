@@ -390,6 +390,18 @@ def test_number_columns_collate_exactly_as_default_collate(column):
     assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
+def test_constants_the_front_shares_with_the_engine_agree():
+    # The engine exports each; the front's own copies (until it reads the exports) must agree.
+    from stoker import gpu_decode, seeding
+    assert _native.SKIPPED_LISTED == 1000
+    loader = stoker.DataLoader(list(range(4)), batch_size=2)
+    assert loader._skipped_samples.maxlen == _native.SKIPPED_LISTED
+    assert _native.SEED_MASK == 2**63 - 1 == seeding._MASK63
+    assert all(_native.sample_key(1, 2, i) <= _native.SEED_MASK for i in range(100))
+    assert _native.DEFAULT_DECODE_BUFFER_BYTES == 512 << 20 \
+        == gpu_decode.DEFAULT_DECODE_BUFFER_BYTES
+
+
 def test_resume_from_state_dict():
     loader = stoker.DataLoader(Random(), batch_size=4, shuffle=True, num_workers=2)
     full = list(loader)
