@@ -75,6 +75,11 @@ void register_workers(nb::module_& m) {
   // on_error="skip": how many skipped samples stats() lists, the newest (src/skip_policy.h).
   m.attr("SKIPPED_LISTED") = kSkippedListed;
 
+  // The batch tree's tags by name (src/python/column_gatherer.h defines the tree).
+  nb::dict tree_tags;
+  for (const auto& [name, tag] : tree_tag::kAll) tree_tags[name] = nb::str(&tag, 1);
+  m.attr("TREE_TAGS") = tree_tags;
+
   m.def(
       "gather_columns",
       [](nb::handle structure, nb::handle samples, nb::handle array_types, nb::handle object_types,

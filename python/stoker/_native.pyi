@@ -244,6 +244,8 @@ LEAF_ALIGNMENT: int = 64
 
 SKIPPED_LISTED: int = 1000
 
+TREE_TAGS: dict = ...
+
 def gather_columns(structure: object, samples: object, array_types: object, object_types: object, np_dtypes: object) -> object:
     """
     (array columns, object columns) of a batch whose samples all have `structure` (batch_structure.flatten's tree of sample 0) with leaves of the same types, else None (src/python/column_gatherer.h).
