@@ -70,6 +70,9 @@ void register_workers(nb::module_& m) {
   nb::set_leak_warnings(false);
   m.attr("MAX_WORKERS") = kMaxWorkers;
   m.attr("MAX_PREFETCH_FACTOR") = kMaxPrefetchFactor;
+  // prefetch_factor="auto": the depth it starts at, and 1 for batches above SMALL_BATCH_BYTES.
+  m.attr("DEFAULT_PREFETCH_FACTOR") = kDefaultPrefetchFactor;
+  m.attr("SMALL_BATCH_BYTES") = kSmallBatchBytes;
   m.attr("DEFAULT_MAX_PIXELS") = image::kDefaultMaxPixels;
   m.attr("LEAF_ALIGNMENT") = kLeafAlignment;
   // on_error="skip": how many skipped samples stats() lists, the newest (src/skip_policy.h).

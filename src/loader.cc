@@ -17,7 +17,6 @@ namespace {
 constexpr size_t kFieldAlign = 64;
 constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
 constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
-constexpr size_t kSmallBatchBytes = size_t{4} << 20;  // below: autotuned prefetch starts at 2
 
 LoaderOptions resolve(LoaderOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
@@ -32,7 +31,7 @@ LoaderOptions resolve(LoaderOptions o) {
                           std::to_string(kMaxWorkers) + "], got " + std::to_string(o.cpu_budget));
   if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
   if (o.num_workers == -1) o.num_workers = o.cpu_budget;
-  if (o.prefetch_factor == -1) o.prefetch_factor = 2;
+  if (o.prefetch_factor == -1) o.prefetch_factor = kDefaultPrefetchFactor;
   if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
   if (o.pin_memory == PinMemory::kAuto)
     o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;

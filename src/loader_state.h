@@ -132,7 +132,7 @@ struct Loader::State {
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
   int autotune_active = 1;                    // guarded by autotune_mu
-  int autotune_prefetch_now = 2;              // guarded by autotune_mu
+  int autotune_prefetch_now = kDefaultPrefetchFactor;  // guarded by autotune_mu
   std::deque<AutotuneDecision> autotune_log;  // guarded by autotune_mu; bounded
   void record_autotune(const AutotuneDecision& d);
 

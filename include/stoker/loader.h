@@ -74,6 +74,10 @@ struct LoaderOptions {
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
 inline constexpr int kMaxWorkers = 256;
 inline constexpr int kMaxPrefetchFactor = 64;
+// prefetch_factor="auto": its value before the controller changes it (torch's default) and, for
+// batches above kSmallBatchBytes, 1 (the workers fill each batch together; see loader.cc).
+inline constexpr int kDefaultPrefetchFactor = 2;
+inline constexpr size_t kSmallBatchBytes = size_t{4} << 20;
 
 // on_error = kSkip: the candidates that replace a failed sample, tried in order for attempt = 1 ..
 // kSkipAttempts (a candidate equal to `index` is passed over). They depend only on (seed, epoch,

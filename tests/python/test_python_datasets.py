@@ -400,6 +400,10 @@ def test_constants_the_front_shares_with_the_engine_agree():
     assert all(_native.sample_key(1, 2, i) <= _native.SEED_MASK for i in range(100))
     assert _native.DEFAULT_DECODE_BUFFER_BYTES == 512 << 20 \
         == gpu_decode.DEFAULT_DECODE_BUFFER_BYTES
+    from stoker import offload, python_datasets
+    assert _native.DEFAULT_PREFETCH_FACTOR == 2 == python_datasets._AUTO_PREFETCH \
+        == offload._DEFAULT_PREFETCH
+    assert _native.SMALL_BATCH_BYTES == 4 << 20 == python_datasets._AUTO_PREFETCH_BYTES
 
 
 def test_batch_tree_uses_the_engines_tags_and_round_trips():
