@@ -80,6 +80,7 @@ void decode_batch(GpuBatchDecoder& dec, HostArray payload, HostArray labels, Hos
 }  // namespace
 
 void register_gpu_decode(nb::module_& m) {
+  m.attr("DEFAULT_DECODE_BUFFER_BYTES") = image::gpu::GpuDecodeOptions{}.decode_buffer_bytes;
   nb::class_<GpuDecodeSource, Source>(m, "GpuDecodeSource")
       .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels,
                        uint64_t file_bytes, uint64_t decode_buffer_bytes) {

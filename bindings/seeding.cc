@@ -51,6 +51,8 @@ void register_seeding(nb::module_& m) {
         "The 63-bit key of sample `index` of `epoch` (what torch.initial_seed() reports in it).");
   m.def("position_key", &position_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("batch"),
         nb::arg("row"), "The key of a sample fetched by a non-integer index, from its place.");
+  // Sample keys and worker seeds are 63-bit: torch.initial_seed() reports them in an int64.
+  m.attr("SEED_MASK") = kSeedMask;
 
   m.def(
       "mt19937_state",

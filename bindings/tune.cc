@@ -9,6 +9,7 @@
 #include "bindings.h"
 #include "stoker/diagnosis.h"
 #include "stoker/errors.h"
+#include "stoker/executor_policy.h"
 #include "stoker/memory.h"
 #include "stoker/tuner.h"
 
@@ -86,6 +87,49 @@ TuneResult run_tune(const std::vector<Knob>& knobs, MeasureFn measure, const Tun
 }  // namespace
 
 void register_tune(nb::module_& m) {
+  // A decision as the Python front's policy.Decision takes it: (kind, workers, reason).
+  auto decision = [](const ExecutorDecision& d) {
+    return nb::make_tuple(executor_kind_name(d.kind), d.workers, d.reason);
+  };
+  nb::class_<ExecutorPolicy> policy(
+      m, "ExecutorPolicy",
+      "num_workers=\"auto\" for a Python dataset: stay, or start worker processes or threads, "
+      "from measured timings (include/stoker/executor_policy.h). Decisions are (kind, workers, "
+      "reason) tuples.");
+  policy
+      .def(nb::init<int, bool, bool, bool>(), nb::arg("cores"), nb::arg("forked") = true,
+           nb::arg("persistent") = false, nb::arg("threads_allowed") = false)
+      .def_prop_ro("cores", &ExecutorPolicy::cores)
+      .def_prop_ro("pace", &ExecutorPolicy::pace)
+      .def_prop_ro("start_s", &ExecutorPolicy::start_s)
+      .def_prop_ro("persistent", &ExecutorPolicy::persistent)
+      .def_prop_ro("threads_allowed", &ExecutorPolicy::threads_allowed)
+      .def("wants_thread_trial", &ExecutorPolicy::wants_thread_trial)
+      .def(
+          "first_chunks",
+          [decision](ExecutorPolicy& p, double seconds_per_sample, double rest_of_batch) {
+            return decision(p.first_chunks(seconds_per_sample, rest_of_batch));
+          },
+          nb::arg("seconds_per_sample"), nb::arg("rest_of_batch"))
+      .def(
+          "thread_trial",
+          [decision](const ExecutorPolicy& p, double one_thread_s, double two_threads_s) {
+            return decision(p.thread_trial(one_thread_s, two_threads_s));
+          },
+          nb::arg("one_thread_s"), nb::arg("two_threads_s"))
+      .def(
+          "after_batch",
+          [decision](ExecutorPolicy& p, double seconds_per_sample, double samples_left) {
+            return decision(p.after_batch(seconds_per_sample, samples_left));
+          },
+          nb::arg("seconds_per_sample"), nb::arg("samples_left"))
+      .def_static("stay", [decision] { return decision(ExecutorPolicy::stay()); });
+  policy.attr("FORK_NOW_S") = ExecutorPolicy::kForkNowS;
+  policy.attr("FORK_EPOCH_S") = ExecutorPolicy::kForkEpochS;
+  policy.attr("FORK_PERSISTENT_S") = ExecutorPolicy::kForkPersistentS;
+  policy.attr("SPAWN_START_S") = ExecutorPolicy::kSpawnStartS;
+  policy.attr("THREAD_GAIN") = ExecutorPolicy::kThreadGain;
+
   m.def(
       "tune_loader",
       [](std::shared_ptr<Source> source, nb::list knob_specs, nb::dict base, nb::dict options,

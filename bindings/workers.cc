@@ -70,8 +70,18 @@ void register_workers(nb::module_& m) {
   nb::set_leak_warnings(false);
   m.attr("MAX_WORKERS") = kMaxWorkers;
   m.attr("MAX_PREFETCH_FACTOR") = kMaxPrefetchFactor;
+  // prefetch_factor="auto": the depth it starts at, and 1 for batches above SMALL_BATCH_BYTES.
+  m.attr("DEFAULT_PREFETCH_FACTOR") = kDefaultPrefetchFactor;
+  m.attr("SMALL_BATCH_BYTES") = kSmallBatchBytes;
   m.attr("DEFAULT_MAX_PIXELS") = image::kDefaultMaxPixels;
   m.attr("LEAF_ALIGNMENT") = kLeafAlignment;
+  // on_error="skip": how many skipped samples stats() lists, the newest (src/skip_policy.h).
+  m.attr("SKIPPED_LISTED") = kSkippedListed;
+
+  // The batch tree's tags by name (src/python/column_gatherer.h defines the tree).
+  nb::dict tree_tags;
+  for (const auto& [name, tag] : tree_tag::kAll) tree_tags[name] = nb::str(&tag, 1);
+  m.attr("TREE_TAGS") = tree_tags;
 
   m.def(
       "gather_columns",

@@ -166,23 +166,7 @@ Driver& driver() {
   return d;
 }
 
-// Makes a context current on this thread for the scope.
-class Current {
- public:
-  Current(Driver& d, CUcontext c) : d_(d) {
-    const CUresult rc = d.ctx_push(c);
-    if (rc != kSuccess) throw d.error("cuCtxPushCurrent", rc);
-  }
-  ~Current() {
-    CUcontext popped = nullptr;
-    d_.ctx_pop(&popped);
-  }
-  Current(const Current&) = delete;
-  Current& operator=(const Current&) = delete;
-
- private:
-  Driver& d_;
-};
+using cuda::internal::ContextGuard;
 
 class EventFence final : public Fence {
  public:
@@ -191,7 +175,7 @@ class EventFence final : public Fence {
     Driver& d = driver();
     if (!d.usable()) return;  // a forked child: the event is the parent's
     try {
-      Current current(d, context_);
+      ContextGuard current(context_);
       d.event_destroy(event_);
     } catch (const Error&) {
       // The context is gone (driver teardown): so is the event.
@@ -235,7 +219,7 @@ void* alloc_pinned(size_t bytes) {
   const int device = d.choose_host_device();
   void* ptr = nullptr;
   {
-    Current current(d, d.context(device));
+    ContextGuard current(d.context(device));
     if (d.mem_host_alloc(&ptr, bytes, kPortable) != kSuccess) throw std::bad_alloc();
   }
   {
@@ -257,7 +241,7 @@ void free_pinned(void* ptr, size_t bytes) {
     device = it->second;
     d.pinned_device.erase(it);
   }
-  Current current(d, d.context(device));
+  ContextGuard current(d.context(device));
   d.mem_free_host(ptr);
   d.pinned -= bytes;
 }
@@ -267,7 +251,7 @@ void register_host(void* ptr, size_t bytes) {
   if (!d.usable()) throw Error("registering pinned memory needs a CUDA driver and device");
   const int device = d.choose_host_device();
   {
-    Current current(d, d.context(device));
+    ContextGuard current(d.context(device));
     const CUresult rc = d.mem_host_register(ptr, bytes, kPortable);
     if (rc != kSuccess) throw d.error("cuMemHostRegister", rc);
   }
@@ -290,7 +274,7 @@ void unregister_host(void* ptr, size_t bytes) {
     device = it->second;
     d.pinned_device.erase(it);
   }
-  Current current(d, d.context(device));
+  ContextGuard current(d.context(device));
   d.mem_host_unregister(ptr);
   d.pinned -= bytes;
 }
@@ -309,7 +293,7 @@ std::vector<int> active_devices() {
 std::unique_ptr<Fence> record_fence(int device, uintptr_t stream) {
   Driver& d = driver();
   CUcontext context = d.context(device);
-  Current current(d, context);
+  ContextGuard current(context);
   CUevent event = nullptr;
   CUresult rc = d.event_create(&event, kEventNoTiming);
   if (rc != kSuccess) throw d.error("cuEventCreate", rc);
@@ -323,14 +307,14 @@ std::unique_ptr<Fence> record_fence(int device, uintptr_t stream) {
 
 void synchronize(int device) {
   Driver& d = driver();
-  Current current(d, d.context(device));
+  ContextGuard current(d.context(device));
   const CUresult rc = d.ctx_synchronize();
   if (rc != kSuccess) throw d.error("cuCtxSynchronize", rc);
 }
 
 DeviceMemory device_memory(int device) {
   Driver& d = driver();
-  Current current(d, d.context(device));
+  ContextGuard current(d.context(device));
   size_t free = 0, total = 0;
   const CUresult rc = d.mem_get_info(&free, &total);
   if (rc != kSuccess) throw d.error("cuMemGetInfo", rc);
@@ -353,6 +337,20 @@ void* driver_symbol(const char* name) {
 }
 
 void* primary_context(int device) { return driver().context(device); }
+
+ContextGuard::ContextGuard(void* context) {
+  Driver& d = driver();
+  if (!d.usable()) throw Error("CUDA is not available in this process");
+  const CUresult rc = d.ctx_push(static_cast<CUcontext>(context));
+  if (rc != kSuccess) throw d.error("cuCtxPushCurrent", rc);
+  pushed_ = true;
+}
+
+ContextGuard::~ContextGuard() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  driver().ctx_pop(&popped);
+}
 
 }  // namespace internal
 }  // namespace cuda

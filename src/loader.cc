@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loader_state.h"
+#include "skip_policy.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
@@ -14,10 +15,8 @@ namespace stoker {
 namespace {
 
 constexpr size_t kFieldAlign = 64;
-constexpr size_t kSkippedListed = 1000;               // skipped samples remembered for stats()
 constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
 constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
-constexpr size_t kSmallBatchBytes = size_t{4} << 20;  // below: autotuned prefetch starts at 2
 
 LoaderOptions resolve(LoaderOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
@@ -32,7 +31,7 @@ LoaderOptions resolve(LoaderOptions o) {
                           std::to_string(kMaxWorkers) + "], got " + std::to_string(o.cpu_budget));
   if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
   if (o.num_workers == -1) o.num_workers = o.cpu_budget;
-  if (o.prefetch_factor == -1) o.prefetch_factor = 2;
+  if (o.prefetch_factor == -1) o.prefetch_factor = kDefaultPrefetchFactor;
   if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
   if (o.pin_memory == PinMemory::kAuto)
     o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;
@@ -197,36 +196,12 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
   } catch (...) {
     if (options.on_error == OnError::kRaise)
       throw SampleError(index, source->path(index), std::current_exception());
-    record_skip(index, std::current_exception());
+    skipped.record(index, source->path(index), std::current_exception());
   }
-  // Deterministic replacement: candidates depend only on (seed, epoch, index).
-  const uint64_t n = source->size();
-  for (int attempt = 1; attempt <= kSkipAttempts && n > 1; ++attempt) {
-    const uint64_t other = skip_candidate(options.seed, epoch, index, attempt, n);
-    if (other == index) continue;
-    try {
-      source->read({options.seed, epoch, other}, slots, worker);
-      return;
-    } catch (...) {
-      // Not counted: `other` is recorded when its own turn in the epoch comes, so `skipped` is
-      // the number of the epoch's samples that were replaced, not of failed attempts.
-    }
-  }
-  throw SampleError(
-      index, source->path(index),
-      std::make_exception_ptr(Error("on_error=\"skip\": no readable replacement found after " +
-                                    std::to_string(kSkipAttempts) + " attempts")));
-}
-
-void Loader::State::record_skip(uint64_t index, const std::exception_ptr& error) {
-  SampleError described(index, source->path(index), error);
-  // The count and the list change together, under the lock stats() reads both with: a reader
-  // that took the newest records by the count's growth got an old record twice and missed the
-  // new one when it came between the two (the Ray offload actors do exactly that).
-  std::lock_guard lock(skipped_mu);
-  ++skipped;
-  skipped_samples.emplace_back(described.what());
-  if (skipped_samples.size() > kSkippedListed) skipped_samples.pop_front();
+  read_replacement(options.seed, epoch, index, source->size(), source->path(index),
+                   [&](uint64_t other) {
+                     source->read({options.seed, epoch, other}, slots, worker);
+                   });
 }
 
 void Loader::State::record_autotune(const AutotuneDecision& d) {
@@ -236,11 +211,6 @@ void Loader::State::record_autotune(const AutotuneDecision& d) {
   autotune_prefetch_now = d.prefetch_to;
   autotune_log.push_back(d);
   if (autotune_log.size() > kAutotuneListed) autotune_log.pop_front();
-}
-
-uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
-                        uint64_t num_samples) {
-  return hash_key(seed, epoch, index * kSkipAttempts + attempt) % num_samples;
 }
 
 Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
@@ -302,11 +272,7 @@ LoaderStats Loader::stats() const {
   LoaderStats out;
   out.batches = s.batches;
   out.samples = s.samples;
-  {
-    std::lock_guard lock(s.skipped_mu);
-    out.skipped = s.skipped;
-    out.skipped_samples.assign(s.skipped_samples.begin(), s.skipped_samples.end());
-  }
+  s.skipped.read(&out.skipped, &out.skipped_samples);
   out.read_seconds = s.read_ns * 1e-9;
   out.buffer_wait_seconds = s.buffer_wait_ns * 1e-9;
   out.consumer_wait_seconds = s.consumer_wait_ns * 1e-9;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stop_token>
 
+#include "skip_policy.h"
 #include "stoker/loader.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
@@ -117,10 +118,8 @@ struct Loader::State {
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0};
-  uint64_t skipped = 0;  // guarded by skipped_mu, which it changes with skipped_samples
+  SkippedSamples skipped;
   std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
-  mutable std::mutex skipped_mu;
-  std::deque<std::string> skipped_samples;  // guarded by skipped_mu; bounded
   std::atomic<int64_t> worker_cpu_ns{0};
 
   // Online autotune: which knobs were "auto", and the controller's values, carried from one
@@ -133,7 +132,7 @@ struct Loader::State {
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
   int autotune_active = 1;                    // guarded by autotune_mu
-  int autotune_prefetch_now = 2;              // guarded by autotune_mu
+  int autotune_prefetch_now = kDefaultPrefetchFactor;  // guarded by autotune_mu
   std::deque<AutotuneDecision> autotune_log;  // guarded by autotune_mu; bounded
   void record_autotune(const AutotuneDecision& d);
 
@@ -141,7 +140,6 @@ struct Loader::State {
   // Reads sample `index` into `slots`, replacing it under on_error = kSkip.
   void read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
                    WorkerState* worker);
-  void record_skip(uint64_t index, const std::exception_ptr& error);
 };
 
 // Iterator factories (epoch_iterator.cc).

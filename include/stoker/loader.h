@@ -74,14 +74,21 @@ struct LoaderOptions {
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
 inline constexpr int kMaxWorkers = 256;
 inline constexpr int kMaxPrefetchFactor = 64;
+// prefetch_factor="auto": its value before the controller changes it (torch's default) and, for
+// batches above kSmallBatchBytes, 1 (the workers fill each batch together; see loader.cc).
+inline constexpr int kDefaultPrefetchFactor = 2;
+inline constexpr size_t kSmallBatchBytes = size_t{4} << 20;
 
 // on_error = kSkip: the candidates that replace a failed sample, tried in order for attempt = 1 ..
 // kSkipAttempts (a candidate equal to `index` is passed over). They depend only on (seed, epoch,
 // index), so a stage after the workers (the GPU JPEG decoder) replaces a sample exactly as the
 // loader would. REQUIRES: num_samples > 0.
+// The rule as a whole (what is recorded, the error when none reads) is src/skip_policy.h.
 inline constexpr int kSkipAttempts = 16;
 uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
                         uint64_t num_samples);
+// The skipped samples whose descriptions stats() lists: the newest this many.
+inline constexpr size_t kSkippedListed = 1000;
 
 // One field of a batch: a contiguous array with a leading batch dimension.
 struct BatchField {

@@ -176,6 +176,49 @@ def decode_only(paths: Sequence[str], threads: int, min_seconds: float) -> dict:
     Decode-only throughput bound: every file in memory, full-size decodes on `threads` threads for at least min_seconds.
     """
 
+class ExecutorPolicy:
+    """
+    num_workers="auto" for a Python dataset: stay, or start worker processes or threads, from measured timings (include/stoker/executor_policy.h). Decisions are (kind, workers, reason) tuples.
+    """
+
+    def __init__(self, cores: int, forked: bool = True, persistent: bool = False, threads_allowed: bool = False) -> None: ...
+
+    @property
+    def cores(self) -> int: ...
+
+    @property
+    def pace(self) -> float: ...
+
+    @property
+    def start_s(self) -> float: ...
+
+    @property
+    def persistent(self) -> bool: ...
+
+    @property
+    def threads_allowed(self) -> bool: ...
+
+    def wants_thread_trial(self) -> bool: ...
+
+    def first_chunks(self, seconds_per_sample: float, rest_of_batch: float) -> tuple: ...
+
+    def thread_trial(self, one_thread_s: float, two_threads_s: float) -> tuple: ...
+
+    def after_batch(self, seconds_per_sample: float, samples_left: float) -> tuple: ...
+
+    @staticmethod
+    def stay() -> tuple: ...
+
+    FORK_NOW_S: float = 0.02
+
+    FORK_EPOCH_S: float = 0.5
+
+    FORK_PERSISTENT_S: float = 0.1
+
+    SPAWN_START_S: float = 2.0
+
+    THREAD_GAIN: float = 0.75
+
 def tune_loader(source: Source, knobs: list, base: dict, options: dict, min_seconds: float, progress: object | None = None) -> dict:
     """Tunes Stoker's loader over `source`; measurements run natively."""
 
@@ -238,9 +281,17 @@ MAX_WORKERS: int = 256
 
 MAX_PREFETCH_FACTOR: int = 64
 
+DEFAULT_PREFETCH_FACTOR: int = 2
+
+SMALL_BATCH_BYTES: int = 4194304
+
 DEFAULT_MAX_PIXELS: int = 89478485
 
 LEAF_ALIGNMENT: int = 64
+
+SKIPPED_LISTED: int = 1000
+
+TREE_TAGS: dict = ...
 
 def gather_columns(structure: object, samples: object, array_types: object, object_types: object, np_dtypes: object) -> object:
     """
@@ -323,6 +374,8 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
 
 def position_key(seed: int, epoch: int, batch: int, row: int) -> int:
     """The key of a sample fetched by a non-integer index, from its place."""
+
+SEED_MASK: int = 9223372036854775807
 
 def mt19937_state(key: int, generator: str) -> list[int]:
     """
@@ -441,6 +494,8 @@ class StratifiedPlan:
         """
         (indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, index), as the native loader keys it (the cycle is the epoch without class weights; the repeats of an oversampled sample have different cycles).
         """
+
+DEFAULT_DECODE_BUFFER_BYTES: int = 536870912
 
 class GpuDecodeSource(Source):
     def __init__(self, files: ImageFiles, pipeline: list, max_pixels: int, file_bytes: int, decode_buffer_bytes: int) -> None: ...

@@ -36,21 +36,6 @@ ImageScratch& ImageScratch::operator=(ImageScratch&&) noexcept = default;
 
 namespace {
 
-bool is_geometric(const Transform& t) {
-  return !std::holds_alternative<ToTensor>(t) && !std::holds_alternative<Normalize>(t);
-}
-
-size_t element_size(DType d) {
-  switch (d) {
-    case DType::kUInt8:
-      return 1;
-    case DType::kFloat32:
-      return 4;
-    default:
-      return 2;
-  }
-}
-
 // Copies a finished output row to the batch. The batch (tens of MB) is not read again by this
 // thread: non-temporal stores write it without first reading each cache line into the cache
 // and without evicting the decoder's working set. run() fences them before it returns.
@@ -111,16 +96,13 @@ internal::RowSink sink_for(Layout layout) {
 
 ImagePipeline::ImagePipeline(std::vector<Transform> transforms, PipelineOptions options)
     : transforms_(std::move(transforms)), options_(options) {
+  OutputTable out = output_table(transforms_);  // validates the list
+  dtype_ = out.dtype;
+  layout_ = out.layout;
+  lut_ = std::move(out.table);
   // Output size, as far as it can be known without an image.
   std::optional<std::pair<int, int>> size;  // (h, w)
-  bool have_tensor = false, have_normalize = false;
-  std::array<float, 3> mean{0, 0, 0}, stdev{1, 1, 1};
   for (const Transform& t : transforms_) {
-    std::visit([](const auto& v) { v.validate(); }, t);
-    if (is_geometric(t) && have_tensor) {
-      throw InvalidArgument(
-          "ImagePipeline: geometric transforms must come before ToTensor and Normalize");
-    }
     if (const auto* r = std::get_if<RandomResizedCrop>(&t)) {
       size = {r->height, r->width};
     } else if (const auto* rs = std::get_if<Resize>(&t)) {
@@ -131,20 +113,6 @@ ImagePipeline::ImagePipeline(std::vector<Transform> transforms, PipelineOptions 
       }
     } else if (const auto* cc = std::get_if<CenterCrop>(&t)) {
       size = {cc->height, cc->width};
-    } else if (const auto* tt = std::get_if<ToTensor>(&t)) {
-      if (have_tensor) throw InvalidArgument("ImagePipeline: ToTensor may appear only once");
-      have_tensor = true;
-      dtype_ = tt->dtype;
-      layout_ = tt->layout;
-    } else if (const auto* n = std::get_if<Normalize>(&t)) {
-      if (!have_tensor || dtype_ == DType::kUInt8 || have_normalize) {
-        throw InvalidArgument(
-            "ImagePipeline: Normalize must follow a ToTensor with a float dtype (float32, "
-            "float16 or bfloat16), once");
-      }
-      have_normalize = true;
-      mean = n->mean;
-      stdev = n->std;
     }
   }
   if (!size) {
@@ -153,26 +121,6 @@ ImagePipeline::ImagePipeline(std::vector<Transform> transforms, PipelineOptions 
         "the geometric transforms with CenterCrop, RandomResizedCrop or Resize((h, w))");
   }
   std::tie(height_, width_) = *size;
-
-  const size_t es = element_size(dtype_);
-  lut_.resize(768 * es);
-  for (int c = 0; c < 3; ++c) {
-    for (int v = 0; v < 256; ++v) {
-      std::byte* o = lut_.data() + (c * 256 + v) * es;
-      // torchvision: uint8 -> float32, / 255, then (x - mean) / std, all in float32.
-      const float f = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
-      if (dtype_ == DType::kUInt8) {
-        const auto u = static_cast<uint8_t>(v);
-        std::memcpy(o, &u, 1);
-      } else if (dtype_ == DType::kFloat32) {
-        std::memcpy(o, &f, 4);
-      } else {
-        const uint16_t b =
-            dtype_ == DType::kFloat16 ? internal::float_to_half(f) : internal::float_to_bf16(f);
-        std::memcpy(o, &b, 2);
-      }
-    }
-  }
 }
 
 std::array<int64_t, 3> ImagePipeline::output_shape() const {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
+#include "convert.h"
 #include "stoker/errors.h"
 
 namespace stoker::image {
@@ -65,6 +67,69 @@ void Normalize::validate() const {
     require(std::isfinite(mean[c]) && std::isfinite(std[c]) && std[c] != 0,
             "Normalize: mean must be finite and std finite and non-zero");
   }
+}
+
+bool is_geometric(const Transform& t) {
+  return !std::holds_alternative<ToTensor>(t) && !std::holds_alternative<Normalize>(t);
+}
+
+size_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+OutputTable output_table(const std::vector<Transform>& transforms) {
+  OutputTable out;
+  bool have_tensor = false, have_normalize = false;
+  std::array<float, 3> mean{0, 0, 0}, stdev{1, 1, 1};
+  for (const Transform& t : transforms) {
+    std::visit([](const auto& v) { v.validate(); }, t);
+    if (is_geometric(t) && have_tensor) {
+      throw InvalidArgument(
+          "ImagePipeline: geometric transforms must come before ToTensor and Normalize");
+    }
+    if (const auto* tt = std::get_if<ToTensor>(&t)) {
+      if (have_tensor) throw InvalidArgument("ImagePipeline: ToTensor may appear only once");
+      have_tensor = true;
+      out.dtype = tt->dtype;
+      out.layout = tt->layout;
+    } else if (const auto* n = std::get_if<Normalize>(&t)) {
+      if (!have_tensor || out.dtype == DType::kUInt8 || have_normalize) {
+        throw InvalidArgument(
+            "ImagePipeline: Normalize must follow a ToTensor with a float dtype (float32, "
+            "float16 or bfloat16), once");
+      }
+      have_normalize = true;
+      mean = n->mean;
+      stdev = n->std;
+    }
+  }
+  const size_t es = element_size(out.dtype);
+  out.table.resize(768 * es);
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      std::byte* o = out.table.data() + (c * 256 + v) * es;
+      // torchvision: uint8 -> float32, / 255, then (x - mean) / std, all in float32.
+      const float f = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
+      if (out.dtype == DType::kUInt8) {
+        const auto u = static_cast<uint8_t>(v);
+        std::memcpy(o, &u, 1);
+      } else if (out.dtype == DType::kFloat32) {
+        std::memcpy(o, &f, 4);
+      } else {
+        const uint16_t b = out.dtype == DType::kFloat16 ? internal::float_to_half(f)
+                                                        : internal::float_to_bf16(f);
+        std::memcpy(o, &b, 2);
+      }
+    }
+  }
+  return out;
 }
 
 CropBox random_resized_crop_params(int image_height, int image_width, const RandomResizedCrop& t,

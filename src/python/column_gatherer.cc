@@ -6,8 +6,10 @@
 namespace stoker::python {
 namespace {
 
+using namespace tree_tag;
+
 struct Node {
-  char tag = 0;                 // flatten's: L, A, O, M, N, S or T
+  char tag = 0;                 // a tree_tag (column_gatherer.h)
   PyObject* type = nullptr;     // the exact type (L, A, O: the leaf's; M, N, S: the node's)
   PyObject* column = nullptr;   // L, A, O: the list the leaf goes to
   PyObject* dtype = nullptr;    // A: the NumPy dtype it must have
@@ -44,11 +46,11 @@ class Gatherer {
     if (!PyUnicode_Check(tag) || PyUnicode_GET_LENGTH(tag) != 1) malformed("a tag");
     out.tag = static_cast<char>(PyUnicode_READ_CHAR(tag, 0));
     switch (out.tag) {
-      case 'L':
-      case 'A':
-      case 'O': {
+      case kTensorLeaf:
+      case kNdarrayLeaf:
+      case kObjectLeaf: {
         const Py_ssize_t k = PyLong_AsSsize_t(item(node, 1));
-        const bool array = out.tag != 'O';
+        const bool array = out.tag != kObjectLeaf;
         PyObject* types = array ? array_types_ : object_types_;
         if (k < 0 || k >= PyTuple_GET_SIZE(types)) {
           PyErr_Clear();
@@ -56,23 +58,23 @@ class Gatherer {
         }
         out.type = PyTuple_GET_ITEM(types, k);
         out.column = PyList_GET_ITEM((array ? array_cols_ : object_cols_).get(), k);
-        if (out.tag == 'A') out.dtype = PyTuple_GET_ITEM(np_dtypes_, k);
+        if (out.tag == kNdarrayLeaf) out.dtype = PyTuple_GET_ITEM(np_dtypes_, k);
         return out;
       }
-      case 'M': {  // ("M", type, keys, children)
+      case kMapping: {  // (tag, type, keys, children)
         PyObject* keys = item(node, 2);
         if (!PyTuple_Check(keys)) malformed("mapping keys");
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i)
           out.keys.push_back(PyTuple_GET_ITEM(keys, i));
         [[fallthrough]];
       }
-      case 'N':    // ("N", type, children)
-      case 'S':    // ("S", type, children)
-      case 'T': {  // ("T", children)
-        out.type = out.tag == 'T' ? reinterpret_cast<PyObject*>(&PyTuple_Type) : item(node, 1);
-        PyObject* children = item(node, out.tag == 'M' ? 3 : out.tag == 'T' ? 1 : 2);
+      case kNamedTuple:  // (tag, type, children)
+      case kSequence:    // (tag, type, children)
+      case kTuple: {     // (tag, children)
+        out.type = out.tag == kTuple ? reinterpret_cast<PyObject*>(&PyTuple_Type) : item(node, 1);
+        PyObject* children = item(node, out.tag == kMapping ? 3 : out.tag == kTuple ? 1 : 2);
         if (!PyTuple_Check(children)) malformed("children");
-        if (out.tag == 'M' &&
+        if (out.tag == kMapping &&
             PyTuple_GET_SIZE(children) != static_cast<Py_ssize_t>(out.keys.size()))
           malformed("keys and children differ in number");
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(children); ++i)
@@ -88,25 +90,25 @@ class Gatherer {
   bool gather(const Node& node, PyObject* obj) const {
     if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != node.type) return false;
     switch (node.tag) {
-      case 'A': {
+      case kNdarrayLeaf: {
         const PyRef dtype = check(PyRef::steal(PyObject_GetAttrString(obj, "dtype")));
         const int same = PyObject_RichCompareBool(dtype.get(), node.dtype, Py_EQ);
         if (same < 0) throw PythonError{};
         if (!same) return false;
         [[fallthrough]];
       }
-      case 'L':
-      case 'O':
+      case kTensorLeaf:
+      case kObjectLeaf:
         if (PyList_Append(node.column, obj) != 0) throw PythonError{};
         return true;
-      case 'T': {
+      case kTuple: {
         if (PyTuple_GET_SIZE(obj) != static_cast<Py_ssize_t>(node.children.size())) return false;
         for (size_t i = 0; i < node.children.size(); ++i)
           if (!gather(node.children[i], PyTuple_GET_ITEM(obj, static_cast<Py_ssize_t>(i))))
             return false;
         return true;
       }
-      case 'M': {
+      case kMapping: {
         const Py_ssize_t n = PyObject_Length(obj);
         if (n < 0) throw PythonError{};
         if (n != static_cast<Py_ssize_t>(node.keys.size())) return false;
@@ -126,7 +128,7 @@ class Gatherer {
         }
         return true;
       }
-      default: {  // N, S: sequences
+      default: {  // kNamedTuple, kSequence
         const Py_ssize_t n = PyObject_Length(obj);
         if (n < 0) throw PythonError{};
         if (n != static_cast<Py_ssize_t>(node.children.size())) return false;

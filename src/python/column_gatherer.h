@@ -1,9 +1,17 @@
 // The columns of a batch of Python samples (internal to Stoker's Python-dataset engine).
 //
-// batch_structure.flatten (python/stoker/batch_structure.py) describes sample 0 as a tree of
-// tuples: ("L", k, dtype, shape) tensor leaf k; ("A", k, dtype str, shape) NumPy leaf k;
-// ("O", k, type) object leaf k; ("M", type, keys, children) mapping; ("N", type, children)
-// namedtuple; ("T", children) tuple; ("S", type, children) list or other sequence.
+// The batch tree, defined here once (its tags are exported as _native.TREE_TAGS, which
+// python/stoker/batch_structure.py builds and reads trees with): batch_structure.flatten describes
+// a batch, or sample 0 of one, as a tree of tuples, each led by its tag:
+//   (kTensorLeaf, k, torch dtype, shape)          tensor leaf k (array leaf k of the batch)
+//   (kNdarrayLeaf, k, NumPy dtype str, shape)     NumPy array leaf k (array leaf k)
+//   (kObjectLeaf, k, type)                        object leaf k: anything else (str, int, ...)
+//   (kMapping, type, keys, children)              a Mapping: its keys in order, a child for each
+//   (kNamedTuple, type, children)                 a namedtuple
+//   (kTuple, children)                            a plain tuple
+//   (kSequence, type, children)                   a list (or subclass)
+// Array and object leaves are numbered apart, in the order a depth-first walk meets them.
+//
 // gather_columns checks that every sample has that structure, with leaves of sample 0's exact
 // types (and NumPy leaves of its dtypes), and returns the leaves as columns: array leaf k of every
 // sample in array column k, object leaf k in object column k. Shapes are left to the stacking
@@ -16,9 +24,27 @@
 
 #include <Python.h>
 
+#include <utility>
+
 #include "python/py_ref.h"
 
 namespace stoker::python {
+
+// The tags of the batch tree (see above); one character each.
+namespace tree_tag {
+inline constexpr char kTensorLeaf = 'L';
+inline constexpr char kNdarrayLeaf = 'A';
+inline constexpr char kObjectLeaf = 'O';
+inline constexpr char kMapping = 'M';
+inline constexpr char kNamedTuple = 'N';
+inline constexpr char kTuple = 'T';
+inline constexpr char kSequence = 'S';
+// (name, tag) of each, as _native.TREE_TAGS maps them.
+inline constexpr std::pair<const char*, char> kAll[] = {
+    {"tensor", kTensorLeaf},   {"ndarray", kNdarrayLeaf}, {"object", kObjectLeaf},
+    {"mapping", kMapping},     {"namedtuple", kNamedTuple}, {"tuple", kTuple},
+    {"sequence", kSequence}};
+}  // namespace tree_tag
 
 // (array columns, object columns) as a tuple of two lists of lists, or None when a sample
 // differs from sample 0. `array_types`, `object_types`: tuples of the leaves' types;

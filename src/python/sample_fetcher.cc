@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "skip_policy.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
@@ -206,8 +207,8 @@ PyObject* SampleFetcher::attempt(PyObject* getitem, PyObject* dataset, PyObject*
   return got;
 }
 
-// on_error="skip": the replacement of failed sample `index` (see the header); nullptr with the
-// error set when none loads. A candidate's own failure is not recorded: it is at its own turn.
+// on_error="skip": the replacement of failed sample `index` by the rule of src/skip_policy.h;
+// nullptr with the error set when none loads (or a candidate raised a BaseException).
 PyObject* SampleFetcher::replacement(PyObject* getitem, PyObject* dataset, uint64_t epoch,
                                      PyObject* index, Prints& lazy) {
   uint64_t i = 0;
@@ -216,18 +217,16 @@ PyObject* SampleFetcher::replacement(PyObject* getitem, PyObject* dataset, uint6
                  index);
     return nullptr;
   }
-  for (uint64_t a = 1; a <= kSkipAttempts && o_.size > 1; ++a) {
-    const uint64_t other = hash_key(o_.seed, epoch, i * kSkipAttempts + a) % o_.size;
-    if (other == i) continue;
+  PyObject* got = nullptr;
+  const bool found = find_replacement(o_.seed, epoch, i, o_.size, [&](uint64_t other) {
     const PyRef candidate = check(PyRef::steal(PyLong_FromUnsignedLongLong(other)));
-    PyObject* got =
-        attempt(getitem, dataset, candidate.get(), sample_key(o_.seed, epoch, other), lazy);
-    if (got != nullptr || !PyErr_ExceptionMatches(PyExc_Exception)) return got;
+    got = attempt(getitem, dataset, candidate.get(), sample_key(o_.seed, epoch, other), lazy);
+    if (got != nullptr || !PyErr_ExceptionMatches(PyExc_Exception)) return true;  // read, or stop
     PyErr_Clear();
-  }
-  PyErr_Format(PyExc_RuntimeError,
-               "on_error=\"skip\": no readable replacement found after %d attempts",
-               static_cast<int>(kSkipAttempts));
+    return false;
+  }).has_value();
+  if (found) return got;
+  PyErr_SetString(PyExc_RuntimeError, no_replacement_message().c_str());
   return nullptr;
 }
 

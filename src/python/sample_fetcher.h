@@ -21,9 +21,10 @@
 // Generators in `leave_alone` (those a worker_init_fn seeded itself) are never written, and
 // torch's initial_seed() is left to that seeding too when torch's generator is among them.
 //
-// on_error="skip": a failing sample (an Exception from __getitem__) is replaced by the first of
-// kSkipAttempts candidates hash_key(seed, epoch, i * kSkipAttempts + a) % size that loads, as the
-// native loader picks them (src/loader.cc), seeded as itself.
+// on_error="skip": a failing sample (an Exception from __getitem__) is replaced by the rule of
+// src/skip_policy.h, as the native loader replaces it, the replacement seeded as itself. Its
+// (index, "Type: message") is kept for take_skipped(); the Python front keeps the newest
+// kSkippedListed of them (exported as _native.SKIPPED_LISTED).
 //
 // Thread safety: not thread-safe: one per producer. REQUIRES the GIL.
 #pragma once
@@ -39,8 +40,13 @@
 
 #include "python/global_seeder.h"
 #include "python/py_ref.h"
+#include "stoker/loader.h"
 
 namespace stoker::python {
+
+// Sample keys and worker seeds are 63-bit, so that torch.initial_seed(), which reports them, fits
+// in an int64 tensor: every key is within this mask (exported as _native.SEED_MASK).
+inline constexpr uint64_t kSeedMask = ~uint64_t{0} >> 1;
 
 // The key of sample `index` of `epoch`: what torch.initial_seed() reports while it runs.
 uint64_t sample_key(uint64_t seed, uint64_t epoch, uint64_t index);
@@ -51,7 +57,7 @@ class SampleFetcher {
  public:
   enum class Seeding { kOff, kAdaptive, kAlways };
   static constexpr int kProbeSamples = 64;
-  static constexpr uint64_t kSkipAttempts = 16;  // as the native loader's
+  static constexpr uint64_t kSkipAttempts = stoker::kSkipAttempts;  // src/skip_policy.h
 
   struct Options {
     uint64_t seed = 0;

@@ -395,6 +395,51 @@ def test_number_columns_collate_exactly_as_default_collate(column):
     assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
+def test_constants_the_front_shares_with_the_engine_agree():
+    # The engine exports each; the front's own copies (until it reads the exports) must agree.
+    from stoker import gpu_decode, seeding
+    assert _native.SKIPPED_LISTED == 1000
+    loader = stoker.DataLoader(list(range(4)), batch_size=2)
+    assert loader._skipped_samples.maxlen == _native.SKIPPED_LISTED
+    assert _native.SEED_MASK == 2**63 - 1 == seeding._MASK63
+    assert all(_native.sample_key(1, 2, i) <= _native.SEED_MASK for i in range(100))
+    assert _native.DEFAULT_DECODE_BUFFER_BYTES == 512 << 20 \
+        == gpu_decode.DEFAULT_DECODE_BUFFER_BYTES
+    from stoker import offload, python_datasets
+    assert _native.DEFAULT_PREFETCH_FACTOR == 2 == python_datasets._AUTO_PREFETCH \
+        == offload._DEFAULT_PREFETCH
+    assert _native.SMALL_BATCH_BYTES == 4 << 20 == python_datasets._AUTO_PREFETCH_BYTES
+
+
+def test_batch_tree_uses_the_engines_tags_and_round_trips():
+    from stoker import batch_structure
+    Pair = collections.namedtuple("Pair", "a b")
+    batch = {"t": torch.arange(3), "n": np.zeros(2, np.float32), "o": "x",
+             "nt": Pair(1, 2.0), "tup": (torch.ones(1),), "seq": [3]}
+    arrays, objects = [], []
+    tree = batch_structure.flatten(batch, arrays, objects)
+    tags = set()
+
+    def walk(node):
+        tags.add(node[0])
+        if node[0] in (_native.TREE_TAGS["mapping"], _native.TREE_TAGS["namedtuple"],
+                       _native.TREE_TAGS["sequence"]):
+            for child in node[-1]:
+                walk(child)
+        elif node[0] == _native.TREE_TAGS["tuple"]:
+            for child in node[1]:
+                walk(child)
+
+    walk(tree)
+    assert tags == set(_native.TREE_TAGS.values())
+    assert len(_native.TREE_TAGS) == 7
+    back = batch_structure.rebuild(tree, arrays, objects, collated=False)
+    assert back.keys() == batch.keys() and back["nt"] == Pair(1, 2.0) and back["seq"] == [3]
+    assert back["tup"][0] is arrays[2] and back["o"] == "x"
+    # gather_columns (C++) reads the tree flatten built from the same tags
+    assert batch_structure._columns([batch, batch]) is not None
+
+
 def test_resume_from_state_dict():
     loader = stoker.DataLoader(Random(), batch_size=4, shuffle=True, num_workers=2)
     full = list(loader)

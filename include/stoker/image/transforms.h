@@ -8,8 +8,10 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "stoker/random.h"
 
@@ -73,6 +75,27 @@ struct Normalize {
 
 using Transform =
     std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, Normalize>;
+
+// Whether `t` changes the geometry (everything but ToTensor and Normalize).
+bool is_geometric(const Transform& t);
+
+// Bytes of one output element of `dtype`.
+size_t element_size(DType dtype);
+
+// What ToTensor and Normalize make of 8-bit RGB: the output dtype and layout, and per channel and
+// 8-bit value the output element, so that the CPU pipeline and the GPU decoder write the same
+// values by one table look-up.
+struct OutputTable {
+  DType dtype = DType::kUInt8;  // without ToTensor: uint8, CHW
+  Layout layout = Layout::kCHW;
+  std::vector<std::byte> table;  // element (c * 256 + v): element_size(dtype) bytes each
+};
+
+// The output table of a transform list, which it validates in order, each transform's own check
+// first (InvalidArgument): geometric transforms before ToTensor and Normalize; ToTensor at most
+// once; Normalize at most once, after a float ToTensor. Values: torchvision's, v / 255 then
+// (x - mean) / std, all in float32, then converted to the dtype (uint8 keeps v).
+OutputTable output_table(const std::vector<Transform>& transforms);
 
 // A crop in integer pixels of the image it applies to; may extend outside it (padding).
 struct CropBox {

@@ -14,10 +14,8 @@ its arrays (each in the slot: written there by collate, or copied; pickled only 
 free or the batch does not fit) and its other leaves (pickled). ``decode`` rebuilds it in the
 training process with tensors viewing the slot, without a copy.
 
-Structures: a tree of tuples (``flatten``): ("L", k, torch dtype, shape) tensor leaf k;
-("A", k, NumPy dtype str, shape) ndarray leaf k; ("O", k, type) object leaf k;
-("M", type, keys, children) mapping; ("N", type, children) namedtuple; ("T", children) tuple;
-("S", type, children) list or other sequence. src/python/column_gatherer.h reads the same tree.
+Structures: the batch tree of src/python/column_gatherer.h, which defines it (its nodes, and the
+tags, exported as ``_native.TREE_TAGS``); ``flatten`` builds it, ``rebuild`` reads it.
 """
 
 from __future__ import annotations
@@ -37,40 +35,44 @@ _ALIGN = _native.LEAF_ALIGNMENT
 # copies on the calling thread (at::internal::GRAIN_SIZE) and is faster (~0.15 us a tensor).
 _SERIAL_STACK_ELEMENTS = 32768
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex32)
+_TENSOR, _NDARRAY, _OBJECT, _MAPPING, _NAMEDTUPLE, _TUPLE, _SEQUENCE = (
+    _native.TREE_TAGS[name]
+    for name in ("tensor", "ndarray", "object", "mapping", "namedtuple", "tuple", "sequence"))
+_ARRAY_LEAF = (_TENSOR, _NDARRAY)
 
 
 def flatten(obj, arrays, objects):
     """The structure of ``obj``; its array leaves appended to ``arrays``, others to ``objects``."""
     if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_nested:
         arrays.append(obj)
-        return ("L", len(arrays) - 1, obj.dtype, tuple(obj.shape))
+        return (_TENSOR, len(arrays) - 1, obj.dtype, tuple(obj.shape))
     if type(obj) is np.ndarray and obj.dtype.kind in "biufc" and obj.dtype.isnative:
         arrays.append(obj)
-        return ("A", len(arrays) - 1, obj.dtype.str, obj.shape)
+        return (_NDARRAY, len(arrays) - 1, obj.dtype.str, obj.shape)
     if isinstance(obj, (str, bytes)):
         pass
     elif isinstance(obj, collections.abc.Mapping):
         keys = tuple(obj.keys())
-        return ("M", type(obj), keys, tuple(flatten(obj[k], arrays, objects) for k in keys))
+        return (_MAPPING, type(obj), keys, tuple(flatten(obj[k], arrays, objects) for k in keys))
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return ("N", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+        return (_NAMEDTUPLE, type(obj), tuple(flatten(v, arrays, objects) for v in obj))
     elif isinstance(obj, tuple):
-        return ("T", tuple(flatten(v, arrays, objects) for v in obj))
+        return (_TUPLE, tuple(flatten(v, arrays, objects) for v in obj))
     elif isinstance(obj, list):
-        return ("S", type(obj), tuple(flatten(v, arrays, objects) for v in obj))
+        return (_SEQUENCE, type(obj), tuple(flatten(v, arrays, objects) for v in obj))
     objects.append(obj)
-    return ("O", len(objects) - 1, type(obj))
+    return (_OBJECT, len(objects) - 1, type(obj))
 
 
 def rebuild(node, arrays, objects, collated):
     """The structure with its leaves put back. ``collated``: shaped as default_collate shapes a
     batch of samples of this structure (tuples become lists); otherwise exactly as flattened."""
     tag = node[0]
-    if tag in ("L", "A"):
+    if tag in _ARRAY_LEAF:
         return arrays[node[1]]
-    if tag == "O":
+    if tag == _OBJECT:
         return objects[node[1]]
-    if tag == "M":
+    if tag == _MAPPING:
         _, kind, keys, children = node
         d = {k: rebuild(c, arrays, objects, collated) for k, c in zip(keys, children)}
         if kind is dict:
@@ -79,9 +81,9 @@ def rebuild(node, arrays, objects, collated):
             return kind(d)
         except TypeError:
             return d
-    if tag == "N":
+    if tag == _NAMEDTUPLE:
         return node[1](*(rebuild(c, arrays, objects, collated) for c in node[2]))
-    if tag == "T":
+    if tag == _TUPLE:
         items = [rebuild(c, arrays, objects, collated) for c in node[1]]
         return items if collated else tuple(items)
     kind, items = node[1], [rebuild(c, arrays, objects, collated) for c in node[2]]

@@ -32,6 +32,8 @@ class DecodeBackend {
   // Device memory for the output table: uploaded once, lives as long as the backend.
   virtual const uint8_t* upload_table(const std::vector<std::byte>& table) = 0;
 
+  // Starts a batch on `stream`. When it throws, it leaves nothing held (no context current):
+  // end() is then not called.
   virtual void begin(uintptr_t stream) = 0;
   // Device memory of at least `bytes`, reused by every chunk (the stream orders the reuse).
   // Grows when asked for more; never shrinks.

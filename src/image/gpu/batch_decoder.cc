@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <mutex>
 
 #include "backend.h"
+#include "skip_policy.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::gpu {
@@ -21,7 +21,6 @@ using internal::k::KParams;
 using internal::k::KSample;
 
 constexpr uint64_t kAlign = 256;
-constexpr size_t kSkippedListed = 1000;
 
 uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -48,7 +47,7 @@ struct GpuBatchDecoder::Impl {
 
   mutable std::mutex mu;  // guards stats against a concurrent stats() call
   GpuDecodeStats stats;
-  std::deque<std::string> skipped;
+  SkippedSamples skipped;
 
   // This batch's host staging: a bump allocator over one block.
   std::byte* staging = nullptr;
@@ -188,28 +187,11 @@ struct GpuBatchDecoder::Impl {
       error = std::current_exception();
     }
     if (on_error == OnError::kRaise) throw SampleError(r.index, src.path(r.index), error);
-    {
-      std::lock_guard lock(mu);
-      ++stats.skipped;
-      skipped.emplace_back(SampleError(r.index, src.path(r.index), error).what());
-      if (skipped.size() > kSkippedListed) skipped.pop_front();
-    }
-    const uint64_t n = src.size();
-    for (int attempt = 1; attempt <= kSkipAttempts && n > 1; ++attempt) {
-      const uint64_t other = skip_candidate(r.seed, r.epoch, r.index, attempt, n);
-      if (other == r.index) continue;
-      try {
-        src.render_cpu({r.seed, r.epoch, other}, dst, worker.get());
-        b.labels[s] = src.files().label(other);
-        return;
-      } catch (...) {
-        // Not counted: `other` is counted when its own turn comes, as the loader does.
-      }
-    }
-    throw SampleError(
-        r.index, src.path(r.index),
-        std::make_exception_ptr(Error("on_error=\"skip\": no readable replacement found after " +
-                                      std::to_string(kSkipAttempts) + " attempts")));
+    skipped.record(r.index, src.path(r.index), error);
+    const uint64_t other = read_replacement(
+        r.seed, r.epoch, r.index, src.size(), src.path(r.index),
+        [&](uint64_t c) { src.render_cpu({r.seed, r.epoch, c}, dst, worker.get()); });
+    b.labels[s] = src.files().label(other);
   }
 
   void decode(const StagedBatch& b, std::byte* images, std::byte* labels, uintptr_t stream) {
@@ -285,7 +267,7 @@ void GpuBatchDecoder::decode(const StagedBatch& batch, std::byte* images, std::b
 GpuDecodeStats GpuBatchDecoder::stats() const {
   std::lock_guard lock(impl_->mu);
   GpuDecodeStats s = impl_->stats;
-  s.skipped_samples.assign(impl_->skipped.begin(), impl_->skipped.end());
+  impl_->skipped.read(&s.skipped, &s.skipped_samples);
   s.device_bytes = impl_->backend->device_bytes();
   s.pinned_bytes = impl_->backend->pinned_bytes();
   return s;

@@ -361,6 +361,73 @@ TEST(GpuDecode, SkipReplacesACorruptFileExactlyAsTheCpuLoaderDoes) {
   EXPECT_EQ(cpu.stats().skipped, 1u);
 }
 
+// The emulated device, with a begin() that fails the first time (as nvJPEG's does when waiting
+// on the slot's event fails), counting begin() and end() calls.
+class FailingBegin final : public DecodeBackend {
+ public:
+  FailingBegin() : inner_(make_emulated_backend()) {}
+  std::string name() const override { return inner_->name(); }
+  const uint8_t* upload_table(const std::vector<std::byte>& t) override {
+    return inner_->upload_table(t);
+  }
+  void begin(uintptr_t stream) override {
+    if (begins++ == 0) throw Error("begin failed");
+    inner_->begin(stream);
+  }
+  uint8_t* arena(size_t bytes) override { return inner_->arena(bytes); }
+  std::byte* host_staging(size_t bytes) override { return inner_->host_staging(bytes); }
+  void upload(void* d, const void* s, size_t n) override { inner_->upload(d, s, n); }
+  void decode(std::span<const JpegJob> jobs, std::vector<uint8_t>& ok, uint64_t* hw) override {
+    inner_->decode(jobs, ok, hw);
+  }
+  void render(const internal::k::KParams& p, int32_t max_rows) override {
+    inner_->render(p, max_rows);
+  }
+  void end() override {
+    ++ends;
+    inner_->end();
+  }
+  uint64_t device_bytes() const override { return inner_->device_bytes(); }
+  uint64_t pinned_bytes() const override { return inner_->pinned_bytes(); }
+
+  int begins = 0, ends = 0;
+
+ private:
+  std::unique_ptr<DecodeBackend> inner_;
+};
+
+TEST(GpuDecode, ABeginThatThrowsIsNotEndedAndTheNextBatchDecodes) {
+  // backend.h: a begin() that throws leaves nothing held, since end() is not called for it (the
+  // nvJPEG backend keeps its context guard only once its begin() cannot throw any more).
+  const Dataset d = make_dataset("begin");
+  auto src = std::make_shared<const GpuDecodeSource>(std::make_shared<ImageFolderFiles>(d.samples),
+                                                     train_transforms());
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 0;
+  o.pin_memory = PinMemory::kOff;
+  auto backend = std::make_unique<FailingBegin>();
+  FailingBegin& counts = *backend;
+  GpuBatchDecoder decoder(src, std::move(backend), o.on_error);
+  Loader loader(src, o);
+  auto batch = loader.iterate(0)->next();
+  ASSERT_TRUE(batch);
+  const size_t sample_out = size_t(src->out_height()) * src->out_width() * 3 * src->element_size();
+  std::vector<std::byte> images(batch->length * sample_out);
+  std::vector<int64_t> labels(batch->length);
+  StagedBatch b{batch->length, batch->fields[0].data,
+                reinterpret_cast<int64_t*>(batch->fields[1].data),
+                reinterpret_cast<StagedSample*>(batch->fields[2].data)};
+  auto* out = reinterpret_cast<std::byte*>(labels.data());
+  EXPECT_THROW(decoder.decode(b, images.data(), out, 0), Error);
+  EXPECT_EQ(counts.begins, 1);
+  EXPECT_EQ(counts.ends, 0);
+  decoder.decode(b, images.data(), out, 0);
+  EXPECT_EQ(counts.begins, 2);
+  EXPECT_EQ(counts.ends, 1);
+  EXPECT_EQ(labels[0], d.samples[b.records[0].index].second);
+}
+
 TEST(GpuDecode, WithoutCudaTheNvjpegBackendSaysWhatIsMissing) {
   if (cuda_available()) GTEST_SKIP() << "CUDA is available";
   try {

@@ -46,8 +46,6 @@ constexpr int kAttrMajor = 75, kAttrMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_
 constexpr unsigned kEventNoTiming = 0x02;
 
 struct Driver {
-  CUresult (*ctx_push)(CUcontext);
-  CUresult (*ctx_pop)(CUcontext*);
   CUresult (*device_get)(CUdevice*, int);
   CUresult (*device_attribute)(int*, int, CUdevice);
   CUresult (*mem_alloc)(CUdeviceptr*, size_t);
@@ -88,8 +86,6 @@ const Driver& driver() {
       throw Error("GPU decode needs CUDA: no CUDA driver or device is available in this process");
     Driver d{};
     std::string missing;
-    resolve(d.ctx_push, "cuCtxPushCurrent_v2", missing);
-    resolve(d.ctx_pop, "cuCtxPopCurrent_v2", missing);
     resolve(d.device_get, "cuDeviceGet", missing);
     resolve(d.device_attribute, "cuDeviceGetAttribute", missing);
     resolve(d.mem_alloc, "cuMemAlloc_v2", missing);
@@ -113,22 +109,8 @@ const Driver& driver() {
   return d;
 }
 
-class Current {
- public:
-  explicit Current(int device) : d_(driver()) {
-    d_.check(d_.ctx_push(static_cast<CUcontext>(cuda::internal::primary_context(device))),
-             "cuCtxPushCurrent");
-  }
-  ~Current() {
-    CUcontext c = nullptr;
-    d_.ctx_pop(&c);
-  }
-  Current(const Current&) = delete;
-  Current& operator=(const Current&) = delete;
-
- private:
-  const Driver& d_;
-};
+// The device's primary context, current for the scope (cuda.cc's guard).
+using Current = cuda::internal::ContextGuard;
 
 // ---- nvJPEG (nvjpeg.h's declarations, the few used)
 // ----------------------------------------------
@@ -369,7 +351,7 @@ Kernels compile_kernels(int device, const Nvrtc& rtc) {
     rtc.ptx(prog, image.data());
   }
   rtc.destroy(&prog);
-  Current current(device);
+  const Current current = Current::for_device(device);
   CUmodule module = nullptr;  // kept for the life of the process, as the cache entry
   d.check(d.module_load_data(&module, image.data()), "cuModuleLoadData");
   Kernels k;
@@ -387,7 +369,7 @@ class NvjpegBackend final : public DecodeBackend {
         d_(driver()),
         nv_(nvjpeg(dirs)),
         kernels_(compile_kernels(device, nvrtc(dirs))) {
-    Current current(device_);
+    const Current current = Current::for_device(device_);
     const nvjpegStatus_t hw =
         nv_.create_ex(kBackendHardware, &dev_allocator, &pinned_allocator, 0, &hw_);
     if (hw != 0) hw_ = nullptr;  // 7, ARCH_MISMATCH: no JPEG engine on this GPU
@@ -405,7 +387,7 @@ class NvjpegBackend final : public DecodeBackend {
   ~NvjpegBackend() override {
     if (!cuda_available()) return;  // a forked child, or the driver is gone
     try {
-      Current current(device_);
+      const Current current = Current::for_device(device_);
       for (int slot = 0; slot < 2; ++slot) {
         if (recorded_[slot]) d_.event_synchronize(done_[slot]);
         if (done_[slot] != nullptr) d_.event_destroy(done_[slot]);
@@ -427,19 +409,22 @@ class NvjpegBackend final : public DecodeBackend {
   std::string name() const override { return hw_ != nullptr ? "hardware" : "gpu_hybrid"; }
 
   const uint8_t* upload_table(const std::vector<std::byte>& table) override {
-    Current current(device_);
+    const Current current = Current::for_device(device_);
     d_.check(d_.mem_alloc(&table_, table.size()), "cuMemAlloc");
     d_.check(d_.memcpy_htod(table_, table.data(), table.size()), "cuMemcpyHtoD");
     table_bytes_ = table.size();
     return reinterpret_cast<const uint8_t*>(table_);
   }
 
+  // Leaves nothing current when it throws (end() is then not called): the context is kept only
+  // once the wait that may fail is done.
   void begin(uintptr_t stream) override {
-    current_.emplace(device_);
+    Current current = Current::for_device(device_);
     stream_ = reinterpret_cast<CUstream>(stream);
     slot_ ^= 1;
     if (recorded_[slot_]) d_.check(d_.event_synchronize(done_[slot_]), "cuEventSynchronize");
     recorded_[slot_] = false;
+    current_.emplace(std::move(current));
   }
 
   uint8_t* arena(size_t bytes) override {

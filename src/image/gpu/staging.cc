@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../convert.h"
 #include "../geometry.h"
 #include "render.h"
 #include "stoker/errors.h"
@@ -16,10 +15,6 @@ struct StagingState final : WorkerState {
   std::vector<std::byte> buffer;
   ImageScratch scratch;
 };
-
-bool is_geometric(const Transform& t) {
-  return !std::holds_alternative<ToTensor>(t) && !std::holds_alternative<Normalize>(t);
-}
 
 StagedAxis staged_axis(const image::internal::AxisPlan& a) {
   const image::internal::AxisSpec s = a.spec();
@@ -47,42 +42,21 @@ GpuDecodeSource::GpuDecodeSource(std::shared_ptr<const ImageFiles> files,
     : ImageFilesSource(std::move(files), "GpuDecodeSource"),
       transforms_(std::move(transforms)),
       options_(options) {
-  // The CPU path's own validation and output format.
+  // The CPU path's own validation (of the output size too).
   PipelineOptions cpu_options;
   cpu_options.max_pixels = options_.max_pixels;
   const ImagePipeline full(transforms_, cpu_options);
-  dtype_ = full.dtype();
-  layout_ = full.layout();
+  OutputTable out = image::output_table(transforms_);  // as the CPU pipeline's (pipeline.cc)
+  dtype_ = out.dtype;
+  layout_ = out.layout;
+  table_ = std::move(out.table);
   // The CPU path for the samples the GPU does not take: the same geometry, 8-bit HWC out; the
   // GPU applies the output table (ToTensor and Normalize) to every sample alike.
   std::vector<Transform> geometric;
-  std::array<float, 3> mean{0, 0, 0}, stdev{1, 1, 1};
-  for (const Transform& t : transforms_) {
+  for (const Transform& t : transforms_)
     if (is_geometric(t)) geometric.push_back(t);
-    if (const auto* n = std::get_if<Normalize>(&t)) mean = n->mean, stdev = n->std;
-  }
   geometric.push_back(ToTensor(DType::kUInt8, Layout::kHWC));
   cpu_ = std::make_shared<const ImagePipeline>(std::move(geometric), cpu_options);
-
-  // The CPU pipeline's table (pipeline.cc): torchvision's float32 arithmetic, then the dtype.
-  const size_t es = element_size();
-  table_.resize(768 * es);
-  for (int c = 0; c < 3; ++c) {
-    for (int v = 0; v < 256; ++v) {
-      std::byte* o = table_.data() + (c * 256 + v) * es;
-      const float f = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
-      if (dtype_ == DType::kUInt8) {
-        const auto u = static_cast<uint8_t>(v);
-        std::memcpy(o, &u, 1);
-      } else if (dtype_ == DType::kFloat32) {
-        std::memcpy(o, &f, 4);
-      } else {
-        const uint16_t b = dtype_ == DType::kFloat16 ? image::internal::float_to_half(f)
-                                                     : image::internal::float_to_bf16(f);
-        std::memcpy(o, &b, 2);
-      }
-    }
-  }
   payload_bytes_ = std::max(options_.file_bytes, static_cast<size_t>(cpu_->output_bytes()));
   payload_bytes_ = (payload_bytes_ + 63) / 64 * 64;
   fields_ = {{"payload", kUInt8, {static_cast<int64_t>(payload_bytes_)}},
@@ -95,9 +69,7 @@ std::array<int64_t, 3> GpuDecodeSource::output_shape() const {
   return {3, out_height(), out_width()};
 }
 
-size_t GpuDecodeSource::element_size() const {
-  return dtype_ == DType::kUInt8 ? 1 : dtype_ == DType::kFloat32 ? 4 : 2;
-}
+size_t GpuDecodeSource::element_size() const { return image::element_size(dtype_); }
 
 std::unique_ptr<WorkerState> GpuDecodeSource::make_worker_state() const {
   return std::make_unique<StagingState>();
