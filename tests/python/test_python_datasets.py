@@ -395,24 +395,21 @@ def test_number_columns_collate_exactly_as_default_collate(column):
     assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
-def test_constants_the_front_shares_with_the_engine_agree():
-    # The engine exports each; the front's own copies (until it reads the exports) must agree.
-    from stoker import gpu_decode, seeding
+def test_the_front_reads_the_constants_the_engine_exports():
+    # The engine defines each; the front reads it (no second copy to drift).
+    from stoker.gpu import decode as gpu_decode
     assert _native.SKIPPED_LISTED == 1000
-    loader = stoker.DataLoader(list(range(4)), batch_size=2)
-    assert loader._skipped_samples.maxlen == _native.SKIPPED_LISTED
-    assert _native.SEED_MASK == 2**63 - 1 == seeding._MASK63
+    loader = stoker.DataLoader(list(range(4)), batch_size=2, num_workers=0)
+    assert loader._producer._skipped_samples.maxlen == _native.SKIPPED_LISTED
+    assert loader.prefetch_factor == _native.DEFAULT_PREFETCH_FACTOR
     assert all(_native.sample_key(1, 2, i) <= _native.SEED_MASK for i in range(100))
-    assert _native.DEFAULT_DECODE_BUFFER_BYTES == 512 << 20 \
-        == gpu_decode.DEFAULT_DECODE_BUFFER_BYTES
-    from stoker import offload, python_datasets
-    assert _native.DEFAULT_PREFETCH_FACTOR == 2 == python_datasets._AUTO_PREFETCH \
-        == offload._DEFAULT_PREFETCH
-    assert _native.SMALL_BATCH_BYTES == 4 << 20 == python_datasets._AUTO_PREFETCH_BYTES
+    assert gpu_decode.DEFAULT_DECODE_BUFFER_BYTES == _native.DEFAULT_DECODE_BUFFER_BYTES
+    seeded = stoker.DataLoader(list(range(4)), generator=torch.Generator().manual_seed(7))
+    assert 0 <= seeded.seed <= _native.SEED_MASK
 
 
 def test_batch_tree_uses_the_engines_tags_and_round_trips():
-    from stoker import batch_structure
+    from stoker.pydata import batch_structure
     Pair = collections.namedtuple("Pair", "a b")
     batch = {"t": torch.arange(3), "n": np.zeros(2, np.float32), "o": "x",
              "nt": Pair(1, 2.0), "tup": (torch.ones(1),), "seq": [3]}
@@ -859,6 +856,27 @@ def test_threads_and_numpy_output():
         same(a, b)
     batch = next(iter(stoker.DataLoader(Nested(), batch_size=5, num_workers=1, output="numpy")))
     assert isinstance(batch["t"], np.ndarray) and batch["name"][0] == "s0"
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+class Pairs(Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return collections.OrderedDict(p=Pair(torch.full((2,), i), i), n=[torch.tensor(i)])
+
+
+def test_numpy_output_converts_tensors_inside_namedtuples_and_keeps_container_types():
+    for workers in (0, 1):
+        batch = next(iter(stoker.DataLoader(Pairs(), batch_size=3, num_workers=workers,
+                                            output="numpy")))
+        assert type(batch) is collections.OrderedDict and type(batch["p"]) is Pair
+        assert isinstance(batch["p"].x, np.ndarray) and isinstance(batch["p"].y, np.ndarray)
+        assert batch["p"].x.tolist() == [[0, 0], [1, 1], [2, 2]]
+        assert isinstance(batch["n"][0], np.ndarray) and batch["n"][0].tolist() == [0, 1, 2]
 
 
 def test_batches_live_in_recycled_shared_buffers():

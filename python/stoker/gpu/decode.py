@@ -28,7 +28,7 @@ __all__ = ["DECODE_CHOICES", "GpuDecodeEngine", "check_decode", "library_dirs",
            "require_gpu_decode", "staging_source"]
 
 DECODE_CHOICES = ("cpu", "cuda")
-DEFAULT_DECODE_BUFFER_BYTES = 512 << 20  # GPU memory for one batch's decode work
+DEFAULT_DECODE_BUFFER_BYTES = _native.DEFAULT_DECODE_BUFFER_BYTES  # one batch's decode work
 _MIN_FILE_BYTES = 64 << 10
 _MAX_FILE_BYTES = 16 << 20
 _SIZE_SAMPLES = 512

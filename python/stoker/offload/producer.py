@@ -33,6 +33,7 @@ import time
 import warnings
 
 from .. import _native, _state, balance
+from .. import _options
 from .._options import is_int
 from ..errors import WorkerError
 from ..native import is_native
@@ -40,7 +41,6 @@ from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
             "(or: pip install ray)")
-_DEFAULT_PREFETCH = 2
 _POLL_S = 0.5  # ray.get waits this long at a time, so that Ctrl-C is seen
 _SLOW_START_S = 30.0  # waiting this long for actors to start: warn
 
@@ -214,8 +214,9 @@ class RayProducer:
         if not is_int(o.batch_size) or o.batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
         if o.prefetch_factor != "auto" and not (is_int(o.prefetch_factor)
-                                                and 1 <= o.prefetch_factor <= 64):
-            raise ValueError(f'prefetch_factor must be "auto" or an integer in [1, 64], got '
+                                                and 1 <= o.prefetch_factor <= _options.MAX_PREFETCH):
+            raise ValueError(f'prefetch_factor must be "auto" or an integer in '
+                             f'[1, {_options.MAX_PREFETCH}], got '
                              f'{o.prefetch_factor!r}')
         self.options = o
         self.offload = o.offload
@@ -228,7 +229,7 @@ class RayProducer:
             if o.stratified else []
         self.order_kind = "stratified" if self.classes is not None else "engine"
         self._torch = o.torch_output
-        self._prefetch = _DEFAULT_PREFETCH if o.prefetch_factor == "auto" else o.prefetch_factor
+        self._prefetch = _native.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" else o.prefetch_factor
         self._budget = o.memory_budget or _native.physical_memory_bytes() // 2
         loader_kw = dict(batch_size=o.batch_size, shuffle=self.shuffle, seed=o.seed,
                          drop_last=o.drop_last, rank=o.rank, world_size=o.world_size,
@@ -244,7 +245,7 @@ class RayProducer:
                             "seed_samples": o.python["seed_samples"]}}
         self._actors = None
         self._stats = collections.Counter()
-        self._skipped_samples = collections.deque(maxlen=1000)
+        self._skipped_samples = collections.deque(maxlen=_native.SKIPPED_LISTED)
 
     def attributes(self):
         o = self.options

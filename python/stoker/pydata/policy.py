@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import _native
+from .. import _native
 
 _Native = _native.ExecutorPolicy
 FORK_NOW_S = _Native.FORK_NOW_S

@@ -51,8 +51,9 @@ from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 
 _MIN_SLOTS = 8
 _MAX_AUTO_WORKERS = 16
-_AUTO_PREFETCH = 2
-_AUTO_PREFETCH_BYTES = 4 << 20  # prefetch_factor="auto": 1 batch a worker above this size
+# prefetch_factor="auto": the engine's default, 1 batch a worker above the engine's small batch.
+_AUTO_PREFETCH = _native.DEFAULT_PREFETCH_FACTOR
+_AUTO_PREFETCH_BYTES = _native.SMALL_BATCH_BYTES
 
 
 def _free_threaded():
@@ -63,13 +64,6 @@ def _thread_safe(dataset):
     """Whether the dataset declares that its __getitem__ may run on several threads at once (a
     file object shared across calls, seek then read, would not allow it)."""
     return getattr(dataset, "thread_safe", False) is True
-
-
-def _usable_cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _is_datapipe(dataset):
@@ -144,7 +138,7 @@ def _context(value, num_workers):
 
 def _warn_worker_count(n):
     """torch's warning for more workers than this machine suggests."""
-    cores = _usable_cores()
+    cores = _native.usable_cores()
     if n > cores:
         warnings.warn(f"This DataLoader will create {n} worker processes in total. This machine "
                       f"has {cores} usable cores, fewer than the workers: excessive worker "
@@ -283,7 +277,7 @@ class PythonProducer:
         self._last_iterator = None
         self._IterableDataset_len_called = None
         self._stats = collections.Counter()
-        self._skipped_samples = collections.deque(maxlen=1000)
+        self._skipped_samples = collections.deque(maxlen=_native.SKIPPED_LISTED)
         self._mode, self._kind, self._workers_n, self._consumer_produces = self._executor()
 
     def attributes(self):
@@ -303,7 +297,7 @@ class PythonProducer:
         """The seed of the order and of the sample keys (drawn once from ``generator``)."""
         if self._seed is None:
             self._seed = int(torch.empty((), dtype=torch.int64).random_(
-                generator=self.generator).item()) & ((1 << 63) - 1)
+                generator=self.generator).item()) & _native.SEED_MASK
         return self._seed
 
     @property

@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from .._tree import tree_map
 from . import batch_structure, seeding
 from ..errors import WorkerError
 from .messages import BatchDone, Slot, StreamEnd, Task, TaskFailed
@@ -396,13 +397,6 @@ class EpochIterator:
         return batch
 
 
-def _to_numpy(x):
-    if isinstance(x, torch.Tensor):
-        return x.numpy()
-    if isinstance(x, dict):
-        return {k: _to_numpy(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_to_numpy(v) for v in x]
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return tuple(_to_numpy(v) for v in x)
-    return x
+def _to_numpy(batch):
+    """output="numpy": every tensor of the batch as a NumPy array over the same memory."""
+    return tree_map(lambda t: t.numpy(), batch, torch.Tensor)

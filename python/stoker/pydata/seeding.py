@@ -24,8 +24,6 @@ from .. import _native
 from . import rng_fields
 
 GENERATORS = ("random", "numpy", "torch")
-_MASK63 = (1 << 63) - 1
-
 _located = None  # a _native.GlobalSeeder; False where the fields could not be located
 
 
@@ -42,13 +40,13 @@ def base_seed(seed, epoch, generator=None):
     draws it), else derived from (seed, epoch)."""
     if generator is not None:
         return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) \
-            & _MASK63
+            & _native.SEED_MASK
     return _native.hash_key(seed, epoch, 0x5EED_0F_3A7E) >> 1
 
 
 def seed_worker(base, worker_id):
     """Seeds this worker's generators as torch seeds its workers; returns the worker's seed."""
-    seed = (base + worker_id) & _MASK63
+    seed = (base + worker_id) & _native.SEED_MASK
     random.seed(seed)
     torch.manual_seed(seed)
     np.random.seed([seed & 0xFFFFFFFF, seed >> 32, worker_id])

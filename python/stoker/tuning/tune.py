@@ -63,7 +63,8 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
     knobs = [
         {"name": "num_workers", "values": workers, "start": min(cores, workers[-1]),
          "min": 0, "max": _native.MAX_WORKERS},
-        {"name": "prefetch_factor", "values": [1, 2, 4, 8], "start": 2, "min": 1, "max": 64},
+        {"name": "prefetch_factor", "values": [1, 2, 4, 8], "start": 2, "min": 1,
+         "max": _native.MAX_PREFETCH_FACTOR},
     ]
     cuda = _torch_cuda() if gpu is None else gpu
     knobs.append({"name": "pin_memory", "values": [0, 1] if cuda else [0], "start": int(cuda),
