@@ -59,11 +59,36 @@ def pytest_sessionstart(session):
                     "or libasan is not loaded (make ext-asan; see tools/run_tests.py)", 2)
 
 
+# Tests marked `slow`: `make check` (tools/run_tests.py --quick) leaves them out with
+# `-m "not slow"`; `make test` runs them in every Python lane. A module is slow as a whole when
+# each of its tests pays the same start-up; otherwise single tests are listed, each slower than
+# about 5 s in `pytest --durations` on the 2-core development machine.
+SLOW_MODULES = {
+    # Each test starts a local Ray instance (GCS, raylet, worker processes) and actors.
+    "test_ray.py",
+    # Starts two torchrun "nodes" of 2 ranks, kills one, resumes on 3 ranks: dozens of
+    # interpreters importing torch.
+    "test_torchrun.py",
+    # 8 epochs of two scenarios, each in a fresh process that imports torch (bench/soak.py --quick).
+    "test_soak.py",
+}
+SLOW_TESTS = {  # "module::function" (every parametrization of the function)
+}
+
+
+def _is_slow(item):
+    return (item.path.name in SLOW_MODULES
+            or f"{item.path.name}::{item.originalname}" in SLOW_TESTS)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The Ray tests run last. Ray leaves threads in this process after ray.shutdown() (gRPC's
-    timers among them) that wake and allocate; a later fork copies whatever lock one of them
-    holds at that instant, and in the ASan lane the allocator's is one a child then waits on
-    forever."""
+    """Marks the slow tests (above). The Ray tests run last: Ray leaves threads in this process
+    after ray.shutdown() (gRPC's timers among them) that wake and allocate; a later fork copies
+    whatever lock one of them holds at that instant, and in the ASan lane the allocator's is one
+    a child then waits on forever."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: the rest keep order
 
 
