@@ -50,7 +50,8 @@ fuzz-build: $(DEPS)
 	$(CMAKE) --build build/fuzz -j $(JOBS)
 
 # Each fuzz target for FUZZ_SECONDS (one after the other; FUZZ_JOBS side by side), results in
-# build/fuzz/results.json. The seeds come from the sample data, hence `install`.
+# build/fuzz/results.json, findings (crash-*, leak-*, timeout-*, oom-*) in build/fuzz/findings/.
+# The seeds come from the sample data, hence `install`.
 FUZZ_SECONDS ?= 600
 FUZZ_JOBS    ?= 1
 fuzz: install fuzz-build
