@@ -1,11 +1,12 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both install what they need.
+# `make check` is the edit-test loop: the release C++ tests and the Python tests not marked slow.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test install cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -49,7 +50,8 @@ fuzz-build: $(DEPS)
 	$(CMAKE) --build build/fuzz -j $(JOBS)
 
 # Each fuzz target for FUZZ_SECONDS (one after the other; FUZZ_JOBS side by side), results in
-# build/fuzz/results.json. The seeds come from the sample data, hence `install`.
+# build/fuzz/results.json, findings (crash-*, leak-*, timeout-*, oom-*) in build/fuzz/findings/.
+# The seeds come from the sample data, hence `install`.
 FUZZ_SECONDS ?= 600
 FUZZ_JOBS    ?= 1
 fuzz: install fuzz-build
@@ -64,8 +66,15 @@ ext-asan: $(DEPS)
 	  -C cmake.build-type=RelWithDebInfo -C cmake.define.STOKER_SANITIZE=address$(,)undefined . \
 	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
 
+# Everything: the release, ASan/UBSan and TSan C++ lanes, the fuzz smoke, the Python tests (slow
+# ones included) against .venv and against the ASan/UBSan extension. CI runs this (.ci/run).
 test: install cpp cpp-asan cpp-tsan fuzz-build ext-asan
 	$(PY) tools/run_tests.py
+
+# The edit-test loop, a few minutes: the release C++ tests and the Python tests not marked slow
+# (tests/python/conftest.py). Same closing line as `make test`.
+check: install cpp
+	$(PY) tools/run_tests.py --quick
 
 # 100 epochs of the image pipeline and of a Python dataset with persistent process workers:
 # RSS, descriptors, threads, children per epoch; plot in build/soak/rss.png.

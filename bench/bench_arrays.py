@@ -522,4 +522,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import record  # bench/record.py: this output also goes to bench/results/
+    sys.exit(record.run(main))

@@ -277,4 +277,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import record  # bench/record.py: this output also goes to bench/results/
+    sys.exit(record.run(main))

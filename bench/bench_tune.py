@@ -86,4 +86,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    import record  # bench/record.py: this output also goes to bench/results/
+    sys.exit(record.run(main))

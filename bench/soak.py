@@ -309,4 +309,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import record  # bench/record.py: this output also goes to bench/results/
+    sys.exit(record.run(main))

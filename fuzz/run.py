@@ -5,8 +5,10 @@ Corpus directories given to each target, in this order: ``build/fuzz/corpus/<tar
 libFuzzer adds the inputs that found new coverage; kept between runs), ``fuzz/corpus/<target>``
 (committed small seeds), ``build/fuzz/seeds/<target>`` (seeds generated from the sample data by
 fuzz/make_seeds.py, made once) and ``fuzz/regressions/<target>`` (every crash found, replayed
-first of all). A crash writes its input to ``build/fuzz/artifacts/<target>/`` and fails the run:
-add the input to fuzz/regressions/<target>/ with the fix.
+first of all). A finding (libFuzzer's ``crash-*``, ``leak-*``, ``timeout-*``, ``oom-*`` files)
+is written to ``build/fuzz/findings/<target>/`` (``-artifact_prefix``; each target also runs in
+build/fuzz, so nothing a target writes lands in the repository) and fails the run: add the input
+to fuzz/regressions/<target>/ with the fix.
 
 Per target the report gives the inputs executed, the coverage (edges, libFuzzer's ``cov``, and
 features, ``ft``), the corpus size and the exit status; ``--json`` writes it, ``--junit`` writes
@@ -69,21 +71,21 @@ def parse(output):
 def run_target(target, seconds, build, seeds, niceness, log_dir):
     binary = build / "fuzz" / f"fuzz_{target}"
     corpus = build / "corpus" / target
-    artifacts = build / "artifacts" / target
-    for d in (corpus, artifacts):
+    findings = build / "findings" / target
+    for d in (corpus, findings):
         d.mkdir(parents=True, exist_ok=True)
     dirs = [corpus, ROOT / "fuzz" / "corpus" / target, seeds / target,
             ROOT / "fuzz" / "regressions" / target]
     cmd = [str(binary), f"-max_total_time={seconds}", "-print_final_stats=1",
            "-rss_limit_mb=2560", "-timeout=30",
-           f"-artifact_prefix={artifacts}/"] + [str(d) for d in dirs if d.is_dir()]
+           f"-artifact_prefix={findings}/"] + [str(d) for d in dirs if d.is_dir()]
     if niceness:
         cmd = ["nice", "-n", str(niceness)] + cmd
     env = {**os.environ,
            "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:symbolize=1",
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(cmd, env=env, cwd=build, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", timeout=seconds * 3 + 300)
     result = {"target": target, "seconds": round(time.monotonic() - start, 1),
               "returncode": proc.returncode, **parse(proc.stdout)}
@@ -127,7 +129,7 @@ def main(argv=None):
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--junit", help="write one JUnit test case per target")
     args = p.parse_args(argv)
-    build = Path(args.build)
+    build = Path(args.build).resolve()  # absolute: the targets run in it
     targets = [t for t in args.targets.split(",") if t]
     unknown = set(targets) - set(TARGETS)
     if unknown:

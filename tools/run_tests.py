@@ -1,5 +1,10 @@
-"""Runs every test lane and prints one closing line: ``N passed, N failed, N skipped``. Exits
+"""Runs the test lanes and prints one closing line: ``N passed, N failed, N skipped``. Exits
 non-zero when anything failed.
+
+Two doors:
+- ``make test`` (no option): every lane below, slow tests included. CI runs this.
+- ``make check`` (``--quick``): lanes 1 (release build only) and 3 without the tests marked
+  ``slow`` (tests/python/conftest.py says which and why): the edit-test loop, a few minutes.
 
 Lanes, in order (``make test`` builds what they need first):
 1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds; the fuzz regression inputs and
@@ -17,6 +22,7 @@ Every lane runs with TMPDIR set to a fresh directory of its own, which must be e
 a test that leaves a file outside its own temporary directory fails the run (listed by name).
 """
 
+import argparse
 import os
 import shutil
 import signal
@@ -99,28 +105,40 @@ def gcc_library(name):
     return os.path.realpath(out.stdout.strip())
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Run Stoker's test lanes (make test / make check).")
+    p.add_argument("--quick", action="store_true",
+                   help="release C++ tests and the Python tests not marked slow only "
+                        "(make check)")
+    args = p.parse_args(argv)
     totals = [0, 0, 0]
 
     def add(counts):
         for i in range(3):
             totals[i] += counts[i]
 
+    # A test that hangs fails its lane (every stack dumped, the run ends) instead of holding CI
+    # until its own limit.
+    hang = [f"--timeout={PYTEST_TIMEOUT}", "--timeout-method=thread"]
     with tempfile.TemporaryDirectory() as tmp:
-        for build, env in CPP_BUILDS:
+        for build, env in CPP_BUILDS[:1] if args.quick else CPP_BUILDS:
             report = os.path.join(tmp, f"ctest-{build}.xml")
             add(run(f"C++ ({build})", [CTEST, "--test-dir", f"build/{build}",
                                        "--output-on-failure", "-j", "2",
                                        "--output-junit", report], report, env))
+
+        if args.quick:
+            report = os.path.join(tmp, "pytest.xml")
+            add(run("Python (not slow)",
+                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                     "not slow", *hang, f"--junitxml={report}"], report))
+            return finish(totals)
 
         report = os.path.join(tmp, "fuzz.xml")
         add(run(f"Fuzz smoke ({FUZZ_SMOKE_SECONDS} s a target)",
                 [sys.executable, "fuzz/run.py", "--seconds", str(FUZZ_SMOKE_SECONDS),
                  "--jobs", "2", "--junit", report], report))
 
-        # A test that hangs fails its lane (every stack dumped, the run ends) instead of holding
-        # CI until its own limit.
-        hang = [f"--timeout={PYTEST_TIMEOUT}", "--timeout-method=thread"]
         report = os.path.join(tmp, "pytest.xml")
         add(run("Python", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            *hang, f"--junitxml={report}"], report))
@@ -148,6 +166,11 @@ def main():
         add(run("Python (ASan/UBSan extension)",
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                  "--capture=sys", *hang, f"--junitxml={report}"], report, env))
+    return finish(totals)
+
+
+def finish(totals):
+    """The closing line; the exit status."""
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
     return 1 if totals[1] else 0
 

@@ -59,11 +59,58 @@ def pytest_sessionstart(session):
                     "or libasan is not loaded (make ext-asan; see tools/run_tests.py)", 2)
 
 
+# Tests marked `slow`: `make check` (tools/run_tests.py --quick) leaves them out with
+# `-m "not slow"`; `make test` runs them in every Python lane. A module is slow as a whole when
+# each of its tests pays the same start-up; otherwise single tests are listed: each took over
+# about 5 s in `pytest --durations` on the 2-core development machine (measured while two C++
+# builds ran beside it, so the times are pessimistic; the figures below are from that run).
+SLOW_MODULES = {
+    # Each test starts or joins a local Ray instance (GCS, raylet, worker processes) and actors:
+    # 4-12 s a test, ~100 s for the module.
+    "test_ray.py",
+    # Two torchrun "nodes" of 2 ranks, one killed, then a 3-rank resume: a dozen interpreters
+    # importing torch, rendezvous and barrier timeouts (37 s).
+    "test_torchrun.py",
+    # 8 epochs of two scenarios, each in a fresh process that imports torch
+    # (bench/soak.py --quick; 39 s).
+    "test_soak.py",
+}
+SLOW_TESTS = {  # "module::function" (every parametrization) or "module::function[id]"
+    # Builds a 600-image sample data set from the photographs (64 s).
+    "test_sample_data.py::test_statistics_default_build",
+    # Builds the small sample data set three times to compare the bytes (6.5 s).
+    "test_sample_data.py::test_deterministic",
+    # A child interpreter importing torch, a dataset that sleeps 2 s a sample, then SIGINT (16 s).
+    "test_loader.py::test_ctrl_c_interrupts_a_waiting_consumer_and_shuts_down",
+    # A child interpreter importing torch with 2 worker processes, then SIGINT (15 s).
+    "test_python_datasets.py::test_ctrl_c_stops_workers",
+    # Workers started by spawn and forkserver: each imports torch afresh (15 s and 11 s).
+    "test_torch_semantics.py::"
+    "test_every_multiprocessing_context_gives_the_same_batches_in_shared_memory[spawn]",
+    "test_torch_semantics.py::"
+    "test_every_multiprocessing_context_gives_the_same_batches_in_shared_memory[forkserver]",
+    # Signal tests: a child interpreter (and its workers) per case, each importing torch, waited
+    # on until the state the signal must hit is observed (4-14 s a case).
+    "test_faults.py::test_signal_while_the_native_consumer_waits_for_its_first_batch",
+    "test_faults.py::test_signal_to_a_python_dataset_consumer_leaves_no_worker",
+    "test_faults.py::test_parent_killed_leaves_no_worker_and_nothing_in_dev_shm",
+}
+
+
+def _is_slow(item):
+    name = item.path.name
+    return (name in SLOW_MODULES or f"{name}::{item.name}" in SLOW_TESTS
+            or f"{name}::{getattr(item, 'originalname', item.name)}" in SLOW_TESTS)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The Ray tests run last. Ray leaves threads in this process after ray.shutdown() (gRPC's
-    timers among them) that wake and allocate; a later fork copies whatever lock one of them
-    holds at that instant, and in the ASan lane the allocator's is one a child then waits on
-    forever."""
+    """Marks the slow tests (above). The Ray tests run last: Ray leaves threads in this process
+    after ray.shutdown() (gRPC's timers among them) that wake and allocate; a later fork copies
+    whatever lock one of them holds at that instant, and in the ASan lane the allocator's is one
+    a child then waits on forever."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: the rest keep order
 
 
