@@ -2,8 +2,9 @@
 
 ``parse`` turns the constructor's keywords into an :class:`Options` (every check that holds for
 every producer: seed, output, on_error, pin_memory, memory_budget, rank and world size, the GPU
-feed, class balance); each producer then checks what only it constrains (``check`` of
-native.py, pydata/producer.py, offload/producer.py).
+feed); ``check_order`` checks shuffle, class_weights and drop_last, when the producer says (a
+Python dataset's producer runs torch's own checks first, for torch's messages); each producer
+checks what only it constrains (native.py, pydata/producer.py, offload/producer.py).
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ class Options:
     class_weights: object
     labels: object
     offload: object
-    stratified: bool  # shuffle="stratified" or class_weights
     python: dict
+    stratified: bool = False  # shuffle="stratified" or class_weights (set by check_order)
 
     def python_given(self):
         """The Python-only options set to other than their defaults."""
@@ -138,9 +139,6 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
     if python["generator"] is not None and seed != 0:
         raise ValueError("give seed or generator, not both: with a generator, the seed is "
                          "drawn from it")
-    stratified = balance.check_shuffle(False if shuffle is None else shuffle, class_weights)
-    if not isinstance(drop_last, bool):
-        raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
     if not (isinstance(pin_memory, (bool, str)) and pin_memory in ("auto", True, False)):
         raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
     budget = parse_bytes(memory_budget)
@@ -162,4 +160,17 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
                    cpu_budget=cpu_budget, device=resolved,
                    gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
                    class_weights=class_weights, labels=labels, offload=offload,
-                   stratified=stratified, python=python)
+                   python=python)
+
+
+def check_order(options, torch_semantics=False):
+    """Checks shuffle, class_weights and drop_last (a producer calls it: a Python dataset after
+    torch's own checks, whose messages come first) and notes whether the order is stratified.
+    With ``torch_semantics`` (Python datasets), drop_last is any truth value, as torch takes it."""
+    o = options
+    o.stratified = balance.check_shuffle(False if o.shuffle is None else o.shuffle,
+                                         o.class_weights)
+    if torch_semantics:
+        o.drop_last = bool(o.drop_last)
+    elif not isinstance(o.drop_last, bool):
+        raise ValueError(f"drop_last must be True or False, got {o.drop_last!r}")

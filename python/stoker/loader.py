@@ -178,6 +178,12 @@ class DataLoader:
             self._producer.stop_workers()
 
     @property
+    def _auto_collation(self):
+        """Whether samples are batched (torch's name): False only for a Python dataset read
+        with batch_size=None."""
+        return getattr(self._producer, "_auto_collation", True)
+
+    @property
     def _order_kind(self):
         return self._producer.order_kind
 

@@ -31,6 +31,7 @@ class NativeProducer:
                 f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
                 f"got {type(dataset).__name__}")
         o = options
+        _options.check_order(o)
         for key in o.python_given():
             raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
                              f"and seed samples in the engine")

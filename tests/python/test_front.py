@@ -134,3 +134,17 @@ def test_import_stoker_leaves_the_cli_and_python_dataset_machinery_out():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_python_datasets_get_torchs_messages_first_and_its_truthy_drop_last():
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(6)), 3,
+                                            False)
+    with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive with"):
+        stoker.DataLoader(MapStyle(), drop_last=3, batch_sampler=sampler)
+    with pytest.raises(ValueError, match="expected unspecified shuffle option"):
+        stoker.DataLoader(Stream(), shuffle=3)
+    loader = stoker.DataLoader(MapStyle(), batch_size=4, drop_last=1, num_workers=0)
+    assert loader.drop_last is True and len(list(loader)) == 1
+    with pytest.raises(ValueError, match="drop_last must be True or False"):
+        stoker.DataLoader(stoker.ArrayDataset(np.arange(4)), drop_last=1)
+    assert stoker.DataLoader(MapStyle(), batch_size=None, num_workers=0)._auto_collation is False

@@ -187,6 +187,7 @@ class RayProducer:
         o = options
         if not isinstance(o.offload, RayOffload):
             raise TypeError(f"offload must be a stoker.RayOffload, got {o.offload!r}")
+        _options.check_order(o)
         native = is_native(dataset)
         if native and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)

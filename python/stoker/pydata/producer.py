@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import BatchSampler, IterableDataset
 
-from .. import _native, balance
+from .. import _native, _options, balance
 from ..gpu import feed as _feed
 from . import seeding
 from .batch_order import BatchOrder
@@ -181,6 +181,8 @@ class PythonProducer:
                 f"TokenDataset), or a Python one with __getitem__, got {type(dataset).__name__}")
         validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
                  py["timeout"], py["persistent_workers"], prefetch_factor)
+        _options.check_order(o, torch_semantics=True)
+        drop_last = o.drop_last
         iterable = isinstance(dataset, IterableDataset)
         if o.on_error == "skip" and iterable:
             raise ValueError('on_error="skip" needs a map-style dataset (replacements are drawn '
