@@ -1,6 +1,6 @@
 // Per-sample seeding for Python datasets: the sample keys, the writer of the interpreter's global
 // generators (GlobalSeeder) and the fetch loop that seeds and calls __getitem__ (SampleFetcher).
-// The engine code is in src/python/ (global_seeder.h states the private layouts it relies on).
+// The engine code is in src/pydata/ (global_seeder.h states the private layouts it relies on).
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "python/global_seeder.h"
-#include "python/sample_fetcher.h"
+#include "pydata/global_seeder.h"
+#include "pydata/sample_fetcher.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
@@ -66,7 +66,7 @@ void register_seeding(nb::module_& m) {
 
   nb::class_<GlobalSeeder>(m, "GlobalSeeder",
                            "Writes the global generators' states in place "
-                           "(src/python/global_seeder.h); made by rng_fields.py only.")
+                           "(src/pydata/global_seeder.h); made by rng_fields.py only.")
       .def(
           "__init__",
           [](GlobalSeeder* self, uintptr_t py_index, uintptr_t py_state, nb::dict py_dict,
@@ -114,7 +114,7 @@ void register_seeding(nb::module_& m) {
 
   nb::class_<SampleFetcher>(m, "SampleFetcher",
                             "Runs __getitem__ for chunks of samples, each seeded "
-                            "(src/python/sample_fetcher.h).")
+                            "(src/pydata/sample_fetcher.h).")
       .def(
           "__init__",
           [](SampleFetcher* self, uint64_t seed, std::string_view seeding,

@@ -7,7 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "mapped_file.h"
+#include "engine/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/sources/array.h"
 #include "stoker/sources/faulty.h"

@@ -1,7 +1,7 @@
 // What the Python-dataset front (python/stoker/) needs from the engine, besides seeding
 // (seeding.cc): the epoch's batch order (so a Python dataset visits samples exactly as a native one
 // does), the column check of a batch's samples, the batch buffers in shared memory, and the
-// constants the front must not write again. The engine code is in src/python/.
+// constants the front must not write again. The engine code is in src/pydata/.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "python/column_gatherer.h"
-#include "python/shared_pool.h"
+#include "pydata/column_gatherer.h"
+#include "pydata/shared_pool.h"
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 #include "stoker/loader.h"
@@ -89,7 +89,7 @@ void register_workers(nb::module_& m) {
       nb::arg("np_dtypes"),
       "(array columns, object columns) of a batch whose samples all have `structure` "
       "(batch_structure.flatten's tree of sample 0) with leaves of the same types, else None "
-      "(src/python/column_gatherer.h).");
+      "(src/pydata/column_gatherer.h).");
 
   nb::class_<SharedArena>(m, "SharedArena",
                           "Shared memory for batches: one memfd (include/stoker/shared_arena.h).")
@@ -108,7 +108,7 @@ void register_workers(nb::module_& m) {
   nb::class_<Lease>(m, "Lease").def_ro("offset", &Lease::offset);
 
   nb::class_<SharedPool>(m, "SharedPool",
-                         "Batch buffers carved from a SharedArena (src/python/shared_pool.h).")
+                         "Batch buffers carved from a SharedArena (src/pydata/shared_pool.h).")
       .def(nb::init<size_t, size_t, bool>(), nb::arg("buffer_bytes"), nb::arg("budget_bytes"),
            nb::arg("pinned") = false)
       .def(

@@ -1,4 +1,4 @@
-#include "python/shared_pool.h"
+#include "pydata/shared_pool.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

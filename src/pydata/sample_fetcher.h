@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "python/global_seeder.h"
-#include "python/py_ref.h"
+#include "pydata/global_seeder.h"
+#include "pydata/py_ref.h"
 
 namespace stoker::python {
 

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../convert.h"
-#include "../geometry.h"
+#include "image/convert.h"
+#include "image/geometry.h"
 #include "render.h"
 #include "stoker/errors.h"
 #include "stoker/image/gpu_decode.h"

@@ -11,8 +11,8 @@
 #include <random>
 #include <set>
 
-#include "image/gpu/backend.h"
-#include "image/gpu/dynlib.h"
+#include "gpu/decode/backend.h"
+#include "gpu/decode/dynlib.h"
 #include "image/test_images.h"
 #include "stoker/cuda.h"
 #include "stoker/errors.h"
@@ -20,7 +20,7 @@
 #include "stoker/loader.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
-#include "test_temp_dir.h"
+#include "engine/test_temp_dir.h"
 
 namespace stoker::image::gpu {
 namespace {

@@ -1,8 +1,8 @@
-#include "python/column_gatherer.h"
+#include "pydata/column_gatherer.h"
 
 #include <gtest/gtest.h>
 
-#include "python/testing.h"
+#include "pydata/testing.h"
 
 namespace stoker::python {
 namespace {

@@ -24,7 +24,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "../../cuda_driver.h"
+#include "../cuda_driver.h"
 #include "backend.h"
 #include "dynlib.h"
 #include "stoker/cuda.h"

@@ -1,4 +1,4 @@
-// Helpers for the tests of src/python/ (an embedded interpreter; see test_main.cc).
+// Helpers for the tests of src/pydata/ (an embedded interpreter; see test_main.cc).
 #pragma once
 
 #include <Python.h>
@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "python/global_seeder.h"
-#include "python/py_ref.h"
+#include "pydata/global_seeder.h"
+#include "pydata/py_ref.h"
 
 namespace stoker::python::testing {
 

@@ -16,7 +16,7 @@
 
 #include <Python.h>
 
-#include "python/py_ref.h"
+#include "pydata/py_ref.h"
 
 namespace stoker::python {
 

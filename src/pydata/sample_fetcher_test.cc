@@ -1,11 +1,11 @@
-#include "python/sample_fetcher.h"
+#include "pydata/sample_fetcher.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
-#include "python/testing.h"
+#include "pydata/testing.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 

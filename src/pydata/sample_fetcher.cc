@@ -1,4 +1,4 @@
-#include "python/sample_fetcher.h"
+#include "pydata/sample_fetcher.h"
 
 #include <string>
 #include <utility>

@@ -1,11 +1,11 @@
-#include "python/global_seeder.h"
+#include "pydata/global_seeder.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstring>
 
-#include "python/testing.h"
+#include "pydata/testing.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 

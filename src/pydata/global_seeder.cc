@@ -1,4 +1,4 @@
-#include "python/global_seeder.h"
+#include "pydata/global_seeder.h"
 
 #include <cstring>
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "loader_state.h"
+#include "engine/loader_state.h"
 #include "stoker/sources/faulty.h"
 
 namespace stoker {

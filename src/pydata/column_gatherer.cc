@@ -1,4 +1,4 @@
-#include "python/column_gatherer.h"
+#include "pydata/column_gatherer.h"
 
 #include <cstddef>
 #include <vector>

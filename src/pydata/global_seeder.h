@@ -32,7 +32,7 @@
 #include <string>
 #include <utility>
 
-#include "python/py_ref.h"
+#include "pydata/py_ref.h"
 
 namespace stoker::python {
 

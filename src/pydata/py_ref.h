@@ -1,6 +1,6 @@
 // An owned reference to a Python object (internal to Stoker's Python-dataset engine).
 //
-// The engine code in src/python/ is written against the CPython C API, not nanobind, so that
+// The engine code in src/pydata/ is written against the CPython C API, not nanobind, so that
 // its tests can embed the interpreter in a plain gtest binary. REQUIRES: the GIL for everything
 // except moving a PyRef.
 #pragma once
