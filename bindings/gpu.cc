@@ -18,7 +18,7 @@
 
 #include "bindings.h"
 #include "stoker/batch_pool.h"
-#include "stoker/cuda.h"
+#include "gpu/cuda.h"
 #include "stoker/diagnosis.h"
 #include "stoker/errors.h"
 

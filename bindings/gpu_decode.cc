@@ -1,7 +1,7 @@
 // GPU JPEG decode for the Python front (stoker/gpu_decode.py): the staging source the loader's
 // workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
 // src/gpu/decode/; this file converts arguments and releases the GIL.
-#include "stoker/image/gpu_decode.h"
+#include "gpu/decode/gpu_decode.h"
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>

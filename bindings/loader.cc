@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "bindings.h"
+#include "gpu/cuda.h"
 #include "stoker/errors.h"
 #include "stoker/stratified_order.h"
 

@@ -10,7 +10,7 @@
 #include "engine/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/sources/array.h"
-#include "stoker/sources/faulty.h"
+#include "sources/faulty.h"
 #include "stoker/sources/npy.h"
 #include "stoker/sources/tokens.h"
 

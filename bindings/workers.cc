@@ -18,7 +18,7 @@
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 #include "stoker/loader.h"
-#include "stoker/shared_arena.h"
+#include "engine/shared_arena.h"
 
 namespace stoker::python {
 namespace {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/shared_arena.h"
+#include "gpu/cuda.h"
 #include "stoker/errors.h"
 
 namespace stoker {

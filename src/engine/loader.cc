@@ -6,6 +6,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "gpu/cuda.h"
 #include "loader_state.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"

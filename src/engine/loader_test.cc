@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "stoker/errors.h"
-#include "stoker/sources/faulty.h"
+#include "sources/faulty.h"
 #include "stoker/stratified_order.h"
 #include "test_threads.h"
 

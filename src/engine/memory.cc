@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "gpu/cuda.h"
+
 namespace stoker {
 
 void* allocate_host(MemoryKind kind, size_t bytes) {

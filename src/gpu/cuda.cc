@@ -1,4 +1,4 @@
-#include "stoker/cuda.h"
+#include "gpu/cuda.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -23,7 +23,7 @@
 #include <memory>
 
 #include "stoker/batch_pool.h"
-#include "stoker/shared_arena.h"
+#include "engine/shared_arena.h"
 
 namespace stoker::python {
 

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "engine/loader_state.h"
-#include "stoker/sources/faulty.h"
+#include "sources/faulty.h"
 
 namespace stoker {
 namespace {

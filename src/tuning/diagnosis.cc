@@ -10,7 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "stoker/cuda.h"
+#include "gpu/cuda.h"
 
 namespace stoker {
 namespace {

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <optional>
 
-#include "stoker/cuda.h"
+#include "gpu/cuda.h"
 
 namespace stoker {
 namespace {

@@ -27,7 +27,7 @@
 #include "../cuda_driver.h"
 #include "backend.h"
 #include "dynlib.h"
-#include "stoker/cuda.h"
+#include "gpu/cuda.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::gpu {

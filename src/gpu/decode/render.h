@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "stoker/image/gpu_decode.h"
+#include "gpu/decode/gpu_decode.h"
 
 namespace stoker::image::gpu::internal {
 

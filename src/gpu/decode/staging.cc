@@ -6,7 +6,7 @@
 #include "image/geometry.h"
 #include "render.h"
 #include "stoker/errors.h"
-#include "stoker/image/gpu_decode.h"
+#include "gpu/decode/gpu_decode.h"
 #include "stoker/random.h"
 
 namespace stoker::image::gpu {
