@@ -25,7 +25,7 @@ def per_sample(mode, indices):
 
 
 def main():
-    key = _native.sample_key(1, 2, 3)
+    key = _native.pydata.sample_key(1, 2, 3)
     native = seeding.global_seeder()
     public = seeding._slow_seed((False, False, False))
     gens = list(seeding.GENERATORS)

@@ -5,7 +5,8 @@ or NumPy without a copy; every sample exactly once per epoch, bit-identical batc
 worker count, resumable mid-epoch, bounded memory.
 """
 
-from ._native import cuda_available, usable_cores
+from ._native.gpu import cuda_available
+from ._native.engine import usable_cores
 from . import transforms
 from .datasets import ArrayDataset, TokenDataset
 from .diagnose import diagnose

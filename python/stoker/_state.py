@@ -7,7 +7,7 @@ unless the epoch was itself resumed elastically) and the batches each rank has d
 that plan (``batch``). The ranks of a job deliver their batches in step and save at the same
 step, so what they consumed together is a prefix of the epoch's order,
 ``[0, plan.position_after(batch))``: a loader of any world size resumes from there, splitting
-what is left among its ranks with equal batch counts (``_native.BatchPlan``, which states the
+what is left among its ranks with equal batch counts (``_native.engine.BatchPlan``, which states the
 padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
 itself: the same batches, numbered as before.
 
@@ -78,7 +78,7 @@ def plan(loader, start=0, world_size=None, rank=None):
     position ``start`` on."""
     world_size = loader.world_size if world_size is None else world_size
     rank = loader.rank if rank is None else rank
-    return _native.BatchPlan(num_samples(loader), plan_batch_size(loader), loader.drop_last,
+    return _native.engine.BatchPlan(num_samples(loader), plan_batch_size(loader), loader.drop_last,
                              rank, world_size, start)
 
 

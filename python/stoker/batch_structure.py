@@ -3,7 +3,7 @@
 One collation path. ``collate(samples, collate_fn, writer)`` is what torch's DataLoader computes:
 ``collate_fn(samples)``, or with the default collate, ``default_collate(samples)``'s value, faster:
 when every sample has sample 0's structure and leaf types (checked in C++:
-``_native.gather_columns``), each array leaf is one ``torch.stack(..., out=)`` straight into memory
+``_native.pydata.gather_columns``), each array leaf is one ``torch.stack(..., out=)`` straight into memory
 from ``writer``, and number columns go through NumPy. Samples that differ, or shapes that do not
 stack, are collated by ``default_collate`` itself, so values and errors are torch's. In the
 training process the writer allocates ordinary tensors; in a worker it carves the batch's slot of
@@ -31,7 +31,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 
 from . import _native
 
-_ALIGN = _native.LEAF_ALIGNMENT
+_ALIGN = _native.pydata.LEAF_ALIGNMENT
 # In the training process, leaves above this many elements are stacked with NumPy: torch.stack
 # would wake torch's intra-op thread pool, whose threads compete with the workers. Below it torch
 # copies on the calling thread (at::internal::GRAIN_SIZE) and is faster (~0.15 us a tensor).
@@ -143,7 +143,7 @@ def _columns(samples):
     sample differs from sample 0 in structure or leaf types."""
     arrays0, objects0 = [], []
     struct = flatten(samples[0], arrays0, objects0)
-    got = _native.gather_columns(
+    got = _native.pydata.gather_columns(
         struct, samples, tuple(type(a) for a in arrays0), tuple(type(o) for o in objects0),
         tuple(None if isinstance(a, torch.Tensor) else a.dtype for a in arrays0))
     return None if got is None else (struct, arrays0, *got)

@@ -11,8 +11,8 @@ from . import _native, _state, balance
 from . import device as _device
 from .errors import MemoryBudgetError
 
-_MAX_WORKERS = _native.MAX_WORKERS
-_MAX_PREFETCH = _native.MAX_PREFETCH_FACTOR
+_MAX_WORKERS = _native.engine.MAX_WORKERS
+_MAX_PREFETCH = _native.engine.MAX_PREFETCH_FACTOR
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -96,7 +96,7 @@ _PY_DEFAULTS = {"sampler": None, "batch_sampler": None, "collate_fn": None,
 def _is_native(dataset):
     """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
     ImageFolder without a transform: the native loader explains why)."""
-    return (isinstance(getattr(dataset, "_source", None), _native.Source)
+    return (isinstance(getattr(dataset, "_source", None), _native.sources.Source)
             or getattr(dataset, "_unbatchable", None) is not None)
 
 
@@ -146,7 +146,7 @@ class DataLoader:
             ``stoker.offload``), the same batches as here, bit for bit.
     """
 
-    # A stratified order's classes (_native.ClassGroups) and weights ([] for the dataset's shares);
+    # A stratified order's classes (_native.engine.ClassGroups) and weights ([] for the dataset's shares);
     # class attributes, so that every loader has them.
     _classes = None
     _weights = ()
@@ -173,7 +173,7 @@ class DataLoader:
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
-        if not isinstance(source, _native.Source):
+        if not isinstance(source, _native.sources.Source):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
                 f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
@@ -197,7 +197,7 @@ class DataLoader:
             if isinstance(pin_memory, (bool, str)) else None
         if pin is None:
             raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
-        if pin == "on" and not _native.cuda_available():
+        if pin == "on" and not _native.gpu.cuda_available():
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
                           stacklevel=2)
             pin = "off"
@@ -214,8 +214,8 @@ class DataLoader:
         if self._engine_factory is not None and self._device is None:
             raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
                              f"batches: pass device=\"cuda\" to the DataLoader")
-        if self._device is not None and _native.cuda_available():
-            _native.cuda_set_host_device(self._device.index)  # pin with the device's own context
+        if self._device is not None and _native.gpu.cuda_available():
+            _native.gpu.cuda_set_host_device(self._device.index)  # pin with the device's own context
         self._engine = None  # the copy engine (one copy stream), made at the first iteration
         self._gpu_stats = {}
 
@@ -232,7 +232,7 @@ class DataLoader:
         self.class_weights = class_weights
         self._classes = balance.class_groups(dataset, labels) if stratified else None
         self._weights = balance.weights_for(self._classes, class_weights) if stratified else []
-        self._loader = _native.Loader(source, batch_size, shuffle is not False, seed, drop_last,
+        self._loader = _native.engine.Loader(source, batch_size, shuffle is not False, seed, drop_last,
                                       workers, prefetch, pin, budget, rank, world_size, on_error,
                                       cpu_budget=0 if cpu_budget is None else
                                       _knob("cpu_budget", cpu_budget, 1, _MAX_WORKERS),
@@ -321,7 +321,7 @@ class DataLoader:
         if self._classes is None:
             raise ValueError('class_plan() is for a loader with shuffle="stratified" or '
                              'class_weights')
-        plan = _native.StratifiedPlan(self._classes, self._weights, self.seed, self.batch_size,
+        plan = _native.engine.StratifiedPlan(self._classes, self._weights, self.seed, self.batch_size,
                                       self.drop_last, self.rank, self.world_size)
         return balance.class_plan(self._classes, self._weights, plan.class_draws,
                                   self.batch_size)

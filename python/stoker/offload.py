@@ -251,7 +251,7 @@ class OffloadLoader(DataLoader):
         self.offload = offload
         self._torch = output == "torch" and _torch_available()
         self._prefetch = _DEFAULT_PREFETCH if prefetch_factor == "auto" else prefetch_factor
-        self._budget = budget or _native.physical_memory_bytes() // 2
+        self._budget = budget or _native.engine.physical_memory_bytes() // 2
         loader_kw = dict(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                          rank=rank, world_size=world_size, on_error=on_error,
                          memory_budget=memory_budget)

@@ -116,9 +116,9 @@ def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, nu
                          "prefetch_factor to None.")
     if prefetch_factor not in ("auto", None) and (
             isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
-            or not 1 <= prefetch_factor <= _native.MAX_PREFETCH_FACTOR):
+            or not 1 <= prefetch_factor <= _native.engine.MAX_PREFETCH_FACTOR):
         raise ValueError(f'prefetch_factor must be "auto", None or an integer in '
-                         f'[1, {_native.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')
+                         f'[1, {_native.engine.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0")
 
@@ -275,7 +275,7 @@ class PythonLoader(DataLoader):
         # their last tensor dies): with pin_memory=True or a CUDA device, when CUDA is present.
         # Registered in this process only: workers never touch CUDA.
         self._pinned_pool = (pin_memory is True or gpu_device is not None) and \
-            _native.cuda_available()
+            _native.gpu.cuda_available()
         if self._pinned_pool:
             _device.install_fence_provider()
         self._device = gpu_device
@@ -288,7 +288,7 @@ class PythonLoader(DataLoader):
         self._prefetch_arg = None if prefetch_factor in ("auto", None) else prefetch_factor
         self._prefetch_auto = _AUTO_PREFETCH
         self._budget = _loader._parse_bytes(memory_budget) or \
-            _native.physical_memory_bytes() // 2
+            _native.engine.physical_memory_bytes() // 2
         plan = balance.stratified_plan(dataset, shuffle_arg, class_weights, labels, self.seed,
                                        batch_size, drop_last, rank, world_size) \
             if stratified else None
@@ -371,7 +371,7 @@ class PythonLoader(DataLoader):
         """(mode, worker kind, worker count, whether this process produces while workers run).
         mode: "local" (this process), "pool" (workers from the start) or "measure" (auto)."""
         n = self._num_workers_arg
-        cores = min(_native.usable_cores(), _MAX_AUTO_WORKERS)
+        cores = min(_native.engine.usable_cores(), _MAX_AUTO_WORKERS)
         threads = self.worker_type == "thread" or (
             self.worker_type == "auto" and _free_threaded() and _thread_safe(self.dataset))
         kind = "threads" if threads else "processes"
@@ -415,7 +415,7 @@ class PythonLoader(DataLoader):
         if self._shared_pool is None:
             slots = max(_MIN_SLOTS, 2 * self.prefetch_factor * workers + 2)
             buffer_bytes = max(4096, self._budget // slots // 4096 * 4096)
-            self._shared_pool = _native.SharedPool(buffer_bytes, buffer_bytes * slots,
+            self._shared_pool = _native.pydata.SharedPool(buffer_bytes, buffer_bytes * slots,
                                                    pinned=self._pinned_pool)
         return self._shared_pool
 
@@ -462,7 +462,7 @@ class PythonLoader(DataLoader):
             if self._policy is None:
                 context = self._context or multiprocessing.get_context()
                 self._policy = ExecutorPolicy(
-                    min(_native.usable_cores(), _MAX_AUTO_WORKERS),
+                    min(_native.engine.usable_cores(), _MAX_AUTO_WORKERS),
                     forked=context.get_start_method() == "fork",
                     persistent=self.persistent_workers,
                     threads_allowed=(self.worker_type == "auto" and self.seed_samples is False

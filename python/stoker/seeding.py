@@ -6,7 +6,7 @@ has one, else from the loader's ``seed`` and the epoch. Worker ``w`` seeds ``ran
 (``get_worker_info().seed == torch.initial_seed()`` there).
 
 Per-sample seeds (``seed_samples``, default True): before ``dataset[i]`` runs, the three global
-generators get states derived from the sample's key, ``_native.sample_key(seed, epoch, i)`` (63
+generators get states derived from the sample's key, ``_native.pydata.sample_key(seed, epoch, i)`` (63
 bits; ``torch.initial_seed()`` reports it), so a sample's randomness does not depend on which
 worker ran it (src/python/sample_fetcher.h has the adaptive rule). A generator that
 ``worker_init_fn`` seeded (or drew from) is left to it in that worker: the user's seeding wins.
@@ -25,7 +25,7 @@ from . import _native, rng_fields
 GENERATORS = ("random", "numpy", "torch")
 _MASK63 = (1 << 63) - 1
 
-_located = None  # a _native.GlobalSeeder; False where the fields could not be located
+_located = None  # a _native.pydata.GlobalSeeder; False where the fields could not be located
 
 
 def global_seeder():
@@ -42,7 +42,7 @@ def base_seed(seed, epoch, generator=None):
     if generator is not None:
         return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) \
             & _MASK63
-    return _native.hash_key(seed, epoch, 0x5EED_0F_3A7E) >> 1
+    return _native.engine.hash_key(seed, epoch, 0x5EED_0F_3A7E) >> 1
 
 
 def seed_worker(base, worker_id):
@@ -72,23 +72,23 @@ def _slow_seed(leave_alone):
     """Seeding through the public calls, with the states the native writer gives."""
     def seed(key):
         if not leave_alone[0]:
-            random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
+            random.setstate((3, tuple(_native.pydata.mt19937_state(key, "random")) + (624,), None))
         if not leave_alone[1]:
-            np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"),
+            np.random.set_state(("MT19937", np.array(_native.pydata.mt19937_state(key, "numpy"),
                                                      np.uint32), 624, 0, 0.0))
         if not leave_alone[2]:
             torch.default_generator.set_state(
-                rng_fields.torch_state(key, _native.mt19937_state(key, "torch")))
+                rng_fields.torch_state(key, _native.pydata.mt19937_state(key, "torch")))
     return seed
 
 
 def fetcher(seed, seed_samples, leave_alone=(False, False, False), skip=False, size=0):
-    """A ``_native.SampleFetcher`` for this process: ``seed_samples`` True (adaptive), "always"
+    """A ``_native.pydata.SampleFetcher`` for this process: ``seed_samples`` True (adaptive), "always"
     or False; ``leave_alone``: per generator, whether a worker_init_fn owns it here."""
     mode = {True: "adaptive", "always": "always", False: "off"}[seed_samples]
     native = global_seeder() if mode != "off" else None
     slow = _slow_seed(leave_alone) if mode != "off" and native is None else None
-    return _native.SampleFetcher(seed, mode, native, slow, list(leave_alone), skip, size)
+    return _native.pydata.SampleFetcher(seed, mode, native, slow, list(leave_alone), skip, size)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from . import _native
 class FaultyDataset:
     def __init__(self, size, width=1, fail=(), delay_us=0):
         self._spec = (size, width, tuple(sorted(fail)), delay_us)
-        self._source = _native.FaultySource(size, width, set(fail), delay_us)
+        self._source = _native.testing.FaultySource(size, width, set(fail), delay_us)
 
     def __reduce__(self):
         return FaultyDataset, self._spec

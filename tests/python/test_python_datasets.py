@@ -223,7 +223,7 @@ def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normal
     from stoker import _native, rng_fields, seeding
     seeder = seeding.global_seeder()
     assert seeder is not None  # the generators' fields were located (and verified) here
-    key = _native.sample_key(5, 2, 11)
+    key = _native.pydata.sample_key(5, 2, 11)
     assert key < 2**63
     draws = []
     for leftover in (False, True):
@@ -236,14 +236,14 @@ def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normal
         draws.append((random.random(), random.gauss(0, 1), np.random.rand(),
                       np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item()))
     assert torch.initial_seed() == key
-    random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
-    np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
+    random.setstate((3, tuple(_native.pydata.mt19937_state(key, "random")) + (624,), None))
+    np.random.set_state(("MT19937", np.array(_native.pydata.mt19937_state(key, "numpy"), np.uint32),
                          624, 0, 0.0))
-    torch.set_rng_state(rng_fields.torch_state(key, _native.mt19937_state(key, "torch")))
+    torch.set_rng_state(rng_fields.torch_state(key, _native.pydata.mt19937_state(key, "torch")))
     expected = (random.random(), random.gauss(0, 1), np.random.rand(),
                 np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item())
     assert draws == [expected, expected]
-    other = _native.sample_key(5, 2, 12)
+    other = _native.pydata.sample_key(5, 2, 12)
     seeding._slow_seed((False, False, False))(other)  # the public calls give the same states
     slow = (random.random(), np.random.rand(), torch.rand(1).item())
     seeder.seed(other, list(seeding.GENERATORS))
@@ -271,7 +271,7 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     from stoker import _native, seeding
 
     def expected(i):
-        seeding._slow_seed((False, False, False))(_native.sample_key(5, 1, i))
+        seeding._slow_seed((False, False, False))(_native.pydata.sample_key(5, 1, i))
         return SometimesRandom()[i]
 
     def run(workers_n, mode):
@@ -296,7 +296,7 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     fetcher = seeding.fetcher(5, True)
     got = fetcher.fetch(Counting(), 1, list(range(150)))
     assert fetcher.modes == ["lazy", "lazy", "lazy"] and set(calls.values()) == {1}
-    key = _native.sample_key(5, 1, 149)
+    key = _native.pydata.sample_key(5, 1, 149)
     assert torch.initial_seed() == key  # torch's initial_seed() is always the sample's key
     for start in range(150, 240, 10):  # chunks; any sequence of indices
         got += fetcher.fetch(Counting(), 1, np.arange(start, start + 10))
@@ -324,7 +324,7 @@ def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index()
     assert info.value._stoker_index == 100 and fetcher.modes == ["lazy", "seeded", "lazy"]
     # A key that is not an integer (a bulk sampler's list) is seeded from its place in the epoch.
     got = seeding.fetcher(0, "always").fetch({"a": 1, "b": 2}, 3, ["a", "b"], 7)
-    assert got == [1, 2] and torch.initial_seed() == _native.position_key(0, 3, 7, 1)
+    assert got == [1, 2] and torch.initial_seed() == _native.testing.position_key(0, 3, 7, 1)
     with pytest.raises(ValueError, match="seed_samples"):
         stoker.DataLoader(Random(), seed_samples="sometimes")
 
@@ -349,7 +349,7 @@ def test_samples_by_name_are_seeded_by_their_row_whichever_way_the_batch_is_fetc
     assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers="auto", **kw)] == whole
     assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers=2, **kw)] == whole
     for b, batch in enumerate(whole):
-        assert [k for k, _ in batch] == [_native.position_key(4, 0, b, r) for r in range(32)]
+        assert [k for k, _ in batch] == [_native.testing.position_key(4, 0, b, r) for r in range(32)]
 
 
 def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
@@ -368,7 +368,7 @@ def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
     np.random.set_state(state[1])
     torch.set_rng_state(state[2])
     with seeding.caller_states_kept():
-        seeding.global_seeder().seed(_native.sample_key(1, 2, 3), list(seeding.GENERATORS))
+        seeding.global_seeder().seed(_native.pydata.sample_key(1, 2, 3), list(seeding.GENERATORS))
         random.random(), np.random.rand(), torch.rand(5)
     after = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
              np.random.rand(), torch.randn(3), torch.rand(2))
@@ -701,7 +701,7 @@ def test_on_error_skip_replaces_failed_samples_deterministically():
     from stoker import _native
 
     def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/loader.cc)
-        return next(o for o in (_native.hash_key(seed, epoch, i * 16 + a) % 30
+        return next(o for o in (_native.engine.hash_key(seed, epoch, i * 16 + a) % 30
                                 for a in range(1, 17)) if o != i and o not in (3, 11))
 
     def run(workers_n):

@@ -1,10 +1,15 @@
+// The tuning wing (stoker._native.tuning).
+//
 // The tuner and diagnosis: the search and the rules run in C++; measurements either run natively
 // (the loader, no Python per batch) or call back into Python (torch's DataLoader) with the GIL.
+// Also the GPU sampler of stoker.diagnose (NVML).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <chrono>
 
 #include "bindings.h"
 #include "stoker/diagnosis.h"
@@ -85,7 +90,7 @@ TuneResult run_tune(const std::vector<Knob>& knobs, MeasureFn measure, const Tun
 
 }  // namespace
 
-void register_tune(nb::module_& m) {
+void register_tuning(nb::module_& m) {
   m.def(
       "tune_loader",
       [](std::shared_ptr<Source> source, nb::list knob_specs, nb::dict base, nb::dict options,
@@ -192,6 +197,31 @@ void register_tune(nb::module_& m) {
         return out;
       },
       nb::arg("figures"), "The verdict for the figures of a run (see stoker/diagnosis.h).");
+
+  nb::class_<GpuSampler>(m, "GpuSampler",
+                         "Samples a GPU's utilization and memory through NVML on a thread until "
+                         "stop(), which returns the figures.")
+      .def(
+          "__init__",
+          [](GpuSampler* self, int cuda_device, int period_ms) {
+            new (self)
+                GpuSampler(GpuSampler::nvml(cuda_device), std::chrono::milliseconds(period_ms));
+          },
+          nb::arg("cuda_device"), nb::arg("period_ms") = 100)
+      .def("stop", [](GpuSampler& s) {
+        GpuFigures f;
+        {
+          nb::gil_scoped_release release;  // joins the sampling thread
+          f = s.stop();
+        }
+        nb::dict d;
+        d["gpu_present"] = f.present;
+        d["gpu_samples"] = f.samples;
+        d["gpu_utilization"] = f.utilization;
+        d["gpu_memory_used"] = f.memory_used;
+        d["gpu_memory_total"] = f.memory_total;
+        return d;
+      });
 }
 
 }  // namespace stoker::python

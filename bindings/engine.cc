@@ -1,18 +1,35 @@
+// The engine wing (stoker._native.engine).
+//
 // The loader and its epoch iterator. Batches leave as zero-copy NumPy arrays or torch tensors (via
 // DLPack) that share one owner: the batch buffer returns to the pool when the last of them dies.
+//
+// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h): what the
+// Python fronts need to visit the same samples as the native loader, resume a state saved with
+// another world size, and share a rank's epoch among offload actors.
+//
+// Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
+// plan itself for orders made outside the native loader (Python datasets).
+//
+// hash_key of random.h, and the loader's limits.
 #include "stoker/loader.h"
 
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "bindings.h"
-#include "gpu/cuda.h"
 #include "stoker/errors.h"
+#include "stoker/order.h"
+#include "stoker/random.h"
 #include "stoker/stratified_order.h"
 
 namespace stoker::python {
@@ -131,9 +148,47 @@ nb::dict stats_dict(const LoaderStats& s) {
   return d;
 }
 
+std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed, uint64_t epoch,
+                              uint64_t batch) {
+  if (batch >= plan.num_batches())
+    throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
+                          std::to_string(plan.num_batches()) + " batches");
+  std::vector<uint64_t> out(plan.batch_length(batch));
+  for (uint64_t s = 0; s < out.size(); ++s)
+    out[s] = plan.global_position(batch * plan.batch_size() + s);
+  EpochOrder(plan.num_samples(), shuffle, seed, epoch).map(out, out);
+  return out;
+}
+
+using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A plan that keeps the order of the epoch last asked for, so that asking for an epoch's batches
+// one at a time makes the epoch's O(classes) state once.
+class CachedPlan {
+ public:
+  explicit CachedPlan(StratifiedPlan plan) : plan_(std::move(plan)) {}
+
+  const StratifiedPlan& plan() const { return plan_; }
+
+  // The samples of batch b of `epoch`, and with `cycles` the cycle of each draw.
+  std::vector<uint64_t> batch(uint64_t epoch, uint64_t b, std::vector<uint64_t>* cycles = nullptr) {
+    std::vector<uint64_t> out(b < plan_.num_batches() ? plan_.batch_length(b) : 0);
+    if (cycles) cycles->resize(out.size());
+    std::lock_guard lock(mu_);
+    if (!epoch_ || epoch_->epoch() != epoch) epoch_ = plan_.epoch(epoch);
+    epoch_->batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
+    return out;
+  }
+
+ private:
+  const StratifiedPlan plan_;
+  std::mutex mu_;
+  std::optional<StratifiedEpoch> epoch_;  // guarded by mu_
+};
+
 }  // namespace
 
-void register_loader(nb::module_& m) {
+void register_engine(nb::module_& m) {
   nb::class_<EpochIterator>(m, "EpochIterator")
       .def(
           "next",
@@ -198,9 +253,114 @@ void register_loader(nb::module_& m) {
           },
           nb::arg("epoch"), "The samples the epoch reads, batch after batch, as a uint64 array.");
 
-  m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
   m.def("usable_cores", &usable_cores, "Cores this process may run on.");
   m.def("physical_memory_bytes", &physical_memory_bytes);
+
+  nb::class_<BatchPlan>(m, "BatchPlan")
+      .def(nb::init<uint64_t, uint64_t, bool, uint64_t, uint64_t, uint64_t>(), nb::arg("n"),
+           nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"),
+           nb::arg("start") = 0,
+           "A rank's batches of an epoch of n samples, from global position `start` on.")
+      .def_prop_ro("num_samples", &BatchPlan::num_samples)
+      .def_prop_ro("batch_size", &BatchPlan::batch_size)
+      .def_prop_ro("start", &BatchPlan::start)
+      .def_prop_ro("num_batches", &BatchPlan::num_batches)
+      .def_prop_ro("samples_per_rank", &BatchPlan::samples_per_rank)
+      .def("__len__", &BatchPlan::num_batches)
+      .def("batch_length", &BatchPlan::batch_length, nb::arg("batch"))
+      .def("position_after", &BatchPlan::position_after, nb::arg("batches"),
+           "The global position the job reached once each of its ranks delivered `batches` "
+           "batches of this plan (num_samples when that finishes it).")
+      .def("strided", &BatchPlan::strided, nb::arg("first"), nb::arg("step"),
+           "The view whose batch j is this plan's batch first + j * step.")
+      .def("indices", &indices, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
+           nb::arg("batch"), "The sample indices of batch `batch` of the plan in `epoch`.");
+
+  m.def(
+      "plan_num_batches",
+      [](uint64_t n, uint64_t batch_size, bool drop_last, uint64_t rank, uint64_t world_size,
+         uint64_t start) {
+        return BatchPlan(n, batch_size, drop_last, rank, world_size, start).num_batches();
+      },
+      nb::arg("n"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
+      nb::arg("world_size"), nb::arg("start") = 0);
+
+  m.def(
+      "batch_indices",
+      [](uint64_t n, uint64_t batch_size, bool shuffle, uint64_t seed, uint64_t epoch,
+         bool drop_last, uint64_t rank, uint64_t world_size, uint64_t batch, uint64_t start) {
+        return indices(BatchPlan(n, batch_size, drop_last, rank, world_size, start), shuffle, seed,
+                       epoch, batch);
+      },
+      nb::arg("n"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
+      nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"), nb::arg("batch"),
+      nb::arg("start") = 0,
+      "The sample indices of batch `batch` of an epoch, exactly as the native loader visits them "
+      "(from global position `start` on, for an elastic resume).");
+
+  nb::class_<ClassGroups>(m, "ClassGroups")
+      .def(nb::new_([](const Labels& labels) {
+             const std::span<const int64_t> view(labels.data(), labels.shape(0));
+             nb::gil_scoped_release release;
+             return std::make_shared<ClassGroups>(view);
+           }),
+           nb::arg("labels"), "The samples grouped by their labels (an int64 array).")
+      .def("__len__", &ClassGroups::num_samples)
+      .def_prop_ro("num_classes", &ClassGroups::num_classes)
+      .def_prop_ro("labels",
+                   [](const ClassGroups& g) {
+                     std::vector<int64_t> v(g.num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = g.label(c);
+                     return v;
+                   })
+      .def_prop_ro("counts",
+                   [](const ClassGroups& g) {
+                     std::vector<uint64_t> v(g.num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = g.count(c);
+                     return v;
+                   })
+      .def_prop_ro("memory_bytes", &ClassGroups::memory_bytes);
+
+  nb::class_<CachedPlan>(m, "StratifiedPlan")
+      .def(nb::new_([](std::shared_ptr<ClassGroups> classes, std::vector<double> weights,
+                       uint64_t seed, uint64_t batch_size, bool drop_last, uint64_t rank,
+                       uint64_t world_size) {
+             return std::make_shared<CachedPlan>(
+                 StratifiedPlan(std::move(classes), std::move(weights), seed, batch_size, drop_last,
+                                rank, world_size));
+           }),
+           nb::arg("classes"), nb::arg("class_weights"), nb::arg("seed"), nb::arg("batch_size"),
+           nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"))
+      .def("__len__", [](const CachedPlan& p) { return p.plan().num_batches(); })
+      .def("batch_length", [](const CachedPlan& p, uint64_t b) { return p.plan().batch_length(b); })
+      .def_prop_ro("class_draws",
+                   [](const CachedPlan& p) {
+                     std::vector<uint64_t> v(p.plan().classes().num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = p.plan().class_draws(c);
+                     return v;
+                   })
+      .def(
+          "batch_indices",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) { return p.batch(epoch, b); },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "The sample indices of batch `batch` of an epoch, as the native loader visits them.")
+      .def(
+          "batch_draws",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) {
+            std::vector<uint64_t> cycles;
+            std::vector<uint64_t> indices = p.batch(epoch, b, &cycles);
+            return std::make_pair(std::move(indices), std::move(cycles));
+          },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "(indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, "
+          "index), as the native loader keys it (the cycle is the epoch without class weights; "
+          "the repeats of an oversampled sample have different cycles).");
+
+  m.def("hash_key", &hash_key, nb::arg("a"), nb::arg("b"), nb::arg("c"),
+        "random.h's hash_key(a, b, c): 64 bits (on_error=\"skip\" draws replacements with it).");
+
+  m.attr("MAX_WORKERS") = kMaxWorkers;
+  m.attr("MAX_PREFETCH_FACTOR") = kMaxPrefetchFactor;
 }
 
 }  // namespace stoker::python
