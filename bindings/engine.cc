@@ -240,8 +240,8 @@ void register_engine(nb::module_& m) {
           },
           nb::arg("epoch"), nb::arg("start_batch") = 0, nb::arg("plan") = nb::none(),
           nb::call_guard<nb::gil_scoped_release>(),
-          "The batches of `epoch` from `start_batch` on, following `plan` (a _native.BatchPlan: "
-          "an elastic start, a strided view) or the loader's own.")
+          "The batches of `epoch` from `start_batch` on, following `plan` (a "
+          "_native.engine.BatchPlan: an elastic start, a strided view) or the loader's own.")
       .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",

@@ -21,8 +21,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <atomic>
-#include <cstring>
 #include <memory>
 
 #include "bindings.h"
@@ -35,9 +33,9 @@
 namespace stoker::python {
 namespace {
 
-
 // The front's fence provider: provider(active CUDA devices) -> iterable of (device, stream handle)
-// pairs, or of the testing module's fakes (fence_factory turns those into fences). A strong reference, until set_fence_provider(None) (the front does
+// pairs, or of the testing module's fakes (fence_factory turns those into fences). A strong
+// reference, until set_fence_provider(None) (the front does
 // that at exit, before modules are torn down).
 PyObject* fence_provider = nullptr;
 bool fence_pageable = false;  // tests: fence pageable buffers too
@@ -152,7 +150,8 @@ void fence_released_batch(const Batch& batch) {
     fence_released_buffer(*pool, batch.buffer.get());
 }
 
-void register_gpu(nb::module_& m) {  m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
+void register_gpu(nb::module_& m) {
+  m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
 
   m.def(
       "set_fence_provider",
@@ -162,11 +161,10 @@ void register_gpu(nb::module_& m) {  m.def("cuda_available", &cuda_available, "T
         fence_pageable = fence_provider != nullptr && pageable;
       },
       nb::arg("provider").none(), nb::arg("pageable") = false,
-      "Registers provider(devices) -> [(device, stream handle) | testing.FakeCopy, ...], called (with the "
-      "GIL) when the last array of a pinned batch dies: a fence is recorded for each item, and "
-      "the buffer is reused only once all have completed. pageable=True (tests) fences pageable "
-      "batches too. None unregisters.");
-
+      "Registers provider(devices) -> [(device, stream handle) | testing.FakeCopy, ...], called "
+      "(with the GIL) when the last array of a pinned batch dies: a fence is recorded for each "
+      "item, and the buffer is reused only once all have completed. pageable=True (tests) fences "
+      "pageable batches too. None unregisters.");
 
   m.def("cuda_device_count", &cuda::device_count);
   m.def("cuda_set_host_device", &cuda::set_host_device, nb::arg("device"),

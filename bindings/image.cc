@@ -19,11 +19,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <thread>
 
 #include "bindings.h"
 #include "stoker/errors.h"
@@ -74,14 +71,12 @@ image::Transform parse_transform(const nb::tuple& t) {
                         " arguments");
 }
 
-
 nb::ndarray<nb::numpy, uint8_t> to_numpy(image::DecodedImage img) {
   auto* rgb = new std::vector<uint8_t>(std::move(img.rgb));
   nb::capsule owner(rgb, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
   const size_t shape[3] = {static_cast<size_t>(img.height), static_cast<size_t>(img.width), 3};
   return nb::ndarray<nb::numpy, uint8_t>(rgb->data(), 3, shape, owner);
 }
-
 
 }  // namespace
 
@@ -143,7 +138,6 @@ void register_image(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
       "Decodes a whole image to an HWC uint8 RGB array.");
-
 
 }
 

@@ -1,8 +1,8 @@
 // The sources wing (stoker._native.sources).
 //
 // Native sources: arrays (and the files mapped for them), token files.
-// Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource and
-// ChannelStatsSource built on them (image.cc parses their pipelines).
+// Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource
+// and ChannelStatsSource built on them (image.cc parses their pipelines).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -199,7 +199,6 @@ void register_sources(nb::module_& m) {
       .def_prop_ro("bytes", &file_bytes,
                    "The file's bytes as mapped: a read-only uint8 array (reading it from Python is "
                    "not guarded).");
-
 
   nb::class_<ImageFiles>(m, "ImageFiles")
       .def("__len__", &ImageFiles::size)
