@@ -1,7 +1,7 @@
 // The GPU wing (stoker._native.gpu).
 //
 // GPU support for the Python front: the fences a pinned batch buffer gets when its last exported
-// array dies, the CUDA driver figures the front needs.
+// array dies, and the CUDA driver figures the front needs.
 //
 // Fences on export. A pinned batch handed to torch can be the source of a copy that is queued but
 // not done when its last tensor dies (`x = x.to("cuda", non_blocking=True)` drops the CPU tensor

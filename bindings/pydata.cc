@@ -1,13 +1,8 @@
-// The Python-dataset wing (stoker._native.pydata).
-//
-// What the Python-dataset front (python/stoker/) needs from the engine, besides seeding
-// (seeding.cc): the epoch's batch order (so a Python dataset visits samples exactly as a native one
-// does), the column check of a batch's samples, the batch buffers in shared memory, and the
-// constants the front must not write again. The engine code is in src/pydata/.
-//
-// Per-sample seeding for Python datasets: the sample keys, the writer of the interpreter's global
-// generators (GlobalSeeder) and the fetch loop that seeds and calls __getitem__ (SampleFetcher).
-// The engine code is in src/pydata/ (global_seeder.h states the private layouts it relies on).
+// The Python-dataset wing (stoker._native.pydata): what the Python-dataset front (python/stoker/)
+// needs from the engine code in src/pydata/: the column check of a batch's samples, the batch
+// buffers in shared memory, LEAF_ALIGNMENT, and per-sample seeding: the sample keys, the writer
+// of the interpreter's global generators (GlobalSeeder) and the fetch loop that seeds and calls
+// __getitem__ (SampleFetcher); global_seeder.h states the private layouts it relies on.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>

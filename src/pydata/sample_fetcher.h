@@ -23,7 +23,7 @@
 //
 // on_error="skip": a failing sample (an Exception from __getitem__) is replaced by the first of
 // kSkipAttempts candidates hash_key(seed, epoch, i * kSkipAttempts + a) % size that loads, as the
-// native loader picks them (src/loader.cc), seeded as itself.
+// native loader picks them (src/engine/loader.cc), seeded as itself.
 //
 // Thread safety: not thread-safe: one per producer. REQUIRES the GIL.
 #pragma once
