@@ -17,7 +17,8 @@ $(DEPS): requirements.txt scripts/system-deps.sh
 
 # The Python package, built by scikit-build-core (incremental: build/{wheel_tag} is kept).
 install: $(DEPS)
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
+	  -C cmake.define.STOKER_TESTING=ON .
 
 demo: install
 	$(VENV)/bin/stoker demo
@@ -63,7 +64,8 @@ ext-asan: $(DEPS)
 	@mkdir -p build/pyasan
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
 	  --upgrade --target build/pyasan/site -C build-dir=build/pyasan/build \
-	  -C cmake.build-type=RelWithDebInfo -C cmake.define.STOKER_SANITIZE=address$(,)undefined . \
+	  -C cmake.build-type=RelWithDebInfo -C cmake.define.STOKER_SANITIZE=address$(,)undefined \
+	  -C cmake.define.STOKER_TESTING=ON . \
 	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
 
 # Everything: the release, ASan/UBSan and TSan C++ lanes, the fuzz smoke, the Python tests (slow

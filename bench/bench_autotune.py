@@ -24,7 +24,7 @@ from stoker.tuning.tune import sample_dataset
 def static(ds, workers, prefetch, seconds):
     knobs = [{"name": "num_workers", "values": [workers], "start": workers},
              {"name": "prefetch_factor", "values": [prefetch], "start": prefetch}]
-    r = _native.tune_loader(ds._source, knobs, {"batch_size": 64, "shuffle": True, "seed": 0},
+    r = _native.tuning.tune_loader(ds._source, knobs, {"batch_size": 64, "shuffle": True, "seed": 0},
                             {"repeats": 1}, seconds)
     return r["points"][0]["samples_per_s"]
 
@@ -35,7 +35,7 @@ def main():
     p.add_argument("--static-seconds", type=float, default=1.5)
     args = p.parse_args()
     ds = sample_dataset()
-    cores = _native.usable_cores()
+    cores = _native.engine.usable_cores()
     configs = [(w, pf) for w in sorted({1, 2, cores, cores + 1, 2 * cores}) for pf in (2, 4)]
     results = {f"{w}x{pf}": static(ds, w, pf, args.static_seconds) for w, pf in configs}
     best_key = max(results, key=results.get)

@@ -347,7 +347,7 @@ def bound(root, seconds):
     import stoker
     paths = [p for p, _ in samples_of(root)]
     cpu0 = cpu_seconds()
-    r = stoker._native.decode_only(paths, cores(), seconds)
+    r = stoker._native.testing.decode_only(paths, cores(), seconds)
     return {"images_per_s": r["images_per_s"], "megapixels_per_s": r["megapixels_per_s"],
             "cpu_ms_per_image": (cpu_seconds() - cpu0) / max(r["images"], 1) * 1e3,
             "first_batch_s": 0.0}

@@ -67,8 +67,8 @@ def label_sets(quick):
 
 
 def native_loader(labels, batch_size, shuffle, groups=None, weights=()):
-    source = _native.ArraySource([labels], ["label"])
-    return _native.Loader(source, batch_size, shuffle, 0, True, 0, -1, "off", 0, 0, 1, "raise",
+    source = _native.sources.ArraySource([labels], ["label"])
+    return _native.engine.Loader(source, batch_size, shuffle, 0, True, 0, -1, "off", 0, 0, 1, "raise",
                           classes=groups, class_weights=list(weights))
 
 
@@ -76,7 +76,7 @@ def cost_per_index(quick):
     reps = 3 if quick else 15
     rows = []
     for name, labels, batch in label_sets(quick):
-        groups = _native.ClassGroups(labels)
+        groups = _native.engine.ClassGroups(labels)
         loaders = {
             "plain": native_loader(labels, batch, True),
             "stratified": native_loader(labels, batch, True, groups),

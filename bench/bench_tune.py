@@ -22,7 +22,7 @@ from stoker.tuning.tune import default_knobs, sample_dataset, tune_loader
 def measure(ds, config, batch_size, seconds):
     base = {"batch_size": batch_size, "shuffle": True, "seed": 0}
     knobs = [{"name": k, "values": [v], "start": v} for k, v in config.items()]
-    r = _native.tune_loader(ds._source, knobs, {**base, "min_batches": 2}, {"repeats": 1}, seconds)
+    r = _native.tuning.tune_loader(ds._source, knobs, {**base, "min_batches": 2}, {"repeats": 1}, seconds)
     return r["points"][0]["samples_per_s"], r["measuring_seconds"]
 
 
@@ -36,7 +36,7 @@ def main():
     ds = sample_dataset()
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     knobs = default_knobs(batch_sizes=batch_sizes, batch_size=64)
-    print(f"cores: {_native.usable_cores()}; knobs: "
+    print(f"cores: {_native.engine.usable_cores()}; knobs: "
           + ", ".join(f"{k['name']}={k['values']}" for k in knobs))
 
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""What per-sample seeding costs, written in place (rng_fields.py, src/python/global_seeder.h)
+"""What per-sample seeding costs, written in place (rng_fields.py, src/pydata/global_seeder.h)
 against the generators' public calls, and the fetch loop's cost a sample in each seeding mode.
 One process, timeit; on a shared machine compare the ratios, not the absolute figures.
 
@@ -26,7 +26,7 @@ def per_sample(mode, indices):
 
 
 def main():
-    key = _native.sample_key(1, 2, 3)
+    key = _native.pydata.sample_key(1, 2, 3)
     native = seeding.global_seeder()
     public = seeding._slow_seed((False, False, False))
     gens = list(seeding.GENERATORS)

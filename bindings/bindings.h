@@ -1,11 +1,17 @@
-// Registration functions of the Python extension, one per subsystem (see module.cc).
+// Registration functions of the Python extension, one per wing of src/, each filling the
+// submodule stoker._native.<wing> (see module.cc).
 #pragma once
 
 #include <nanobind/nanobind.h>
 
+#include <cstddef>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/batch_pool.h"
+#include "stoker/fence.h"
+#include "stoker/image/pipeline.h"
 #include "stoker/image/transforms.h"
 #include "stoker/loader.h"
 
@@ -13,21 +19,31 @@ namespace stoker::python {
 
 namespace nb = nanobind;
 
-void register_errors(nb::module_& m);
+void register_errors(nb::module_& m);  // the exception translator, for the whole module
+void register_engine(nb::module_& m);
 void register_sources(nb::module_& m);
-void register_loader(nb::module_& m);
-void register_images(nb::module_& m);
-void register_tune(nb::module_& m);
-void register_order(nb::module_& m);
-void register_workers(nb::module_& m);
-void register_seeding(nb::module_& m);
+void register_image(nb::module_& m);
 void register_gpu(nb::module_& m);
-void register_stratified(nb::module_& m);
-void register_gpu_decode(nb::module_& m);
+void register_tuning(nb::module_& m);
+void register_pydata(nb::module_& m);
+// Test doubles and benchmark helpers: only with STOKER_TESTING=ON (testing.cc).
+void register_testing(nb::module_& m);
 
 // A pipeline spec (the private list of tuples stoker/transforms.py writes) as transforms
-// (images.cc). Throws InvalidArgument for an unknown or invalid transform.
+// (image.cc). Throws InvalidArgument for an unknown or invalid transform.
 std::vector<image::Transform> parse_transforms(const nb::list& spec);
+// The pipeline of such a spec (image.cc).
+std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
+                                                          uint64_t max_pixels);
+
+// A whole file's bytes (image.cc).
+std::vector<std::byte> read_whole_file(const std::string& path);
+
+// Turns an item of the fence provider's list into a fence, or returns nullptr when the item is
+// not one it makes (then the item must be a (device, stream handle) pair). Installed by the
+// testing module for its FakeCopy; production code knows no fake fence (gpu.cc).
+using FenceFactory = std::unique_ptr<Fence> (*)(nb::handle item);
+void set_fence_factory(FenceFactory factory);
 
 // For the destructor of a capsule that owns exported batch memory (GIL held): records the fences
 // a pinned buffer needs before its pool may reuse it (gpu.cc). Call it before dropping the last

@@ -1,5 +1,7 @@
+// The GPU wing (stoker._native.gpu).
+//
 // GPU support for the Python front: the fences a pinned batch buffer gets when its last exported
-// array dies, the CUDA driver figures the front needs, and the GPU sampler of stoker.diagnose.
+// array dies, and the CUDA driver figures the front needs.
 //
 // Fences on export. A pinned batch handed to torch can be the source of a copy that is queued but
 // not done when its last tensor dies (`x = x.to("cuda", non_blocking=True)` drops the CPU tensor
@@ -8,69 +10,42 @@
 // read the buffer, records a CUDA event on each, and adds them to the buffer's pool as fences
 // (batch_pool.h), so the pool hands the buffer out again only when they have completed. The
 // provider is registered only when CUDA is in use; without it this costs a pointer check.
+//
+// GPU JPEG decode for the Python front (stoker/gpu_decode.py): the staging source the loader's
+// workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
+// src/gpu/decode/; this file converts arguments and releases the GIL.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <atomic>
-#include <cstring>
 #include <memory>
 
 #include "bindings.h"
+#include "gpu/cuda.h"
+#include "gpu/decode/gpu_decode.h"
 #include "stoker/batch_pool.h"
-#include "stoker/cuda.h"
-#include "stoker/diagnosis.h"
 #include "stoker/errors.h"
+#include "stoker/sources/image_files.h"
 
 namespace stoker::python {
 namespace {
 
-// A fence whose completion a test controls. With a source and a destination it is a copy of a
-// fake copy engine: complete() copies the bytes first, as a DMA that runs late reads the buffer
-// only when it runs. A pool destroyed while it is pending drops it (wait() copies nothing: the
-// destination may be gone).
-struct FakeCopyState {
-  std::atomic<bool> done{false};
-  std::atomic<int> polls{0};
-  uintptr_t src = 0, dst = 0;
-  size_t bytes = 0;
-};
-
-class FakeCopyFence final : public Fence {
- public:
-  explicit FakeCopyFence(std::shared_ptr<FakeCopyState> s) : s_(std::move(s)) {}
-  bool completed() override {
-    ++s_->polls;
-    return s_->done;
-  }
-  void wait() override { s_->done = true; }
-
- private:
-  std::shared_ptr<FakeCopyState> s_;
-};
-
-struct FakeCopy {
-  std::shared_ptr<FakeCopyState> state = std::make_shared<FakeCopyState>();
-  void complete() {
-    if (state->done) return;
-    if (state->bytes > 0)
-      std::memcpy(reinterpret_cast<void*>(state->dst), reinterpret_cast<const void*>(state->src),
-                  state->bytes);
-    state->done = true;
-  }
-};
-
 // The front's fence provider: provider(active CUDA devices) -> iterable of (device, stream handle)
-// pairs or FakeCopy objects. A strong reference, until set_fence_provider(None) (the front does
+// pairs, or of the testing module's fakes (fence_factory turns those into fences). A strong
+// reference, until set_fence_provider(None) (the front does
 // that at exit, before modules are torn down).
 PyObject* fence_provider = nullptr;
 bool fence_pageable = false;  // tests: fence pageable buffers too
+FenceFactory fence_factory = nullptr;
 
 void add_fences(BatchPool& pool, const std::byte* buffer, const std::vector<int>& devices) {
   nb::object items = nb::borrow(fence_provider)(devices);
   for (nb::handle item : items) {
-    if (nb::isinstance<FakeCopy>(item)) {
-      pool.add_fence(buffer, std::make_unique<FakeCopyFence>(nb::cast<FakeCopy&>(item).state));
+    if (std::unique_ptr<Fence> fake = fence_factory ? fence_factory(item) : nullptr) {
+      pool.add_fence(buffer, std::move(fake));
     } else {
       auto [device, stream] = nb::cast<std::pair<int, uint64_t>>(item);
       pool.add_fence(buffer, cuda::record_fence(device, static_cast<uintptr_t>(stream)));
@@ -78,7 +53,69 @@ void add_fences(BatchPool& pool, const std::byte* buffer, const std::vector<int>
   }
 }
 
+using image::gpu::GpuBatchDecoder;
+using image::gpu::GpuDecodeSource;
+using image::gpu::Route;
+using HostArray = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+OnError parse_on_error(const std::string& s) {
+  if (s == "raise") return OnError::kRaise;
+  if (s == "skip") return OnError::kSkip;
+  throw InvalidArgument("on_error must be \"raise\" or \"skip\", got \"" + s + "\"");
+}
+
+const char* dtype_name(image::DType d) {
+  switch (d) {
+    case image::DType::kUInt8:
+      return "uint8";
+    case image::DType::kFloat32:
+      return "float32";
+    case image::DType::kFloat16:
+      return "float16";
+    case image::DType::kBFloat16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+nb::dict stats_dict(const image::gpu::GpuDecodeStats& s) {
+  nb::dict routes;
+  for (int r = 0; r < image::gpu::kNumRoutes; ++r)
+    if (s.routes[r] > 0) routes[image::gpu::route_name(Route(r))] = s.routes[r];
+  nb::dict d;
+  d["backend"] = s.backend;
+  d["batches"] = s.batches;
+  d["routes"] = routes;
+  d["hardware_samples"] = s.hardware_samples;
+  d["skipped"] = s.skipped;
+  d["skipped_samples"] = s.skipped_samples;
+  d["chunks"] = s.chunks;
+  d["device_bytes"] = s.device_bytes;
+  d["device_bytes_peak"] = s.device_bytes_peak;
+  d["pinned_bytes"] = s.pinned_bytes;
+  d["host_seconds"] = s.host_seconds;
+  return d;
+}
+
+void decode_batch(GpuBatchDecoder& dec, HostArray payload, HostArray labels, HostArray records,
+                  uint64_t images, uint64_t out_labels, uint64_t stream) {
+  const size_t n = labels.size();
+  const GpuDecodeSource& src = dec.source();
+  if (payload.nbytes() != n * src.payload_bytes() ||
+      records.nbytes() != n * sizeof(image::gpu::StagedSample) ||
+      labels.nbytes() != n * sizeof(int64_t))
+    throw InvalidArgument("GpuBatchDecoder.decode: not a batch of this dataset's staging source");
+  image::gpu::StagedBatch b{n, static_cast<std::byte*>(payload.data()),
+                            static_cast<int64_t*>(labels.data()),
+                            static_cast<image::gpu::StagedSample*>(records.data())};
+  nb::gil_scoped_release release;
+  dec.decode(b, reinterpret_cast<std::byte*>(images), reinterpret_cast<std::byte*>(out_labels),
+             static_cast<uintptr_t>(stream));
+}
+
 }  // namespace
+
+void set_fence_factory(FenceFactory factory) { fence_factory = factory; }
 
 void fence_released_buffer(BatchPool& pool, const std::byte* buffer) {
   if (fence_provider == nullptr) return;
@@ -114,6 +151,9 @@ void fence_released_batch(const Batch& batch) {
 }
 
 void register_gpu(nb::module_& m) {
+  m.attr("DEFAULT_DECODE_BUFFER_BYTES") = image::gpu::GpuDecodeOptions{}.decode_buffer_bytes;
+  m.def("cuda_available", &cuda_available, "True when a CUDA driver and device are present.");
+
   m.def(
       "set_fence_provider",
       [](nb::object provider, bool pageable) {
@@ -122,26 +162,10 @@ void register_gpu(nb::module_& m) {
         fence_pageable = fence_provider != nullptr && pageable;
       },
       nb::arg("provider").none(), nb::arg("pageable") = false,
-      "Registers provider(devices) -> [(device, stream handle) | FakeCopy, ...], called (with the "
-      "GIL) when the last array of a pinned batch dies: a fence is recorded for each item, and "
-      "the buffer is reused only once all have completed. pageable=True (tests) fences pageable "
-      "batches too. None unregisters.");
-
-  nb::class_<FakeCopy>(m, "FakeCopy",
-                       "A fence for tests that completes when complete() is called; given "
-                       "addresses, complete() first copies nbytes from src to dst (a fake DMA).")
-      .def(
-          "__init__",
-          [](FakeCopy* self, uint64_t src, uint64_t dst, uint64_t nbytes) {
-            new (self) FakeCopy();
-            self->state->src = static_cast<uintptr_t>(src);
-            self->state->dst = static_cast<uintptr_t>(dst);
-            self->state->bytes = static_cast<size_t>(nbytes);
-          },
-          nb::arg("src") = 0, nb::arg("dst") = 0, nb::arg("nbytes") = 0)
-      .def("complete", &FakeCopy::complete)
-      .def_prop_ro("completed", [](const FakeCopy& f) { return f.state->done.load(); })
-      .def_prop_ro("polls", [](const FakeCopy& f) { return f.state->polls.load(); });
+      "Registers provider(devices) -> [(device, stream handle) | testing.FakeCopy, ...], called "
+      "(with the GIL) when the last array of a pinned batch dies: a fence is recorded for each "
+      "item, and the buffer is reused only once all have completed. pageable=True (tests) fences "
+      "pageable batches too. None unregisters.");
 
   m.def("cuda_device_count", &cuda::device_count);
   m.def("cuda_set_host_device", &cuda::set_host_device, nb::arg("device"),
@@ -157,30 +181,55 @@ void register_gpu(nb::module_& m) {
       },
       nb::arg("device"), "(free, total) bytes of a device in use.");
 
-  nb::class_<GpuSampler>(m, "GpuSampler",
-                         "Samples a GPU's utilization and memory through NVML on a thread until "
-                         "stop(), which returns the figures.")
+  nb::class_<GpuDecodeSource, Source>(m, "GpuDecodeSource")
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels,
+                       uint64_t file_bytes, uint64_t decode_buffer_bytes) {
+             image::gpu::GpuDecodeOptions o;
+             o.max_pixels = max_pixels;
+             o.file_bytes = static_cast<size_t>(file_bytes);
+             o.decode_buffer_bytes = decode_buffer_bytes;
+             return std::make_shared<GpuDecodeSource>(std::move(files), parse_transforms(spec), o);
+           }),
+           nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"), nb::arg("file_bytes"),
+           nb::arg("decode_buffer_bytes"))
+      .def_prop_ro("output_shape",
+                   [](const GpuDecodeSource& s) {
+                     const auto a = s.output_shape();
+                     return std::vector<int64_t>(a.begin(), a.end());
+                   })
+      .def_prop_ro("output_dtype", [](const GpuDecodeSource& s) { return dtype_name(s.dtype()); })
+      .def_prop_ro("payload_bytes", &GpuDecodeSource::payload_bytes)
+      .def_prop_ro("decode_buffer_bytes",
+                   [](const GpuDecodeSource& s) { return s.options().decode_buffer_bytes; });
+
+  nb::class_<GpuBatchDecoder>(m, "GpuBatchDecoder",
+                              "The GPU stage of decode=\"cuda\": one call per staged batch.")
       .def(
           "__init__",
-          [](GpuSampler* self, int cuda_device, int period_ms) {
-            new (self)
-                GpuSampler(GpuSampler::nvml(cuda_device), std::chrono::milliseconds(period_ms));
+          [](GpuBatchDecoder* self, std::shared_ptr<GpuDecodeSource> source, int device,
+             const std::string& on_error, const std::vector<std::string>& library_dirs,
+             bool emulate, std::vector<uint64_t> reject) {
+            const OnError e = parse_on_error(on_error);
+            const image::gpu::DecodeDevice d{device, library_dirs, emulate, std::move(reject)};
+            nb::gil_scoped_release release;  // NVRTC compiles for about a second
+            new (self) GpuBatchDecoder(std::move(source), d, e);
           },
-          nb::arg("cuda_device"), nb::arg("period_ms") = 100)
-      .def("stop", [](GpuSampler& s) {
-        GpuFigures f;
-        {
-          nb::gil_scoped_release release;  // joins the sampling thread
-          f = s.stop();
-        }
-        nb::dict d;
-        d["gpu_present"] = f.present;
-        d["gpu_samples"] = f.samples;
-        d["gpu_utilization"] = f.utilization;
-        d["gpu_memory_used"] = f.memory_used;
-        d["gpu_memory_total"] = f.memory_total;
-        return d;
-      });
+          nb::arg("source"), nb::arg("device"), nb::arg("on_error"), nb::arg("library_dirs"),
+          nb::arg("emulate") = false, nb::arg("reject") = std::vector<uint64_t>{},
+          "emulate=True runs the stage on the CPU (tests): images/labels are host addresses.")
+      .def("decode", &decode_batch, nb::arg("payload"), nb::arg("labels"), nb::arg("records"),
+           nb::arg("images"), nb::arg("out_labels"), nb::arg("stream"),
+           "Queues the batch's decode on `stream` into the device addresses images/out_labels.")
+      .def("stats", [](const GpuBatchDecoder& d) { return stats_dict(d.stats()); });
+
+  m.def(
+      "gpu_decode_libraries",
+      [](const std::vector<std::string>& dirs) {
+        nb::gil_scoped_release release;
+        return image::gpu::find_gpu_decode_libraries(dirs);
+      },
+      nb::arg("library_dirs"),
+      "(libnvjpeg path, libnvrtc path); RuntimeError saying what is missing and what was tried.");
 }
 
 }  // namespace stoker::python

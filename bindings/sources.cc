@@ -1,16 +1,21 @@
-// Native sources: arrays (and the files mapped for them), token files, and the synthetic
-// FaultySource used by tests.
+// The sources wing (stoker._native.sources).
+//
+// Native sources: arrays (and the files mapped for them), token files.
+// Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource
+// and ChannelStatsSource built on them (image.cc parses their pipelines).
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/set.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "mapped_file.h"
+#include "engine/mapped_file.h"
 #include "stoker/errors.h"
+#include "stoker/image/pipeline.h"
 #include "stoker/sources/array.h"
-#include "stoker/sources/faulty.h"
+#include "stoker/sources/image_files.h"
+#include "stoker/sources/image_source.h"
 #include "stoker/sources/npy.h"
 #include "stoker/sources/tokens.h"
 
@@ -90,6 +95,38 @@ nb::object file_bytes(const MappedFile& file) {
       .cast();
 }
 
+nb::bytes read_bytes(const ImageFiles& files, uint64_t i) {
+  if (i >= files.size()) throw nb::index_error("sample index out of range");
+  std::vector<std::byte> buf;
+  {
+    nb::gil_scoped_release release;
+    files.read(i, buf);
+  }
+  return nb::bytes(reinterpret_cast<const char*>(buf.data()), buf.size());
+}
+
+// One sample of a source, as raw bytes per field (the caller views them with the right dtype).
+nb::list read_sample(const Source& src, uint64_t index, uint64_t seed, uint64_t epoch) {
+  if (index >= src.size()) throw nb::index_error("sample index out of range");
+  std::vector<std::vector<std::byte>> out;
+  std::vector<std::byte*> slots;
+  for (const auto& f : src.fields()) out.emplace_back(f.sample_bytes() + 16);
+  for (auto& o : out) {
+    auto addr = reinterpret_cast<uintptr_t>(o.data());
+    slots.push_back(o.data() + ((16 - addr % 16) % 16));  // aligned for any dtype
+  }
+  {
+    nb::gil_scoped_release release;
+    auto state = src.make_worker_state();
+    src.read({seed, epoch, index}, slots, state.get());
+  }
+  nb::list result;
+  for (size_t f = 0; f < out.size(); ++f)
+    result.append(
+        nb::bytes(reinterpret_cast<const char*>(slots[f]), src.fields()[f].sample_bytes()));
+  return result;
+}
+
 }  // namespace
 
 void register_sources(nb::module_& m) {
@@ -163,12 +200,49 @@ void register_sources(nb::module_& m) {
                    "The file's bytes as mapped: a read-only uint8 array (reading it from Python is "
                    "not guarded).");
 
-  nb::class_<FaultySource, Source>(m, "FaultySource")
-      .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {
-             return std::make_shared<FaultySource>(size, width, std::move(fail), delay_us);
+  nb::class_<ImageFiles>(m, "ImageFiles")
+      .def("__len__", &ImageFiles::size)
+      .def("label", &ImageFiles::label, nb::arg("index"))
+      .def("path", &ImageFiles::path, nb::arg("index"))
+      .def_prop_ro("labels",
+                   [](const ImageFiles& f) {
+                     std::vector<int64_t> v(f.size());
+                     for (uint64_t i = 0; i < v.size(); ++i) v[i] = f.label(i);
+                     return v;
+                   })
+      .def("read", &read_bytes, nb::arg("index"), "The file bytes of sample `index`.");
+
+  nb::class_<ImageFolderFiles, ImageFiles>(m, "ImageFolderFiles")
+      .def(nb::new_([](std::vector<std::pair<std::string, int64_t>> samples) {
+             return std::make_shared<ImageFolderFiles>(std::move(samples));
            }),
-           nb::arg("size"), nb::arg("width") = 1, nb::arg("fail") = std::set<uint64_t>{},
-           nb::arg("delay_us") = 0);
+           nb::arg("samples"));
+
+  nb::class_<TarShardFiles, ImageFiles>(m, "TarShardFiles")
+      .def(nb::new_([](std::vector<std::string> paths) {
+             nb::gil_scoped_release release;
+             return std::make_shared<TarShardFiles>(std::move(paths));
+           }),
+           nb::arg("paths"))
+      .def_prop_ro("num_shards", &TarShardFiles::num_shards);
+
+  nb::class_<ImageSource, Source>(m, "ImageSource")
+      .def(nb::new_(
+               [](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels) {
+                 return std::make_shared<ImageSource>(std::move(files),
+                                                      make_pipeline(spec, max_pixels));
+               }),
+           nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"))
+      .def_prop_ro("image_shape", [](const ImageSource& s) { return s.fields()[0].shape; })
+      .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); })
+      .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
+           "Raw bytes of each field of one sample (image, label).");
+
+  nb::class_<ChannelStatsSource, Source>(m, "ChannelStatsSource")
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files, uint64_t max_pixels) {
+             return std::make_shared<ChannelStatsSource>(std::move(files), max_pixels);
+           }),
+           nb::arg("files"), nb::arg("max_pixels"));
 }
 
 }  // namespace stoker::python

@@ -29,11 +29,11 @@
 
 #include "stoker/fence.h"
 #include "stoker/memory.h"
-#include "stoker/shared_arena.h"
 
 namespace stoker {
 
 class BatchPool;
+class SharedArena;  // src/engine/shared_arena.h: batch buffers of Python-dataset workers
 
 // Owning handle to one buffer; shared by everything that views it.
 using Buffer = std::shared_ptr<std::byte>;

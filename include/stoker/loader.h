@@ -83,7 +83,7 @@ inline constexpr size_t kSmallBatchBytes = size_t{4} << 20;
 // kSkipAttempts (a candidate equal to `index` is passed over). They depend only on (seed, epoch,
 // index), so a stage after the workers (the GPU JPEG decoder) replaces a sample exactly as the
 // loader would. REQUIRES: num_samples > 0.
-// The rule as a whole (what is recorded, the error when none reads) is src/skip_policy.h.
+// The rule as a whole (what is recorded, the error when none reads) is src/engine/skip_policy.h.
 inline constexpr int kSkipAttempts = 16;
 uint64_t skip_candidate(uint64_t seed, uint64_t epoch, uint64_t index, int attempt,
                         uint64_t num_samples);

@@ -1,15 +1,13 @@
 // Host memory for batch buffers: pageable, or pinned (page-locked) for fast copies to a GPU.
 //
-// Pinned memory comes from the CUDA driver (cuda.h: libcuda.so.1, loaded at run time): Stoker
-// builds and runs without CUDA, and pinned memory is used only when a driver and a device are
-// present. It is exactly the bytes asked for (no power-of-two rounding).
+// Pinned memory comes from the CUDA driver (src/gpu/cuda.h: libcuda.so.1, loaded at run time):
+// Stoker builds and runs without CUDA, and pinned memory is used only when a driver and a device
+// are present. It is exactly the bytes asked for (no power-of-two rounding).
 //
 // Thread safety: all functions are safe to call from any thread.
 #pragma once
 
 #include <cstddef>
-
-#include "stoker/cuda.h"
 
 namespace stoker {
 

@@ -10,7 +10,8 @@ subpackages: sources/ (Stoker's datasets), gpu/ (the GPU feed and GPU decode), t
 diagnose, stats); cli/ (the ``stoker`` command and its sample data) is never imported from here.
 """
 
-from ._native import cuda_available, usable_cores
+from ._native.gpu import cuda_available
+from ._native.engine import usable_cores
 from . import transforms
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .loader import DataLoader

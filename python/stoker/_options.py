@@ -16,8 +16,8 @@ import re
 from . import _native, balance
 from .gpu import feed as _feed
 
-MAX_WORKERS = _native.MAX_WORKERS
-MAX_PREFETCH = _native.MAX_PREFETCH_FACTOR
+MAX_WORKERS = _native.engine.MAX_WORKERS
+MAX_PREFETCH = _native.engine.MAX_PREFETCH_FACTOR
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 

@@ -7,7 +7,7 @@ unless the epoch was itself resumed elastically) and the batches each rank has d
 that plan (``batch``). The ranks of a job deliver their batches in step and save at the same
 step, so what they consumed together is a prefix of the epoch's order,
 ``[0, plan.position_after(batch))``: a loader of any world size resumes from there, splitting
-what is left among its ranks with equal batch counts (``_native.BatchPlan``, which states the
+what is left among its ranks with equal batch counts (``_native.engine.BatchPlan``, which states the
 padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
 itself: the same batches, numbered as before.
 
@@ -65,7 +65,7 @@ def num_samples(dataset):
 def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0):
     """The engine's plan of ``rank`` of ``world_size`` from global position ``start`` on
     (``batch_size`` None, no automatic batching, plans batches of 1)."""
-    return _native.BatchPlan(num_samples(dataset), batch_size if _is_int(batch_size) else 1,
+    return _native.engine.BatchPlan(num_samples(dataset), batch_size if _is_int(batch_size) else 1,
                              drop_last, rank, world_size, start)
 
 

@@ -40,7 +40,7 @@ def check_shuffle(shuffle, class_weights):
 
 def _dataset_labels(dataset):
     source = getattr(dataset, "_source", None)
-    if isinstance(source, _native.Source):
+    if isinstance(source, _native.sources.Source):
         native = source.labels()  # image folders and tar shards: from their index, no decode
         if native is not None:
             return native
@@ -80,8 +80,8 @@ def labels_of(dataset, labels=None):
 
 
 def class_groups(dataset, labels=None):
-    """The dataset's samples grouped by class (``_native.ClassGroups``)."""
-    return _native.ClassGroups(labels_of(dataset, labels))
+    """The dataset's samples grouped by class (``_native.engine.ClassGroups``)."""
+    return _native.engine.ClassGroups(labels_of(dataset, labels))
 
 
 def weights_for(groups, class_weights):
@@ -146,7 +146,7 @@ def stratified_plan(dataset, shuffle, class_weights, labels, seed, batch_size, d
     check_shuffle(shuffle, class_weights)
     groups = class_groups(dataset, labels)
     weights = weights_for(groups, class_weights)
-    plan = _native.StratifiedPlan(groups, weights, seed, batch_size, drop_last, rank, world_size)
+    plan = _native.engine.StratifiedPlan(groups, weights, seed, batch_size, drop_last, rank, world_size)
     return Stratified(groups, weights, plan)
 
 

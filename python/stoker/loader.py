@@ -244,7 +244,7 @@ class DataLoader:
             raise ValueError('class_plan() is for a loader with shuffle="stratified" or '
                              'class_weights')
         weights = self._producer.weights
-        plan = _native.StratifiedPlan(classes, weights, self.seed, self.batch_size,
+        plan = _native.engine.StratifiedPlan(classes, weights, self.seed, self.batch_size,
                                       self.drop_last, self.rank, self.world_size)
         return balance.class_plan(classes, weights, plan.class_draws, self.batch_size)
 

@@ -1,5 +1,5 @@
 """The native producer: a Stoker dataset's batches, made by the C++ engine's threads
-(``_native.Loader``) straight into pooled batch buffers and handed over without a copy."""
+(``_native.engine.Loader``) straight into pooled batch buffers and handed over without a copy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .gpu import feed as _feed
 def is_native(dataset):
     """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
     ImageFolder without a transform: the native producer explains why)."""
-    return (isinstance(getattr(dataset, "_source", None), _native.Source)
+    return (isinstance(getattr(dataset, "_source", None), _native.sources.Source)
             or getattr(dataset, "_unbatchable", None) is not None)
 
 
@@ -25,7 +25,7 @@ class NativeProducer:
         source = getattr(dataset, "_source", None)
         if source is None and getattr(dataset, "_unbatchable", None):
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
-        if not isinstance(source, _native.Source):
+        if not isinstance(source, _native.sources.Source):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
                 f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
@@ -40,7 +40,7 @@ class NativeProducer:
         workers = _options.knob("num_workers", o.num_workers, 0, _options.MAX_WORKERS)
         prefetch = _options.knob("prefetch_factor", o.prefetch_factor, 1, _options.MAX_PREFETCH)
         pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
-        if pin == "on" and not _native.cuda_available():
+        if pin == "on" and not _native.gpu.cuda_available():
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
                           stacklevel=4)
             pin = "off"
@@ -51,8 +51,8 @@ class NativeProducer:
         if self._engine_factory is not None and o.device is None:
             raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
                              f"batches: pass device=\"cuda\" to the DataLoader")
-        if o.device is not None and _native.cuda_available():
-            _native.cuda_set_host_device(o.device.index)  # pin with the device's own context
+        if o.device is not None and _native.gpu.cuda_available():
+            _native.gpu.cuda_set_host_device(o.device.index)  # pin with the device's own context
         self.dataset = dataset
         self.options = o
         self.seed = o.seed
@@ -61,7 +61,7 @@ class NativeProducer:
         self.weights = balance.weights_for(self.classes, o.class_weights) \
             if o.stratified else []
         self.order_kind = "stratified" if self.classes is not None else "engine"
-        self.loader = _native.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
+        self.loader = _native.engine.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
                                      o.drop_last, workers, prefetch, pin, o.memory_budget,
                                      o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
                                      classes=self.classes, class_weights=self.weights)

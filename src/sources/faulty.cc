@@ -1,4 +1,4 @@
-#include "stoker/sources/faulty.h"
+#include "sources/faulty.h"
 
 #include <chrono>
 #include <thread>

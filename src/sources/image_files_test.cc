@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "stoker/errors.h"
-#include "test_temp_dir.h"
+#include "engine/test_temp_dir.h"
 
 namespace stoker {
 namespace {

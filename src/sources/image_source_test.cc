@@ -10,7 +10,7 @@
 
 #include "image/test_images.h"
 #include "stoker/errors.h"
-#include "test_temp_dir.h"
+#include "engine/test_temp_dir.h"
 
 // Counts this thread's operator new calls while counting is on: a warm worker state must read a
 // sample without allocating (the libjpeg context and buffers are kept from sample to sample).

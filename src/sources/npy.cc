@@ -6,7 +6,7 @@
 #include <limits>
 #include <optional>
 
-#include "mapped_file.h"
+#include "engine/mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "stoker/errors.h"
-#include "test_temp_dir.h"
+#include "engine/test_temp_dir.h"
 
 namespace stoker {
 namespace {

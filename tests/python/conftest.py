@@ -4,6 +4,12 @@ import time
 
 import pytest
 
+# The test doubles beside this file (faulty.py, gpu_emulation.py) are importable in every process
+# the tests start: worker processes and Ray's workers unpickle FaultyDataset by module name.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + [_HERE])
+
 # The ASan/UBSan lane of tools/run_tests.py runs this suite against build/pyasan/site.
 ASAN_LANE = os.environ.get("STOKER_EXPECT_ASAN") == "1"
 

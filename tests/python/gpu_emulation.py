@@ -18,7 +18,7 @@ class EmulatedDecodeEngine:
         self.torch = torch
         self.shape = tuple(source.output_shape)
         self.dtype = _torch_dtype(torch, source.output_dtype)
-        self.decoder = _native.GpuBatchDecoder(source, 0, on_error, [], emulate=True,
+        self.decoder = _native.gpu.GpuBatchDecoder(source, 0, on_error, [], emulate=True,
                                                reject=list(reject))
 
     def default_cap(self):

@@ -266,7 +266,7 @@ def test_repeats_of_an_oversampled_image_are_augmented_anew(tmp_path):
 
 def test_python_dataset_targets_give_the_native_order():
     # A Python dataset (torchvision's convention: a `targets` attribute) gets the native
-    # loader's order through _native.StratifiedPlan, batch by batch.
+    # loader's order through _native.engine.StratifiedPlan, batch by batch.
     class Python:
         def __init__(self, targets):
             self.targets = list(targets)
@@ -346,7 +346,7 @@ def test_invalid_arguments_say_what_is_wrong():
 
 def test_class_groups_memory_is_four_bytes_a_sample():
     labels = np.random.default_rng(0).integers(0, 1000, 200_000)
-    groups = _native.ClassGroups(labels)
+    groups = _native.engine.ClassGroups(labels)
     assert groups.num_classes == 1000
     assert sum(groups.counts) == 200_000
     assert groups.memory_bytes < 4 * 200_000 + 16 * 1000 + 1024
@@ -440,7 +440,7 @@ def test_repeats_of_an_oversampled_python_sample_draw_their_own_randomness():
     rows = runs[0]
     plan = loader._producer._order.stratified
     cycles = np.concatenate([plan.batch_draws(1, b)[1] for b in range(len(plan))])
-    assert rows[:, 1].tolist() == [_native.sample_key(3, int(c), int(i))
+    assert rows[:, 1].tolist() == [_native.pydata.sample_key(3, int(c), int(i))
                                    for c, i in zip(cycles, rows[:, 0])]
     for rare in (3, 17):
         draws = rows[rows[:, 0] == rare]
@@ -450,7 +450,7 @@ def test_repeats_of_an_oversampled_python_sample_draw_their_own_randomness():
     loader = stoker.DataLoader(Keys(), num_workers=0, batch_size=6, shuffle="stratified", seed=3,
                                output="numpy")
     rows = np.concatenate(list(loader))
-    assert rows[:, 1].tolist() == [_native.sample_key(3, 0, int(i)) for i in rows[:, 0]]
+    assert rows[:, 1].tolist() == [_native.pydata.sample_key(3, 0, int(i)) for i in rows[:, 0]]
 
 
 @pytest.mark.parametrize("extra", [{"shuffle": "stratified"},

@@ -34,7 +34,7 @@ def native_dataset(n):
 
 def epoch_order(n, shuffle, seed, epoch):
     """The epoch's global order: sample at each position."""
-    return _native.batch_indices(n, n, shuffle, seed, epoch, False, 0, 1, 0) if n else []
+    return _native.engine.batch_indices(n, n, shuffle, seed, epoch, False, 0, 1, 0) if n else []
 
 
 def run_job(make, world, state, steps, rng):
@@ -68,7 +68,7 @@ def check_epoch(make, n, bs, shuffle, seed, drop_last, worlds, rng):
     for j, world in enumerate(worlds):
         # The rest of the epoch, split among this job's ranks (the same batches as the saved
         # plan's when the world size did not change).
-        plan = _native.BatchPlan(n, bs, drop_last, 0, world, reached)
+        plan = _native.engine.BatchPlan(n, bs, drop_last, 0, world, reached)
         steps = None if j == len(worlds) - 1 else rng.randint(0, plan.num_batches)
         got, state, batches = run_job(make, world, state, steps, rng)
         assert batches == plan.num_batches
@@ -141,7 +141,7 @@ def test_same_batches_as_the_engine_plan_and_state_is_small():
                             output="numpy")
     new.load_state_dict(state)
     got = [b.tolist() for b in new]
-    plan = _native.BatchPlan(103, 4, False, 1, 3, 48)  # 3 batches x 4 samples x 4 ranks
+    plan = _native.engine.BatchPlan(103, 4, False, 1, 3, 48)  # 3 batches x 4 samples x 4 ranks
     assert got == [plan.indices(True, 9, 0, b) for b in range(plan.num_batches)]
     # Mid-way through the resumed epoch, the state names the new plan's start.
     new.load_state_dict(state)

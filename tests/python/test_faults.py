@@ -282,7 +282,7 @@ def test_read_only_numpy_mappings_are_mapped_again(tmp_path):
             # a raw file, from an offset that is not a multiple of the page size
             (np.memmap(raw, dtype=np.int32, mode="r", shape=(60, 4), offset=64), data[4:], raw)):
         ds = stoker.ArrayDataset(a)
-        assert isinstance(ds._files[0], stoker._native.FileMapping)
+        assert isinstance(ds._files[0], stoker._native.sources.FileMapping)
         assert ds._files[0].path == str(file)
         assert np.array_equal(ds.arrays[0], expected) and not ds.arrays[0].flags.writeable
         assert ds.arrays[0].strides == a.strides
@@ -516,7 +516,7 @@ def test_parent_killed_leaves_no_worker_and_nothing_in_dev_shm(tmp_path, phase):
 NATIVE_CHILD = """
 import os, signal
 import stoker
-from stoker.testing import FaultyDataset
+from faulty import FaultyDataset
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
 

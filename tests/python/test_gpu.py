@@ -169,7 +169,7 @@ def test_gpu_prefetch_bounds_and_state_dict(rows):
 
 def test_pinned_memory_stays_within_the_budget_and_goes_with_the_loader(rows):
     gc.collect()
-    before = _native.cuda_pinned_bytes()
+    before = _native.gpu.cuda_pinned_bytes()
     batch_bytes = BATCH * ROW * 4
     loader = stoker.DataLoader(rows, batch_size=BATCH, num_workers=4, pin_memory=True,
                                memory_budget=3 * batch_bytes + 100)
@@ -178,11 +178,11 @@ def test_pinned_memory_stays_within_the_budget_and_goes_with_the_loader(rows):
         kept.append(x.to("cuda", non_blocking=True))
     s = loader.stats()
     assert 0 < s["pinned_bytes"] <= 3 * batch_bytes + 100
-    assert _native.cuda_pinned_bytes() - before == s["pinned_bytes"]
+    assert _native.gpu.cuda_pinned_bytes() - before == s["pinned_bytes"]
     del loader, x
     gc.collect()
     torch.cuda.synchronize()
-    assert _native.cuda_pinned_bytes() == before  # nothing kept after the loader is gone
+    assert _native.gpu.cuda_pinned_bytes() == before  # nothing kept after the loader is gone
 
 
 class PidDataset(torch.utils.data.Dataset):
@@ -212,15 +212,15 @@ def test_workers_forked_after_cuda_init_do_not_touch_cuda():
 
 
 def test_diagnose_reads_the_gpu_through_nvml():
-    figures = _native.GpuSampler(torch.cuda.current_device()).stop()
+    figures = _native.tuning.GpuSampler(torch.cuda.current_device()).stop()
     if not figures["gpu_present"]:
         pytest.skip("NVML (libnvidia-ml.so.1) is not available")
     assert figures["gpu_memory_total"] > 0 and figures["gpu_samples"] >= 1
 
 
 def test_diagnose_names_a_gpu_bound_step_and_an_input_bound_one():
-    from stoker.testing import FaultyDataset
-    if not _native.GpuSampler(torch.cuda.current_device()).stop()["gpu_present"]:
+    from faulty import FaultyDataset
+    if not _native.tuning.GpuSampler(torch.cuda.current_device()).stop()["gpu_present"]:
         pytest.skip("NVML (libnvidia-ml.so.1) is not available")
     busy = BusyGpu(8192, 4)
 

@@ -24,7 +24,7 @@ from stoker import transforms as T
 from stoker.cli.sample_data import make_sample
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-HAS_CUDA = torch.cuda.is_available() and _native.cuda_available()
+HAS_CUDA = torch.cuda.is_available() and _native.gpu.cuda_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 
@@ -85,7 +85,7 @@ def test_decode_rejects_what_it_does_not_know(sample, decode):
         stoker.ImageFolder(str(sample / "train"), transform=train_transform(), decode=decode)
 
 
-@pytest.mark.skipif(_native.cuda_available(), reason="CUDA is available")
+@pytest.mark.skipif(_native.gpu.cuda_available(), reason="CUDA is available")
 @pytest.mark.parametrize("make", ["folder", "shards"])
 def test_decode_cuda_without_cuda_raises_a_clear_error(sample, make):
     with pytest.raises(RuntimeError, match=r'decode="cuda" needs CUDA and nvJPEG, but CUDA is not '
@@ -110,7 +110,7 @@ def test_a_gpu_decode_dataset_needs_a_cuda_loader(sample):
 def test_library_search_directories_exist_and_without_cuda_nothing_is_claimed():
     for d in gpu_decode.library_dirs():
         assert os.path.isdir(d)
-    if not _native.cuda_available():
+    if not _native.gpu.cuda_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             gpu_decode.require_gpu_decode()
 
@@ -123,14 +123,14 @@ def test_classifier_agrees_with_pil_on_the_sample_data(sample):
         for name in names:
             path = os.path.join(dirpath, name)
             data = open(path, "rb").read()
-            route = _native.classify_jpeg(data)
+            route = _native.testing.classify_jpeg(data)
             with Image.open(path) as im:
                 expected = "not_baseline" if im.info.get("progressive") else "gpu"
                 assert im.mode in ("RGB", "L")
             assert route == expected, path
             routes[route] = routes.get(route, 0) + 1
             # Truncated files never go to the GPU.
-            assert _native.classify_jpeg(data[:len(data) // 2]) != "gpu"
+            assert _native.testing.classify_jpeg(data[:len(data) // 2]) != "gpu"
     assert routes.get("gpu", 0) > 0
 
 
@@ -140,13 +140,13 @@ def test_classifier_routes_png_cmyk_and_damage_to_the_cpu():
         buf = io.BytesIO()
         im.save(buf, fmt, **kw)
         return buf.getvalue()
-    assert _native.classify_jpeg(encode(rgb, "JPEG", quality=90)) == "gpu"
-    assert _native.classify_jpeg(encode(rgb, "JPEG", quality=90, subsampling=0)) == "gpu"
-    assert _native.classify_jpeg(encode(rgb, "JPEG", progressive=True)) == "not_baseline"
-    assert _native.classify_jpeg(encode(rgb.convert("CMYK"), "JPEG")) == "color_space"
-    assert _native.classify_jpeg(encode(rgb, "PNG")) == "not_jpeg"
-    assert _native.classify_jpeg(b"") == "not_jpeg"
-    assert _native.classify_jpeg(encode(rgb, "JPEG")[:300]) in ("bad_header", "no_end_marker")
+    assert _native.testing.classify_jpeg(encode(rgb, "JPEG", quality=90)) == "gpu"
+    assert _native.testing.classify_jpeg(encode(rgb, "JPEG", quality=90, subsampling=0)) == "gpu"
+    assert _native.testing.classify_jpeg(encode(rgb, "JPEG", progressive=True)) == "not_baseline"
+    assert _native.testing.classify_jpeg(encode(rgb.convert("CMYK"), "JPEG")) == "color_space"
+    assert _native.testing.classify_jpeg(encode(rgb, "PNG")) == "not_jpeg"
+    assert _native.testing.classify_jpeg(b"") == "not_jpeg"
+    assert _native.testing.classify_jpeg(encode(rgb, "JPEG")[:300]) in ("bad_header", "no_end_marker")
 
 
 # ---- the decode="cuda" path with its GPU stage emulated on the CPU ---------------------------------
@@ -221,9 +221,9 @@ def damaged(sample, tmp_path_factory):
     shutil.copytree(sample / "train", root)
     paths = sorted(root.rglob("*.JPEG"))
     # A file whose header passes (it goes to the GPU stage) but whose Huffman table is bogus.
-    victim = next(p for p in paths if _native.classify_jpeg(p.read_bytes()) == "gpu")
+    victim = next(p for p in paths if _native.testing.classify_jpeg(p.read_bytes()) == "gpu")
     victim.write_bytes(corrupt(victim.read_bytes()))
-    assert _native.classify_jpeg(victim.read_bytes()) == "gpu"
+    assert _native.testing.classify_jpeg(victim.read_bytes()) == "gpu"
     return root, str(victim)
 
 

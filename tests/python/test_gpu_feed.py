@@ -225,7 +225,7 @@ class FakeDmaEngine:
     def copy(self, batch):
         dst = torch.empty_like(batch)
         nbytes = batch.numel() * batch.element_size()
-        fake = _native.FakeCopy(batch.data_ptr(), dst.data_ptr(), nbytes)
+        fake = _native.testing.FakeCopy(batch.data_ptr(), dst.data_ptr(), nbytes)
         return dst, fake, nbytes, [fake]
 
     def hand_over(self, gpu, fake):
@@ -237,9 +237,9 @@ class FakeDmaEngine:
 @pytest.fixture
 def pageable_fences():
     """Fences for pageable buffers too, so the protocol runs without CUDA."""
-    _native.set_fence_provider(stoker_device._fence_streams, pageable=True)
+    _native.gpu.set_fence_provider(stoker_device._fence_streams, pageable=True)
     yield
-    _native.set_fence_provider(stoker_device._fence_streams if stoker_device._installed else None)
+    _native.gpu.set_fence_provider(stoker_device._fence_streams if stoker_device._installed else None)
 
 
 def fake_gpu_loader(ds, **kw):
@@ -272,7 +272,7 @@ def test_a_buffer_is_not_rewritten_before_its_late_copy_has_read_it(pageable_fen
 def test_without_fences_the_late_copies_read_later_batches(pageable_fences):
     """The same run with fences off: what today's pinned batches do on a busy GPU. It must go
     wrong, or the test above would prove nothing."""
-    _native.set_fence_provider(None)
+    _native.gpu.set_fence_provider(None)
     loader = fake_gpu_loader(row_dataset(64), batch_size=4, num_workers=0,
                              memory_budget=6 * 4 * ROW * 4, gpu_prefetch=2)
     got = list(loader)
@@ -287,7 +287,7 @@ def test_a_fenced_buffer_comes_back_once_its_copy_completes(pageable_fences):
     it = iter(loader)
     first = next(it)
     dst = torch.empty_like(first)
-    copy = _native.FakeCopy(first.data_ptr(), dst.data_ptr(), batch_bytes)
+    copy = _native.testing.FakeCopy(first.data_ptr(), dst.data_ptr(), batch_bytes)
     with stoker_device.fenced_on([copy]):
         del first
     gc.collect()
@@ -324,7 +324,7 @@ def test_a_failing_fence_provider_is_reported_and_the_buffer_still_recycled(page
 
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
-    _native.set_fence_provider(broken, pageable=True)
+    _native.gpu.set_fence_provider(broken, pageable=True)
     loader = stoker.DataLoader(row_dataset(16), batch_size=4, num_workers=0)
     got = []
     for b in loader:  # each batch dies while the next is produced
@@ -353,9 +353,9 @@ def test_diagnose_reports_no_gpu_figures_without_a_gpu():
     loader = stoker.DataLoader(row_dataset(64), batch_size=4, num_workers=1, output="numpy")
     report = stoker.diagnose(loader, seconds=0.2)
     f = report["figures"]
-    if not _native.cuda_available():
+    if not _native.gpu.cuda_available():
         assert f["gpu_present"] is False and f["gpu_samples"] == 0
-    assert f["process_pinned_bytes"] == _native.cuda_pinned_bytes()
+    assert f["process_pinned_bytes"] == _native.gpu.cuda_pinned_bytes()
     assert {"gpu_utilization", "gpu_memory_used", "gpu_memory_total"} <= set(f)
 
 
@@ -425,7 +425,7 @@ def test_waiting_for_a_slow_copy_is_not_a_budget_error(pageable_fences):
                                memory_budget=batch_bytes)
     it = iter(loader)
     first = next(it)
-    copy = _native.FakeCopy()
+    copy = _native.testing.FakeCopy()
     with stoker_device.fenced_on([copy]):
         del first
     # The GPU finishes well after the stall limit, and after the front's retry (a gc, then

@@ -170,7 +170,7 @@ def test_random_resized_crop_stays_within_one_level_of_full_decode_crop_resize(
             image, _ = ds[i]
             with Image.open(path) as im:
                 img = im.convert("RGB")
-            top, left, h, w = stoker._native.random_resized_crop_box(
+            top, left, h, w = stoker._native.testing.random_resized_crop_box(
                 img.height, img.width, (224, 224), (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, i)
             ref = np.asarray(img.crop((left, top, left + w, top + h)).resize((224, 224),
                                                                               Image.BILINEAR))
@@ -426,6 +426,6 @@ def test_stoker_stats_matches_numpy_over_pil(sample, tmp_path, capsys):
 
 def test_decode_only_bound(sample):
     paths = [p for p, _ in stoker.ImageFolder(train(sample)).samples]
-    r = stoker._native.decode_only(paths, 2, 0.2)
+    r = stoker._native.testing.decode_only(paths, 2, 0.2)
     assert r["images"] >= len(paths) and r["failures"] == 0
     assert r["images_per_s"] > 0 and r["megapixels_per_s"] > 0 and r["seconds"] >= 0.2

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker.testing import FaultyDataset
+from faulty import FaultyDataset
 
 from conftest import blocked_in_futex, native_threads, wait_until
 
@@ -163,7 +163,7 @@ def test_ctrl_c_interrupts_a_waiting_consumer_and_shuts_down():
     script = textwrap.dedent("""
         import gc, os, signal, sys, time
         import stoker
-        from stoker.testing import FaultyDataset
+        from faulty import FaultyDataset
         signal.signal(signal.SIGINT, signal.default_int_handler)  # even if SIGINT was ignored
         before = len(os.listdir("/proc/self/task"))
         loader = stoker.DataLoader(FaultyDataset(100, delay_us=2_000_000), batch_size=4,

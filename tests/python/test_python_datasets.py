@@ -225,7 +225,7 @@ def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normal
     from stoker.pydata import seeding
     seeder = seeding.global_seeder()
     assert seeder is not None  # the generators' fields were located (and verified) here
-    key = _native.sample_key(5, 2, 11)
+    key = _native.pydata.sample_key(5, 2, 11)
     assert key < 2**63
     draws = []
     for leftover in (False, True):
@@ -238,14 +238,14 @@ def test_per_sample_seeding_gives_the_documented_states_and_clears_cached_normal
         draws.append((random.random(), random.gauss(0, 1), np.random.rand(),
                       np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item()))
     assert torch.initial_seed() == key
-    random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
-    np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"), np.uint32),
+    random.setstate((3, tuple(_native.pydata.mt19937_state(key, "random")) + (624,), None))
+    np.random.set_state(("MT19937", np.array(_native.pydata.mt19937_state(key, "numpy"), np.uint32),
                          624, 0, 0.0))
-    torch.set_rng_state(rng_fields.torch_state(key, _native.mt19937_state(key, "torch")))
+    torch.set_rng_state(rng_fields.torch_state(key, _native.pydata.mt19937_state(key, "torch")))
     expected = (random.random(), random.gauss(0, 1), np.random.rand(),
                 np.random.standard_normal(), torch.rand(1).item(), torch.randn(1).item())
     assert draws == [expected, expected]
-    other = _native.sample_key(5, 2, 12)
+    other = _native.pydata.sample_key(5, 2, 12)
     seeding._slow_seed((False, False, False))(other)  # the public calls give the same states
     slow = (random.random(), np.random.rand(), torch.rand(1).item())
     seeder.seed(other, list(seeding.GENERATORS))
@@ -274,7 +274,7 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     from stoker.pydata import seeding
 
     def expected(i):
-        seeding._slow_seed((False, False, False))(_native.sample_key(5, 1, i))
+        seeding._slow_seed((False, False, False))(_native.pydata.sample_key(5, 1, i))
         return SometimesRandom()[i]
 
     def run(workers_n, mode):
@@ -299,7 +299,7 @@ def test_adaptive_seeding_gives_every_drawing_sample_its_seeded_state():
     fetcher = seeding.fetcher(5, True)
     got = fetcher.fetch(Counting(), 1, list(range(150)))
     assert fetcher.modes == ["lazy", "lazy", "lazy"] and set(calls.values()) == {1}
-    key = _native.sample_key(5, 1, 149)
+    key = _native.pydata.sample_key(5, 1, 149)
     assert torch.initial_seed() == key  # torch's initial_seed() is always the sample's key
     for start in range(150, 240, 10):  # chunks; any sequence of indices
         got += fetcher.fetch(Counting(), 1, np.arange(start, start + 10))
@@ -328,7 +328,7 @@ def test_adaptive_seeding_reruns_a_failed_sample_that_drew_and_keeps_its_index()
     assert info.value._stoker_index == 100 and fetcher.modes == ["lazy", "seeded", "lazy"]
     # A key that is not an integer (a bulk sampler's list) is seeded from its place in the epoch.
     got = seeding.fetcher(0, "always").fetch({"a": 1, "b": 2}, 3, ["a", "b"], 7)
-    assert got == [1, 2] and torch.initial_seed() == _native.position_key(0, 3, 7, 1)
+    assert got == [1, 2] and torch.initial_seed() == _native.testing.position_key(0, 3, 7, 1)
     with pytest.raises(ValueError, match="seed_samples"):
         stoker.DataLoader(Random(), seed_samples="sometimes")
 
@@ -353,7 +353,7 @@ def test_samples_by_name_are_seeded_by_their_row_whichever_way_the_batch_is_fetc
     assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers="auto", **kw)] == whole
     assert [b.tolist() for b in stoker.DataLoader(ByName(), num_workers=2, **kw)] == whole
     for b, batch in enumerate(whole):
-        assert [k for k, _ in batch] == [_native.position_key(4, 0, b, r) for r in range(32)]
+        assert [k for k, _ in batch] == [_native.testing.position_key(4, 0, b, r) for r in range(32)]
 
 
 def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
@@ -373,7 +373,7 @@ def test_caller_states_kept_puts_back_every_generator_with_its_cached_normals():
     np.random.set_state(state[1])
     torch.set_rng_state(state[2])
     with seeding.caller_states_kept():
-        seeding.global_seeder().seed(_native.sample_key(1, 2, 3), list(seeding.GENERATORS))
+        seeding.global_seeder().seed(_native.pydata.sample_key(1, 2, 3), list(seeding.GENERATORS))
         random.random(), np.random.rand(), torch.rand(5)
     after = (random.gauss(0, 1), random.random(), np.random.standard_normal(),
              np.random.rand(), torch.randn(3), torch.rand(2))
@@ -398,14 +398,14 @@ def test_number_columns_collate_exactly_as_default_collate(column):
 def test_the_front_reads_the_constants_the_engine_exports():
     # The engine defines each; the front reads it (no second copy to drift).
     from stoker.gpu import decode as gpu_decode
-    assert _native.SKIPPED_LISTED == 1000
+    assert _native.engine.SKIPPED_LISTED == 1000
     loader = stoker.DataLoader(list(range(4)), batch_size=2, num_workers=0)
-    assert loader._producer._skipped_samples.maxlen == _native.SKIPPED_LISTED
-    assert loader.prefetch_factor == _native.DEFAULT_PREFETCH_FACTOR
-    assert all(_native.sample_key(1, 2, i) <= _native.SEED_MASK for i in range(100))
-    assert gpu_decode.DEFAULT_DECODE_BUFFER_BYTES == _native.DEFAULT_DECODE_BUFFER_BYTES
+    assert loader._producer._skipped_samples.maxlen == _native.engine.SKIPPED_LISTED
+    assert loader.prefetch_factor == _native.pydata.DEFAULT_PREFETCH_FACTOR
+    assert all(_native.pydata.sample_key(1, 2, i) <= _native.pydata.SEED_MASK for i in range(100))
+    assert gpu_decode.DEFAULT_DECODE_BUFFER_BYTES == _native.gpu.DEFAULT_DECODE_BUFFER_BYTES
     seeded = stoker.DataLoader(list(range(4)), generator=torch.Generator().manual_seed(7))
-    assert 0 <= seeded.seed <= _native.SEED_MASK
+    assert 0 <= seeded.seed <= _native.pydata.SEED_MASK
 
 
 def test_batch_tree_uses_the_engines_tags_and_round_trips():
@@ -419,17 +419,17 @@ def test_batch_tree_uses_the_engines_tags_and_round_trips():
 
     def walk(node):
         tags.add(node[0])
-        if node[0] in (_native.TREE_TAGS["mapping"], _native.TREE_TAGS["namedtuple"],
-                       _native.TREE_TAGS["sequence"]):
+        if node[0] in (_native.pydata.TREE_TAGS["mapping"], _native.pydata.TREE_TAGS["namedtuple"],
+                       _native.pydata.TREE_TAGS["sequence"]):
             for child in node[-1]:
                 walk(child)
-        elif node[0] == _native.TREE_TAGS["tuple"]:
+        elif node[0] == _native.pydata.TREE_TAGS["tuple"]:
             for child in node[1]:
                 walk(child)
 
     walk(tree)
-    assert tags == set(_native.TREE_TAGS.values())
-    assert len(_native.TREE_TAGS) == 7
+    assert tags == set(_native.pydata.TREE_TAGS.values())
+    assert len(_native.pydata.TREE_TAGS) == 7
     back = batch_structure.rebuild(tree, arrays, objects, collated=False)
     assert back.keys() == batch.keys() and back["nt"] == Pair(1, 2.0) and back["seq"] == [3]
     assert back["tup"][0] is arrays[2] and back["o"] == "x"
@@ -747,8 +747,8 @@ class Corrupt(Dataset):
 def test_on_error_skip_replaces_failed_samples_deterministically():
     from stoker import _native
 
-    def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/loader.cc)
-        return next(o for o in (_native.hash_key(seed, epoch, i * 16 + a) % 30
+    def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/engine/loader.cc)
+        return next(o for o in (_native.engine.hash_key(seed, epoch, i * 16 + a) % 30
                                 for a in range(1, 17)) if o != i and o not in (3, 11))
 
     def run(workers_n):

@@ -18,7 +18,7 @@ import torch
 import stoker
 from stoker import transforms as T
 from stoker.cli.sample_data import make_sample
-from stoker.testing import FaultyDataset
+from faulty import FaultyDataset
 
 from conftest import ASAN_LANE
 
@@ -212,7 +212,7 @@ def test_native_datasets_travel_as_their_spec(tmp_path, images):
     blob = pickle.dumps(view)
     assert len(blob) < 1000
     back = pickle.loads(blob)
-    assert isinstance(back._files[0], stoker._native.FileMapping)
+    assert isinstance(back._files[0], stoker._native.sources.FileMapping)
     assert back._files[0].path == str(tmp_path / "big.npy")
     assert np.array_equal(back.arrays[0], big[::-2, 1:])
     (tmp_path / "tokens.bin").write_bytes(np.arange(1000, dtype=np.uint16).tobytes())

@@ -117,7 +117,7 @@ def test_sample_seeds_fit_in_63_bits_and_collate():
                                                                   num_workers=workers)])
         assert seeds.dtype == torch.int64 and (seeds >= 0).all()
         assert len(set(seeds.tolist())) == 64  # one key a sample, whichever worker ran it
-        ref = [stoker._native.sample_key(0, 0, i) for i in range(64)]
+        ref = [stoker._native.pydata.sample_key(0, 0, i) for i in range(64)]
         assert seeds.tolist() == ref
 
 

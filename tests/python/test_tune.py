@@ -13,7 +13,7 @@ import pytest
 
 import stoker
 from stoker import _native
-from stoker.testing import FaultyDataset
+from faulty import FaultyDataset
 from stoker.tuning.tune import main as tune_main, tune_loader
 
 
@@ -35,7 +35,7 @@ def test_tuner_finds_the_plateau_with_seeded_noise_and_stops():
         calls.append(dict(config))
         return plateau_model(config) * rng.uniform(0.99, 1.01)
 
-    r = _native.tune_callback(KNOBS, measure, None, {"repeats": 3})
+    r = _native.tuning.tune_callback(KNOBS, measure, None, {"repeats": 3})
     assert r["recommended"] == {"num_workers": 3, "prefetch_factor": 2}
     assert r["stopped"] == "converged"
     assert len(r["points"]) == len(calls) and len(calls) % 3 == 0
@@ -45,11 +45,11 @@ def test_tuner_finds_the_plateau_with_seeded_noise_and_stops():
 
 def test_tuner_respects_the_memory_budget():
     def memory(config):
-        return _native.estimate_loader_memory(config, 1000, 10)
+        return _native.tuning.estimate_loader_memory(config, 1000, 10)
 
     budget = memory({"num_workers": 2, "prefetch_factor": 2})
     seen = []
-    r = _native.tune_callback(KNOBS, lambda c: seen.append(dict(c)) or plateau_model(c), memory,
+    r = _native.tuning.tune_callback(KNOBS, lambda c: seen.append(dict(c)) or plateau_model(c), memory,
                               {"repeats": 1, "memory_budget": budget})
     assert seen and all(memory(c) <= budget for c in seen)
     assert r["over_budget"]
@@ -163,9 +163,9 @@ def test_diagnose_verdict_from_synthetic_figures():
                "pinned_bytes": 0, "pinned_budget_bytes": 0, "buffer_bytes_peak": 2**20,
                "memory_budget": 2**30, "gpu_present": False, "gpu_utilization": 0.0,
                "gpu_memory_used": 0, "gpu_memory_total": 0}
-    assert _native.diagnose(figures)["verdict"] == "compute-bound"
+    assert _native.tuning.diagnose(figures)["verdict"] == "compute-bound"
     slow = dict(figures, consumer_wait_seconds=6.0)
-    verdict = _native.diagnose(slow)
+    verdict = _native.tuning.diagnose(slow)
     assert verdict["verdict"] == "input-bound" and verdict["wait_fraction"] == pytest.approx(0.6)
     assert verdict["limiting_stage"] == "workers"
 

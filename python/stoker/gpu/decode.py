@@ -28,7 +28,7 @@ __all__ = ["DECODE_CHOICES", "GpuDecodeEngine", "check_decode", "library_dirs",
            "require_gpu_decode", "staging_source"]
 
 DECODE_CHOICES = ("cpu", "cuda")
-DEFAULT_DECODE_BUFFER_BYTES = _native.DEFAULT_DECODE_BUFFER_BYTES  # one batch's decode work
+DEFAULT_DECODE_BUFFER_BYTES = _native.gpu.DEFAULT_DECODE_BUFFER_BYTES  # one batch's decode work
 _MIN_FILE_BYTES = 64 << 10
 _MAX_FILE_BYTES = 16 << 20
 _SIZE_SAMPLES = 512
@@ -96,13 +96,13 @@ def require_gpu_decode():
     NVRTC. Returns (libnvjpeg path, libnvrtc path)."""
     if _emulating:
         return None
-    if not _native.cuda_available():
+    if not _native.gpu.cuda_available():
         raise RuntimeError(
             'decode="cuda" needs CUDA and nvJPEG, but CUDA is not available: no NVIDIA driver '
             "(libcuda.so.1) or no visible GPU (check the driver and CUDA_VISIBLE_DEVICES); "
             'use decode="cpu"')
     try:
-        return _native.gpu_decode_libraries(library_dirs())
+        return _native.gpu.gpu_decode_libraries(library_dirs())
     except RuntimeError as e:
         raise RuntimeError(f'decode="cuda": {e}') from None
 
@@ -127,7 +127,7 @@ def payload_file_bytes(files, paths=None):
 
 def staging_source(files, spec, max_pixels, paths=None):
     """The native staging source of a decode="cuda" dataset."""
-    return _native.GpuDecodeSource(files, spec, max_pixels, payload_file_bytes(files, paths),
+    return _native.gpu.GpuDecodeSource(files, spec, max_pixels, payload_file_bytes(files, paths),
                                    DEFAULT_DECODE_BUFFER_BYTES)
 
 
@@ -146,7 +146,7 @@ class GpuDecodeEngine(CudaCopyEngine):
         self.shape = tuple(source.output_shape)
         self.dtype = _torch_dtype(torch, source.output_dtype)
         with torch.cuda.device(device):
-            self.decoder = _native.GpuBatchDecoder(source, device.index, on_error, library_dirs())
+            self.decoder = _native.gpu.GpuBatchDecoder(source, device.index, on_error, library_dirs())
         self._ahead = {}  # id(images) -> (weakref, bytes): decoded, not handed over yet
 
     def copy(self, batch):

@@ -83,15 +83,15 @@ def install_fence_provider():
     A loader with pinned buffers calls it; so must any other front that exports pinned buffers."""
     global _installed
     if not _installed:
-        _native.set_fence_provider(_fence_streams)
+        _native.gpu.set_fence_provider(_fence_streams)
         # Let go of it before the interpreter tears modules down.
-        atexit.register(_native.set_fence_provider, None)
+        atexit.register(_native.gpu.set_fence_provider, None)
         _installed = True
 
 
 class fenced_on:
     """Within the block, a pinned batch whose last tensor dies is fenced on exactly ``items``
-    ((device, stream handle) pairs, or ``_native.FakeCopy`` objects in tests) instead of the
+    ((device, stream handle) pairs, or ``_native.testing.FakeCopy`` objects in tests) instead of the
     default streams: the copy stage drops a CPU batch inside it, naming its copy stream."""
 
     def __init__(self, items):

@@ -230,8 +230,8 @@ class RayProducer:
             if o.stratified else []
         self.order_kind = "stratified" if self.classes is not None else "engine"
         self._torch = o.torch_output
-        self._prefetch = _native.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" else o.prefetch_factor
-        self._budget = o.memory_budget or _native.physical_memory_bytes() // 2
+        self._prefetch = _native.pydata.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" else o.prefetch_factor
+        self._budget = o.memory_budget or _native.engine.physical_memory_bytes() // 2
         loader_kw = dict(batch_size=o.batch_size, shuffle=self.shuffle, seed=o.seed,
                          drop_last=o.drop_last, rank=o.rank, world_size=o.world_size,
                          on_error=o.on_error, memory_budget=o.memory_budget or None)
@@ -246,7 +246,7 @@ class RayProducer:
                             "seed_samples": o.python["seed_samples"]}}
         self._actors = None
         self._stats = collections.Counter()
-        self._skipped_samples = collections.deque(maxlen=_native.SKIPPED_LISTED)
+        self._skipped_samples = collections.deque(maxlen=_native.engine.SKIPPED_LISTED)
 
     def attributes(self):
         o = self.options

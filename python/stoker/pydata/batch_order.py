@@ -1,11 +1,11 @@
 """The one place where a Python dataset's batch order is computed.
 
 Without a sampler or batch_sampler: the engine's order (EpochOrder and BatchPlan through
-``_native.batch_indices``): the same indices a native dataset with the same settings visits,
+``_native.engine.batch_indices``): the same indices a native dataset with the same settings visits,
 ``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as DistributedSampler
 splits it; an epoch resumed with another world size (elastic, see _state.py) starts its plan at
 global position ``origin``. With ``shuffle="stratified"`` or class weights: the engine's
-stratified order (``stratified``, a ``_native.StratifiedPlan``, balance.py). With a ``sampler``
+stratified order (``stratified``, a ``_native.engine.StratifiedPlan``, balance.py). With a ``sampler``
 or ``batch_sampler``: theirs, exactly as torch iterates them (a fresh iterator each epoch). An
 IterableDataset has no order: its workers' streams are the order.
 """
@@ -47,7 +47,7 @@ class BatchOrder:
     world_size: int
     batch_sampler: object = None  # torch's BatchSampler(sampler, ...) or the user's
     sampler: object = None  # with batch_size=None: one index (or key) a batch
-    stratified: object = None  # a _native.StratifiedPlan (shuffle="stratified", class_weights)
+    stratified: object = None  # a _native.engine.StratifiedPlan (shuffle="stratified", class_weights)
 
     def __len__(self):
         return self.num_batches()
@@ -60,7 +60,7 @@ class BatchOrder:
             return len(self.sampler)
         if self.stratified is not None:
             return len(self.stratified)
-        return _native.plan_num_batches(len(self.dataset), self.batch_size or 1, self.drop_last,
+        return _native.engine.plan_num_batches(len(self.dataset), self.batch_size or 1, self.drop_last,
                                         self.rank, self.world_size, origin)
 
     def batches(self, seed, epoch, start=0, origin=0):
@@ -82,6 +82,6 @@ class BatchOrder:
             n = len(self.dataset)
             bs = self.batch_size or 1
             for b in range(start, self.num_batches(origin)):
-                yield b, Draws(_native.batch_indices(n, bs, self.shuffle, seed, epoch,
+                yield b, Draws(_native.engine.batch_indices(n, bs, self.shuffle, seed, epoch,
                                                      self.drop_last, self.rank, self.world_size,
                                                      b, origin))

@@ -3,7 +3,7 @@
 One collation path. ``collate(samples, collate_fn, writer)`` is what torch's DataLoader computes:
 ``collate_fn(samples)``, or with the default collate, ``default_collate(samples)``'s value, faster:
 when every sample has sample 0's structure and leaf types (checked in C++:
-``_native.gather_columns``), each array leaf is one ``torch.stack(..., out=)`` straight into memory
+``_native.pydata.gather_columns``), each array leaf is one ``torch.stack(..., out=)`` straight into memory
 from ``writer``, and number columns go through NumPy. Samples that differ, or shapes that do not
 stack, are collated by ``default_collate`` itself, so values and errors are torch's. In the
 training process the writer allocates ordinary tensors; in a worker it carves the batch's slot of
@@ -14,8 +14,8 @@ its arrays (each in the slot: written there by collate, or copied; pickled only 
 free or the batch does not fit) and its other leaves (pickled). ``decode`` rebuilds it in the
 training process with tensors viewing the slot, without a copy.
 
-Structures: the batch tree of src/python/column_gatherer.h, which defines it (its nodes, and the
-tags, exported as ``_native.TREE_TAGS``); ``flatten`` builds it, ``rebuild`` reads it.
+Structures: the batch tree of src/pydata/column_gatherer.h, which defines it (its nodes, and the
+tags, exported as ``_native.pydata.TREE_TAGS``); ``flatten`` builds it, ``rebuild`` reads it.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 
 from .. import _native
 
-_ALIGN = _native.LEAF_ALIGNMENT
+_ALIGN = _native.pydata.LEAF_ALIGNMENT
 # In the training process, leaves above this many elements are stacked with NumPy: torch.stack
 # would wake torch's intra-op thread pool, whose threads compete with the workers. Below it torch
 # copies on the calling thread (at::internal::GRAIN_SIZE) and is faster (~0.15 us a tensor).
 _SERIAL_STACK_ELEMENTS = 32768
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex32)
 _TENSOR, _NDARRAY, _OBJECT, _MAPPING, _NAMEDTUPLE, _TUPLE, _SEQUENCE = (
-    _native.TREE_TAGS[name]
+    _native.pydata.TREE_TAGS[name]
     for name in ("tensor", "ndarray", "object", "mapping", "namedtuple", "tuple", "sequence"))
 _ARRAY_LEAF = (_TENSOR, _NDARRAY)
 
@@ -145,7 +145,7 @@ def _columns(samples):
     sample differs from sample 0 in structure or leaf types."""
     arrays0, objects0 = [], []
     struct = flatten(samples[0], arrays0, objects0)
-    got = _native.gather_columns(
+    got = _native.pydata.gather_columns(
         struct, samples, tuple(type(a) for a in arrays0), tuple(type(o) for o in objects0),
         tuple(None if isinstance(a, torch.Tensor) else a.dtype for a in arrays0))
     return None if got is None else (struct, arrays0, *got)

@@ -1,7 +1,7 @@
 """num_workers="auto" for a Python dataset: whether workers pay, decided from measured timings.
 
-The decision is the engine's (``_native.ExecutorPolicy``; the rule, its thresholds and why they
-are what they are: include/stoker/executor_policy.h). This module gives its answers the shape the
+The decision is the engine's (``_native.tuning.ExecutorPolicy``; the rule, its thresholds and why they
+are what they are: src/tuning/executor_policy.h). This module gives its answers the shape the
 Python front uses: a ``Decision`` to stay in this process, start worker processes, or start worker
 threads.
 """
@@ -12,7 +12,7 @@ import dataclasses
 
 from .. import _native
 
-_Native = _native.ExecutorPolicy
+_Native = _native.tuning.ExecutorPolicy
 FORK_NOW_S = _Native.FORK_NOW_S
 FORK_EPOCH_S = _Native.FORK_EPOCH_S
 FORK_PERSISTENT_S = _Native.FORK_PERSISTENT_S

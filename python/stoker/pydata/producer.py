@@ -52,8 +52,8 @@ from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 _MIN_SLOTS = 8
 _MAX_AUTO_WORKERS = 16
 # prefetch_factor="auto": the engine's default, 1 batch a worker above the engine's small batch.
-_AUTO_PREFETCH = _native.DEFAULT_PREFETCH_FACTOR
-_AUTO_PREFETCH_BYTES = _native.SMALL_BATCH_BYTES
+_AUTO_PREFETCH = _native.pydata.DEFAULT_PREFETCH_FACTOR
+_AUTO_PREFETCH_BYTES = _native.pydata.SMALL_BATCH_BYTES
 
 
 def _free_threaded():
@@ -109,9 +109,9 @@ def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, nu
                          "prefetch_factor to None.")
     if prefetch_factor not in ("auto", None) and (
             isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
-            or not 1 <= prefetch_factor <= _native.MAX_PREFETCH_FACTOR):
+            or not 1 <= prefetch_factor <= _native.engine.MAX_PREFETCH_FACTOR):
         raise ValueError(f'prefetch_factor must be "auto", None or an integer in '
-                         f'[1, {_native.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')
+                         f'[1, {_native.engine.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0")
 
@@ -138,7 +138,7 @@ def _context(value, num_workers):
 
 def _warn_worker_count(n):
     """torch's warning for more workers than this machine suggests."""
-    cores = _native.usable_cores()
+    cores = _native.engine.usable_cores()
     if n > cores:
         warnings.warn(f"This DataLoader will create {n} worker processes in total. This machine "
                       f"has {cores} usable cores, fewer than the workers: excessive worker "
@@ -247,7 +247,7 @@ class PythonProducer:
         # their last tensor dies): with pin_memory=True or a CUDA device, when CUDA is present.
         # Registered in this process only: workers never touch CUDA.
         self._pinned_pool = (o.pin_memory is True or o.device is not None) and \
-            _native.cuda_available()
+            _native.gpu.cuda_available()
         if self._pinned_pool:
             _feed.install_fence_provider()
         self._iterable = iterable
@@ -256,7 +256,7 @@ class PythonProducer:
         self._num_workers_arg = num_workers
         self._prefetch_arg = None if prefetch_factor in ("auto", None) else prefetch_factor
         self._prefetch_auto = _AUTO_PREFETCH
-        self._budget = o.memory_budget or _native.physical_memory_bytes() // 2
+        self._budget = o.memory_budget or _native.engine.physical_memory_bytes() // 2
         plan = balance.stratified_plan(dataset, shuffle_arg, o.class_weights, o.labels,
                                        self.seed, batch_size, drop_last, rank, world_size) \
             if stratified else None
@@ -279,7 +279,7 @@ class PythonProducer:
         self._last_iterator = None
         self._IterableDataset_len_called = None
         self._stats = collections.Counter()
-        self._skipped_samples = collections.deque(maxlen=_native.SKIPPED_LISTED)
+        self._skipped_samples = collections.deque(maxlen=_native.engine.SKIPPED_LISTED)
         self._mode, self._kind, self._workers_n, self._consumer_produces = self._executor()
 
     def attributes(self):
@@ -299,7 +299,7 @@ class PythonProducer:
         """The seed of the order and of the sample keys (drawn once from ``generator``)."""
         if self._seed is None:
             self._seed = int(torch.empty((), dtype=torch.int64).random_(
-                generator=self.generator).item()) & _native.SEED_MASK
+                generator=self.generator).item()) & _native.pydata.SEED_MASK
         return self._seed
 
     @property
@@ -333,7 +333,7 @@ class PythonProducer:
         """(mode, worker kind, worker count, whether this process produces while workers run).
         mode: "local" (this process), "pool" (workers from the start) or "measure" (auto)."""
         n = self._num_workers_arg
-        cores = min(_native.usable_cores(), _MAX_AUTO_WORKERS)
+        cores = min(_native.engine.usable_cores(), _MAX_AUTO_WORKERS)
         threads = self.worker_type == "thread" or (
             self.worker_type == "auto" and _free_threaded() and _thread_safe(self.dataset))
         kind = "threads" if threads else "processes"
@@ -377,7 +377,7 @@ class PythonProducer:
         if self._shared_pool is None:
             slots = max(_MIN_SLOTS, 2 * self.prefetch_factor * workers + 2)
             buffer_bytes = max(4096, self._budget // slots // 4096 * 4096)
-            self._shared_pool = _native.SharedPool(buffer_bytes, buffer_bytes * slots,
+            self._shared_pool = _native.pydata.SharedPool(buffer_bytes, buffer_bytes * slots,
                                                    pinned=self._pinned_pool)
         return self._shared_pool
 
@@ -424,7 +424,7 @@ class PythonProducer:
             if self._policy is None:
                 context = self.context or multiprocessing.get_context()
                 self._policy = ExecutorPolicy(
-                    min(_native.usable_cores(), _MAX_AUTO_WORKERS),
+                    min(_native.engine.usable_cores(), _MAX_AUTO_WORKERS),
                     forked=context.get_start_method() == "fork",
                     persistent=self.persistent_workers,
                     threads_allowed=(self.worker_type == "auto" and self.seed_samples is False

@@ -1,6 +1,6 @@
 """Where the interpreter's three global generators keep their states, for per-sample seeding.
 
-This module and src/python/global_seeder.h are the only code that touches other libraries'
+This module and src/pydata/global_seeder.h are the only code that touches other libraries'
 private memory. ``locate()`` finds the fields listed below in this process by giving each generator
 a known state through its public calls and matching the generator's memory; it then seeds through
 the fields and checks every generator against its public getstate()/get_state(). When anything
@@ -90,7 +90,7 @@ def _torch_fields():
     if not impl or not _readable(impl, 512 + 2544):
         return None
     marker = 0x5EED_C0DE_1234_5678
-    words = _native.mt19937_state(marker, "torch")
+    words = _native.pydata.mt19937_state(marker, "torch")
     marked = torch_state(marker, words, left=7, next_word=617, double_normal=-1.75,
                          float_normal=3.25)
     gen.set_state(marked)
@@ -110,18 +110,18 @@ def _torch_fields():
 
 def _verify(seeder):
     """Whether seeding through ``seeder`` gives each generator exactly the documented state."""
-    key = _native.sample_key(1, 2, 3)
+    key = _native.pydata.sample_key(1, 2, 3)
     seeder.seed(key, ["random", "numpy", "torch"])
     py, nps = random.getstate(), np.random.mtrand._rand.get_state(legacy=True)
-    return (list(py[1]) == _native.mt19937_state(key, "random") + [624] and py[2] is None
-            and nps[1].tolist() == _native.mt19937_state(key, "numpy")
+    return (list(py[1]) == _native.pydata.mt19937_state(key, "random") + [624] and py[2] is None
+            and nps[1].tolist() == _native.pydata.mt19937_state(key, "numpy")
             and nps[2:] == (624, 0, 0.0)
             and torch.default_generator.get_state().numpy().tobytes()
-            == torch_state(key, _native.mt19937_state(key, "torch")).numpy().tobytes())
+            == torch_state(key, _native.pydata.mt19937_state(key, "torch")).numpy().tobytes())
 
 
 def locate():
-    """A ``_native.GlobalSeeder`` writing the three generators' fields, or None where they
+    """A ``_native.pydata.GlobalSeeder`` writing the three generators' fields, or None where they
     cannot be located and verified. The generators' states are put back afterwards."""
     saved = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
     try:
@@ -155,7 +155,7 @@ def locate():
         torch_fields = _torch_fields()
         if torch_fields is None:
             return None
-        seeder = _native.GlobalSeeder(
+        seeder = _native.pydata.GlobalSeeder(
             id(inst) + at - 4, id(inst) + at, inst.__dict__, state, state + 624 * 4,
             id(rs) + aug + 8, id(rs) + aug + 16, *torch_fields)
         return seeder if _verify(seeder) else None

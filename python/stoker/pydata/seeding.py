@@ -6,9 +6,9 @@ has one, else from the loader's ``seed`` and the epoch. Worker ``w`` seeds ``ran
 (``get_worker_info().seed == torch.initial_seed()`` there).
 
 Per-sample seeds (``seed_samples``, default True): before ``dataset[i]`` runs, the three global
-generators get states derived from the sample's key, ``_native.sample_key(seed, epoch, i)`` (63
+generators get states derived from the sample's key, ``_native.pydata.sample_key(seed, epoch, i)`` (63
 bits; ``torch.initial_seed()`` reports it), so a sample's randomness does not depend on which
-worker ran it (src/python/sample_fetcher.h has the adaptive rule). A generator that
+worker ran it (src/pydata/sample_fetcher.h has the adaptive rule). A generator that
 ``worker_init_fn`` seeded (or drew from) is left to it in that worker: the user's seeding wins.
 """
 
@@ -24,7 +24,7 @@ from .. import _native
 from . import rng_fields
 
 GENERATORS = ("random", "numpy", "torch")
-_located = None  # a _native.GlobalSeeder; False where the fields could not be located
+_located = None  # a _native.pydata.GlobalSeeder; False where the fields could not be located
 
 
 def global_seeder():
@@ -40,13 +40,13 @@ def base_seed(seed, epoch, generator=None):
     draws it), else derived from (seed, epoch)."""
     if generator is not None:
         return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) \
-            & _native.SEED_MASK
-    return _native.hash_key(seed, epoch, 0x5EED_0F_3A7E) >> 1
+            & _native.pydata.SEED_MASK
+    return _native.engine.hash_key(seed, epoch, 0x5EED_0F_3A7E) >> 1
 
 
 def seed_worker(base, worker_id):
     """Seeds this worker's generators as torch seeds its workers; returns the worker's seed."""
-    seed = (base + worker_id) & _native.SEED_MASK
+    seed = (base + worker_id) & _native.pydata.SEED_MASK
     random.seed(seed)
     torch.manual_seed(seed)
     np.random.seed([seed & 0xFFFFFFFF, seed >> 32, worker_id])
@@ -71,23 +71,23 @@ def _slow_seed(leave_alone):
     """Seeding through the public calls, with the states the native writer gives."""
     def seed(key):
         if not leave_alone[0]:
-            random.setstate((3, tuple(_native.mt19937_state(key, "random")) + (624,), None))
+            random.setstate((3, tuple(_native.pydata.mt19937_state(key, "random")) + (624,), None))
         if not leave_alone[1]:
-            np.random.set_state(("MT19937", np.array(_native.mt19937_state(key, "numpy"),
+            np.random.set_state(("MT19937", np.array(_native.pydata.mt19937_state(key, "numpy"),
                                                      np.uint32), 624, 0, 0.0))
         if not leave_alone[2]:
             torch.default_generator.set_state(
-                rng_fields.torch_state(key, _native.mt19937_state(key, "torch")))
+                rng_fields.torch_state(key, _native.pydata.mt19937_state(key, "torch")))
     return seed
 
 
 def fetcher(seed, seed_samples, leave_alone=(False, False, False), skip=False, size=0):
-    """A ``_native.SampleFetcher`` for this process: ``seed_samples`` True (adaptive), "always"
+    """A ``_native.pydata.SampleFetcher`` for this process: ``seed_samples`` True (adaptive), "always"
     or False; ``leave_alone``: per generator, whether a worker_init_fn owns it here."""
     mode = {True: "adaptive", "always": "always", False: "off"}[seed_samples]
     native = global_seeder() if mode != "off" else None
     slow = _slow_seed(leave_alone) if mode != "off" and native is None else None
-    return _native.SampleFetcher(seed, mode, native, slow, list(leave_alone), skip, size)
+    return _native.pydata.SampleFetcher(seed, mode, native, slow, list(leave_alone), skip, size)
 
 
 @contextlib.contextmanager

@@ -90,7 +90,7 @@ class _ArenaHandle:
 
 
 def _attach_arena(dup_fd):
-    return _native.SharedArena.attach(dup_fd.detach())
+    return _native.pydata.SharedArena.attach(dup_fd.detach())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,7 @@ class WorkerSetup:
     config: ProducerConfig
     base_seed: int
     worker_init_fn: object
-    arena: object  # _ArenaHandle, or (unpickled) the mapped _native.SharedArena; None: no arena
+    arena: object  # _ArenaHandle, or (unpickled) the mapped _native.pydata.SharedArena; None: no arena
     parent_pid: int
     datapipe: bool  # an IterDataPipe: sharded per worker and seeded per epoch, as torch does
 

@@ -15,14 +15,14 @@ _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
 def _as_array(a, position):
     """``a`` as a NumPy array, and the mapping that guards reads of it (Stoker's own mapping of the
-    file, so that a file truncated under it raises instead of SIGBUS): an ``_native.NpyFile``
-    for a .npy path, an ``_native.FileMapping`` for an array NumPy mapped read-only, else None."""
+    file, so that a file truncated under it raises instead of SIGBUS): an ``_native.sources.NpyFile``
+    for a .npy path, an ``_native.sources.FileMapping`` for an array NumPy mapped read-only, else None."""
     guard = None
     if isinstance(a, (str, os.PathLike)):
         path = os.fspath(a)
         if not path.endswith(".npy"):
             raise ValueError(f"array {position}: a path must name a .npy file, got {path!r}")
-        guard = _native.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
+        guard = _native.sources.NpyFile(path)  # memory-mapped, read-only; the header parsed natively
         a = guard.array
     elif isinstance(a, np.ndarray):
         again = _mapped_again(a)
@@ -56,7 +56,7 @@ def _numpy_mapping(a):
 
 def _mapped_again(a):
     """``a`` rebuilt over Stoker's own mapping of the file NumPy mapped it from, at the same
-    place with the same strides, and that ``_native.FileMapping``; None when ``a`` is not a
+    place with the same strides, and that ``_native.sources.FileMapping``; None when ``a`` is not a
     read-only NumPy mapping of a file (writable and copy-on-write mappings are read as they are:
     the user may write through them) or the file changed since NumPy mapped it."""
     m = _numpy_mapping(a)
@@ -64,7 +64,7 @@ def _mapped_again(a):
         return None
     try:
         mapped_at = np.frombuffer(m._mmap, dtype=np.uint8).ctypes.data
-        mapping = _native.FileMapping(os.fspath(m.filename))
+        mapping = _native.sources.FileMapping(os.fspath(m.filename))
     except (OSError, ValueError):  # NumPy's mapping closed, or the file gone
         return None
     # NumPy maps from the file offset rounded down to the allocation granularity.
@@ -90,9 +90,9 @@ def _byte_bounds(a):
 def _guarded_spec(a, guard):
     """How an array travels in a pickle: a .npy path as its path, an array over a FileMapping as
     its place in the file (mapped again where it is unpickled), anything else as its data."""
-    if isinstance(guard, _native.NpyFile):
+    if isinstance(guard, _native.sources.NpyFile):
         return guard.path
-    if isinstance(guard, _native.FileMapping):
+    if isinstance(guard, _native.sources.FileMapping):
         offset = a.ctypes.data - guard.bytes.ctypes.data
         return _Mapped((guard.path, a.dtype.str, a.shape, offset, a.strides))
     return a
@@ -145,7 +145,7 @@ class ArrayDataset:
                 + ", ".join(str(len(a)) for a in self.arrays))
         names = list(names) if names is not None else [str(i) for i in range(len(arrays))]
         self._names = names
-        self._source = _native.ArraySource(list(self.arrays), names, list(self._files))
+        self._source = _native.sources.ArraySource(list(self.arrays), names, list(self._files))
 
     @property
     def targets(self):
@@ -188,7 +188,7 @@ class TokenDataset:
         self.path = os.fspath(path)
         self.dtype = dtype
         self.seq_len = seq_len
-        self._source = _native.TokenSource(self.path, dtype, seq_len)
+        self._source = _native.sources.TokenSource(self.path, dtype, seq_len)
         self.num_tokens = self._source.num_tokens
         self.format = self._source.format  # "raw", "llm.c" or "npy"
 

@@ -23,7 +23,7 @@ __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 # PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-_DEFAULT_MAX_PIXELS = _native.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (image/decode.h)
+_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (image/decode.h)
 
 _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "
@@ -50,7 +50,7 @@ class _ImageDataset:
         if transform is None:
             self._unbatchable = _NO_TRANSFORM.format(name=type(self).__name__)
         else:
-            self._source = self._cpu_source = _native.ImageSource(
+            self._source = self._cpu_source = _native.sources.ImageSource(
                 files, _pipeline_spec(transform), max_pixels)
             self._shape = tuple(self._source.image_shape)
             self._dtype = self._source.image_dtype
@@ -85,7 +85,7 @@ class _ImageDataset:
         return _as_array(image_bytes, self._dtype, self._shape), label
 
     def _decode(self, i):
-        return _native.decode_file(self._files.read(i), self.max_pixels)
+        return _native.image.decode_file(self._files.read(i), self.max_pixels)
 
     def __repr__(self):
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}"]
@@ -122,7 +122,7 @@ class ImageFolder(_ImageDataset):
         self.samples = self.make_dataset(self.root, self.class_to_idx)
         self.targets = [s[1] for s in self.samples]
         self.imgs = self.samples
-        self._init_source(_native.ImageFolderFiles(self.samples), transform, max_pixels, decode,
+        self._init_source(_native.sources.ImageFolderFiles(self.samples), transform, max_pixels, decode,
                           [p for p, _ in self.samples])
 
     @staticmethod
@@ -160,7 +160,7 @@ class ImageFolder(_ImageDataset):
         return samples
 
     def _decode(self, i):
-        return _native.decode_file(self.samples[i][0], self.max_pixels)
+        return _native.image.decode_file(self.samples[i][0], self.max_pixels)
 
     def __reduce__(self):  # pickled as its spec: the tree is scanned again where it is unpickled
         return ImageFolder, (self.root, self.transform, self.max_pixels)
@@ -188,7 +188,7 @@ class TarShards(_ImageDataset):
             self.paths = [os.path.expanduser(os.fspath(p)) for p in paths]
             if not self.paths:
                 raise ValueError("TarShards needs at least one shard path")
-        files = _native.TarShardFiles(self.paths)
+        files = _native.sources.TarShardFiles(self.paths)
         self.labels = list(files.labels)
         self.targets = self.labels
         self._init_source(files, transform, max_pixels, decode)

@@ -86,8 +86,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     for _ in range(warmup_batches):
         step_fn(next_batch())
     s0 = native.stats() if native is not None else None
-    sys0 = _native.read_system()
-    gpu = _native.GpuSampler(_gpu_index(loader))
+    sys0 = _native.tuning.read_system()
+    gpu = _native.tuning.GpuSampler(_gpu_index(loader))
     wait = step = step_cpu = 0.0
     samples = batches = 0
     start = time.perf_counter()
@@ -107,7 +107,7 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         batches += 1
         del batch
     wall = time.perf_counter() - start
-    sys1 = _native.read_system()
+    sys1 = _native.tuning.read_system()
     gpu_figures = gpu.stop()
     cores = []
     for b0, t0_, b1, t1_ in zip(sys0["core_busy"], sys0["core_total"], sys1["core_busy"],
@@ -135,9 +135,9 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         "stages": stages, "core_utilization": cores, "rss_bytes": sys1["rss_bytes"],
         "pinned_bytes": pinned, "pinned_budget_bytes": pinned_budget,
         "buffer_bytes_peak": peak, "memory_budget": budget,
-        "process_pinned_bytes": _native.cuda_pinned_bytes(), **gpu_figures,
+        "process_pinned_bytes": _native.gpu.cuda_pinned_bytes(), **gpu_figures,
     }
-    verdict = _native.diagnose(figures)
+    verdict = _native.tuning.diagnose(figures)
     report = Report(verdict)
     report.update(figures=figures, batches=batches, samples=samples,
                   samples_per_s=samples / wall if wall else 0.0,

@@ -32,7 +32,7 @@ __all__ = ["channel_stats", "class_mix", "main"]
 
 class _StatsDataset:
     def __init__(self, dataset):
-        self._source = _native.ChannelStatsSource(dataset._files, dataset.max_pixels)
+        self._source = _native.sources.ChannelStatsSource(dataset._files, dataset.max_pixels)
 
     def __len__(self):
         return len(self._source)
@@ -65,15 +65,15 @@ def channel_stats(dataset, num_workers="auto", batch_size=64):
 def _mix_of_mode(labels, classes, shares, batch_size, drop_last, world_size, seed, epochs,
                  shuffle, weights):
     """Per-batch counts of every class, summarized, over `epochs` epochs of every rank."""
-    source = _native.ArraySource([np.arange(len(labels), dtype=np.int64)], ["i"])
-    groups = _native.ClassGroups(labels) if shuffle == "stratified" or weights else None
+    source = _native.sources.ArraySource([np.arange(len(labels), dtype=np.int64)], ["i"])
+    groups = _native.engine.ClassGroups(labels) if shuffle == "stratified" or weights else None
     class_index = np.searchsorted(classes, labels)
     expected = batch_size * np.asarray(shares)
     per_class = {"min": None, "max": None, "sum": 0.0, "sum_sq": 0.0, "without": 0}
     batches = within = 0
     worst = 0.0
     for rank in range(world_size):
-        loader = _native.Loader(source, batch_size, shuffle is not False, seed, drop_last, 0, -1,
+        loader = _native.engine.Loader(source, batch_size, shuffle is not False, seed, drop_last, 0, -1,
                                 "off", 0, rank, world_size, "raise", classes=groups,
                                 class_weights=weights)
         if len(loader) == 0:
@@ -130,7 +130,7 @@ def class_mix(labels, batch_size=32, drop_last=True, world_size=1, seed=0, epoch
     modes = [("shuffle=False", False, [], shares), ("shuffle=True", True, [], shares),
              ('shuffle="stratified"', "stratified", [], shares)]
     if class_weights is not None:
-        weights = balance.weights_for(_native.ClassGroups(labels), class_weights)
+        weights = balance.weights_for(_native.engine.ClassGroups(labels), class_weights)
         total = sum(weights)
         name = (f"class_weights={class_weights!r}" if isinstance(class_weights, str)
                 else "class_weights")

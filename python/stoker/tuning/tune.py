@@ -42,7 +42,7 @@ def _worker_values(max_workers):
 def _torch_cuda():
     """True when PyTorch sees a CUDA device (without importing torch if it is not loaded yet and
     the engine sees no CUDA driver)."""
-    if not _native.cuda_available():
+    if not _native.gpu.cuda_available():
         return False
     try:
         import torch
@@ -55,16 +55,16 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
     """The knob specifications: explicit values within hard caps. With a GPU (``gpu``; None:
     CUDA present) Stoker's knobs include pin_memory and device (0: CPU batches that the training
     loop copies with ``x.to("cuda", non_blocking=True)``, 1: ``device="cuda"``)."""
-    cores = _native.usable_cores()
+    cores = _native.engine.usable_cores()
     max_workers = max_workers or max(2, 2 * cores)
-    workers = _worker_values(min(max_workers, _native.MAX_WORKERS))
+    workers = _worker_values(min(max_workers, _native.engine.MAX_WORKERS))
     if torch:
         workers = [0] + workers
     knobs = [
         {"name": "num_workers", "values": workers, "start": min(cores, workers[-1]),
-         "min": 0, "max": _native.MAX_WORKERS},
+         "min": 0, "max": _native.engine.MAX_WORKERS},
         {"name": "prefetch_factor", "values": [1, 2, 4, 8], "start": 2, "min": 1,
-         "max": _native.MAX_PREFETCH_FACTOR},
+         "max": _native.engine.MAX_PREFETCH_FACTOR},
     ]
     cuda = _torch_cuda() if gpu is None else gpu
     knobs.append({"name": "pin_memory", "values": [0, 1] if cuda else [0], "start": int(cuda),
@@ -143,12 +143,12 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
         sample_bytes = _sample_bytes_of(dataset)
 
         def memory(config):
-            return _native.estimate_loader_memory(config, sample_bytes, batch_size)
+            return _native.tuning.estimate_loader_memory(config, sample_bytes, batch_size)
 
-        result = _native.tune_callback(knobs, measure, memory,
+        result = _native.tuning.tune_callback(knobs, measure, memory,
                                        _options(repeats, budget, time_budget), progress)
         return _finish(result, "stoker")
-    result = _native.tune_loader(
+    result = _native.tuning.tune_loader(
         dataset._source, knobs,
         {"batch_size": batch_size, "shuffle": shuffle, "seed": seed, "min_batches": min_batches},
         _options(repeats, budget, time_budget), seconds, progress)
@@ -277,10 +277,10 @@ def tune_torch(dataset, loader_kwargs=None, *, memory_budget=None, repeats=2, se
         return samples / elapsed
 
     def memory(config):
-        return _native.estimate_loader_memory(config, sample_bytes, batch_size)
+        return _native.tuning.estimate_loader_memory(config, sample_bytes, batch_size)
 
     budget = _parse_bytes(memory_budget) if memory_budget is not None else 0
-    result = _native.tune_callback(knobs, measure, memory, _options(repeats, budget, time_budget),
+    result = _native.tuning.tune_callback(knobs, measure, memory, _options(repeats, budget, time_budget),
                                    progress)
     result = _finish(result, "torch")
     result["recommended"]["batch_size"] = batch_size

@@ -1,0 +1,368 @@
+// The engine wing (stoker._native.engine).
+//
+// The loader and its epoch iterator. Batches leave as zero-copy NumPy arrays or torch tensors (via
+// DLPack) that share one owner: the batch buffer returns to the pool when the last of them dies.
+//
+// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h): what the
+// Python fronts need to visit the same samples as the native loader, resume a state saved with
+// another world size, and share a rank's epoch among offload actors.
+//
+// Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
+// plan itself for orders made outside the native loader (Python datasets).
+//
+// hash_key of random.h, and the loader's limits.
+#include "stoker/loader.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "stoker/errors.h"
+#include "stoker/order.h"
+#include "stoker/random.h"
+#include "stoker/stratified_order.h"
+
+namespace stoker::python {
+namespace {
+
+enum class Output { kNumpy, kTorch };
+
+template <typename Framework>
+nb::object export_field(const BatchField& f, nb::handle owner) {
+  std::vector<size_t> shape(f.shape.begin(), f.shape.end());
+  const nb::dlpack::dtype dtype{static_cast<uint8_t>(f.dtype.code), f.dtype.bits, 1};
+  return nb::ndarray<Framework>(f.data, shape.size(), shape.data(), owner, nullptr, dtype,
+                                nb::device::cpu::value)
+      .cast();
+}
+
+// The fields share one owner; when the last of them dies, a pinned buffer gets its fences (the
+// copies still queued from it) before it goes back to the pool.
+nb::tuple export_batch(std::shared_ptr<Batch> batch, Output output) {
+  const Batch& b = *batch;
+  nb::capsule owner(new std::shared_ptr<Batch>(std::move(batch)), [](void* p) noexcept {
+    auto* held = static_cast<std::shared_ptr<Batch>*>(p);
+    fence_released_batch(**held);
+    delete held;
+  });
+  nb::list fields;
+  for (const BatchField& f : b.fields)
+    fields.append(output == Output::kTorch ? export_field<nb::pytorch>(f, owner)
+                                           : export_field<nb::numpy>(f, owner));
+  return nb::tuple(fields);
+}
+
+nb::dict decision_dict(const AutotuneDecision& d) {
+  nb::dict out;
+  out["time_s"] = d.time_s;
+  out["num_workers"] = nb::make_tuple(d.workers_from, d.workers_to);
+  out["prefetch_factor"] = nb::make_tuple(d.prefetch_from, d.prefetch_to);
+  out["consumer_wait_fraction"] = d.figures.consumer_wait_fraction;
+  out["worker_busy_fraction"] = d.figures.worker_busy_fraction;
+  out["queue_occupancy"] = d.figures.queue_occupancy;
+  out["worker_blocked_fraction"] = d.figures.worker_blocked_fraction;
+  out["samples_per_s"] = d.figures.samples_per_s;
+  out["reason"] = d.reason;
+  return out;
+}
+
+// New autotune decisions go to the Python logger "stoker.autotune" (INFO).
+void log_decisions(EpochIterator& it) {
+  std::vector<AutotuneDecision> decisions = it.drain_decisions();
+  if (decisions.empty()) return;
+  nb::object logger = nb::module_::import_("logging").attr("getLogger")("stoker.autotune");
+  for (const AutotuneDecision& d : decisions) {
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "t=%.2fs num_workers %d -> %d, prefetch_factor %d -> %d (%s; consumer wait "
+                  "%.0f%%, workers busy %.0f%%, queue %.0f%%, %.0f samples/s)",
+                  d.time_s, d.workers_from, d.workers_to, d.prefetch_from, d.prefetch_to,
+                  d.reason.c_str(), 100 * d.figures.consumer_wait_fraction,
+                  100 * d.figures.worker_busy_fraction, 100 * d.figures.queue_occupancy,
+                  d.figures.samples_per_s);
+    logger.attr("info")(msg);
+  }
+}
+
+// Waits for the next batch without holding the GIL, checking for Ctrl-C between short waits.
+nb::tuple next_batch(EpochIterator& it, Output output) {
+  std::shared_ptr<Batch> batch;
+  for (;;) {
+    EpochIterator::Status status;
+    {
+      nb::gil_scoped_release release;
+      status = it.next_for(std::chrono::milliseconds(50), &batch);
+    }
+    log_decisions(it);
+    if (status == EpochIterator::Status::kBatch) return export_batch(std::move(batch), output);
+    if (status == EpochIterator::Status::kEnd) throw nb::stop_iteration();
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+}
+
+PinMemory parse_pin(const std::string& s) {
+  if (s == "auto") return PinMemory::kAuto;
+  if (s == "on") return PinMemory::kOn;
+  if (s == "off") return PinMemory::kOff;
+  throw InvalidArgument("pin_memory must be \"auto\", True or False");
+}
+
+OnError parse_on_error(const std::string& s) {
+  if (s == "raise") return OnError::kRaise;
+  if (s == "skip") return OnError::kSkip;
+  throw InvalidArgument("on_error must be \"raise\" or \"skip\", got \"" + s + "\"");
+}
+
+nb::dict stats_dict(const LoaderStats& s) {
+  nb::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["skipped"] = s.skipped;
+  d["skipped_samples"] = s.skipped_samples;
+  d["read_s"] = s.read_seconds;
+  d["buffer_wait_s"] = s.buffer_wait_seconds;
+  d["consumer_wait_s"] = s.consumer_wait_seconds;
+  d["buffer_bytes"] = s.buffer_bytes;
+  d["buffer_bytes_peak"] = s.buffer_bytes_peak;
+  d["pinned_bytes"] = s.pinned_bytes;
+  d["fenced_buffers"] = s.fenced_buffers;
+  d["memory_budget"] = s.memory_budget;
+  d["batch_bytes"] = s.batch_bytes;
+  d["worker_cpu_s"] = s.worker_cpu_seconds;
+  d["active_workers"] = s.active_workers;
+  d["prefetch_factor_now"] = s.prefetch_factor;
+  d["autotune_enabled"] = s.autotune;
+  nb::list decisions;
+  for (const AutotuneDecision& a : s.autotune_decisions) decisions.append(decision_dict(a));
+  d["autotune"] = decisions;
+  return d;
+}
+
+std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed, uint64_t epoch,
+                              uint64_t batch) {
+  if (batch >= plan.num_batches())
+    throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
+                          std::to_string(plan.num_batches()) + " batches");
+  std::vector<uint64_t> out(plan.batch_length(batch));
+  for (uint64_t s = 0; s < out.size(); ++s)
+    out[s] = plan.global_position(batch * plan.batch_size() + s);
+  EpochOrder(plan.num_samples(), shuffle, seed, epoch).map(out, out);
+  return out;
+}
+
+using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A plan that keeps the order of the epoch last asked for, so that asking for an epoch's batches
+// one at a time makes the epoch's O(classes) state once.
+class CachedPlan {
+ public:
+  explicit CachedPlan(StratifiedPlan plan) : plan_(std::move(plan)) {}
+
+  const StratifiedPlan& plan() const { return plan_; }
+
+  // The samples of batch b of `epoch`, and with `cycles` the cycle of each draw.
+  std::vector<uint64_t> batch(uint64_t epoch, uint64_t b, std::vector<uint64_t>* cycles = nullptr) {
+    std::vector<uint64_t> out(b < plan_.num_batches() ? plan_.batch_length(b) : 0);
+    if (cycles) cycles->resize(out.size());
+    std::lock_guard lock(mu_);
+    if (!epoch_ || epoch_->epoch() != epoch) epoch_ = plan_.epoch(epoch);
+    epoch_->batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
+    return out;
+  }
+
+ private:
+  const StratifiedPlan plan_;
+  std::mutex mu_;
+  std::optional<StratifiedEpoch> epoch_;  // guarded by mu_
+};
+
+}  // namespace
+
+void register_engine(nb::module_& m) {
+  nb::class_<EpochIterator>(m, "EpochIterator")
+      .def(
+          "next",
+          [](EpochIterator& it, bool torch) {
+            return next_batch(it, torch ? Output::kTorch : Output::kNumpy);
+          },
+          nb::arg("torch"), "The next batch as a tuple of arrays; StopIteration at the end.")
+      .def_prop_ro("position", &EpochIterator::position)
+      .def_prop_ro("epoch", &EpochIterator::epoch);
+
+  nb::class_<Loader>(m, "Loader")
+      .def(nb::new_([](std::shared_ptr<Source> source, uint64_t batch_size, bool shuffle,
+                       uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
+                       const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
+                       uint64_t world_size, const std::string& on_error, int cpu_budget,
+                       std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights) {
+             LoaderOptions o;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.drop_last = drop_last;
+             o.num_workers = num_workers;
+             o.prefetch_factor = prefetch_factor;
+             o.pin_memory = parse_pin(pin_memory);
+             o.memory_budget = memory_budget;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.on_error = parse_on_error(on_error);
+             o.cpu_budget = cpu_budget;
+             o.classes = std::move(classes);
+             o.class_weights = std::move(class_weights);
+             return std::make_shared<Loader>(std::move(source), o);
+           }),
+           nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
+           nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
+           nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"), nb::arg("world_size"),
+           nb::arg("on_error"), nb::arg("cpu_budget") = 0, nb::arg("classes").none() = nb::none(),
+           nb::arg("class_weights") = std::vector<double>{})
+      .def("__len__", &Loader::num_batches)
+      .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
+      .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
+      .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
+      .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
+      .def_prop_ro("pinned", &Loader::pinned)
+      .def(
+          "iterate",
+          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan) {
+            return l.iterate(epoch, start_batch, plan ? *plan : l.plan());
+          },
+          nb::arg("epoch"), nb::arg("start_batch") = 0, nb::arg("plan") = nb::none(),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "The batches of `epoch` from `start_batch` on, following `plan` (a "
+          "_native.engine.BatchPlan: an elastic start, a strided view) or the loader's own.")
+      .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
+      .def(
+          "epoch_indices",
+          [](const Loader& l, uint64_t epoch) {
+            auto* v = new std::vector<uint64_t>(l.epoch_indices(epoch));
+            nb::capsule owner(
+                v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+            return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+          },
+          nb::arg("epoch"), "The samples the epoch reads, batch after batch, as a uint64 array.");
+
+  m.def("usable_cores", &usable_cores, "Cores this process may run on.");
+  m.def("physical_memory_bytes", &physical_memory_bytes);
+
+  nb::class_<BatchPlan>(m, "BatchPlan")
+      .def(nb::init<uint64_t, uint64_t, bool, uint64_t, uint64_t, uint64_t>(), nb::arg("n"),
+           nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"),
+           nb::arg("start") = 0,
+           "A rank's batches of an epoch of n samples, from global position `start` on.")
+      .def_prop_ro("num_samples", &BatchPlan::num_samples)
+      .def_prop_ro("batch_size", &BatchPlan::batch_size)
+      .def_prop_ro("start", &BatchPlan::start)
+      .def_prop_ro("num_batches", &BatchPlan::num_batches)
+      .def_prop_ro("samples_per_rank", &BatchPlan::samples_per_rank)
+      .def("__len__", &BatchPlan::num_batches)
+      .def("batch_length", &BatchPlan::batch_length, nb::arg("batch"))
+      .def("position_after", &BatchPlan::position_after, nb::arg("batches"),
+           "The global position the job reached once each of its ranks delivered `batches` "
+           "batches of this plan (num_samples when that finishes it).")
+      .def("strided", &BatchPlan::strided, nb::arg("first"), nb::arg("step"),
+           "The view whose batch j is this plan's batch first + j * step.")
+      .def("indices", &indices, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
+           nb::arg("batch"), "The sample indices of batch `batch` of the plan in `epoch`.");
+
+  m.def(
+      "plan_num_batches",
+      [](uint64_t n, uint64_t batch_size, bool drop_last, uint64_t rank, uint64_t world_size,
+         uint64_t start) {
+        return BatchPlan(n, batch_size, drop_last, rank, world_size, start).num_batches();
+      },
+      nb::arg("n"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
+      nb::arg("world_size"), nb::arg("start") = 0);
+
+  m.def(
+      "batch_indices",
+      [](uint64_t n, uint64_t batch_size, bool shuffle, uint64_t seed, uint64_t epoch,
+         bool drop_last, uint64_t rank, uint64_t world_size, uint64_t batch, uint64_t start) {
+        return indices(BatchPlan(n, batch_size, drop_last, rank, world_size, start), shuffle, seed,
+                       epoch, batch);
+      },
+      nb::arg("n"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
+      nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"), nb::arg("batch"),
+      nb::arg("start") = 0,
+      "The sample indices of batch `batch` of an epoch, exactly as the native loader visits them "
+      "(from global position `start` on, for an elastic resume).");
+
+  nb::class_<ClassGroups>(m, "ClassGroups")
+      .def(nb::new_([](const Labels& labels) {
+             const std::span<const int64_t> view(labels.data(), labels.shape(0));
+             nb::gil_scoped_release release;
+             return std::make_shared<ClassGroups>(view);
+           }),
+           nb::arg("labels"), "The samples grouped by their labels (an int64 array).")
+      .def("__len__", &ClassGroups::num_samples)
+      .def_prop_ro("num_classes", &ClassGroups::num_classes)
+      .def_prop_ro("labels",
+                   [](const ClassGroups& g) {
+                     std::vector<int64_t> v(g.num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = g.label(c);
+                     return v;
+                   })
+      .def_prop_ro("counts",
+                   [](const ClassGroups& g) {
+                     std::vector<uint64_t> v(g.num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = g.count(c);
+                     return v;
+                   })
+      .def_prop_ro("memory_bytes", &ClassGroups::memory_bytes);
+
+  nb::class_<CachedPlan>(m, "StratifiedPlan")
+      .def(nb::new_([](std::shared_ptr<ClassGroups> classes, std::vector<double> weights,
+                       uint64_t seed, uint64_t batch_size, bool drop_last, uint64_t rank,
+                       uint64_t world_size) {
+             return std::make_shared<CachedPlan>(
+                 StratifiedPlan(std::move(classes), std::move(weights), seed, batch_size, drop_last,
+                                rank, world_size));
+           }),
+           nb::arg("classes"), nb::arg("class_weights"), nb::arg("seed"), nb::arg("batch_size"),
+           nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"))
+      .def("__len__", [](const CachedPlan& p) { return p.plan().num_batches(); })
+      .def("batch_length", [](const CachedPlan& p, uint64_t b) { return p.plan().batch_length(b); })
+      .def_prop_ro("class_draws",
+                   [](const CachedPlan& p) {
+                     std::vector<uint64_t> v(p.plan().classes().num_classes());
+                     for (uint32_t c = 0; c < v.size(); ++c) v[c] = p.plan().class_draws(c);
+                     return v;
+                   })
+      .def(
+          "batch_indices",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) { return p.batch(epoch, b); },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "The sample indices of batch `batch` of an epoch, as the native loader visits them.")
+      .def(
+          "batch_draws",
+          [](CachedPlan& p, uint64_t epoch, uint64_t b) {
+            std::vector<uint64_t> cycles;
+            std::vector<uint64_t> indices = p.batch(epoch, b, &cycles);
+            return std::make_pair(std::move(indices), std::move(cycles));
+          },
+          nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "(indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, "
+          "index), as the native loader keys it (the cycle is the epoch without class weights; "
+          "the repeats of an oversampled sample have different cycles).");
+
+  m.def("hash_key", &hash_key, nb::arg("a"), nb::arg("b"), nb::arg("c"),
+        "random.h's hash_key(a, b, c): 64 bits (on_error=\"skip\" draws replacements with it).");
+
+  m.attr("MAX_WORKERS") = kMaxWorkers;
+  // on_error="skip": how many skipped samples stats() lists, the newest (src/engine/skip_policy.h).
+  m.attr("SKIPPED_LISTED") = kSkippedListed;
+  m.attr("MAX_PREFETCH_FACTOR") = kMaxPrefetchFactor;
+}
+
+}  // namespace stoker::python

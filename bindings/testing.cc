@@ -1,0 +1,181 @@
+// The testing wing (stoker._native.testing): test doubles and benchmark helpers, compiled only
+// with STOKER_TESTING=ON (never in a plain wheel). Production code knows none of these types: the
+// fence provider turns what it does not recognize into fences through set_fence_factory, which
+// this module installs for FakeCopy.
+//
+// Also here: bindings of production functions that only tests and bench/ call, as oracles
+// (position_key, random_resized_crop_box, classify_jpeg), and the decode-only throughput bound of
+// the benchmark.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/set.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "bindings.h"
+#include "gpu/decode/gpu_decode.h"
+#include "pydata/sample_fetcher.h"
+#include "sources/faulty.h"
+#include "stoker/errors.h"
+#include "stoker/fence.h"
+#include "stoker/image/decode.h"
+#include "stoker/image/pipeline.h"
+#include "stoker/random.h"
+
+namespace stoker::python {
+namespace {
+
+// A fence whose completion a test controls. With a source and a destination it is a copy of a
+// fake copy engine: complete() copies the bytes first, as a DMA that runs late reads the buffer
+// only when it runs. A pool destroyed while it is pending drops it (wait() copies nothing: the
+// destination may be gone).
+struct FakeCopyState {
+  std::atomic<bool> done{false};
+  std::atomic<int> polls{0};
+  uintptr_t src = 0, dst = 0;
+  size_t bytes = 0;
+};
+
+class FakeCopyFence final : public Fence {
+ public:
+  explicit FakeCopyFence(std::shared_ptr<FakeCopyState> s) : s_(std::move(s)) {}
+  bool completed() override {
+    ++s_->polls;
+    return s_->done;
+  }
+  void wait() override { s_->done = true; }
+
+ private:
+  std::shared_ptr<FakeCopyState> s_;
+};
+
+struct FakeCopy {
+  std::shared_ptr<FakeCopyState> state = std::make_shared<FakeCopyState>();
+  void complete() {
+    if (state->done) return;
+    if (state->bytes > 0)
+      std::memcpy(reinterpret_cast<void*>(state->dst), reinterpret_cast<const void*>(state->src),
+                  state->bytes);
+    state->done = true;
+  }
+};
+
+std::unique_ptr<Fence> fake_fence(nb::handle item) {
+  if (!nb::isinstance<FakeCopy>(item)) return nullptr;
+  return std::make_unique<FakeCopyFence>(nb::cast<FakeCopy&>(item).state);
+}
+
+nb::dict decode_only(const std::vector<std::string>& paths, int threads, double min_seconds) {
+  if (threads < 1) throw InvalidArgument("threads must be a positive integer");
+  if (paths.empty()) throw InvalidArgument("decode_only needs at least one file");
+  uint64_t images = 0, pixels = 0, failures = 0;
+  double seconds = 0;
+  {
+    nb::gil_scoped_release release;
+    std::vector<std::vector<std::byte>> files;
+    files.reserve(paths.size());
+    for (const auto& p : paths) files.push_back(read_whole_file(p));
+    std::atomic<uint64_t> next{0}, n_images{0}, n_pixels{0}, n_fail{0};
+    std::atomic<bool> stop{false};
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::duration<double>(min_seconds);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        image::Decoder decoder;  // one per thread, as a loader's worker has
+        image::DecodedImage img;
+        for (;;) {
+          // Whole passes over the files: stop only after a pass once the time is up.
+          const uint64_t k = next.fetch_add(1);
+          if (k % files.size() == 0 && k > 0 && std::chrono::steady_clock::now() >= deadline)
+            stop = true;
+          if (stop) return;
+          try {
+            decoder.decode(files[k % files.size()], img);
+            n_images += 1;
+            n_pixels += static_cast<uint64_t>(img.width) * img.height;
+          } catch (const DecodeError&) {
+            n_fail += 1;
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    images = n_images, pixels = n_pixels, failures = n_fail;
+  }
+  nb::dict d;
+  d["images"] = images;
+  d["failures"] = failures;
+  d["seconds"] = seconds;
+  d["threads"] = threads;
+  d["images_per_s"] = seconds > 0 ? images / seconds : 0.0;
+  d["megapixels_per_s"] = seconds > 0 ? pixels / seconds / 1e6 : 0.0;
+  return d;
+}
+
+}  // namespace
+
+void register_testing(nb::module_& m) {
+  set_fence_factory(&fake_fence);
+  nb::class_<FakeCopy>(m, "FakeCopy",
+                       "A fence for tests that completes when complete() is called; given "
+                       "addresses, complete() first copies nbytes from src to dst (a fake DMA).")
+      .def(
+          "__init__",
+          [](FakeCopy* self, uint64_t src, uint64_t dst, uint64_t nbytes) {
+            new (self) FakeCopy();
+            self->state->src = static_cast<uintptr_t>(src);
+            self->state->dst = static_cast<uintptr_t>(dst);
+            self->state->bytes = static_cast<size_t>(nbytes);
+          },
+          nb::arg("src") = 0, nb::arg("dst") = 0, nb::arg("nbytes") = 0)
+      .def("complete", &FakeCopy::complete)
+      .def_prop_ro("completed", [](const FakeCopy& f) { return f.state->done.load(); })
+      .def_prop_ro("polls", [](const FakeCopy& f) { return f.state->polls.load(); });
+
+  nb::class_<FaultySource, Source>(m, "FaultySource")
+      .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {
+             return std::make_shared<FaultySource>(size, width, std::move(fail), delay_us);
+           }),
+           nb::arg("size"), nb::arg("width") = 1, nb::arg("fail") = std::set<uint64_t>{},
+           nb::arg("delay_us") = 0);
+
+  m.def("decode_only", &decode_only, nb::arg("paths"), nb::arg("threads"), nb::arg("min_seconds"),
+        "Decode-only throughput bound: every file in memory, full-size decodes on `threads` "
+        "threads for at least min_seconds.");
+
+  m.def("position_key", &position_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("batch"),
+        nb::arg("row"), "The key of a sample fetched by a non-integer index, from its place.");
+
+  m.def(
+      "random_resized_crop_box",
+      [](int height, int width, std::pair<int, int> size, std::pair<double, double> scale,
+         std::pair<double, double> ratio, uint64_t seed, uint64_t epoch, uint64_t index) {
+        SampleRng rng(seed, epoch, index);
+        const image::CropBox b = image::random_resized_crop_params(
+            height, width, image::RandomResizedCrop(size.first, size.second, scale, ratio), rng);
+        return std::make_tuple(b.top, b.left, b.height, b.width);
+      },
+      nb::arg("height"), nb::arg("width"), nb::arg("size"), nb::arg("scale"), nb::arg("ratio"),
+      nb::arg("seed"), nb::arg("epoch"), nb::arg("index"),
+      "(top, left, height, width) that RandomResizedCrop draws for sample `index` of `epoch` "
+      "when it is the pipeline's first random transform.");
+
+  m.def(
+      "classify_jpeg",
+      [](nb::bytes data) {
+        return image::gpu::route_name(
+            image::gpu::classify_jpeg({static_cast<const std::byte*>(data.data()), data.size()}));
+      },
+      nb::arg("data"), "Where GPU decode sends this file: \"gpu\", or why not.");
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,304 @@
+#include "stoker/loader.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "gpu/cuda.h"
+#include "loader_state.h"
+#include "engine/skip_policy.h"
+#include "stoker/errors.h"
+#include "stoker/random.h"
+
+namespace stoker {
+namespace {
+
+constexpr size_t kFieldAlign = 64;
+constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
+constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
+
+LoaderOptions resolve(LoaderOptions o) {
+  if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
+    throw InvalidArgument("num_workers must be \"auto\" or an integer in [0, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.num_workers));
+  if (o.prefetch_factor == 0 || o.prefetch_factor < -1 || o.prefetch_factor > kMaxPrefetchFactor)
+    throw InvalidArgument("prefetch_factor must be \"auto\" or an integer in [1, " +
+                          std::to_string(kMaxPrefetchFactor) + "], got " +
+                          std::to_string(o.prefetch_factor));
+  if (o.cpu_budget < 0 || o.cpu_budget > kMaxWorkers)
+    throw InvalidArgument("cpu_budget must be 0 (usable cores) or an integer in [1, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.cpu_budget));
+  if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
+  if (o.num_workers == -1) o.num_workers = o.cpu_budget;
+  if (o.prefetch_factor == -1) o.prefetch_factor = kDefaultPrefetchFactor;
+  if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
+  if (o.pin_memory == PinMemory::kAuto)
+    o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;
+  if (o.pin_memory == PinMemory::kOn && !cuda_available())
+    throw InvalidArgument("pin_memory=True needs a CUDA device; none was found");
+  return o;
+}
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// What an autotuned loader learned applies to another loader over the same data with the same
+// batch size and CPU budget: the source's type, length, fields and first and last files.
+std::string autotune_key_of(const Source& source, const LoaderOptions& o) {
+  std::string key = typeid(source).name();
+  for (uint64_t v : {source.size(), o.batch_size, static_cast<uint64_t>(o.cpu_budget)}) {
+    key.push_back('|');
+    key.append(std::to_string(v));
+  }
+  for (const FieldSpec& f : source.fields()) {
+    key.push_back('|');
+    key.append(f.name).push_back(':');
+    key.append(f.dtype.name());
+    for (int64_t d : f.shape) {
+      key.push_back(',');
+      key.append(std::to_string(d));
+    }
+  }
+  if (source.size() > 0) {
+    key.push_back('|');
+    key.append(source.path(0)).push_back('|');
+    key.append(source.path(source.size() - 1));
+  }
+  return key;
+}
+
+}  // namespace
+
+Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
+    : source(std::move(src)),
+      options(resolve(opts)),
+      plan(source->size(), options.batch_size, options.drop_last, options.rank,
+           options.world_size) {
+  autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
+  autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
+  autotune_prefetch_now = options.prefetch_factor;
+  size_t bytes = 0;
+  for (const FieldSpec& f : source->fields()) {
+    bytes = align_up(bytes, kFieldAlign);
+    field_offsets.push_back(bytes);
+    sample_bytes.push_back(f.sample_bytes());
+    bytes += f.sample_bytes() * options.batch_size;
+  }
+  // Large batches: the workers fill each batch together, so an autotuned depth starts at one
+  // batch in flight for all of them (with the consumer's, two buffers) and deepens only when
+  // workers are measurably blocked by it; small batches start at two per worker, where hand-off
+  // latency matters more than memory.
+  if (autotune_prefetch && bytes > kSmallBatchBytes) {
+    options.prefetch_factor = 1;
+    autotune_prefetch_now = 1;
+    autotune_shared_depth = true;
+  }
+  if (autotune_workers || autotune_prefetch) {
+    autotune_key = autotune_key_of(*source, options);
+    const AutotuneStart start = autotune_start(
+        AutotuneMemory::recall(autotune_key), options.num_workers, usable_cores(),
+        autotune_prefetch_now, autotune_prefetch ? kAutotuneMaxPrefetch : options.prefetch_factor);
+    if (autotune_workers) autotune_active = start.workers;
+    if (autotune_prefetch) autotune_prefetch_now = start.prefetch;
+  }
+  if (options.classes) {
+    if (!options.shuffle) throw InvalidArgument("a stratified order needs shuffle");
+    if (options.classes->num_samples() != source->size())
+      throw InvalidArgument("the labels cover " + std::to_string(options.classes->num_samples()) +
+                            " samples but the dataset has " + std::to_string(source->size()));
+    stratified.emplace(options.classes, options.class_weights, options.seed, options.batch_size,
+                       options.drop_last, options.rank, options.world_size);
+  } else if (!options.class_weights.empty()) {
+    throw InvalidArgument("class_weights need the classes of the samples");
+  }
+  pool = BatchPool::create(
+      std::max<size_t>(bytes, 1), options.memory_budget,
+      options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
+}
+
+std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                                 Buffer buffer) const {
+  auto batch = std::make_shared<Batch>();
+  batch->epoch = epoch;
+  batch->index = b;
+  batch->length = plan.batch_length(b);
+  batch->pinned = pool->kind() == MemoryKind::kPinned;
+  const auto& specs = source->fields();
+  batch->fields.reserve(specs.size());
+  for (size_t f = 0; f < specs.size(); ++f) {
+    BatchField field{buffer.get() + field_offsets[f], specs[f].dtype, {}, specs[f].name};
+    field.shape.push_back(static_cast<int64_t>(batch->length));
+    field.shape.insert(field.shape.end(), specs[f].shape.begin(), specs[f].shape.end());
+    batch->fields.push_back(std::move(field));
+  }
+  batch->buffer = std::move(buffer);
+  return batch;
+}
+
+EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
+  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}};
+  if (stratified) samples.stratified = stratified->epoch(epoch);
+  return samples;
+}
+
+void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
+                                  std::span<uint64_t> out, std::span<uint64_t> cycles) const {
+  if (samples.stratified) return samples.stratified->batch(plan.unstrided_batch(b), out, cycles);
+  const uint64_t first = b * plan.batch_size();
+  for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
+  samples.order.map(out, out);
+}
+
+void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
+                         WorkerState* worker, uint64_t begin, uint64_t end, uint64_t* failed_at) {
+  const auto start = std::chrono::steady_clock::now();
+  std::byte* slots[16];
+  std::vector<std::byte*> many;  // only for sources with more than 16 fields
+  const size_t nfields = batch.fields.size();
+  std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
+  const uint64_t n = end - begin;
+  std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
+  std::vector<uint64_t> cycles;      // a stratified order's draws: they key their randomness
+  if (samples.stratified) {
+    std::vector<uint64_t> all(batch.length), all_cycles(batch.length);
+    batch_indices(plan, samples, batch.index, all, all_cycles);
+    indices.assign(all.begin() + begin, all.begin() + end);
+    cycles.assign(all_cycles.begin() + begin, all_cycles.begin() + end);
+  } else {
+    const uint64_t first = batch.index * plan.batch_size() + begin;
+    for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
+    samples.order.map(indices, indices);
+  }
+  // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
+  // early, so that many memory accesses are in flight at once instead of one miss at a time.
+  source->prefetch_batch(indices);
+  for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, n); ++s) source->prefetch(indices[s]);
+  for (uint64_t s = 0; s < n; ++s) {
+    if (s + kPrefetchAhead < n) source->prefetch(indices[s + kPrefetchAhead]);
+    const uint64_t at = begin + s;
+    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + at * sample_bytes[f];
+    try {
+      read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
+    } catch (...) {
+      if (failed_at != nullptr) *failed_at = at;
+      read_ns += elapsed_ns(start);
+      throw;
+    }
+  }
+  read_ns += elapsed_ns(start);
+}
+
+void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+                                WorkerState* worker) {
+  try {
+    source->read({options.seed, epoch, index}, slots, worker);
+    return;
+  } catch (...) {
+    if (options.on_error == OnError::kRaise)
+      throw SampleError(index, source->path(index), std::current_exception());
+    skipped.record(index, source->path(index), std::current_exception());
+  }
+  read_replacement(options.seed, epoch, index, source->size(), source->path(index),
+                   [&](uint64_t other) {
+                     source->read({options.seed, epoch, other}, slots, worker);
+                   });
+}
+
+void Loader::State::record_autotune(const AutotuneDecision& d) {
+  AutotuneMemory::remember(autotune_key, {d.workers_to, d.prefetch_to});
+  std::lock_guard lock(autotune_mu);
+  autotune_active = d.workers_to;
+  autotune_prefetch_now = d.prefetch_to;
+  autotune_log.push_back(d);
+  if (autotune_log.size() > kAutotuneListed) autotune_log.pop_front();
+}
+
+Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
+  if (!source) throw InvalidArgument("the loader needs a source");
+  state_ = std::make_shared<State>(std::move(source), options);
+}
+
+Loader::~Loader() = default;
+
+uint64_t Loader::num_batches() const { return state_->plan.num_batches(); }
+const BatchPlan& Loader::plan() const { return state_->plan; }
+uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank(); }
+const LoaderOptions& Loader::options() const { return state_->options; }
+const Source& Loader::source() const { return *state_->source; }
+bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
+
+std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
+  const State& s = *state_;
+  const EpochSamples samples = s.epoch_samples(epoch);
+  std::vector<uint64_t> out;
+  for (uint64_t b = 0; b < s.plan.num_batches(); ++b) {
+    const size_t at = out.size();
+    out.resize(at + s.plan.batch_length(b));
+    s.batch_indices(s.plan, samples, b, std::span<uint64_t>(out).subspan(at));
+  }
+  return out;
+}
+
+std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
+  return iterate(epoch, start_batch, state_->plan);
+}
+
+std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
+                                               const BatchPlan& plan) const {
+  // Buffers hold batch_size samples of this source: a plan of other samples or batches would
+  // overrun them.
+  if (plan.num_samples() != state_->source->size() ||
+      plan.batch_size() != state_->options.batch_size)
+    throw InvalidArgument("the plan is for " + std::to_string(plan.num_samples()) +
+                          " samples in batches of " + std::to_string(plan.batch_size()) +
+                          ", the loader's source has " + std::to_string(state_->source->size()) +
+                          " samples in batches of " + std::to_string(state_->options.batch_size));
+  // A stratified order is laid out on the loader's own ranks and batches: its rows do not
+  // survive a resume with another world size (an elastic start).
+  if (state_->stratified && plan.start() != 0)
+    throw InvalidArgument(
+        "a stratified or class-weighted order cannot resume with another world size: its batches "
+        "are laid out for the ranks that saved the state");
+  if (start_batch > plan.num_batches())
+    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  if (state_->options.num_workers == 0)
+    return make_inline_iterator(state_, plan, epoch, start_batch);
+  return make_threaded_iterator(state_, plan, epoch, start_batch);
+}
+
+LoaderStats Loader::stats() const {
+  const State& s = *state_;
+  LoaderStats out;
+  out.batches = s.batches;
+  out.samples = s.samples;
+  s.skipped.read(&out.skipped, &out.skipped_samples);
+  out.read_seconds = s.read_ns * 1e-9;
+  out.buffer_wait_seconds = s.buffer_wait_ns * 1e-9;
+  out.consumer_wait_seconds = s.consumer_wait_ns * 1e-9;
+  out.buffer_bytes = s.pool->bytes_allocated();
+  out.buffer_bytes_peak = s.pool->peak_bytes_allocated();
+  out.pinned_bytes = s.pool->pinned_bytes();
+  out.fenced_buffers = s.pool->fenced_buffers();
+  out.memory_budget = s.options.memory_budget;
+  out.batch_bytes = s.pool->buffer_bytes();
+  out.worker_cpu_seconds = s.worker_cpu_ns * 1e-9;
+  out.autotune = s.autotune_workers || s.autotune_prefetch;
+  {
+    std::lock_guard lock(s.autotune_mu);
+    out.active_workers = s.autotune_workers ? s.autotune_active : s.options.num_workers;
+    out.prefetch_factor = s.autotune_prefetch ? s.autotune_prefetch_now : s.options.prefetch_factor;
+    out.autotune_decisions.assign(s.autotune_log.begin(), s.autotune_log.end());
+  }
+  return out;
+}
+
+std::shared_ptr<Batch> EpochIterator::next() {
+  std::shared_ptr<Batch> batch;
+  while (next_for(std::chrono::hours(1), &batch) == Status::kTimeout) {
+  }
+  return batch;
+}
+
+}  // namespace stoker

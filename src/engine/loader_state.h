@@ -1,0 +1,159 @@
+// Internal: what a Loader shares with its iterators.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+#include "engine/skip_policy.h"
+#include "stoker/loader.h"
+#include "stoker/order.h"
+#include "stoker/stratified_order.h"
+
+namespace stoker {
+
+// An epoch's order as an iterator keeps it: the plain permutation, or the stratified one.
+struct EpochSamples {
+  EpochOrder order;
+  std::optional<StratifiedEpoch> stratified;
+};
+
+// Counts the buffers of a loader's batches that are out of its pool (being filled, ready, or held
+// by the consumer), so that an autotuned depth can count the consumer's batches in its window:
+// a worker enters before it takes a buffer for a new batch, and the batch's buffer leaves when
+// its last user (a tensor the consumer dropped) lets go. Safe from any thread.
+class BufferGate {
+ public:
+  // Waits until fewer than the limit are out, or until the consumer waits for this very batch
+  // (force), then counts one more. `owner` and `batch` name the batch the caller opens. False
+  // when stopped.
+  bool enter(std::stop_token stop, const void* owner, uint64_t batch) {
+    std::unique_lock lock(mu_);
+    auto forced = [&] { return forced_owner_ == owner && forced_batch_ == batch; };
+    if (!changed_.wait(lock, stop, [&] { return out_ < limit_ || forced(); })) return false;
+    if (forced()) forced_owner_ = nullptr;
+    ++out_;
+    return true;
+  }
+  // Lets batch `batch` of `owner` in whatever the count: the consumer waits for it and nobody
+  // has opened it. A consumer that keeps batches (the last one of an epoch, a few for logging)
+  // must slow the prefetch down, never stop the batch it waits for. Naming the batch keeps a
+  // force that came late from letting a later batch in.
+  void force(const void* owner, uint64_t batch) {
+    {
+      std::lock_guard lock(mu_);
+      forced_owner_ = owner;
+      forced_batch_ = batch;
+    }
+    changed_.notify_all();
+  }
+  // Forgets a force of `owner` (an iterator that ends).
+  void forget(const void* owner) {
+    std::lock_guard lock(mu_);
+    if (forced_owner_ == owner) forced_owner_ = nullptr;
+  }
+  void leave() {
+    {
+      std::lock_guard lock(mu_);
+      --out_;
+    }
+    changed_.notify_all();
+  }
+  void set_limit(uint64_t limit) {
+    {
+      std::lock_guard lock(mu_);
+      limit_ = limit;
+    }
+    changed_.notify_all();
+  }
+  // `buffer`, which leaves the gate when its last owner drops it. REQUIRES: entered for it.
+  static Buffer wrap(std::shared_ptr<BufferGate> gate, Buffer buffer) {
+    std::byte* p = buffer.get();
+    return Buffer(p, [gate = std::move(gate), inner = std::move(buffer)](std::byte*) mutable {
+      inner.reset();  // back to the pool first, so the next enter finds it free
+      gate->leave();
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any changed_;
+  uint64_t out_ = 0;                    // guarded by mu_
+  uint64_t limit_ = UINT64_MAX;         // guarded by mu_
+  const void* forced_owner_ = nullptr;  // guarded by mu_; with forced_batch_: the forced entry
+  uint64_t forced_batch_ = 0;           // guarded by mu_
+};
+
+struct Loader::State {
+  std::shared_ptr<const Source> source;
+  LoaderOptions options;  // resolved: no "auto" left
+  // Every epoch's plan, unless an iteration is given another.
+  BatchPlan plan;
+  std::optional<StratifiedPlan> stratified;  // with options.classes
+  std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
+  std::vector<size_t> sample_bytes;          // bytes of one sample of each field
+  std::shared_ptr<BatchPool> pool;
+
+  State(std::shared_ptr<const Source> source, const LoaderOptions& options);
+
+  // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
+  std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+                                    Buffer buffer) const;
+  EpochSamples epoch_samples(uint64_t epoch) const;
+  // The samples of batch b of `plan` and, for a stratified order, the cycle of each draw, which
+  // keys its randomness in place of the epoch (StratifiedEpoch::batch). A stratified order
+  // follows the loader's own plan: `plan` is then that plan or a strided view of it.
+  // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
+  void batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
+                     std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
+  // Writes samples [begin, end) of `batch` (a batch of `plan`) into their slots (several threads
+  // may fill disjoint ranges of one batch). Throws SampleError; *failed_at (if given) is then the
+  // position in the batch of the sample that failed.
+  void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples, WorkerState* worker,
+            uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
+
+  // Statistics, updated once per batch.
+  std::atomic<uint64_t> batches{0}, samples{0};
+  SkippedSamples skipped;
+  std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
+  std::atomic<int64_t> worker_cpu_ns{0};
+
+  // Online autotune: which knobs were "auto", and the controller's values, carried from one
+  // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.
+  bool autotune_workers = false, autotune_prefetch = false;
+  bool autotune_shared_depth = false;  // large batches: prefetch = batches in flight, all workers
+  // With autotune_shared_depth: the depth's window counts the consumer's buffers too.
+  const std::shared_ptr<BufferGate> buffer_gate = std::make_shared<BufferGate>();
+  std::string autotune_key;
+  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  mutable std::mutex autotune_mu;
+  int autotune_active = 1;                    // guarded by autotune_mu
+  int autotune_prefetch_now = kDefaultPrefetchFactor;  // guarded by autotune_mu
+  std::deque<AutotuneDecision> autotune_log;  // guarded by autotune_mu; bounded
+  void record_autotune(const AutotuneDecision& d);
+
+ private:
+  // Reads sample `index` into `slots`, replacing it under on_error = kSkip.
+  void read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+                   WorkerState* worker);
+};
+
+// Iterator factories (epoch_iterator.cc).
+std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
+                                                    const BatchPlan& plan, uint64_t epoch,
+                                                    uint64_t start_batch);
+std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
+                                                      const BatchPlan& plan, uint64_t epoch,
+                                                      uint64_t start_batch);
+
+inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              since)
+      .count();
+}
+
+}  // namespace stoker
