@@ -18,7 +18,29 @@ def is_native(dataset):
             or getattr(dataset, "_unbatchable", None) is not None)
 
 
-class NativeProducer:
+class EngineOrdered:
+    """What a producer whose samples the engine orders (native, Ray) tells the front: the
+    shuffle, the class-balanced plan's classes and weights, and torch's attributes."""
+
+    def __init__(self, dataset, options):
+        o = options
+        self.dataset = dataset
+        self.options = o
+        self.seed = o.seed
+        self.shuffle = False if o.shuffle is None else o.shuffle
+        self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
+        self.weights = balance.weights_for(self.classes, o.class_weights) \
+            if o.stratified else []
+        self.order_kind = "stratified" if self.classes is not None else "engine"
+
+    def attributes(self):
+        o = self.options
+        return {"dataset": self.dataset, "batch_size": o.batch_size, "shuffle": self.shuffle,
+                "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
+                "sampler": None, "batch_sampler": None, "persistent_workers": False}
+
+
+class NativeProducer(EngineOrdered):
     """Batches of a native dataset (see loader.py for the producer protocol)."""
 
     def __init__(self, dataset, options):
@@ -53,14 +75,7 @@ class NativeProducer:
                              f"batches: pass device=\"cuda\" to the DataLoader")
         if o.device is not None and _native.gpu.cuda_available():
             _native.gpu.cuda_set_host_device(o.device.index)  # pin with the device's own context
-        self.dataset = dataset
-        self.options = o
-        self.seed = o.seed
-        self.shuffle = False if o.shuffle is None else o.shuffle
-        self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
-        self.weights = balance.weights_for(self.classes, o.class_weights) \
-            if o.stratified else []
-        self.order_kind = "stratified" if self.classes is not None else "engine"
+        super().__init__(dataset, o)
         self.loader = _native.engine.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
                                      o.drop_last, workers, prefetch, pin, o.memory_budget,
                                      o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
@@ -69,12 +84,6 @@ class NativeProducer:
             _feed.install_fence_provider()
         self.torch = o.torch_output
         self.single = len(source.field_names) == 1
-
-    def attributes(self):
-        o = self.options
-        return {"dataset": self.dataset, "batch_size": o.batch_size, "shuffle": self.shuffle,
-                "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
-                "sampler": None, "batch_sampler": None, "persistent_workers": False}
 
     def knobs(self):
         return {"num_workers": self.loader.num_workers,

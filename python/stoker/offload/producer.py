@@ -36,7 +36,7 @@ from .. import _native, _state, balance
 from .. import _options
 from .._options import is_int
 from ..errors import WorkerError
-from ..native import is_native
+from ..native import EngineOrdered, is_native
 from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
 
 _INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
@@ -179,7 +179,7 @@ class _Actors:
         self.ready, self.starting = [], []
 
 
-class RayProducer:
+class RayProducer(EngineOrdered):
     """Batches made by Ray actors (see the module's docstring; loader.py states the producer
     protocol)."""
 
@@ -214,23 +214,13 @@ class RayProducer:
                              "Ray's object store")
         if not is_int(o.batch_size) or o.batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
-        if o.prefetch_factor != "auto" and not (is_int(o.prefetch_factor)
-                                                and 1 <= o.prefetch_factor <= _options.MAX_PREFETCH):
-            raise ValueError(f'prefetch_factor must be "auto" or an integer in '
-                             f'[1, {_options.MAX_PREFETCH}], got '
-                             f'{o.prefetch_factor!r}')
-        self.options = o
-        self.offload = o.offload
-        self.dataset = dataset
-        self.seed = o.seed
-        self.shuffle = False if o.shuffle is None else o.shuffle
+        _options.knob("prefetch_factor", o.prefetch_factor, 1, _options.MAX_PREFETCH)
         # A stratified or weighted order: the actors build the same one from the same labels.
-        self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
-        self.weights = balance.weights_for(self.classes, o.class_weights) \
-            if o.stratified else []
-        self.order_kind = "stratified" if self.classes is not None else "engine"
+        super().__init__(dataset, o)
+        self.offload = o.offload
         self._torch = o.torch_output
-        self._prefetch = _native.pydata.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" else o.prefetch_factor
+        self._prefetch = _native.pydata.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" \
+            else o.prefetch_factor
         self._budget = o.memory_budget or _native.engine.physical_memory_bytes() // 2
         loader_kw = dict(batch_size=o.batch_size, shuffle=self.shuffle, seed=o.seed,
                          drop_last=o.drop_last, rank=o.rank, world_size=o.world_size,
@@ -247,12 +237,6 @@ class RayProducer:
         self._actors = None
         self._stats = collections.Counter()
         self._skipped_samples = collections.deque(maxlen=_native.engine.SKIPPED_LISTED)
-
-    def attributes(self):
-        o = self.options
-        return {"dataset": self.dataset, "batch_size": o.batch_size, "shuffle": self.shuffle,
-                "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
-                "sampler": None, "batch_sampler": None, "persistent_workers": False}
 
     def knobs(self):
         return {"num_workers": self.offload.actors * self.offload.cpus_per_actor,
