@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "skip_policy.h"
+#include "engine/skip_policy.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
