@@ -190,7 +190,7 @@ const Nvjpeg& nvjpeg(const std::vector<std::string>& dirs) {
   std::lock_guard lock(mu);
   if (lib.lib != nullptr) return lib;
   std::string tried;
-  void* h = internal::open_library({"libnvjpeg"}, kNvjpegSonames, dirs, &tried);
+  void* h = internal::open_library({"libnvjpeg"}, kNvjpegSonames, dirs, "nvjpegCreateEx", &tried);
   if (h == nullptr)
     throw Error(
         "GPU decode needs nvJPEG (libnvjpeg, CUDA 11-13), which was not found; install "
@@ -220,7 +220,8 @@ const Nvrtc& nvrtc(const std::vector<std::string>& dirs) {
   std::lock_guard lock(mu);
   if (lib.lib != nullptr) return lib;
   std::string tried;
-  void* h = internal::open_library({"libnvrtc.so", "libnvrtc-"}, kNvrtcSonames, dirs, &tried);
+  void* h = internal::open_library({"libnvrtc.so", "libnvrtc-"}, kNvrtcSonames, dirs,
+                                   "nvrtcCreateProgram", &tried);
   if (h == nullptr)
     throw Error(
         "GPU decode compiles its kernels with NVRTC (libnvrtc), which was not found; "
