@@ -534,5 +534,26 @@ TEST(GpuDecode, TheLibrarySearchSkipsFilesWithoutTheApiAndGoesOn) {
   EXPECT_NE(tried.find("lacks stoker_fake_api"), std::string::npos) << tried;
 }
 
+TEST(GpuDecode, CompanionsOfALibraryInAWheelDirectoryAreLoadedForItsDlopenByName) {
+  // NVRTC in nvidia/cu13/lib dlopens "libnvrtc-builtins.so.13.0" by bare name: found only when a
+  // library of that soname is already loaded.
+  const std::string dir = fake_library_dir(
+      "companions", {{"libstokerfakertc.so.13", STOKER_FAKE_WITH},
+                     {"libstokerfakertc-builtins.so.13.0", STOKER_FAKE_BUILTINS}});
+  EXPECT_EQ(dlopen("libstokerfakertc-builtins.so.13.0", RTLD_NOW | RTLD_NOLOAD), nullptr);
+  std::string tried;
+  void* h = internal::open_library({"libstokerfakertc.so", "libstokerfakertc-"},
+                                   {"libstokerfakertc.so.13"}, {dir}, "stoker_fake_api", &tried);
+  ASSERT_NE(h, nullptr) << tried;
+  const auto loaded = internal::load_companions(internal::library_path(h),
+                                                {"libstokerfakertc-builtins.so"}, &tried);
+  EXPECT_EQ(loaded, std::vector<std::string>{dir + "/libstokerfakertc-builtins.so.13.0"}) << tried;
+  EXPECT_TRUE(loaded_in_process("libstokerfakertc-builtins.so.13.0"));
+  // What NVRTC does: the bare name now resolves to the loaded copy.
+  void* by_name = dlopen("libstokerfakertc-builtins.so.13.0", RTLD_NOW);
+  EXPECT_NE(by_name, nullptr) << dlerror();
+  EXPECT_NE(dlsym(by_name, "stoker_fake_other"), nullptr);
+}
+
 }  // namespace
 }  // namespace stoker::image::gpu

@@ -104,6 +104,21 @@ void* open_library(const std::vector<std::string>& prefixes,
   return nullptr;
 }
 
+std::vector<std::string> load_companions(const std::string& library_file,
+                                         const std::vector<std::string>& prefixes,
+                                         std::string* tried) {
+  std::vector<std::string> loaded;
+  const size_t slash = library_file.rfind('/');
+  if (slash == std::string::npos) return loaded;
+  const std::string dir = library_file.substr(0, slash);
+  for (const std::string& name : matching_files(dir, prefixes)) {
+    const std::string path = dir + "/" + name;
+    // Never closed: the library that needs it may open it at any time.
+    if (try_open(path, RTLD_NOW | RTLD_LOCAL, tried) != nullptr) loaded.push_back(path);
+  }
+  return loaded;
+}
+
 std::string library_path(void* handle) {
   link_map* map = nullptr;
   if (handle == nullptr || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "";

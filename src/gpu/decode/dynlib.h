@@ -26,4 +26,13 @@ void* open_library(const std::vector<std::string>& prefixes,
 // The file a handle from open_library was loaded from (empty if unknown).
 std::string library_path(void* handle);
 
+// Loads, for the life of the process, every file in the directory of `library_file` whose name
+// starts with one of `prefixes` and contains ".so". For libraries that dlopen a companion by bare
+// name: NVRTC opens libnvrtc-builtins.so.<major>.<minor> that way, which the dynamic loader does
+// not find in a wheel's directory (nvidia/cu13/lib is on no search path) unless a library of that
+// soname is already loaded. Returns the files loaded; failures are appended to `tried`.
+std::vector<std::string> load_companions(const std::string& library_file,
+                                         const std::vector<std::string>& prefixes,
+                                         std::string* tried);
+
 }  // namespace stoker::image::gpu::internal

@@ -240,6 +240,11 @@ const Nvrtc& nvrtc(const std::vector<std::string>& dirs) {
   sym(h, n.archs, "nvrtcGetSupportedArchs");
   n.path = internal::library_path(h);
   if (!ok) throw Error("GPU decode: " + n.path + " lacks the NVRTC API");
+  // NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by bare name when it compiles; from a
+  // wheel's directory (nvidia/cu13/lib, on no search path) the loader finds it only as the
+  // already loaded library of that soname: load it now from NVRTC's own directory. A failure here
+  // surfaces as NVRTC's own error at compile time.
+  internal::load_companions(n.path, {"libnvrtc-builtins.so"}, nullptr);
   n.lib = h;
   lib = n;
   return lib;
