@@ -6,11 +6,13 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <type_traits>
 
 #include "gpu/cuda_driver.h"
@@ -27,6 +29,11 @@ using CUevent = void*;
 using CUstream = void*;
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kNotReady = 600;        // CUDA_ERROR_NOT_READY
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900) ... CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (908):
+// the call conflicted with a stream capture in progress (a user's torch.cuda.graph), and says
+// nothing about the event.
+constexpr CUresult kCaptureErrorFirst = 900, kCaptureErrorLast = 908;
+constexpr int kCaptureModeRelaxed = 2;     // CU_STREAM_CAPTURE_MODE_RELAXED
 constexpr unsigned kPortable = 0x01;       // CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTREGISTER_PORTABLE
 constexpr unsigned kEventNoTiming = 0x02;  // CU_EVENT_DISABLE_TIMING: the cheapest event
 
@@ -67,6 +74,8 @@ struct Driver {
   CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;
   CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
+  // Optional (CUDA >= 10.1): without it there is no capture mode to relax.
+  CUresult (*thread_exchange_capture_mode)(int*) = nullptr;
 
   void* lib = nullptr;            // libcuda, never closed
   std::vector<CUdevice> devices;  // by ordinal; set once in the constructor
@@ -98,6 +107,7 @@ struct Driver {
         sym(event_synchronize, "cuEventSynchronize") && sym(event_destroy, "cuEventDestroy_v2") &&
         sym(mem_get_info, "cuMemGetInfo_v2") && sym(device_get_pci_bus_id, "cuDeviceGetPCIBusId") &&
         sym(get_error_name, "cuGetErrorName");
+    sym(thread_exchange_capture_mode, "cuThreadExchangeStreamCaptureMode");
     int count = 0;
     if (!resolved || init(0) != kSuccess || device_get_count(&count) != kSuccess || count <= 0)
       return;  // the library stays loaded: unloading a driver is never worth the risk
@@ -168,6 +178,29 @@ Driver& driver() {
 
 using cuda::internal::ContextGuard;
 
+bool capture_error(CUresult rc) { return rc >= kCaptureErrorFirst && rc <= kCaptureErrorLast; }
+
+// Stoker's driver calls run on its own threads (workers, the copy engine, a dying tensor's
+// thread) and touch no capturing stream. While a user captures a CUDA graph (torch.cuda.graph
+// captures in the global mode), the driver would refuse such "potentially unsafe" calls on every
+// thread and invalidate the capture; relaxed mode on this thread, for the scope, allows them.
+// The thread's previous mode is restored at the end.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() : exchange_(driver().thread_exchange_capture_mode) {
+    if (exchange_ != nullptr && exchange_(&mode_) != kSuccess) exchange_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (exchange_ != nullptr) exchange_(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  CUresult (*exchange_)(int*);
+  int mode_ = kCaptureModeRelaxed;  // the mode to set; then the one to restore
+};
+
 class EventFence final : public Fence {
  public:
   EventFence(CUcontext context, CUevent event) : context_(context), event_(event) {}
@@ -175,6 +208,7 @@ class EventFence final : public Fence {
     Driver& d = driver();
     if (!d.usable()) return;  // a forked child: the event is the parent's
     try {
+      RelaxedCapture relaxed;
       ContextGuard current(context_);
       d.event_destroy(event_);
     } catch (const Error&) {
@@ -183,13 +217,21 @@ class EventFence final : public Fence {
   }
   bool completed() override {
     Driver& d = driver();
-    // Any answer but "not ready" means no copy can still read the buffer: done, or the context
-    // is dead (a sticky error, driver teardown) and will run nothing more.
-    return !d.usable() || d.event_query(event_) != kNotReady;
+    if (!d.usable()) return true;
+    RelaxedCapture relaxed;
+    const CUresult rc = d.event_query(event_);
+    // Done; or pending: not ready, or a capture in progress refused the query (ask again later:
+    // the copy may still be reading the buffer). Any other error means the context is dead (a
+    // sticky error, driver teardown) and will run nothing more: nothing can read the buffer.
+    return rc == kSuccess || (rc != kNotReady && !capture_error(rc));
   }
   void wait() override {
     Driver& d = driver();
-    if (d.usable()) d.event_synchronize(event_);
+    if (!d.usable()) return;
+    RelaxedCapture relaxed;
+    // A capture in progress may refuse the wait too: wait for it to end (teardown only).
+    while (capture_error(d.event_synchronize(event_)))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
  private:
@@ -219,6 +261,7 @@ void* alloc_pinned(size_t bytes) {
   const int device = d.choose_host_device();
   void* ptr = nullptr;
   {
+    RelaxedCapture relaxed;
     ContextGuard current(d.context(device));
     if (d.mem_host_alloc(&ptr, bytes, kPortable) != kSuccess) throw std::bad_alloc();
   }
@@ -241,6 +284,7 @@ void free_pinned(void* ptr, size_t bytes) {
     device = it->second;
     d.pinned_device.erase(it);
   }
+  RelaxedCapture relaxed;
   ContextGuard current(d.context(device));
   d.mem_free_host(ptr);
   d.pinned -= bytes;
@@ -251,6 +295,7 @@ void register_host(void* ptr, size_t bytes) {
   if (!d.usable()) throw Error("registering pinned memory needs a CUDA driver and device");
   const int device = d.choose_host_device();
   {
+    RelaxedCapture relaxed;
     ContextGuard current(d.context(device));
     const CUresult rc = d.mem_host_register(ptr, bytes, kPortable);
     if (rc != kSuccess) throw d.error("cuMemHostRegister", rc);
@@ -274,6 +319,7 @@ void unregister_host(void* ptr, size_t bytes) {
     device = it->second;
     d.pinned_device.erase(it);
   }
+  RelaxedCapture relaxed;
   ContextGuard current(d.context(device));
   d.mem_host_unregister(ptr);
   d.pinned -= bytes;
@@ -293,6 +339,7 @@ std::vector<int> active_devices() {
 std::unique_ptr<Fence> record_fence(int device, uintptr_t stream) {
   Driver& d = driver();
   CUcontext context = d.context(device);
+  RelaxedCapture relaxed;
   ContextGuard current(context);
   CUevent event = nullptr;
   CUresult rc = d.event_create(&event, kEventNoTiming);

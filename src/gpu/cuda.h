@@ -6,7 +6,9 @@
 // - page-locked host memory: allocated (alloc_pinned) for native batch buffers, or registered
 //   (register_host) for batch buffers carved from shared memory (Python-dataset workers);
 // - fences for buffer recycling: a CUDA event recorded on a stream (record_fence), queried with
-//   cuEventQuery (never a device-wide synchronize on the hot path);
+//   cuEventQuery (never a device-wide synchronize on the hot path); only CUDA_SUCCESS completes
+//   one: "not ready" and a refusal by a stream capture in progress (errors 900-908) leave it
+//   pending, any other error (a dead context) completes it;
 // - device figures for diagnosis (device_memory, pci_bus_id).
 // Contexts are the devices' primary contexts, the ones the CUDA runtime (and so PyTorch) uses:
 // memory Stoker pins and events it records belong to the same contexts as torch's tensors and
@@ -16,6 +18,11 @@
 // Fork: CUDA may not be used in a child forked after the parent initialized it. In such a child
 // (pthread_atfork), available() is false, no driver call is made, fences report completion at
 // once and freeing or unregistering pinned memory is a no-op (the parent owns it).
+//
+// Graph capture: the driver calls here (event record and query, pinned allocation and
+// registration) run in the relaxed stream-capture mode on the calling thread
+// (cuThreadExchangeStreamCaptureMode; the thread's mode is restored after), so that a user's
+// torch.cuda.graph capture on another thread neither refuses them nor is invalidated by them.
 //
 // Thread safety: every function is safe to call from any thread.
 #pragma once

@@ -44,7 +44,8 @@ class DecodeBackend {
   // Queues a host-to-device copy (from host_staging or the pinned batch).
   virtual void upload(void* device_dst, const void* host_src, size_t bytes) = 0;
   // Decodes the jobs; ok[i] = 0 when job i failed. On return nothing queued reads a failed job's
-  // data. `hardware` counts the jobs the hardware decoder took.
+  // data. `hardware` counts the jobs the hardware decoder took. Called once per chunk: decoder
+  // state a call shares with the previous chunk's is reused only once that chunk's work is done.
   virtual void decode(std::span<const JpegJob> jobs, std::vector<uint8_t>& ok,
                       uint64_t* hardware) = 0;
   // The coefficient, horizontal and vertical kernels over p.n samples (max_rows: the most

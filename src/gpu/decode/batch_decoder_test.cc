@@ -2,6 +2,7 @@
 // and the GPU stage runs against the emulated device (the kernels' own code over host memory,
 // libjpeg for nvJPEG). Compared byte for byte with the CPU pipeline.
 #include <dlfcn.h>
+#include <link.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -441,7 +442,7 @@ TEST(GpuDecode, WithoutCudaTheNvjpegBackendSaysWhatIsMissing) {
 
 TEST(GpuDecode, LibrariesAreFoundByNameInDirectoriesAndUnderWheelNames) {
   std::string tried;
-  void* z = internal::open_library({"libz."}, {"libz.so.1"}, {}, &tried);
+  void* z = internal::open_library({"libz."}, {"libz.so.1"}, {}, "zlibVersion", &tried);
   ASSERT_NE(z, nullptr) << tried;
   const std::string real = internal::library_path(z);
   ASSERT_FALSE(real.empty());
@@ -451,13 +452,107 @@ TEST(GpuDecode, LibrariesAreFoundByNameInDirectoriesAndUnderWheelNames) {
   std::filesystem::remove(dir + "/libstokerfake.1a2b3c.so.12");
   std::filesystem::create_symlink(real, dir + "/libstokerfake.1a2b3c.so.12");
   tried.clear();
-  void* h = internal::open_library({"libstokerfake"}, {"libstokerfake.so.12"}, {dir}, &tried);
+  void* h = internal::open_library({"libstokerfake"}, {"libstokerfake.so.12"}, {dir},
+                                   "zlibVersion", &tried);
   EXPECT_NE(h, nullptr) << tried;
   tried.clear();
-  EXPECT_EQ(internal::open_library({"libstokernone"}, {"libstokernone.so.3"}, {dir}, &tried),
+  EXPECT_EQ(internal::open_library({"libstokernone"}, {"libstokernone.so.3"}, {dir},
+                                   "zlibVersion", &tried),
             nullptr);
   EXPECT_NE(tried.find("libstokernone.so.3"), std::string::npos) << tried;
   EXPECT_NE(tried.find(dir), std::string::npos) << tried;
+}
+
+// Whether a file of that name (the last path component) is mapped in the process.
+bool loaded_in_process(const std::string& file) {
+  struct Search {
+    const std::string* file;
+    bool found = false;
+  } search{&file};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const size_t slash = name.rfind('/');
+        if (name.substr(slash == std::string::npos ? 0 : slash + 1) == *s->file) s->found = true;
+        return 0;
+      },
+      &search);
+  return search.found;
+}
+
+// A fresh directory of fake libraries: each (name, built module) copied (a copy, not a link: the
+// loader tells libraries apart by file, so each name is a library of its own).
+std::string fake_library_dir(const std::string& dir_name,
+                             const std::vector<std::pair<std::string, std::string>>& files) {
+  const std::string dir = test_dir().path(dir_name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& [name, module] : files) std::filesystem::copy_file(module, dir + "/" + name);
+  return dir;
+}
+
+TEST(GpuDecode, TheLibrarySearchSkipsFilesWithoutTheApiAndGoesOn) {
+  // libnvjpeg2k matches the prefix "libnvjpeg", libnvrtc-builtins "libnvrtc-": same family, not
+  // the API. Here the one without it sorts first (the highest name is tried first).
+  const std::string dir = fake_library_dir(
+      "skip", {{"libstokerfake2k.so.12", STOKER_FAKE_WITHOUT},
+               {"libstokerfake.1a2b3c.so.12", STOKER_FAKE_WITH}});
+  std::string tried;
+  void* h = internal::open_library({"libstokerfake"}, {"libstokerfake.so.12"}, {dir},
+                                   "stoker_fake_api", &tried);
+  ASSERT_NE(h, nullptr) << tried;
+  EXPECT_EQ(internal::library_path(h), dir + "/libstokerfake.1a2b3c.so.12");
+  EXPECT_NE(tried.find(dir + "/libstokerfake2k.so.12: skipped: lacks stoker_fake_api"),
+            std::string::npos)
+      << tried;
+  EXPECT_FALSE(loaded_in_process("libstokerfake2k.so.12"));  // closed again
+
+  // Already loaded, without the API (torch loaded a relative): skipped too, and left loaded.
+  const std::string other = fake_library_dir(
+      "skip-loaded", {{"libstokerfakeb-builtins.so.13.0", STOKER_FAKE_WITHOUT},
+                      {"libstokerfakeb.so.13", STOKER_FAKE_WITH}});
+  void* resident = dlopen((other + "/libstokerfakeb-builtins.so.13.0").c_str(), RTLD_NOW);
+  ASSERT_NE(resident, nullptr) << dlerror();
+  tried.clear();
+  h = internal::open_library({"libstokerfakeb"}, {"libstokerfakeb.so.13"}, {other},
+                             "stoker_fake_api", &tried);
+  ASSERT_NE(h, nullptr) << tried;
+  EXPECT_EQ(internal::library_path(h), other + "/libstokerfakeb.so.13");
+  EXPECT_NE(tried.find("libstokerfakeb-builtins.so.13.0 (loaded): skipped: lacks stoker_fake_api"),
+            std::string::npos)
+      << tried;
+  EXPECT_TRUE(loaded_in_process("libstokerfakeb-builtins.so.13.0"));
+
+  // Nothing with the API: none, and the message says what each file lacked.
+  tried.clear();
+  const std::string none =
+      fake_library_dir("skip-none", {{"libstokerfakec.so.1", STOKER_FAKE_WITHOUT}});
+  EXPECT_EQ(internal::open_library({"libstokerfakec"}, {"libstokerfakec.so.1"}, {none},
+                                   "stoker_fake_api", &tried),
+            nullptr);
+  EXPECT_NE(tried.find("lacks stoker_fake_api"), std::string::npos) << tried;
+}
+
+TEST(GpuDecode, CompanionsOfALibraryInAWheelDirectoryAreLoadedForItsDlopenByName) {
+  // NVRTC in nvidia/cu13/lib dlopens "libnvrtc-builtins.so.13.0" by bare name: found only when a
+  // library of that soname is already loaded.
+  const std::string dir = fake_library_dir(
+      "companions", {{"libstokerfakertc.so.13", STOKER_FAKE_WITH},
+                     {"libstokerfakertc-builtins.so.13.0", STOKER_FAKE_BUILTINS}});
+  EXPECT_EQ(dlopen("libstokerfakertc-builtins.so.13.0", RTLD_NOW | RTLD_NOLOAD), nullptr);
+  std::string tried;
+  void* h = internal::open_library({"libstokerfakertc.so", "libstokerfakertc-"},
+                                   {"libstokerfakertc.so.13"}, {dir}, "stoker_fake_api", &tried);
+  ASSERT_NE(h, nullptr) << tried;
+  const auto loaded = internal::load_companions(internal::library_path(h),
+                                                {"libstokerfakertc-builtins.so"}, &tried);
+  EXPECT_EQ(loaded, std::vector<std::string>{dir + "/libstokerfakertc-builtins.so.13.0"}) << tried;
+  EXPECT_TRUE(loaded_in_process("libstokerfakertc-builtins.so.13.0"));
+  // What NVRTC does: the bare name now resolves to the loaded copy.
+  void* by_name = dlopen("libstokerfakertc-builtins.so.13.0", RTLD_NOW);
+  EXPECT_NE(by_name, nullptr) << dlerror();
+  EXPECT_NE(dlsym(by_name, "stoker_fake_other"), nullptr);
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 // NVJPEG_BACKEND_GPU_HYBRID for the files the hardware does not take (nvjpegDecodeBatchedSupported)
 // and for GPUs without the engine. Each has two decode states used alternately by successive
 // batches; a batch waits (host) for the event of the batch before last before reusing its state
-// and its pinned descriptor staging, so at most two batches are in flight here.
+// and its pinned descriptor staging, so at most two batches are in flight here. Within a batch,
+// chunks (decode() calls) share the slot's states: each chunk waits (host) for the previous
+// chunk's nvJPEG work (an event recorded after it) before reusing them (see decode()).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -190,7 +192,7 @@ const Nvjpeg& nvjpeg(const std::vector<std::string>& dirs) {
   std::lock_guard lock(mu);
   if (lib.lib != nullptr) return lib;
   std::string tried;
-  void* h = internal::open_library({"libnvjpeg"}, kNvjpegSonames, dirs, &tried);
+  void* h = internal::open_library({"libnvjpeg"}, kNvjpegSonames, dirs, "nvjpegCreateEx", &tried);
   if (h == nullptr)
     throw Error(
         "GPU decode needs nvJPEG (libnvjpeg, CUDA 11-13), which was not found; install "
@@ -220,7 +222,8 @@ const Nvrtc& nvrtc(const std::vector<std::string>& dirs) {
   std::lock_guard lock(mu);
   if (lib.lib != nullptr) return lib;
   std::string tried;
-  void* h = internal::open_library({"libnvrtc.so", "libnvrtc-"}, kNvrtcSonames, dirs, &tried);
+  void* h = internal::open_library({"libnvrtc.so", "libnvrtc-"}, kNvrtcSonames, dirs,
+                                   "nvrtcCreateProgram", &tried);
   if (h == nullptr)
     throw Error(
         "GPU decode compiles its kernels with NVRTC (libnvrtc), which was not found; "
@@ -239,6 +242,11 @@ const Nvrtc& nvrtc(const std::vector<std::string>& dirs) {
   sym(h, n.archs, "nvrtcGetSupportedArchs");
   n.path = internal::library_path(h);
   if (!ok) throw Error("GPU decode: " + n.path + " lacks the NVRTC API");
+  // NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by bare name when it compiles; from a
+  // wheel's directory (nvidia/cu13/lib, on no search path) the loader finds it only as the
+  // already loaded library of that soname: load it now from NVRTC's own directory. A failure here
+  // surfaces as NVRTC's own error at compile time.
+  internal::load_companions(n.path, {"libnvrtc-builtins.so"}, nullptr);
   n.lib = h;
   lib = n;
   return lib;
@@ -380,6 +388,7 @@ class NvjpegBackend final : public DecodeBackend {
       check(nv_.state_create(sw_, &sw_state_[slot]), "nvjpegJpegStateCreate");
       d_.check(d_.event_create(&done_[slot], kEventNoTiming), "cuEventCreate");
     }
+    d_.check(d_.event_create(&chunk_done_, kEventNoTiming), "cuEventCreate");
     check(nv_.state_create(sw_, &single_state_), "nvjpegJpegStateCreate");
     if (hw_ != nullptr) check(nv_.stream_create(hw_, &parse_), "nvjpegJpegStreamCreate");
   }
@@ -388,6 +397,8 @@ class NvjpegBackend final : public DecodeBackend {
     if (!cuda_available()) return;  // a forked child, or the driver is gone
     try {
       const Current current = Current::for_device(device_);
+      if (chunk_recorded_) d_.event_synchronize(chunk_done_);
+      if (chunk_done_ != nullptr) d_.event_destroy(chunk_done_);
       for (int slot = 0; slot < 2; ++slot) {
         if (recorded_[slot]) d_.event_synchronize(done_[slot]);
         if (done_[slot] != nullptr) d_.event_destroy(done_[slot]);
@@ -424,6 +435,7 @@ class NvjpegBackend final : public DecodeBackend {
     slot_ ^= 1;
     if (recorded_[slot_]) d_.check(d_.event_synchronize(done_[slot_]), "cuEventSynchronize");
     recorded_[slot_] = false;
+    chunk_recorded_ = false;  // the previous batch's chunks used the other slot's states
     current_.emplace(std::move(current));
   }
 
@@ -459,6 +471,17 @@ class NvjpegBackend final : public DecodeBackend {
 
   void decode(std::span<const JpegJob> jobs, std::vector<uint8_t>& ok,
               uint64_t* hardware) override {
+    // The previous chunk of this batch used the same decode states. nvJPEG's batched call does
+    // host work into a state's own buffers (parsed streams, pinned staging for its copies) and
+    // queues copies and kernels reading them on the stream; nothing in its API promises that this
+    // work is done when the call returns, so a next call on the same state could overwrite a
+    // buffer that a queued copy has yet to read. Wait for the previous chunk's decode first
+    // (a host wait, only from the second chunk of a batch on; the stream already orders the
+    // device side, the arena included).
+    if (chunk_recorded_) {
+      chunk_recorded_ = false;
+      d_.check(d_.event_synchronize(chunk_done_), "cuEventSynchronize");
+    }
     std::vector<size_t> to_hw, to_sw;
     for (size_t i = 0; i < jobs.size(); ++i) {
       int unsupported = 1;
@@ -474,6 +497,8 @@ class NvjpegBackend final : public DecodeBackend {
     if (!to_hw.empty() && batched(hw_, hw_state_[slot_], jobs, to_hw, ok))
       *hardware += to_hw.size();
     if (!to_sw.empty()) batched(sw_, sw_state_[slot_], jobs, to_sw, ok);
+    d_.check(d_.event_record(chunk_done_, stream_), "cuEventRecord");
+    chunk_recorded_ = true;
   }
 
   void render(const internal::k::KParams& params, int32_t max_rows) override {
@@ -561,6 +586,8 @@ class NvjpegBackend final : public DecodeBackend {
   nvjpegJpegStream_t parse_ = nullptr;
   CUevent done_[2] = {nullptr, nullptr};
   bool recorded_[2] = {false, false};
+  CUevent chunk_done_ = nullptr;  // recorded after each decode() (chunk), waited by the next
+  bool chunk_recorded_ = false;
   void* staging_[2] = {nullptr, nullptr};
   size_t staging_size_[2] = {0, 0};
   int slot_ = 0;
