@@ -10,14 +10,14 @@
 #
 # `run` needs a Python with torch, numpy, pytest, nanobind, scikit-build-core, cmake and ninja
 # (GPU_CHECK_PYTHON, default python3). It unpacks the carried packages into a private prefix
-# (never into /) and links libjpeg and libpng statically, so the extension needs nothing of the
-# prefix at run time. Without a GPU it builds, runs the same tests (they skip) and reports
+# (never into /), links the extension against their shared libraries (Debian's libpng16.a is not
+# position-independent) and puts the prefix on LD_LIBRARY_PATH for the tests. Without a GPU it builds, runs the same tests (they skip) and reports
 # "no GPU" in summary.json, exiting 0; a failed build or a failed test exits non-zero.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 DEPS=$ROOT/.gpu-deps
-PACKAGES=(libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev)
+PACKAGES=(libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g zlib1g-dev)
 
 prepare() {
   mkdir -p "$DEPS"
@@ -77,17 +77,17 @@ EOF
       --no-deps --no-index --target "$site" -C build-dir=build/gpu-check \
       -C cmake.define.STOKER_TESTING=ON \
       -C cmake.define.JPEG_INCLUDE_DIR="$prefix/usr/include" \
-      -C cmake.define.JPEG_LIBRARY="$lib/libjpeg.a" \
+      -C cmake.define.JPEG_LIBRARY="$lib/libjpeg.so" \
       -C cmake.define.PNG_PNG_INCLUDE_DIR="$prefix/usr/include" \
-      -C cmake.define.PNG_LIBRARY="$lib/libpng16.a" \
+      -C cmake.define.PNG_LIBRARY="$lib/libpng16.so" \
       -C cmake.define.ZLIB_INCLUDE_DIR="$prefix/usr/include" \
-      -C cmake.define.ZLIB_LIBRARY="$lib/libz.a" . > "$out/build.log" 2>&1; then
+      -C cmake.define.ZLIB_LIBRARY="$lib/libz.so" . > "$out/build.log" 2>&1; then
     tail -40 "$out/build.log"
     echo '{"build": "failed"}' > "$out/summary.json"
     exit 1
   fi
   echo "built in $((SECONDS - start)) s"
-  export PYTHONPATH=$site
+  export PYTHONPATH=$site LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
   echo "== GPU tests"
   "$py" -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$out/tests.xml" \
