@@ -20,6 +20,11 @@ from .sources.arrays import ArrayDataset, TokenDataset
 from .sources.images import ImageFolder, TarShards
 from .tuning.diagnose import diagnose
 
+import sys as _sys
+
+if "torch" in _sys.modules:  # the Python-dataset producer imports torch: load it now when cheap,
+    from .pydata import producer as _pydata_producer  # noqa: F401  (not at the first batch)
+
 __version__ = "0.1.0"
 
 __all__ = [
