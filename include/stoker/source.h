@@ -76,6 +76,17 @@ class Source {
   // The class label of every sample, when the source knows them without reading any sample (an
   // image folder, tar shards); empty otherwise. A stratified order groups samples by them.
   virtual std::vector<int64_t> labels() const { return {}; }
+
+  // Samples that live in blocks which cost much more to open than to read from once open
+  // (Parquet row groups, decompressed whole): the sizes of consecutive blocks (summing to size())
+  // and how many blocks a shuffled epoch keeps together. A shuffled loader then visits them in a
+  // BlockOrder (block_order.h), unless it is stratified. Empty sizes: samples are independent,
+  // shuffled by a full permutation.
+  struct Blocks {
+    std::vector<uint64_t> sizes;
+    uint64_t window = 1;
+  };
+  virtual Blocks blocks() const { return {}; }
 };
 
 }  // namespace stoker

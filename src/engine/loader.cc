@@ -111,6 +111,16 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
                        options.drop_last, options.rank, options.world_size);
   } else if (!options.class_weights.empty()) {
     throw InvalidArgument("class_weights need the classes of the samples");
+  } else if (options.shuffle) {
+    Source::Blocks b = source->blocks();
+    if (!b.sizes.empty()) {
+      uint64_t total = 0;
+      for (uint64_t size : b.sizes) total += size;
+      if (total != source->size())
+        throw InvalidArgument("the source's blocks hold " + std::to_string(total) +
+                              " samples but it has " + std::to_string(source->size()));
+      blocks = std::move(b);
+    }
   }
   pool = BatchPool::create(
       std::max<size_t>(bytes, 1), options.memory_budget,
@@ -137,7 +147,8 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
 }
 
 EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
-  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}};
+  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}, {}};
+  if (blocks) samples.blocks.emplace(blocks->sizes, blocks->window, options.seed, epoch);
   if (stratified) samples.stratified = stratified->epoch(epoch);
   return samples;
 }
@@ -147,7 +158,7 @@ void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& sam
   if (samples.stratified) return samples.stratified->batch(plan.unstrided_batch(b), out, cycles);
   const uint64_t first = b * plan.batch_size();
   for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
-  samples.order.map(out, out);
+  samples.map(out, out);
 }
 
 void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
@@ -168,7 +179,7 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
   } else {
     const uint64_t first = batch.index * plan.batch_size() + begin;
     for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
-    samples.order.map(indices, indices);
+    samples.map(indices, indices);
   }
   // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
   // early, so that many memory accesses are in flight at once instead of one miss at a time.

@@ -10,16 +10,26 @@
 #include <stop_token>
 
 #include "engine/skip_policy.h"
+#include "stoker/block_order.h"
 #include "stoker/loader.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
 namespace stoker {
 
-// An epoch's order as an iterator keeps it: the plain permutation, or the stratified one.
+// An epoch's order as an iterator keeps it: the plain permutation, the block-local one (a source
+// with blocks, shuffled), or the stratified one.
 struct EpochSamples {
   EpochOrder order;
+  std::optional<BlockOrder> blocks;
   std::optional<StratifiedEpoch> stratified;
+
+  // out[i] = the sample at global position positions[i] (not for a stratified order, which lays
+  // out whole batches). `out` may be `positions`.
+  void map(std::span<const uint64_t> positions, std::span<uint64_t> out) const {
+    if (blocks) return blocks->map(positions, out);
+    order.map(positions, out);
+  }
 };
 
 // Counts the buffers of a loader's batches that are out of its pool (being filled, ready, or held
@@ -94,6 +104,7 @@ struct Loader::State {
   // Every epoch's plan, unless an iteration is given another.
   BatchPlan plan;
   std::optional<StratifiedPlan> stratified;  // with options.classes
+  std::optional<Source::Blocks> blocks;      // shuffled, unstratified, a source with blocks
   std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
   std::vector<size_t> sample_bytes;          // bytes of one sample of each field
   std::shared_ptr<BatchPool> pool;
