@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "stoker/source.h"
+
 namespace stoker {
 
 class ImageFiles {
@@ -33,6 +35,8 @@ class ImageFiles {
   virtual std::string path(uint64_t i) const = 0;
   // Replaces `buffer`'s contents with the file's bytes (its capacity is reused).
   virtual void read(uint64_t i, std::vector<std::byte>& buffer) const = 0;
+  // Files that live in blocks (rows of a Parquet file): see Source::blocks().
+  virtual Source::Blocks blocks() const { return {}; }
 };
 
 class ImageFolderFiles final : public ImageFiles {

@@ -38,6 +38,7 @@ class ImageFilesSource : public Source {
     for (uint64_t i = 0; i < out.size(); ++i) out[i] = files_->label(i);
     return out;
   }
+  Blocks blocks() const override { return files_->blocks(); }
   const ImageFiles& files() const { return *files_; }
 
  protected:
