@@ -152,7 +152,21 @@ void register_sources(nb::module_& m) {
                 .cast();
           },
           "Every sample's class label when the source knows them without reading (an int64 "
-          "array), else None.");
+          "array), else None.")
+      .def_prop_ro("field_dtypes",
+                   [](const Source& s) {
+                     std::vector<std::string> out;
+                     for (const auto& f : s.fields()) out.push_back(f.dtype.name());
+                     return out;
+                   })
+      .def_prop_ro("field_shapes",
+                   [](const Source& s) {
+                     std::vector<std::vector<int64_t>> out;
+                     for (const auto& f : s.fields()) out.push_back(f.shape);
+                     return out;
+                   })
+      .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
+           "Sample `index` read with (seed, epoch)'s randomness: one bytes object per field.");
 
   nb::class_<ArraySource, Source>(m, "ArraySource")
       .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"),
@@ -234,9 +248,7 @@ void register_sources(nb::module_& m) {
                }),
            nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"))
       .def_prop_ro("image_shape", [](const ImageSource& s) { return s.fields()[0].shape; })
-      .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); })
-      .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
-           "Raw bytes of each field of one sample (image, label).");
+      .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); });
 
   nb::class_<ChannelStatsSource, Source>(m, "ChannelStatsSource")
       .def(nb::new_([](std::shared_ptr<ImageFiles> files, uint64_t max_pixels) {

@@ -18,6 +18,7 @@ from .loader import DataLoader
 from .offload.producer import RayOffload
 from .sources.arrays import ArrayDataset, TokenDataset
 from .sources.images import ImageFolder, TarShards
+from .sources.tables import TableDataset
 from .tuning.diagnose import diagnose
 
 import sys as _sys
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryBudgetError",
     "RayOffload",
     "SampleError",
+    "TableDataset",
     "TarShards",
     "TokenDataset",
     "cuda_available",

@@ -50,7 +50,7 @@ class NativeProducer(EngineOrdered):
         if not isinstance(source, _native.sources.Source):
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
-                f"TokenDataset, ImageFolder, TarShards), or a Python one with __getitem__, "
+                f"TokenDataset, ImageFolder, TarShards, TableDataset), or a Python one with __getitem__, "
                 f"got {type(dataset).__name__}")
         o = options
         _options.check_order(o)
@@ -84,6 +84,8 @@ class NativeProducer(EngineOrdered):
             _feed.install_fence_provider()
         self.torch = o.torch_output
         self.single = len(source.field_names) == 1
+        # A dataset whose batches are not the fields as a tuple (a table's dict of columns).
+        self.assemble = getattr(dataset, "_assemble_batch", None)
 
     def knobs(self):
         return {"num_workers": self.loader.num_workers,
@@ -103,7 +105,7 @@ class NativeProducer(EngineOrdered):
         plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
                                  cursor.start) if cursor.start else None
         return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan), cursor, self.torch,
-                             self.single)
+                             self.single, self.assemble)
 
     def copy_engine(self, device):
         if self._engine_factory is None:
@@ -120,13 +122,14 @@ class NativeProducer(EngineOrdered):
 class NativeBatches:
     """One iteration's batches from the engine; ``cursor[1]`` follows the batches delivered."""
 
-    __slots__ = ("_native", "_cursor", "_torch", "_single")
+    __slots__ = ("_native", "_cursor", "_torch", "_single", "_assemble")
 
-    def __init__(self, native, cursor, torch, single):
+    def __init__(self, native, cursor, torch, single, assemble=None):
         self._native = native
         self._cursor = cursor
         self._torch = torch
         self._single = single
+        self._assemble = assemble
 
     def __iter__(self):
         return self
@@ -150,4 +153,6 @@ class NativeBatches:
         finally:
             if self._native is not None:
                 self._cursor[1] = self._native.position  # a failed batch counts as consumed
+        if self._assemble is not None:
+            return self._assemble(fields)
         return fields[0] if self._single else fields

@@ -292,6 +292,11 @@ TableDataImpl::TableDataImpl(TableSpec spec) {
   for (uint64_t b = 0; b < blocks_.size(); ++b)
     if (!inputs_[blocks_[b].file]->cached()) views_[b] = decode(b, file_fields_[blocks_[b].file]);
   size_window_and_cache(spec);
+  selection_ = std::move(spec.rows);
+  for (int64_t row : selection_)
+    if (row < 0 || static_cast<uint64_t>(row) >= rows_)
+      throw InvalidArgument("row " + std::to_string(row) + " of the selection is outside " +
+                            display_ + "'s " + std::to_string(rows_) + " rows");
 }
 
 void TableDataImpl::add_blocks(uint32_t file, const std::vector<uint64_t>& rows,
@@ -327,6 +332,7 @@ void TableDataImpl::size_window_and_cache(const TableSpec& spec) {
 
 Source::Blocks TableDataImpl::blocks() const {
   Source::Blocks out;
+  if (!selection_.empty()) return out;
   out.window = window_;
   out.sizes.reserve(blocks_.size());
   for (const auto& b : blocks_) out.sizes.push_back(b.rows);
@@ -348,18 +354,24 @@ int TableDataImpl::column(const std::string& name) const {
   return at;
 }
 
-TableDataImpl::Location TableDataImpl::locate(uint64_t row) const {
+TableDataImpl::Location TableDataImpl::locate(uint64_t index) const {
+  const uint64_t row = selection_.empty() ? index : static_cast<uint64_t>(selection_[index]);
   const auto it = std::upper_bound(block_first_.begin(), block_first_.end(), row);
   const auto b = static_cast<uint64_t>(it - block_first_.begin()) - 1;
   return {b, static_cast<int64_t>(row - block_first_[b])};
 }
 
-std::string TableDataImpl::describe(uint64_t row) const {
-  if (row >= rows_) return display_;
-  const Location at = locate(row);
-  const BlockInfo& b = blocks_[at.block];
-  return basename(paths_[b.file]) + ": " + inputs_[b.file]->block_kind() + " " +
-         std::to_string(b.index) + ", row " + std::to_string(at.row);
+std::string TableDataImpl::describe_row(uint64_t row) const {
+  const auto it = std::upper_bound(block_first_.begin(), block_first_.end(), row);
+  const auto b = static_cast<uint64_t>(it - block_first_.begin()) - 1;
+  const BlockInfo& info = blocks_[b];
+  return basename(paths_[info.file]) + ": " + inputs_[info.file]->block_kind() + " " +
+         std::to_string(info.index) + ", row " + std::to_string(row - block_first_[b]);
+}
+
+std::string TableDataImpl::describe(uint64_t index) const {
+  if (index >= num_rows()) return display_;
+  return describe_row(selection_.empty() ? index : static_cast<uint64_t>(selection_[index]));
 }
 
 std::shared_ptr<arrow::RecordBatch> TableDataImpl::decode(uint64_t b,
@@ -427,7 +439,7 @@ void append_integers(const arrow::Array& array, std::vector<int64_t>& out, const
   const auto& a = static_cast<const arrow::NumericArray<ArrowType>&>(array);
   for (int64_t i = 0; i < a.length(); ++i) {
     if (a.IsNull(i))
-      throw InvalidArgument(data.describe(first_row + i) + ": column '" + name + "' is null");
+      throw InvalidArgument(data.describe_row(first_row + i) + ": column '" + name + "' is null");
     out.push_back(static_cast<int64_t>(a.Value(i)));
   }
 }
@@ -457,7 +469,11 @@ std::vector<int64_t> TableDataImpl::integer_column(const std::string& name) cons
       default: append_integers<arrow::UInt64Type>(array, out, name, *this, first); break;
     }
   }
-  return out;
+  if (selection_.empty()) return out;
+  std::vector<int64_t> selected;
+  selected.reserve(selection_.size());
+  for (int64_t row : selection_) selected.push_back(out[row]);
+  return selected;
 }
 
 uint64_t TableDataImpl::max_list_length(const std::string& name) const {

@@ -41,7 +41,7 @@ class TableDataImpl final : public TableData {
  public:
   explicit TableDataImpl(TableSpec spec);
 
-  uint64_t num_rows() const override { return rows_; }
+  uint64_t num_rows() const override { return selection_.empty() ? rows_ : selection_.size(); }
   const std::vector<std::string>& column_names() const override { return names_; }
   std::string column_type(const std::string& name) const override;
   std::string describe(uint64_t row) const override;
@@ -50,7 +50,7 @@ class TableDataImpl final : public TableData {
   std::vector<int64_t> integer_column(const std::string& name) const override;
   uint64_t max_list_length(const std::string& name) const override;
 
-  // The block holding `row` and the row's place in it.
+  // The block holding sample `index`'s row and the row's place in it.
   struct Location {
     uint64_t block;
     int64_t row;
@@ -58,6 +58,8 @@ class TableDataImpl final : public TableData {
   Location locate(uint64_t row) const;
   // Block b's chosen columns (in column_names() order), from the cache or decoded now.
   std::shared_ptr<const arrow::RecordBatch> block(uint64_t b) const;
+  // describe() for a row of the table (not of the selection).
+  std::string describe_row(uint64_t row) const;
   // Column `name`'s position in column_names(); InvalidArgument naming the table if absent.
   int column(const std::string& name) const;
   const std::shared_ptr<arrow::Field>& field(int column) const { return schema_->field(column); }
@@ -81,7 +83,8 @@ class TableDataImpl final : public TableData {
   std::vector<BlockInfo> blocks_;
   std::vector<uint64_t> block_first_;  // blocks_[b].first_row, for the binary search
   std::vector<std::shared_ptr<arrow::RecordBatch>> views_;  // blocks in memory; null: decoded
-  uint64_t rows_ = 0;
+  uint64_t rows_ = 0;                // in the table
+  std::vector<int64_t> selection_;  // sample -> row, when given
   uint64_t window_ = 1;  // blocks per shuffle window
 
   // The cache of decoded blocks (LRU), for inputs whose blocks are decoded.

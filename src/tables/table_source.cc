@@ -85,14 +85,6 @@ struct TableWorkerState final : WorkerState {
 
 }  // namespace
 
-struct TableSource::Column {
-  int index = 0;  // among the data's columns
-  std::string name;
-  enum Kind { kScalar, kFixedList, kList, kLargeList } kind = kScalar;
-  DType dtype;
-  uint64_t values = 1;  // per sample: 1, the fixed lists' product, or max_length
-  std::vector<std::byte> pad;  // one value, for kList/kLargeList
-};
 
 TableSource::TableSource(std::shared_ptr<const TableData> data, std::vector<TableColumn> columns)
     : data_(std::move(data)) {

@@ -175,6 +175,22 @@ TEST_F(Tables, AnImportedStreamIsRead) {
   for (uint64_t i = 0; i < 90; ++i) expect_row(src, i, 6);
 }
 
+TEST_F(Tables, ASelectionPicksRowsAndDropsTheBlocks) {
+  write_parquet(*numbers(100), path("a.parquet"), 30);
+  TableSpec spec;
+  spec.paths = {path("a.parquet")};
+  spec.rows = {99, 3, 3, 40};
+  auto data = TableData::open(spec);
+  TableSource src(data, all_columns(6));
+  ASSERT_EQ(src.size(), 4u);
+  EXPECT_EQ(read(src, 0).at<int64_t>(0), 99);
+  EXPECT_EQ(read(src, 2).at<int64_t>(0), 3);
+  EXPECT_EQ(src.path(3), "a.parquet: row group 1, row 10");
+  EXPECT_TRUE(src.blocks().sizes.empty());
+  spec.rows = {100};
+  EXPECT_THROW(TableData::open(spec), InvalidArgument);
+}
+
 TEST_F(Tables, ManyFilesAreOneTable) {
   const auto table = numbers(200);
   write_parquet(*table->Slice(0, 120), path("p0.parquet"), 50);

@@ -58,6 +58,9 @@ struct TableSpec {
   std::vector<std::string> columns;    // the columns read; empty = every column
   uint64_t cache_bytes = 0;            // decoded row groups kept; 0 = two windows and a margin
   uint64_t window_rows = 0;  // rows a shuffled epoch keeps together; 0 = ~256 MiB of data
+  // The table's rows to use, in this order (an HF dataset's indices mapping); empty = all. With
+  // a selection, samples are independent (no blocks): see above on random access.
+  std::vector<int64_t> rows;
 };
 
 struct TableStats {
@@ -110,9 +113,16 @@ class TableSource final : public Source {
   Blocks blocks() const override;
   const TableData& data() const { return *data_; }
 
-  struct Column;  // how a column becomes fields (table_source.cc)
-
  private:
+  struct Column {  // how a column becomes fields
+    int index = 0;  // among the data's columns
+    std::string name;
+    enum Kind { kScalar, kFixedList, kList, kLargeList } kind = kScalar;
+    DType dtype;
+    uint64_t values = 1;         // per sample: 1, the fixed lists' product, or max_length
+    std::vector<std::byte> pad;  // one value, for kList/kLargeList
+  };
+
   std::shared_ptr<const TableData> data_;
   std::vector<Column> columns_;
   std::vector<FieldSpec> fields_;

@@ -152,7 +152,9 @@ class Producer:
                 # arrays that the object store holds.
                 fields = tuple(_pack(f) if self.torch else _Tensor(f, None)
                                for f in source.next(self.torch))
-                batch = fields[0] if self.loader._producer.single else fields
+                producer = self.loader._producer
+                batch = producer.assemble(fields) if producer.assemble is not None else \
+                    fields[0] if producer.single else fields
             else:
                 state = self.loader.state_dict()
                 state.update(epoch=epoch, batch=b, start=start)

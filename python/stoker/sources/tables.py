@@ -1,0 +1,267 @@
+"""Tables: Parquet files, Arrow IPC files (Hugging Face datasets' cache files) and in-memory Arrow
+tables (pyarrow, polars, DuckDB, Hugging Face ``datasets.Dataset``) as a Stoker dataset.
+
+The C++ engine's worker threads read them with the Arrow C++ libraries that pyarrow ships (the
+module ``stoker._arrow``): a Parquet row group is decoded by one worker, GIL released, into a
+bounded cache of decoded row groups; Arrow IPC files are memory-mapped and read in place; an
+in-memory table is read where it is (zero-copy, through Arrow's C stream interface). Images in a
+column go through the same fused decode + transform as ``ImageFolder``. Rows are never read
+through Python.
+
+Shuffling a Parquet table: a full permutation would decode a row group for nearly every sample.
+A shuffled epoch instead permutes the row groups, takes them ``shuffle_window`` rows at a time,
+and permutes the rows within each window (``stoker/block_order.h``): every row exactly once,
+each row group decoded once per epoch, O(1) resume state. ``shuffle_window`` >= the table's
+rows gives a full permutation (docs/tables.md measures both).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from .. import _native
+from .images import _DEFAULT_MAX_PIXELS, _ImageDataset
+
+__all__ = ["TableDataset"]
+
+_TABLE_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError:
+        raise ImportError(
+            "stoker.TableDataset reads tables with pyarrow's Arrow C++ libraries: "
+            "pip install 'stoker[tables]' (or pyarrow)") from None
+    return pyarrow
+
+
+def _arrow_module():
+    _pyarrow()  # loads libarrow/libparquet, which stoker._arrow links
+    try:
+        from .. import _arrow
+    except ImportError as e:
+        raise ImportError(f"this stoker was built without its tables module ({e}); rebuild it "
+                          f"with pyarrow installed") from None
+    return _arrow
+
+
+def _expand(source):
+    """A path, a directory, a glob, or a list of them -> the table files, in order."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    files = []
+    for item in items:
+        path = os.path.expanduser(os.fspath(item))
+        if os.path.isdir(path):
+            found = sorted(os.path.join(path, f) for f in os.listdir(path)
+                           if f.lower().endswith(_TABLE_SUFFIXES))
+            if not found:
+                raise FileNotFoundError(f"no .parquet or .arrow file in {path}")
+        elif glob.has_magic(path):
+            found = sorted(glob.glob(path))
+            if not found:
+                raise FileNotFoundError(f"no table file matches {path!r}")
+        else:
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"no such table file: {path}")
+            found = [path]
+        files += found
+    if not files:
+        raise ValueError("TableDataset needs at least one file")
+    return files
+
+
+def _file_schema(pa, path):
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[:4] == b"PAR1":
+        import pyarrow.parquet as pq
+        return pq.read_schema(path)
+    if head[:6] == b"ARROW1":
+        return pa.ipc.open_file(pa.memory_map(path)).schema
+    return pa.ipc.open_stream(pa.memory_map(path)).schema
+
+
+def _is_hf_dataset(obj):
+    return type(obj).__module__.startswith("datasets.") and hasattr(obj, "data") and \
+        hasattr(obj, "_indices")
+
+
+def _numeric(pa, t):
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def _batchable(pa, t):
+    """Columns a batch holds as tensors: numbers, bools, fixed-size lists of them (any depth),
+    and lists of numbers (padded)."""
+    while pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _numeric(pa, t.value_type) and not pa.types.is_boolean(t.value_type)
+    return _numeric(pa, t)
+
+
+class TableDataset(_ImageDataset):
+    """Rows of a table as samples.
+
+    ``source``: a ``.parquet`` / Arrow IPC (``.arrow``) file, a directory of them, a glob, or a
+    list of these (one table, in order); a ``pyarrow.Table`` or any object with
+    ``__arrow_c_stream__`` (polars, DuckDB results); or a Hugging Face ``datasets.Dataset``
+    (read from its Arrow table, its indices mapping (``select``, ``shuffle``, splits) applied).
+
+    Without ``image``, a batch is a dict of tensors, one per column: numbers and bools are
+    scalars, fixed-size lists keep their shape, and a variable-length list of numbers (token
+    ids) is padded to ``max_length`` with ``pad_value`` (default: the longest list, found by
+    reading the column once) with its lengths in ``"<name>_length"``. ``columns=None`` takes
+    every such column; naming a column of another type (text, say) is an error.
+
+    With ``image="col"`` the column holds encoded images (binary, or Hugging Face's
+    ``{"bytes", "path"}`` Image struct), decoded and transformed natively as by
+    ``ImageFolder`` (``transform``: a :mod:`stoker.transforms` pipeline); a batch is
+    ``(images, labels)`` with ``label="col"`` (an integer column, read once without decoding any
+    image; ``shuffle="stratified"`` and ``class_weights`` use it), else the images alone.
+
+    ``shuffle_window`` (rows, default: about 256 MiB of the table's decoded data) and
+    ``cache_bytes`` (decoded row groups kept, default two windows) tune shuffled Parquet reads:
+    see the module's docstring. Errors name the file, row group and row (and the column).
+    """
+
+    def __init__(self, source, columns=None, image=None, transform=None, label=None, *,
+                 max_length=None, pad_value=0, shuffle_window=None, cache_bytes=None,
+                 max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
+        pa = _pyarrow()
+        arrow = _arrow_module()
+        for name, value in (("shuffle_window", shuffle_window), ("cache_bytes", cache_bytes),
+                            ("max_length", max_length)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if image is None and (transform is not None or label is not None):
+            raise ValueError("transform and label are for image tables: name the image column "
+                             "with image=")
+        if image is not None and columns is not None:
+            raise ValueError("an image table's batch is (images, labels): give image= and "
+                             "label=, not columns=")
+        self.source = source
+        self.image = image
+        self.label = label
+        self.max_length = max_length
+        self.pad_value = pad_value
+        self.shuffle_window = shuffle_window
+        self.cache_bytes = cache_bytes
+        schema, open_data = self._opener(pa, arrow, source)
+        names = list(schema.names)
+        wanted = [image] + ([label] if label else []) if image is not None else columns
+        if wanted is not None:
+            for name in wanted:
+                if name not in names:
+                    raise ValueError(f"{self._name} has no column {name!r} (its columns: "
+                                     f"{', '.join(names)})")
+        if image is None:
+            if columns is None:
+                wanted = [n for n in names if _batchable(pa, schema.field(n).type)]
+                if not wanted:
+                    raise ValueError(f"{self._name} has no column that batches as a tensor "
+                                     f"(numbers, bools, lists of numbers): its columns are "
+                                     + ", ".join(f"{n}: {schema.field(n).type}" for n in names))
+            elif isinstance(columns, str) or not columns:
+                raise ValueError(f"columns must be a non-empty list of names, got {columns!r}")
+        self.columns = list(wanted)
+        self._data = open_data(self.columns, cache_bytes or 0, shuffle_window or 0)
+        if image is None:
+            self._source = arrow.TableSource(
+                self._data, [(c, max_length or 0, float(pad_value)) for c in self.columns])
+            self._field_names = list(self._source.field_names)
+        else:
+            files = arrow.TableImageFiles(self._data, image, label or "")
+            self._init_source(files, transform, max_pixels, decode)
+
+    def _opener(self, pa, arrow, source):
+        """The table's schema, and a function (columns, cache_bytes, window_rows) -> TableData."""
+        rows = []
+        if _is_hf_dataset(source):
+            if source._indices is not None:
+                rows = source._indices.column(0).to_numpy().astype(np.int64).tolist()
+            source = source.data.table  # memory-mapped from its cache files, or in memory
+        if isinstance(source, (str, os.PathLike, list, tuple)):
+            self.paths = _expand(source)
+            self._name = self.paths[0] if len(self.paths) == 1 else \
+                f"{self.paths[0]} and {len(self.paths) - 1} more"
+            return _file_schema(pa, self.paths[0]), \
+                lambda cols, cache, window: arrow.TableData.open(self.paths, cols, cache, window,
+                                                                 rows)
+        if not hasattr(source, "__arrow_c_stream__"):
+            raise TypeError(
+                f"TableDataset reads .parquet/.arrow paths, Arrow tables (anything with "
+                f"__arrow_c_stream__) and datasets.Dataset, got {type(source).__name__}")
+        self.paths = []
+        table = source if isinstance(source, pa.Table) else pa.table(source)
+        self._name = type(source).__name__
+        self._table = table  # keeps what the engine reads alive with the dataset
+
+        def open_stream(cols, cache, window):
+            capsule = table.select(cols).__arrow_c_stream__()
+            return arrow.TableData.from_stream(capsule, self._name, cols, cache, window, rows)
+        return table.schema, open_stream
+
+    def __len__(self):
+        return len(self._data)
+
+    @property
+    def targets(self):
+        """The label column (an int64 array), or None without ``label``."""
+        if self.label is None:
+            return None
+        return self._files.labels if hasattr(self._files, "labels") else \
+            self._data.integer_column(self.label)
+
+    def cache_stats(self):
+        """The row-group cache: block_reads (row groups decoded), cache_hits, cached_bytes (now
+        and peak) and cache_bytes (its limit)."""
+        return self._data.stats()
+
+    def _assemble_batch(self, fields):
+        """A loader's batch: a dict of the columns' tensors (image tables: as ImageFolder)."""
+        if self.image is not None:
+            return fields if self.label else fields[0]
+        return dict(zip(self._field_names, fields))
+
+    def __getitem__(self, index):
+        if self.image is not None:
+            sample = super().__getitem__(index)
+            return sample if self.label else sample[0]
+        i = self._index(index)
+        raw = self._source.sample(i, 0, 0)
+        out = {}
+        for name, data, dtype, shape in zip(self._field_names, raw, self._source.field_dtypes,
+                                            self._source.field_shapes):
+            out[name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        return out
+
+    def __reduce__(self):
+        if not self.paths:
+            raise TypeError("a TableDataset over an in-memory table cannot be pickled; write it "
+                            "to Parquet and read the file")
+        kwargs = dict(columns=None if self.image is not None else self.columns, image=self.image,
+                      transform=self.transform if self.image is not None else None,
+                      label=self.label, max_length=self.max_length, pad_value=self.pad_value,
+                      shuffle_window=self.shuffle_window, cache_bytes=self.cache_bytes)
+        return _rebuild, (self.paths, kwargs)
+
+    def _extra_repr(self):
+        return [f"Table: {self._name}", f"Columns: {', '.join(self.columns)}"]
+
+    def __repr__(self):
+        if self.image is not None:
+            return super().__repr__()
+        return "\n".join([f"Dataset {type(self).__name__}",
+                          f"    Number of datapoints: {len(self)}"]
+                         + [f"    {line}" for line in self._extra_repr()])
+
+
+def _rebuild(paths, kwargs):
+    return TableDataset(paths, **kwargs)
