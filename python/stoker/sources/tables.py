@@ -76,14 +76,24 @@ def _expand(source):
 
 
 def _file_schema(pa, path):
+    """The first file's schema (the engine then checks every file's against it)."""
     with open(path, "rb") as f:
         head = f.read(8)
-    if head[:4] == b"PAR1":
-        import pyarrow.parquet as pq
-        return pq.read_schema(path)
-    if head[:6] == b"ARROW1":
-        return pa.ipc.open_file(pa.memory_map(path)).schema
-    return pa.ipc.open_stream(pa.memory_map(path)).schema
+    try:
+        if head[:4] == b"PAR1":
+            import pyarrow.parquet as pq
+            return pq.read_schema(path)
+        if head[:6] == b"ARROW1":
+            return pa.ipc.open_file(pa.memory_map(path)).schema
+        if head[:4] == b"\xff\xff\xff\xff":
+            return pa.ipc.open_stream(pa.memory_map(path)).schema
+    except pa.ArrowException as e:
+        kind = "Parquet" if head[:4] == b"PAR1" else "Arrow IPC"
+        raise ValueError(f"{path} is not a readable {kind} file (truncated or corrupt?): "
+                         f"{e}") from None
+    raise ValueError(f"{path} is neither a Parquet file nor an Arrow IPC file (its first bytes "
+                     f"are neither PAR1, ARROW1 nor an IPC stream's)"
+                     + (": it is empty" if not head else ""))
 
 
 def _is_hf_dataset(obj):
@@ -216,8 +226,7 @@ class TableDataset(_ImageDataset):
         """The label column (an int64 array), or None without ``label``."""
         if self.label is None:
             return None
-        return self._files.labels if hasattr(self._files, "labels") else \
-            self._data.integer_column(self.label)
+        return self._data.integer_column(self.label)
 
     def cache_stats(self):
         """The row-group cache: block_reads (row groups decoded), cache_hits, cached_bytes (now
