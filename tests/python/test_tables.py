@@ -303,3 +303,21 @@ def test_a_file_table_pickles_as_its_spec(numbers_parquet):
     assert again.columns == ["id", "tokens"] and again[7]["tokens"].tolist() == [7, 8, 9, 10, 11]
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(stoker.TableDataset(numbers_table(), columns=["id"]))
+
+
+def test_stats_tune_and_diagnose_accept_a_table(photo_parquet, numbers_parquet, capsys):
+    from stoker.tuning import diagnose, stats, tune
+    assert stats.main([photo_parquet, "--image", "image"]) == 0
+    out = capsys.readouterr().out
+    assert "TableDataset" in out and "photos.parquet: 100 images" in out and "Normalize(" in out
+    assert stats.main([photo_parquet, "--image", "image", "--label", "label", "--classes"]) == 0
+    assert "10 classes, 100 samples" in capsys.readouterr().out
+    assert stats.main([numbers_parquet]) == 2
+    assert "a TableDataset with an image column (--image COLUMN)" in capsys.readouterr().err
+    assert stats.main([numbers_parquet, "--label", "id"]) == 2  # --label without --image
+    assert "give --image too" in capsys.readouterr().err
+    assert diagnose.main([photo_parquet, "--image", "image", "--seconds", "0.5"]) == 0
+    assert "action:" in capsys.readouterr().out
+    assert diagnose.main([numbers_parquet, "--seconds", "0.3", "--batch-size", "16"]) == 0
+    assert tune.main([numbers_parquet, "--time-budget", "3", "--batch-size", "32"]) == 0
+    assert "num_workers" in capsys.readouterr().out

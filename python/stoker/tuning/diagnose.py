@@ -46,6 +46,8 @@ class Report(dict):
 
 
 def _length(batch):
+    if isinstance(batch, dict):  # a table's columns
+        batch = next(iter(batch.values()))
     first = batch[0] if isinstance(batch, (tuple, list)) else batch
     try:
         return len(first)
@@ -149,8 +151,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(
         prog="stoker diagnose",
         description="Run the loader with a simulated training step and say what limits it.")
-    p.add_argument("dataset", nargs="?", default=None,
-                   help="an ImageFolder root or tar shards (default: the built-in sample data)")
+    from .datasets import add_dataset_arguments
+    add_dataset_arguments(p)
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step per batch, in ms (sleeps, as a GPU step does)")
     p.add_argument("--seconds", type=float, default=8.0)
@@ -164,7 +166,7 @@ def main(argv=None):
     from .tune import _open_dataset
     workers = args.num_workers if args.num_workers == "auto" else int(args.num_workers)
     try:
-        dataset = _open_dataset(args.dataset)
+        dataset = _open_dataset(args.dataset, args.image, args.label)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"stoker diagnose: error: {e}", file=sys.stderr)
         return 2

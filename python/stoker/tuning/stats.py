@@ -25,7 +25,9 @@ import numpy as np
 from .. import _native
 from .. import balance
 from ..sources.images import ImageFolder, TarShards
+from ..sources.tables import TableDataset
 from ..loader import DataLoader
+from .datasets import add_dataset_arguments, open_dataset, where as describe_where
 
 __all__ = ["channel_stats", "class_mix", "main"]
 
@@ -42,10 +44,12 @@ def channel_stats(dataset, num_workers="auto", batch_size=64):
     """``{"mean": [r, g, b], "std": [r, g, b], "images": n, "pixels": p}`` over every image of
     ``dataset`` (an :class:`ImageFolder` or :class:`TarShards`; its transform is ignored).
     Pixels are weighted equally, so larger images count more, as in a pixel-level statistic."""
-    if not isinstance(dataset, (ImageFolder, TarShards)):
+    if not isinstance(dataset, (ImageFolder, TarShards, TableDataset)) or (
+            isinstance(dataset, TableDataset) and dataset.image is None):
         raise ValueError(
-            f"channel_stats needs a stoker.ImageFolder or stoker.TarShards, got "
-            f"{type(dataset).__name__}")
+            f"channel_stats needs a stoker.ImageFolder, TarShards or a TableDataset with an "
+            f"image column (--image COLUMN), got {type(dataset).__name__}"
+            + (" of columns" if isinstance(dataset, TableDataset) else ""))
     if len(dataset) == 0:
         raise ValueError("channel_stats needs a dataset with at least one image")
     loader = DataLoader(_StatsDataset(dataset), batch_size=batch_size, num_workers=num_workers,
@@ -180,26 +184,15 @@ def _print_class_mix(mix, names, where):
           "batch)")
 
 
-def _open_dataset(spec):
-    if spec is None:
-        from ..cli.sample_data import default_sample_root, make_sample
-        make_sample()
-        return ImageFolder(os.path.join(default_sample_root(), "train"))
-    if os.path.isdir(spec):
-        return ImageFolder(spec)
-    return TarShards(spec)
-
-
 def _classes_main(p, args):
     try:
         if args.dataset is not None and args.dataset.endswith(".npy"):
             labels = np.load(args.dataset, mmap_mode="r")
             where, names = args.dataset, str
         else:
-            dataset = _open_dataset(args.dataset)
+            dataset = open_dataset(args.dataset, image=args.image, label=args.label)
             labels = balance.labels_of(dataset)
-            where = f"{type(dataset).__name__} " + (getattr(dataset, "root", None)
-                                                     or f"{len(dataset.paths)} tar shards")
+            where = f"{type(dataset).__name__} {describe_where(dataset)}"
             classes = getattr(dataset, "classes", None)
             names = (lambda label: classes[label]) if classes else str
         weights = args.class_weights
@@ -225,10 +218,10 @@ def main(argv=None):
         description="Per-channel mean and std of an image dataset (for Normalize); with "
                     "--classes, its class counts and how batches would mix them under each "
                     "shuffle mode.")
-    p.add_argument("dataset", nargs="?", default=None,
-                   help="an ImageFolder root, or a tar shard path or glob such as "
-                        "'shards/train-*.tar' (default: the built-in sample data); with "
-                        "--classes also a .npy file of labels, one a sample")
+    add_dataset_arguments(p, help="an ImageFolder root, tar shards (a path or glob such as "
+                             "'shards/train-*.tar'), or a table: a .parquet/.arrow file, glob or "
+                             "directory of them with --image (default: the built-in sample "
+                             "data); with --classes also a .npy file of labels, one a sample")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
     p.add_argument("--num-workers", default="auto",
                    help="decoding threads (default: auto)")
@@ -258,12 +251,12 @@ def main(argv=None):
         except ValueError:
             p.error(f"--num-workers must be 'auto' or an integer, got {workers!r}")
     try:
-        dataset = _open_dataset(args.dataset)
+        dataset = open_dataset(args.dataset, image=args.image, label=args.label)
         result = channel_stats(dataset, num_workers=workers)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"stoker stats: error: {e}", file=sys.stderr)
         return 2
-    where = getattr(dataset, "root", None) or f"{len(dataset.paths)} tar shards"
+    where = describe_where(dataset)
     mean = ", ".join(f"{v:.4f}" for v in result["mean"])
     std = ", ".join(f"{v:.4f}" for v in result["std"])
     print(f"{type(dataset).__name__} {where}: {result['images']} images, "

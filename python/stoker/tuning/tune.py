@@ -22,6 +22,7 @@ import sys
 import time
 
 from .. import _native
+from .datasets import add_dataset_arguments
 
 __all__ = ["tune_loader", "tune_torch", "write_plot", "print_table", "main"]
 
@@ -90,16 +91,13 @@ def sample_dataset(root=None):
         T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]))
 
 
-def _open_dataset(spec):
-    if spec is None:
-        return sample_dataset()
+def _open_dataset(spec, image=None, label=None):
+    """The dataset a command names, with the standard ImageNet training pipeline for images."""
     from .. import transforms as T
-    from ..sources.images import ImageFolder, TarShards
+    from .datasets import open_dataset
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                            T.Normalize(MEAN, STD)])
-    if os.path.isdir(spec):
-        return ImageFolder(spec, transform=transform)
-    return TarShards(spec, transform=transform)
+    return open_dataset(spec, transform=transform, image=image, label=label)
 
 
 def _options(repeats, memory_budget, time_budget, noise_floor=0.02, plateau=0.03,
@@ -392,8 +390,7 @@ def main(argv=None):
         prog="stoker tune",
         description="Find num_workers, prefetch_factor, pin_memory (and batch_size) for the "
                     "bare loader, measuring as few configurations as possible.")
-    p.add_argument("dataset", nargs="?", default=None,
-                   help="an ImageFolder root or tar shards (default: the built-in sample data)")
+    add_dataset_arguments(p)
     p.add_argument("--torch", metavar="MODULE:FUNCTION",
                    help="tune torch.utils.data.DataLoader over the Dataset FUNCTION returns "
                         "(or a (dataset, DataLoader kwargs) tuple)")
@@ -426,7 +423,7 @@ def main(argv=None):
                                 repeats=repeats, seconds=seconds, time_budget=time_budget,
                                 max_workers=args.max_workers, progress=bar)
         else:
-            dataset = _open_dataset(args.dataset)
+            dataset = _open_dataset(args.dataset, args.image, args.label)
             gpu = _torch_cuda()
             knobs = default_knobs(args.max_workers, batch_sizes, args.batch_size, gpu=gpu)
             bar = ProgressBar(_expected_runs(knobs, repeats), time_budget)
