@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 
-TARGETS = ("jpeg", "png", "tar", "tokens", "npy")
+TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table")
 
 
 # --------------------------------------------------------------------------- FuzzedDataProvider

@@ -60,6 +60,8 @@ void leaves(const parquet::arrow::SchemaField& f, std::vector<int>& out) {
   for (const auto& child : f.children) leaves(child, out);
 }
 
+bool same_type(const arrow::DataType& a, const arrow::DataType& b);
+
 class ParquetInput final : public Input {
  public:
   explicit ParquetInput(const std::string& path) : path_(path) {
@@ -83,8 +85,31 @@ class ParquetInput final : public Input {
   }
 
   const std::shared_ptr<arrow::Schema>& schema() const { return schema_; }
-  const parquet::FileMetaData& metadata() const { return *metadata_; }
-  const std::vector<int>& leaf_columns(int field) const { return leaves_[field]; }
+
+  // Each row group's rows and the decoded size of top-level fields `fields` in it, from the
+  // footer (whose row-group entries are parsed here, on first use).
+  void row_groups(const std::vector<int>& fields, std::vector<uint64_t>& rows,
+                  std::vector<uint64_t>& bytes) const {
+    try {
+      for (int g = 0; g < metadata_->num_row_groups(); ++g) {
+        auto group = metadata_->RowGroup(g);
+        if (group->num_rows() < 0) throw InvalidArgument("a row group has a negative row count");
+        rows.push_back(static_cast<uint64_t>(group->num_rows()));
+        uint64_t size = 0;
+        for (int f : fields)
+          for (int leaf : leaves_[f]) {
+            const int64_t n = group->ColumnChunk(leaf)->total_uncompressed_size();
+            size += n > 0 ? static_cast<uint64_t>(n) : 0;
+          }
+        bytes.push_back(size);
+      }
+    } catch (const parquet::ParquetException& e) {
+      throw InvalidArgument(path_ + " is not a readable Parquet file (truncated or corrupt?): " +
+                            e.what());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(path_ + " is not a readable Parquet file: " + e.what());
+    }
+  }
 
   std::shared_ptr<arrow::RecordBatch> read(int index,
                                           const std::vector<int>& fields) const override {
@@ -112,15 +137,25 @@ class ParquetInput final : public Input {
         auto array = chunked->num_chunks() == 1
                          ? chunked->chunk(0)
                          : value(arrow::Concatenate(chunked->chunks()), context);
+        // A footer's Arrow schema may disagree with the pages it describes: the samples are
+        // read at the schema's types, so a column must decode as its schema says.
+        if (!same_type(*array->type(), *schema_->field(f)->type()))
+          throw InvalidArgument(context + ": column '" + name + "' decoded as " +
+                                array->type()->ToString() + ", not as the schema's " +
+                                schema_->field(f)->type()->ToString());
         arrays.push_back(std::move(array));
         out_fields.push_back(schema_->field(f));
       }
-      return arrow::RecordBatch::Make(arrow::schema(out_fields), table->num_rows(),
-                                      std::move(arrays));
+      auto batch = arrow::RecordBatch::Make(arrow::schema(out_fields), table->num_rows(),
+                                            std::move(arrays));
+      check(batch->ValidateFull(), context);  // offsets inside their buffers: reads stay in
+      return batch;
     } catch (const parquet::ParquetException& e) {
       throw DecodeError(context + ": " + e.what());
     } catch (const InvalidArgument& e) {  // an Arrow status, with the context
       throw DecodeError(e.what());
+    } catch (const std::bad_alloc&) {
+      throw DecodeError(context + ": its sizes ask for more memory than there is");
     }
   }
   bool cached() const override { return true; }
@@ -157,12 +192,16 @@ class MemoryInput final : public Input {
   std::vector<std::shared_ptr<arrow::RecordBatch>> batches_;
 };
 
-std::unique_ptr<MemoryInput> read_all(arrow::RecordBatchReader& reader, const std::string& name) {
+// Every batch of a reader. `full`: validated in full (a file's bytes are not trusted: offsets
+// must lie inside their buffers before a sample is read through them), else structurally.
+std::unique_ptr<MemoryInput> read_all(arrow::RecordBatchReader& reader, const std::string& name,
+                                      bool full) {
   std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
   while (true) {
     std::shared_ptr<arrow::RecordBatch> batch;
     check(reader.ReadNext(&batch), name);
     if (!batch) break;
+    check(full ? batch->ValidateFull() : batch->Validate(), name);
     batches.push_back(std::move(batch));
   }
   return std::make_unique<MemoryInput>(reader.schema(), std::move(batches));
@@ -175,12 +214,14 @@ std::unique_ptr<MemoryInput> open_ipc(const std::string& path, Format format) {
   if (format == Format::kIpcFile) {
     auto reader = value(arrow::ipc::RecordBatchFileReader::Open(file), context);
     std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
-    for (int i = 0; i < reader->num_record_batches(); ++i)
+    for (int i = 0; i < reader->num_record_batches(); ++i) {
       batches.push_back(value(reader->ReadRecordBatch(i), context));
+      check(batches.back()->ValidateFull(), context);
+    }
     return std::make_unique<MemoryInput>(reader->schema(), std::move(batches));
   }
   auto reader = value(arrow::ipc::RecordBatchStreamReader::Open(file), context);
-  return read_all(*reader, context);
+  return read_all(*reader, context, true);
 }
 
 // Equal types, whatever their list items are called ("item", "element": writers differ).
@@ -223,7 +264,7 @@ TableDataImpl::TableDataImpl(TableSpec spec) {
     display_ = spec.stream_name;
     paths_ = {spec.stream_name};
     auto reader = value(arrow::ImportRecordBatchReader(spec.stream), spec.stream_name);
-    inputs_.push_back(read_all(*reader, spec.stream_name));
+    inputs_.push_back(read_all(*reader, spec.stream_name, false));
   } else {
     paths_ = spec.paths;
     display_ = paths_.size() == 1 ? paths_[0] : paths_[0] + " and " +
@@ -269,16 +310,7 @@ TableDataImpl::TableDataImpl(TableSpec spec) {
     // The file's blocks: row groups with their decoded size, or batches with their memory.
     std::vector<uint64_t> rows, bytes;
     if (parquet) {
-      const auto& meta = parquet->metadata();
-      for (int g = 0; g < meta.num_row_groups(); ++g) {
-        auto group = meta.RowGroup(g);
-        rows.push_back(static_cast<uint64_t>(group->num_rows()));
-        uint64_t size = 0;
-        for (int f : positions)
-          for (int leaf : parquet->leaf_columns(f))
-            size += static_cast<uint64_t>(group->ColumnChunk(leaf)->total_uncompressed_size());
-        bytes.push_back(size);
-      }
+      parquet->row_groups(positions, rows, bytes);
     } else {
       for (const auto& batch : static_cast<const MemoryInput&>(input).batches()) {
         rows.push_back(static_cast<uint64_t>(batch->num_rows()));
@@ -377,7 +409,14 @@ std::string TableDataImpl::describe(uint64_t index) const {
 std::shared_ptr<arrow::RecordBatch> TableDataImpl::decode(uint64_t b,
                                                           const std::vector<int>& fields) const {
   const BlockInfo& info = blocks_[b];
-  return inputs_[info.file]->read(info.index, fields);
+  auto batch = inputs_[info.file]->read(info.index, fields);
+  // Rows are located by the footer's counts: a block must hold as many as it said.
+  if (static_cast<uint64_t>(batch->num_rows()) != info.rows)
+    throw DecodeError(paths_[info.file] + ": " + inputs_[info.file]->block_kind() + " " +
+                      std::to_string(info.index) + " holds " +
+                      std::to_string(batch->num_rows()) + " rows, but the file says " +
+                      std::to_string(info.rows));
+  return batch;
 }
 
 std::shared_ptr<const arrow::RecordBatch> TableDataImpl::block(uint64_t b) const {
