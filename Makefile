@@ -6,7 +6,7 @@ CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test check install cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install wheel cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -22,6 +22,18 @@ install: $(DEPS)
 
 demo: install
 	$(VENV)/bin/stoker demo
+
+# The self-contained wheel, dist/stoker-<version>-<tag>.whl: built in install's build directory
+# (the same options but STOKER_TESTING: one file recompiled and a relink, not a rebuild), then
+# `auditwheel repair` copies libjpeg and libpng into stoker.libs/ under hashed names and tags the
+# wheel with the lowest manylinux policy its symbols allow. libarrow / libparquet stay out: stoker._arrow takes them from the pyarrow
+# wheel (stoker[tables]). docs/install.md says what it holds and how to go lower.
+wheel: $(DEPS)
+	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip wheel -q --no-build-isolation --no-deps \
+	  -C cmake.define.STOKER_TESTING=OFF -w build/wheel .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w dist \
+	  --exclude 'libarrow*' --exclude 'libparquet*' build/wheel/stoker-*.whl
 
 # C++ tests: a release build, an ASan/UBSan build and a TSan build.
 define cpp_build
