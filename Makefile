@@ -6,7 +6,7 @@ CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test check install wheel cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install wheel sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -34,6 +34,12 @@ wheel: $(DEPS)
 	  -C cmake.define.STOKER_TESTING=OFF -w build/wheel .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w dist \
 	  --exclude 'libarrow*' --exclude 'libparquet*' build/wheel/stoker-*.whl
+
+# dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
+# compiler, Python's headers and the libjpeg/libpng headers (docs/install.md).
+sdist: $(DEPS)
+	mkdir -p dist && rm -f dist/stoker-*.tar.gz
+	$(PY) -m build --sdist -o dist .
 
 # C++ tests: a release build, an ASan/UBSan build and a TSan build.
 define cpp_build
