@@ -64,8 +64,9 @@ def build_fake(path, symbols):
     src = str(path) + ".c"
     with open(src, "w") as f:
         f.writelines(f"int {s}(void) {{ return 0; }}\n" for s in symbols)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # the ASan lane's
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(path), src,
-                    f"-Wl,-soname,{os.path.basename(path)}"], check=True)
+                    f"-Wl,-soname,{os.path.basename(path)}"], check=True, env=env)
     os.remove(src)
 
 
