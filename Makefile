@@ -6,7 +6,7 @@ CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
 
-.PHONY: demo test check install cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install wheel sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -22,6 +22,22 @@ install: $(DEPS)
 
 demo: install
 	$(VENV)/bin/stoker demo
+
+# The self-contained wheel, dist/stoker-<version>-<tag>.whl: built in install's build directory
+# (the same options but STOKER_TESTING: one file recompiled and a relink, not a rebuild), then
+# tools/repair_wheel.sh (auditwheel) bundles libjpeg and libpng and tags it manylinux.
+# docs/install.md says what it holds and how to go lower.
+wheel: $(DEPS)
+	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip wheel -q --no-build-isolation --no-deps \
+	  -C cmake.define.STOKER_TESTING=OFF -w build/wheel .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/repair_wheel.sh build/wheel/stoker-*.whl dist
+
+# dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
+# compiler, Python's headers and the libjpeg/libpng headers (docs/install.md).
+sdist: $(DEPS)
+	mkdir -p dist && rm -f dist/stoker-*.tar.gz
+	$(PY) -m build --sdist -o dist .
 
 # C++ tests: a release build, an ASan/UBSan build and a TSan build.
 define cpp_build
@@ -69,8 +85,9 @@ ext-asan: $(DEPS)
 	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
 
 # Everything: the release, ASan/UBSan and TSan C++ lanes, the fuzz smoke, the Python tests (slow
-# ones included) against .venv and against the ASan/UBSan extension. CI runs this (.ci/run).
-test: install cpp cpp-asan cpp-tsan fuzz-build ext-asan
+# ones included) against .venv and against the ASan/UBSan extension, and the wheel installed in a
+# clean room (tests/python/test_wheel.py). CI runs this (.ci/run).
+test: install cpp cpp-asan cpp-tsan fuzz-build ext-asan wheel
 	$(PY) tools/run_tests.py
 
 # The edit-test loop, a few minutes: the release C++ tests and the Python tests not marked slow

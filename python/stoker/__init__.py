@@ -10,6 +10,7 @@ subpackages: sources/ (Stoker's datasets), gpu/ (the GPU feed and GPU decode), t
 diagnose, stats); cli/ (the ``stoker`` command and its sample data) is never imported from here.
 """
 
+from ._version import __version__
 from ._native.gpu import cuda_available
 from ._native.engine import usable_cores
 from . import transforms
@@ -25,8 +26,6 @@ import sys as _sys
 
 if "torch" in _sys.modules:  # the Python-dataset producer imports torch: load it now when cheap,
     from .pydata import producer as _pydata_producer  # noqa: F401  (not at the first batch)
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ArrayDataset",

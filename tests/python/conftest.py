@@ -80,6 +80,9 @@ SLOW_MODULES = {
     # 8 epochs of two scenarios, each in a fresh process that imports torch
     # (bench/soak.py --quick; 39 s).
     "test_soak.py",
+    # A fresh virtual environment with the wheel and numpy installed, auditwheel runs (15 s); and
+    # it needs `make wheel`, which make test runs and make check does not (a stale dist/ wheel).
+    "test_wheel.py",
 }
 SLOW_TESTS = {  # "module::function" (every parametrization) or "module::function[id]"
     # Builds a 600-image sample data set from the photographs (64 s).

@@ -17,6 +17,7 @@ pip wheels' directories (nvidia/*/lib, torch/lib, torchvision.libs), ``STOKER_CU
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import weakref
@@ -42,13 +43,19 @@ def check_decode(decode):
     return decode
 
 
-def library_dirs():
-    """Directories that may hold libnvjpeg / libnvrtc, most specific first (existing ones only)."""
+def library_dirs(search_path=None):
+    """Directories that may hold libnvjpeg / libnvrtc, most specific first (existing ones only).
+
+    The pip wheels' directories come from where the packages ``nvidia`` (a namespace: every
+    site-packages holding one counts), ``torch`` and ``torchvision`` are found on
+    `search_path` (default: ``sys.path``, as ``import`` finds them; tests pass fake
+    site-packages). docs/gpu.md lists the order and why."""
     dirs = [d for d in os.environ.get("STOKER_CUDA_LIBRARY_PATH", "").split(os.pathsep) if d]
     roots = []
     for name in ("nvidia", "torch", "torchvision"):
         try:
-            spec = importlib.util.find_spec(name)
+            spec = (importlib.util.find_spec(name) if search_path is None
+                    else importlib.machinery.PathFinder.find_spec(name, search_path))
         except (ImportError, ValueError):
             spec = None
         for loc in (getattr(spec, "submodule_search_locations", None) or []):

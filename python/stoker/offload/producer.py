@@ -35,22 +35,17 @@ import warnings
 from .. import _native, _state, balance
 from .. import _options
 from .._options import is_int
+from .._extras import require
 from ..errors import WorkerError
 from ..native import EngineOrdered, is_native
 from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
 
-_INSTALL = ("stoker.RayOffload needs Ray, which is not installed: pip install 'stoker[ray]' "
-            "(or: pip install ray)")
 _POLL_S = 0.5  # ray.get waits this long at a time, so that Ctrl-C is seen
 _SLOW_START_S = 30.0  # waiting this long for actors to start: warn
 
 
 def _import_ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError(_INSTALL) from e
-    return ray
+    return require("ray", "ray", "stoker.RayOffload")
 
 
 class RayOffload:

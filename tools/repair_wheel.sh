@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# `make wheel`'s second half: auditwheel copies the libraries the extension needs outside the
+# manylinux policy (libjpeg, libpng) into stoker.libs/ and tags the wheel with the lowest policy
+# its symbols allow. libarrow* / libparquet* are left out: stoker._arrow (stoker[tables]) takes
+# them from the pyarrow wheel at run time through its RPATH $ORIGIN/../pyarrow, which the repair
+# keeps (it points inside site-packages). Works whether or not the wheel has stoker._arrow.
+# Usage: tools/repair_wheel.sh WHEEL OUT_DIR   (auditwheel and patchelf on the PATH)
+set -euo pipefail
+exec auditwheel repair -w "$2" --exclude 'libarrow*' --exclude 'libparquet*' "$1"
