@@ -212,3 +212,56 @@ def test_the_repair_leaves_arrow_to_pyarrow(tmp_path):
     assert resolved["libparquet.so.2600"] == str(site / "pyarrow" / "libparquet.so.2600"), ldd
     jpeg = [p for soname, p in resolved.items() if soname.startswith("libjpeg")]
     assert jpeg and jpeg[0].startswith(str(site / "stoker.libs")), ldd
+
+
+TABLES_ROOM = textwrap.dedent("""
+    import io, json, subprocess, sys
+    import numpy as np
+    import pyarrow as pa, pyarrow.parquet as pq
+    import stoker
+    from stoker import transforms as T
+
+    path, png = sys.argv[1], open(sys.argv[2], "rb").read()
+    pq.write_table(pa.table({"image": [png] * 6, "label": list(range(6)),
+                             "tokens": [list(range(i)) for i in range(6)]}), path,
+                   row_group_size=4)
+    images = stoker.TableDataset(path, image="image", label="label",
+                                 transform=T.Compose([T.Resize((8, 8)), T.ToTensor("uint8")]))
+    x, y = next(iter(stoker.DataLoader(images, batch_size=6, output="numpy")))
+    tokens = next(iter(stoker.DataLoader(stoker.TableDataset(path, columns=["tokens"]),
+                                         batch_size=6, output="numpy")))
+    ldd = subprocess.run(["ldd", stoker._arrow.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    print(json.dumps({"shape": list(x.shape), "labels": y.tolist(),
+                      "lengths": tokens["tokens_length"].tolist(), "ldd": ldd,
+                      "pyarrow": pa.__file__}))
+""")
+
+
+def test_the_tables_extra_reads_parquet_with_pyarrows_own_libraries(tmp_path):
+    """`pip install stoker[tables]` from the wheel: pyarrow 26 from PyPI, and stoker._arrow
+    links the libarrow/libparquet of that pyarrow (through ../pyarrow), no other copy."""
+    wheel = the_wheel()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(LD_LIBRARY_PATH="", PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    subprocess.run([py, "-m", "pip", "install", "-q", f"{wheel}[tables]"], check=True, env=env,
+                   cwd=tmp_path)
+    png = tmp_path / "p.png"
+    Image.fromarray(np.full((10, 12, 3), 77, np.uint8)).save(png)
+    out = subprocess.run([py, "-c", TABLES_ROOM, str(tmp_path / "t.parquet"), str(png)], env=env,
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["shape"] == [6, 3, 8, 8] and seen["labels"] == list(range(6))
+    assert seen["lengths"] == list(range(6))
+    pyarrow_dir = os.path.realpath(os.path.dirname(seen["pyarrow"]))
+    resolved = {line.split()[0]: os.path.realpath(line.split()[2])
+                for line in seen["ldd"].splitlines() if " => /" in line}
+    for lib in ("libarrow.so", "libparquet.so"):
+        paths = [p for soname, p in resolved.items() if soname.startswith(lib)]
+        assert paths and all(p.startswith(pyarrow_dir + "/") for p in paths), seen["ldd"]
+    assert "not found" not in seen["ldd"], seen["ldd"]

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from .. import _native
+from .._extras import require
 from .images import _DEFAULT_MAX_PIXELS, _ImageDataset
 
 __all__ = ["TableDataset"]
@@ -31,13 +31,7 @@ _TABLE_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
 
 
 def _pyarrow():
-    try:
-        import pyarrow
-    except ImportError:
-        raise ImportError(
-            "stoker.TableDataset reads tables with pyarrow's Arrow C++ libraries: "
-            "pip install 'stoker[tables]' (or pyarrow)") from None
-    return pyarrow
+    return require("pyarrow", "tables", "stoker.TableDataset")
 
 
 def _arrow_module():
