@@ -108,14 +108,16 @@ NB_MODULE(_arrow, m) {
       });
 
   nb::class_<TableSource, Source>(m, "TableSource")
-      .def(nb::new_([](Data data, const std::vector<std::tuple<std::string, uint64_t, double>>& cols) {
+      .def(nb::new_([](Data data,
+                       const std::vector<std::tuple<std::string, uint64_t, double, bool>>& cols) {
              std::vector<TableColumn> columns;
-             for (const auto& [name, max_length, pad] : cols)
-               columns.push_back({name, max_length, pad});
+             for (const auto& [name, max_length, pad, index] : cols)
+               columns.push_back({name, max_length, pad, index});
              nb::gil_scoped_release release;  // may scan a list column for its longest list
              return std::make_shared<TableSource>(std::move(data), std::move(columns));
            }),
-           "data"_a, "columns"_a, "columns: (name, max_length or 0, pad value) each");
+           "data"_a, "columns"_a,
+           "columns: (name, max_length or 0, pad value, sample index field) each");
 
   nb::class_<TableImageFiles, ImageFiles>(m, "TableImageFiles")
       .def(nb::new_([](Data data, std::string image, std::string label) {

@@ -102,8 +102,9 @@ void register_tuning(nb::module_& m) {
       "from measured timings (src/tuning/executor_policy.h). Decisions are (kind, workers, "
       "reason) tuples.");
   policy
-      .def(nb::init<int, bool, bool, bool>(), nb::arg("cores"), nb::arg("forked") = true,
-           nb::arg("persistent") = false, nb::arg("threads_allowed") = false)
+      .def(nb::init<int, bool, bool, bool, int>(), nb::arg("cores"), nb::arg("forked") = true,
+           nb::arg("persistent") = false, nb::arg("threads_allowed") = false,
+           nb::arg("batch_size") = 1)
       .def_prop_ro("cores", &ExecutorPolicy::cores)
       .def_prop_ro("pace", &ExecutorPolicy::pace)
       .def_prop_ro("start_s", &ExecutorPolicy::start_s)
@@ -133,6 +134,7 @@ void register_tuning(nb::module_& m) {
   policy.attr("FORK_EPOCH_S") = ExecutorPolicy::kForkEpochS;
   policy.attr("FORK_PERSISTENT_S") = ExecutorPolicy::kForkPersistentS;
   policy.attr("SPAWN_START_S") = ExecutorPolicy::kSpawnStartS;
+  policy.attr("HELP_BATCH_S") = ExecutorPolicy::kHelpBatchS;
   policy.attr("THREAD_GAIN") = ExecutorPolicy::kThreadGain;
 
   m.def(

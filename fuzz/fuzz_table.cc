@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t rows = std::min<uint64_t>(table->num_rows(), 256);
   for (const auto& name : table->column_names()) {
     try {
-      stoker::TableSource source(table, {{name, 64, 0}});
+      stoker::TableSource source(table, {{name, 64, 0, false}});
       std::vector<std::vector<std::byte>> fields;
       std::vector<std::byte*> slots;
       for (const auto& f : source.fields()) fields.emplace_back(f.sample_bytes());

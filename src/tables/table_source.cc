@@ -92,8 +92,15 @@ TableSource::TableSource(std::shared_ptr<const TableData> data, std::vector<Tabl
   if (columns.empty()) throw InvalidArgument("TableSource needs at least one column");
   for (const auto& spec : columns) {
     Column c;
-    c.index = table.column(spec.name);
     c.name = spec.name;
+    if (spec.sample_index) {
+      c.kind = Column::kSampleIndex;
+      c.dtype = kInt64;
+      fields_.push_back({c.name, kInt64, {}});
+      columns_.push_back(std::move(c));
+      continue;
+    }
+    c.index = table.column(spec.name);
     const auto& type = table.field(c.index)->type();
     std::vector<int64_t> shape;
     const arrow::DataType* t = type.get();
@@ -155,6 +162,11 @@ void TableSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const arrow::RecordBatch& batch = *ws->batch;
   size_t slot = 0;
   for (const Column& c : columns_) {
+    if (c.kind == Column::kSampleIndex) {
+      const auto index = static_cast<int64_t>(key.index);
+      std::memcpy(slots[slot++], &index, sizeof index);
+      continue;
+    }
     const arrow::Array& array = *batch.column(c.index);
     if (array.IsNull(at.row)) throw InvalidArgument("column '" + c.name + "' is null");
     std::byte* out = slots[slot++];
@@ -173,6 +185,8 @@ void TableSource::read(const SampleKey& key, std::span<std::byte* const> slots,
         copy_values(*a, first, static_cast<int64_t>(c.values), c.dtype, out, c.name);
         break;
       }
+      case Column::kSampleIndex:
+        break;  // written above
       case Column::kList:
       case Column::kLargeList: {
         int64_t first, length;

@@ -27,8 +27,10 @@ const char* executor_kind_name(ExecutorDecision::Kind kind) {
   }
 }
 
-ExecutorPolicy::ExecutorPolicy(int cores, bool forked, bool persistent, bool threads_allowed)
+ExecutorPolicy::ExecutorPolicy(int cores, bool forked, bool persistent, bool threads_allowed,
+                               int batch_size)
     : cores_(std::max(1, cores)),
+      batch_size_(std::max(1, batch_size)),
       start_s_(forked ? 0.0 : kSpawnStartS),
       persistent_(persistent),
       threads_allowed_(threads_allowed) {}
@@ -38,6 +40,10 @@ ExecutorDecision ExecutorPolicy::stay() {
 }
 
 ExecutorDecision ExecutorPolicy::processes(std::string reason) const {
+  const double batch_s = pace_ * batch_size_;
+  if (batch_s > kHelpBatchS && cores_ > 1)
+    return {ExecutorDecision::Kind::kProcesses, cores_,
+            reason + format("; a batch takes %.0f ms here: one worker a core", batch_s * 1e3)};
   return {ExecutorDecision::Kind::kProcesses, std::max(1, cores_ - 1), std::move(reason)};
 }
 

@@ -19,6 +19,12 @@
 // spawned (or forked by a forkserver) imports torch first: its start costs kSpawnStartS more.
 // Threads win when two threads together take under kThreadGain of one thread's time a sample (the
 // work releases the GIL).
+// How many processes: the training process produces too while it waits for a batch, so cores - 1
+// workers fill the machine when batches are quick to make. When one batch takes this process
+// over kHelpBatchS to make, a batch it is making holds up the ones workers finished meanwhile (a
+// Hugging Face image dataset, 64 samples of ~4 ms: 1 worker + this process made 0.88x of 2
+// workers' images/s on 2 cores, bench/bench_tables.py), so it starts one worker a core and only
+// fills the gaps.
 //
 // Thread safety: not thread-safe; one per loader.
 #pragma once
@@ -46,14 +52,16 @@ class ExecutorPolicy {
   static constexpr double kForkPersistentS = 0.1;
   static constexpr double kSpawnStartS = 2.0;
   static constexpr double kThreadGain = 0.75;
+  static constexpr double kHelpBatchS = 0.05;
 
   // `cores`: usable cores (below 1 counts as 1). Processes: cores - 1 workers (the training
-  // process keeps producing while it waits), at least 1; threads: cores. `forked`: workers start
+  // process keeps producing while it waits), at least 1, or cores when a batch of `batch_size`
+  // samples at the measured pace takes over kHelpBatchS; threads: cores. `forked`: workers start
   // by fork (else spawn or forkserver). `persistent`: workers are kept for later epochs.
   // `threads_allowed`: the dataset may run on threads (it declares thread_safe = True; no
   // per-sample seeding).
   explicit ExecutorPolicy(int cores, bool forked = true, bool persistent = false,
-                          bool threads_allowed = false);
+                          bool threads_allowed = false, int batch_size = 1);
 
   // The decision to stay ("the measured work does not pay for workers").
   static ExecutorDecision stay();
@@ -79,6 +87,7 @@ class ExecutorPolicy {
   ExecutorDecision processes(std::string reason) const;
 
   int cores_;
+  int batch_size_;
   double start_s_;
   bool persistent_, threads_allowed_;
   double pace_ = std::numeric_limits<double>::infinity();

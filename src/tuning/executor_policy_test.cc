@@ -57,6 +57,20 @@ TEST(ExecutorPolicy, ThreadsWhenTwoTogetherBeatTheGain) {
   EXPECT_FALSE(ExecutorPolicy(4).wants_thread_trial());
 }
 
+// A batch that takes this process long to make: one worker a core (its help would hold up the
+// batches workers finished); a quick one: a core left to this process.
+TEST(ExecutorPolicy, HeavyBatchesGetOneWorkerACore) {
+  ExecutorPolicy heavy(2, true, false, false, /*batch_size=*/64);
+  const ExecutorDecision d = heavy.first_chunks(0.004, 60);  // 64 x 4 ms = 256 ms a batch
+  EXPECT_EQ(d.kind, Kind::kProcesses);
+  EXPECT_EQ(d.workers, 2);
+  EXPECT_EQ(d.reason, "the first batch's rest takes 240 ms here; a batch takes 256 ms here: one "
+                      "worker a core");
+  ExecutorPolicy light(2, true, false, false, /*batch_size=*/64);
+  EXPECT_EQ(light.after_batch(0.0005, 2000).workers, 1);  // 32 ms a batch
+  EXPECT_EQ(ExecutorPolicy(1, true, false, false, 64).first_chunks(0.004, 60).workers, 1);
+}
+
 TEST(ExecutorPolicy, CoresBelowOneCountAsOne) {
   ExecutorPolicy p(0);
   EXPECT_EQ(p.cores(), 1);

@@ -559,6 +559,9 @@ def test_the_policy_decides_from_timings_alone():
     assert threads.thread_trial(0.003, 0.003).kind == "stay"
     assert threads.thread_trial(0.003, 0.003).workers == 0
     assert not policy.ExecutorPolicy(cores=1, threads_allowed=True).wants_thread_trial()
+    heavy = policy.ExecutorPolicy(cores=2, batch_size=64)  # 64 x 4 ms: one worker a core
+    assert heavy.first_chunks(0.004, 60).workers == 2
+    assert policy.ExecutorPolicy(cores=2, batch_size=64).after_batch(0.0005, 2000).workers == 1
 
 
 class Waiting(Dataset):

@@ -95,6 +95,9 @@ struct TableColumn {
   std::string name;
   uint64_t max_length = 0;  // variable-length lists: values kept per sample; 0 = the longest
   double pad_value = 0;     // variable-length lists: what fills the rest
+  // Not a column of the table: an int64 field `name` holding each sample's index (a front that
+  // returns text columns looks the batch's rows up in them).
+  bool sample_index = false;
 };
 
 class TableSource final : public Source {
@@ -117,7 +120,7 @@ class TableSource final : public Source {
   struct Column {  // how a column becomes fields
     int index = 0;  // among the data's columns
     std::string name;
-    enum Kind { kScalar, kFixedList, kList, kLargeList } kind = kScalar;
+    enum Kind { kScalar, kFixedList, kList, kLargeList, kSampleIndex } kind = kScalar;
     DType dtype;
     uint64_t values = 1;         // per sample: 1, the fixed lists' product, or max_length
     std::vector<std::byte> pad;  // one value, for kList/kLargeList

@@ -18,6 +18,7 @@ FORK_EPOCH_S = _Native.FORK_EPOCH_S
 FORK_PERSISTENT_S = _Native.FORK_PERSISTENT_S
 SPAWN_START_S = _Native.SPAWN_START_S
 THREAD_GAIN = _Native.THREAD_GAIN
+HELP_BATCH_S = _Native.HELP_BATCH_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +39,15 @@ class ExecutorPolicy:
     """Decides, for one loader, between producing in the training process and worker pools.
 
     ``cores``: usable cores. Processes: ``cores - 1`` workers (the training process keeps
-    producing while it waits), at least 1; threads: ``cores``. ``forked``: workers start by fork
+    producing while it waits), at least 1, or ``cores`` when a batch of ``batch_size`` samples
+    takes this process over HELP_BATCH_S to make; threads: ``cores``. ``forked``: workers start by fork
     (else spawn or forkserver). ``persistent``: workers are kept for later epochs.
     ``threads_allowed``: the dataset may run on threads (it declares ``thread_safe = True``; no
     per-sample seeding).
     """
 
-    def __init__(self, cores, forked=True, persistent=False, threads_allowed=False):
-        self._native = _Native(cores, forked, persistent, threads_allowed)
+    def __init__(self, cores, forked=True, persistent=False, threads_allowed=False, batch_size=1):
+        self._native = _Native(cores, forked, persistent, threads_allowed, batch_size)
 
     @property
     def cores(self):

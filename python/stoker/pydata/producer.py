@@ -403,6 +403,7 @@ class PythonProducer:
             self._stats["worker_processes"] = n
         if self._mode == "measure":
             self._auto_decision = decision
+            self._workers_n = n
         if self.persistent_workers:
             self._session = session
         return session
@@ -428,7 +429,8 @@ class PythonProducer:
                     forked=context.get_start_method() == "fork",
                     persistent=self.persistent_workers,
                     threads_allowed=(self.worker_type == "auto" and self.seed_samples is False
-                                     and _thread_safe(self.dataset)))
+                                     and _thread_safe(self.dataset)),
+                    batch_size=self.batch_size or 1)
             policy = self._policy
         stream_seed = None
         if _is_datapipe(self.dataset):  # torch's shared seed, drawn for every epoch

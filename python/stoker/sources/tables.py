@@ -99,6 +99,13 @@ def _numeric(pa, t):
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
+def _is_text(pa, t):
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+_INDEX_FIELD = "__stoker_sample__"  # the engine's per-sample index, for text lookups
+
+
 def _batchable(pa, t):
     """Columns a batch holds as tensors: numbers, bools, fixed-size lists of them (any depth),
     and lists of numbers (padded)."""
@@ -121,7 +128,8 @@ class TableDataset(_ImageDataset):
     scalars, fixed-size lists keep their shape, and a variable-length list of numbers (token
     ids) is padded to ``max_length`` with ``pad_value`` (default: the longest list, found by
     reading the column once) with its lengths in ``"<name>_length"``. ``columns=None`` takes
-    every such column; naming a column of another type (text, say) is an error.
+    every such column; text columns come only when named, as Python lists of str (looked up per
+    batch; a Parquet file's text columns are read into memory whole).
 
     With ``image="col"`` the column holds encoded images (binary, or Hugging Face's
     ``{"bytes", "path"}`` Image struct), decoded and transformed natively as by
@@ -175,21 +183,59 @@ class TableDataset(_ImageDataset):
             elif isinstance(columns, str) or not columns:
                 raise ValueError(f"columns must be a non-empty list of names, got {columns!r}")
         self.columns = list(wanted)
-        self._data = open_data(self.columns, cache_bytes or 0, shuffle_window or 0)
+        # Text columns (asked for by name) are Python lists, looked up per batch from the
+        # batch's sample indices; the engine reads the others.
+        self._text = [c for c in self.columns if image is None and
+                      _is_text(pa, schema.field(c).type)]
+        native = [c for c in self.columns if c not in self._text]
+        # (text alone: the engine reads the first text column's blocks, for their order)
+        self._data = open_data(native or self._text[:1], cache_bytes or 0, shuffle_window or 0)
         if image is None:
-            self._source = arrow.TableSource(
-                self._data, [(c, max_length or 0, float(pad_value)) for c in self.columns])
+            spec = [(c, max_length or 0, float(pad_value), False) for c in native]
+            if self._text:
+                spec.append((_INDEX_FIELD, 0, 0.0, True))
+                self._text_columns = self._read_text(pa, source)
+            self._source = arrow.TableSource(self._data, spec)
             self._field_names = list(self._source.field_names)
         else:
             files = arrow.TableImageFiles(self._data, image, label or "")
             self._init_source(files, transform, max_pixels, decode)
 
+    def _read_text(self, pa, source):
+        """The text columns, whole, as Arrow arrays (the table's own memory for an in-memory or
+        memory-mapped table; a Parquet file's are read here, into memory)."""
+        if not self.paths:
+            return {c: self._table.column(c) for c in self._text}
+        tables = []
+        for path in self.paths:
+            with open(path, "rb") as f:
+                head = f.read(6)
+            if head[:4] == b"PAR1":
+                import pyarrow.parquet as pq
+                tables.append(pq.read_table(path, columns=self._text))
+            elif head == b"ARROW1":
+                tables.append(pa.ipc.open_file(pa.memory_map(path)).read_all().select(self._text))
+            else:
+                tables.append(pa.ipc.open_stream(pa.memory_map(path)).read_all()
+                              .select(self._text))
+        table = pa.concat_tables(tables)
+        return {c: table.column(c) for c in self._text}
+
+    def _texts(self, indices):
+        """{column: list of str} for samples ``indices`` (an int64 array)."""
+        pa = _pyarrow()
+        rows = indices if self._rows is None else self._rows[indices]
+        take = pa.array(rows, pa.int64())
+        return {c: col.take(take).to_pylist() for c, col in self._text_columns.items()}
+
     def _opener(self, pa, arrow, source):
         """The table's schema, and a function (columns, cache_bytes, window_rows) -> TableData."""
         rows = []
+        self._rows = None
         if _is_hf_dataset(source):
             if source._indices is not None:
-                rows = source._indices.column(0).to_numpy().astype(np.int64).tolist()
+                self._rows = source._indices.column(0).to_numpy().astype(np.int64)
+                rows = self._rows.tolist()
             source = source.data.table  # memory-mapped from its cache files, or in memory
         if isinstance(source, (str, os.PathLike, list, tuple)):
             self.paths = _expand(source)
@@ -204,6 +250,7 @@ class TableDataset(_ImageDataset):
                 f"__arrow_c_stream__) and datasets.Dataset, got {type(source).__name__}")
         self.paths = []
         table = source if isinstance(source, pa.Table) else pa.table(source)
+        self._table = table
         self._name = type(source).__name__
         self._table = table  # keeps what the engine reads alive with the dataset
 
@@ -231,7 +278,10 @@ class TableDataset(_ImageDataset):
         """A loader's batch: a dict of the columns' tensors (image tables: as ImageFolder)."""
         if self.image is not None:
             return fields if self.label else fields[0]
-        return dict(zip(self._field_names, fields))
+        out = dict(zip(self._field_names, fields))
+        if self._text:
+            out.update(self._texts(np.asarray(out.pop(_INDEX_FIELD))))
+        return out
 
     def __getitem__(self, index):
         if self.image is not None:
@@ -243,6 +293,9 @@ class TableDataset(_ImageDataset):
         for name, data, dtype, shape in zip(self._field_names, raw, self._source.field_dtypes,
                                             self._source.field_shapes):
             out[name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        if self._text:
+            texts = self._texts(np.array([out.pop(_INDEX_FIELD)], np.int64))
+            out.update({c: v[0] for c, v in texts.items()})
         return out
 
     def __reduce__(self):
