@@ -36,7 +36,7 @@ median is shown.
 Targets (issue 23): stoker-table >= 3x hf-torch's best, >= 0.9x stoker-folder; stoker-tokens
 >= 5x hf-torch-tokens' best; stoker-python's auto >= 0.97x its best static.
 
-    python bench/bench_tables.py [--repeat 3] [--only images,tokens] [--quick]
+    python bench/bench_tables.py [--repeat 3] [--only images,tokens] [--configs A,B] [--quick]
 """
 
 from __future__ import annotations
@@ -304,6 +304,8 @@ def main():
     ap.add_argument("--only", default="images,tokens")
     ap.add_argument("--quick", action="store_true", help="small data, one run (smoke test)")
     ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--configs", default=None,
+                    help="only these loaders (comma-separated, e.g. stoker-python:auto,...)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args)))
@@ -328,6 +330,10 @@ def main():
     results = {}
     for part in args.only.split(","):
         configs, samples = plans[part]
+        if args.configs:
+            configs = [c for c in configs if c in args.configs.split(",")]
+            if not configs:
+                continue
         samples = args.samples or samples
         rounds = []
         for _ in range(args.repeat):

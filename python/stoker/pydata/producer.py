@@ -420,6 +420,10 @@ class PythonProducer:
                     if self._mode == "pool" else self._auto_decision
                 session = self._start_workers(decision, epoch)
             owned = not self.persistent_workers
+            if self._mode == "measure" and self._auto_decision.workers >= self._policy.cores:
+                # One worker a core (heavy batches, policy.py): this process's help with a
+                # batch would hold up the ones workers finish meanwhile; it only waits.
+                consumer = False
         elif self._mode == "measure" and self._auto_decision is None:
             measure = True
             if self._policy is None:
