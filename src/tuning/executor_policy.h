@@ -23,8 +23,8 @@
 // workers fill the machine when batches are quick to make. When one batch takes this process
 // over kHelpBatchS to make, a batch it is making holds up the ones workers finished meanwhile (a
 // Hugging Face image dataset, 64 samples of ~4 ms: 1 worker + this process made 0.88x of 2
-// workers' images/s on 2 cores, bench/bench_tables.py), so it starts one worker a core and only
-// fills the gaps.
+// workers' images/s on 2 cores, bench/bench_tables.py), so it starts one worker a core (and the
+// front's training process then only waits: python/stoker/pydata/producer.py).
 //
 // Thread safety: not thread-safe; one per loader.
 #pragma once
