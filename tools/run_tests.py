@@ -40,8 +40,10 @@ CPP_BUILDS = [
     ("cpp", {}),
     ("asan", {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:allocator_may_return_null=1",
               "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}),
+    # Suppressed: races inside pyarrow's uninstrumented libarrow/libparquet (the file says why).
     ("tsan", {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 "
-                              "allocator_may_return_null=1"}),
+                              "allocator_may_return_null=1 suppressions="
+                              + os.path.join(ROOT, "tools", "tsan-suppressions.txt")}),
 ]
 FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "30"))
 PYASAN_SITE = os.path.join(ROOT, "build", "pyasan", "site")
