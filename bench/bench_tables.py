@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
@@ -123,33 +122,15 @@ def make_tokens(quick):
 
 # --- the PIL/NumPy transform a datasets user writes -----------------------------------------
 
-def rrc_params(w, h, rng, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """torchvision's RandomResizedCrop.get_params."""
-    area = w * h
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        cw = int(round(math.sqrt(target * aspect)))
-        ch = int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            return rng.randint(0, w - cw), rng.randint(0, h - ch), cw, ch
-    in_ratio = w / h
-    if in_ratio < ratio[0]:
-        cw, ch = w, int(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
-        ch, cw = h, int(round(h * ratio[1]))
-    else:
-        cw, ch = w, h
-    return (w - cw) // 2, (h - ch) // 2, cw, ch
-
-
-def pil_train(image, rng=random):
+def pil_train(image):
+    """RandomResizedCrop(224) (torchvision's parameters: bench_images.rrc_params), flip,
+    normalize, in PIL and NumPy."""
     from PIL import Image
+    from bench_images import rrc_params
     image = image.convert("RGB")
-    x, y, cw, ch = rrc_params(*image.size, rng)
+    y, x, ch, cw = rrc_params(*image.size)
     image = image.resize((224, 224), Image.BILINEAR, box=(x, y, x + cw, y + ch))
-    if rng.random() < 0.5:
+    if random.random() < 0.5:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)
     a = (np.asarray(image, np.float32) / 255.0 - MEAN) / STD
     return np.ascontiguousarray(a.transpose(2, 0, 1))
