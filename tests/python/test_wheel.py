@@ -71,6 +71,21 @@ def the_wheel():
     return wheels[0]
 
 
+def clean_room(tmp_path, requirement):
+    """A fresh venv under tmp_path with `requirement` (the wheel, maybe with extras) installed
+    from PyPI, and the environment to run it in: LD_LIBRARY_PATH empty, nothing of this
+    checkout's Python. Returns (venv, its python, env)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(LD_LIBRARY_PATH="", PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    subprocess.run([py, "-m", "pip", "install", "-q", requirement], check=True, env=env,
+                   cwd=tmp_path)
+    return venv, py, env
+
+
 def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_libraries(tmp_path):
     wheel = the_wheel()
     name = os.path.basename(wheel)
@@ -93,13 +108,7 @@ def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_librari
         Image.fromarray(image).save(data / "images" / cls / fname, quality=95)
     np.arange(20, dtype=np.uint16).tofile(data / "tokens.bin")
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(LD_LIBRARY_PATH="", PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    subprocess.run([py, "-m", "pip", "install", "-q", wheel], check=True, env=env, cwd=tmp_path)
+    venv, py, env = clean_room(tmp_path, wheel)
     installed = subprocess.run([py, "-m", "pip", "list", "--format=json"], check=True, env=env,
                                capture_output=True, text=True).stdout
     assert {p["name"].lower() for p in json.loads(installed)} <= {"stoker", "numpy", "pip",
@@ -242,14 +251,7 @@ def test_the_tables_extra_reads_parquet_with_pyarrows_own_libraries(tmp_path):
     """`pip install stoker[tables]` from the wheel: pyarrow 26 from PyPI, and stoker._arrow
     links the libarrow/libparquet of that pyarrow (through ../pyarrow), no other copy."""
     wheel = the_wheel()
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(LD_LIBRARY_PATH="", PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    subprocess.run([py, "-m", "pip", "install", "-q", f"{wheel}[tables]"], check=True, env=env,
-                   cwd=tmp_path)
+    _, py, env = clean_room(tmp_path, f"{wheel}[tables]")
     png = tmp_path / "p.png"
     Image.fromarray(np.full((10, 12, 3), 77, np.uint8)).save(png)
     out = subprocess.run([py, "-c", TABLES_ROOM, str(tmp_path / "t.parquet"), str(png)], env=env,
