@@ -9,6 +9,8 @@
 #   dali         NVIDIA DALI's CPU pipeline (nvidia-dali-cuda120, device_id=None)
 #   spdl         SPDL (FFmpeg decoding; Debian's FFmpeg libraries from apt)
 #   tfdata       tf.data (tensorflow-cpu)
+#   llm          the peers of bench/bench_llm.py: Grain (packing, mix), LitData
+#                (CombinedStreamingDataset), megatron-core (its IndexedDataset reader)
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -70,6 +72,16 @@ env_tfdata() {
   $PIP numpy psutil tensorflow-cpu
 }
 
+env_llm() {
+  # LitData without its dependencies: they pull PyPI's CUDA torch and torchvision (gigabytes)
+  # over the CPU torch; what its streaming reader imports is listed instead.
+  # megatron-core likewise (its IndexedDataset and builder need numpy, torch and packaging).
+  torch_cpu && $PIP numpy psutil grain packaging &&
+    $PIP --no-deps litdata lightning-utilities boto3 botocore s3transfer jmespath tifffile \
+      obstore filelock requests urllib3 idna certifi charset-normalizer python-dateutil six \
+      megatron-core
+}
+
 if command -v apt-get >/dev/null; then
   # Pillow-SIMD's build and SPDL's FFmpeg (Debian 12: FFmpeg 5.1).
   need=()
@@ -89,3 +101,4 @@ make_env pillow-simd env_pillow_simd
 make_env dali env_dali
 make_env spdl env_spdl
 make_env tfdata env_tfdata
+make_env llm env_llm
