@@ -8,7 +8,6 @@ count.
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from .. import _native
 from ..gpu import decode as gpu_decode
 from ..transforms import _pipeline_spec
+from . import paths as _paths
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 
@@ -172,22 +172,14 @@ class ImageFolder(_ImageDataset):
 class TarShards(_ImageDataset):
     """WebDataset shards: ``<key>.jpg`` / ``.jpeg`` / ``.png`` with a ``<key>.cls`` label.
 
-    ``paths`` is a list of shard paths (in that order) or a string: one path or a glob pattern
-    (its matches sorted). The shards are indexed once, in C++; samples are in shard order, then
+    ``paths``: shard paths, a directory of ``.tar`` files, or patterns
+    (``train-{000000..000127}.tar``, globs), or a list of these (stoker/sources/paths.py). The
+    shards are indexed once, in C++; samples are in shard order, then
     member order. ``labels`` (also ``targets``) holds each sample's label.
     """
 
     def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
-        if isinstance(paths, (str, os.PathLike)):
-            pattern = os.path.expanduser(os.fspath(paths))
-            found = sorted(glob.glob(pattern))
-            if not found:
-                raise FileNotFoundError(f"no tar shard matches {pattern!r}")
-            self.paths = found
-        else:
-            self.paths = [os.path.expanduser(os.fspath(p)) for p in paths]
-            if not self.paths:
-                raise ValueError("TarShards needs at least one shard path")
+        self.paths = _paths.expand(paths, "tar shard", (".tar",))
         files = _native.sources.TarShardFiles(self.paths)
         self.labels = list(files.labels)
         self.targets = self.labels

@@ -17,12 +17,13 @@ rows gives a full permutation (docs/tables.md measures both).
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
 
 from .._extras import require
+from . import paths as _paths
+from .samples import read_sample
 from .images import _DEFAULT_MAX_PIXELS, _ImageDataset
 
 __all__ = ["TableDataset"]
@@ -42,31 +43,6 @@ def _arrow_module():
         raise ImportError(f"this stoker was built without its tables module ({e}); rebuild it "
                           f"with pyarrow installed") from None
     return _arrow
-
-
-def _expand(source):
-    """A path, a directory, a glob, or a list of them -> the table files, in order."""
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    files = []
-    for item in items:
-        path = os.path.expanduser(os.fspath(item))
-        if os.path.isdir(path):
-            found = sorted(os.path.join(path, f) for f in os.listdir(path)
-                           if f.lower().endswith(_TABLE_SUFFIXES))
-            if not found:
-                raise FileNotFoundError(f"no .parquet or .arrow file in {path}")
-        elif glob.has_magic(path):
-            found = sorted(glob.glob(path))
-            if not found:
-                raise FileNotFoundError(f"no table file matches {path!r}")
-        else:
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"no such table file: {path}")
-            found = [path]
-        files += found
-    if not files:
-        raise ValueError("TableDataset needs at least one file")
-    return files
 
 
 def _file_schema(pa, path):
@@ -238,7 +214,7 @@ class TableDataset(_ImageDataset):
                 rows = self._rows.tolist()
             source = source.data.table  # memory-mapped from its cache files, or in memory
         if isinstance(source, (str, os.PathLike, list, tuple)):
-            self.paths = _expand(source)
+            self.paths = _paths.expand(source, "table file", _TABLE_SUFFIXES)
             self._name = self.paths[0] if len(self.paths) == 1 else \
                 f"{self.paths[0]} and {len(self.paths) - 1} more"
             return _file_schema(pa, self.paths[0]), \
@@ -288,11 +264,7 @@ class TableDataset(_ImageDataset):
             sample = super().__getitem__(index)
             return sample if self.label else sample[0]
         i = self._index(index)
-        raw = self._source.sample(i, 0, 0)
-        out = {}
-        for name, data, dtype, shape in zip(self._field_names, raw, self._source.field_dtypes,
-                                            self._source.field_shapes):
-            out[name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        out = dict(zip(self._field_names, read_sample(self._source, i)))
         if self._text:
             texts = self._texts(np.array([out.pop(_INDEX_FIELD)], np.int64))
             out.update({c: v[0] for c, v in texts.items()})
