@@ -399,11 +399,11 @@ def megatron_seeds():
 
     return {
         "u16-split": seed(megatron_pair(docs(12, 40), np.uint16), (5 << 2) | 2, 40000),
-        "i32-vocab": seed(megatron_pair(docs(8, 70), np.int32), (3 << 2) | 1, 65535),
+        "i32-vocab": seed(megatron_pair(docs(8, 36), np.int32), (3 << 2) | 1, 65535),
         "u8-multimodal": seed(megatron_pair(docs(6, 200) + [[]], np.uint8, modes=True), 0,
                               20000),
         "i64-negative": seed(megatron_pair(docs(5, 50) + [[[-3, 4]]], np.int64), 0, 65535),
-        "i16-vocab-split": seed(megatron_pair(docs(4, 100), np.int16), (0 << 2) | 3, 50000),
+        "i16-vocab-split": seed(megatron_pair(docs(4, 33), np.int16), (0 << 2) | 3, 50000),
     }
 
 
