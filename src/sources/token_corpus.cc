@@ -18,6 +18,7 @@ struct TokenCorpus::Shard {
   std::unique_ptr<MappedFile> file;
   const std::byte* tokens = nullptr;  // the first token, inside the mapping
   DType dtype;
+  uint64_t num_tokens = 0;
   uint64_t first_token = 0;     // in the corpus's concatenation
   uint64_t first_document = 0;  // in the corpus's numbering
   // Ids read must be below this (as uint64, so that a negative one is above it); 0: unchecked.
@@ -149,48 +150,15 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& paths, DType token_dtyp
                             ")");
   }
 
+  // Every shard is opened and its document ends found first, then the corpus's arrays are
+  // filled at their exact size: no growth, no slack left in them.
   shards_.reserve(paths.size());
-  doc_start_.push_back(0);
-  std::vector<uint64_t> ends;  // of one shard's documents, from its start
-  for (const std::string& given : paths) {
+  std::vector<std::vector<uint64_t>> ends(paths.size());  // per shard, from its first token
+  uint64_t documents = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
     Shard& s = shards_.emplace_back();
-    s.first_token = doc_start_.back();
-    s.first_document = doc_start_.size() - 1;
-    uint64_t num_tokens = 0;
-    ends.clear();
-    if (const auto megatron = megatron_paths(given)) {
-      s.path = megatron->bin;
-      s.format = Format::kMegatron;
-      s.file = std::make_unique<MappedFile>(megatron->bin, "Megatron data file");
-      MegatronIndex index;
-      {
-        const MappedFile idx(megatron->idx, "Megatron index");
-        index = read_megatron_index(idx, s.file->bytes().size(), megatron->bin);
-      }
-      s.dtype = index.token_dtype;
-      s.tokens = s.file->bytes().data() + index.data_offset;
-      num_tokens = index.num_tokens;
-      ends = std::move(index.document_ends);
-    } else {
-      s.path = given;
-      s.file = std::make_unique<MappedFile>(given, "token file");
-      const std::span<const std::byte> bytes = s.file->bytes();
-      const TokenFileLayout layout = parse_token_file(bytes, bytes.size(), token_dtype, given);
-      s.format = layout.format == TokenFileLayout::Format::kLlmc  ? Format::kLlmc
-                 : layout.format == TokenFileLayout::Format::kNpy ? Format::kNpy
-                                                                  : Format::kRaw;
-      s.dtype = token_dtype;
-      s.tokens = bytes.data() + layout.data_offset;
-      num_tokens = layout.num_tokens;
-      if (num_tokens > 0) {
-        if (split_at)
-          split_documents(*s.file, s.tokens, num_tokens, token_dtype,
-                          static_cast<uint32_t>(*split_at), ends);
-        else
-          ends.push_back(num_tokens);
-      }
-    }
-    if (num_tokens == 0)
+    s.num_tokens = open_shard(s, paths[i], token_dtype, split_at, ends[i]);
+    if (s.num_tokens == 0)
       throw InvalidArgument(
           (s.format == Format::kMegatron ? "Megatron data file " : "token file ") + s.path +
           " holds no tokens");
@@ -198,14 +166,23 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& paths, DType token_dtyp
       s.id_limit = vocab_size;
     else if (s.dtype.code == DType::kInt)
       s.id_limit = uint64_t{1} << 63;  // negative ids only
-    const auto shard = static_cast<uint32_t>(shards_.size() - 1);
-    for (const uint64_t end : ends) doc_start_.push_back(s.first_token + end);
-    doc_shard_.insert(doc_shard_.end(), ends.size(), shard);
+    documents += ends[i].size();
+  }
+  doc_start_.reserve(documents + 1);
+  doc_shard_.reserve(documents);
+  doc_start_.push_back(0);
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    Shard& s = shards_[i];
+    s.first_token = doc_start_.back();
+    s.first_document = doc_shard_.size();
+    for (const uint64_t end : ends[i]) doc_start_.push_back(s.first_token + end);
+    doc_shard_.insert(doc_shard_.end(), ends[i].size(), static_cast<uint32_t>(i));
+    std::vector<uint64_t>().swap(ends[i]);
   }
 
   // document_at's table: buckets of 2^k tokens, 2^k >= twice the mean document length, so that
   // there are at most half as many buckets as documents.
-  const uint64_t tokens = num_tokens(), documents = num_documents();
+  const uint64_t tokens = num_tokens();
   const uint64_t width = std::max<uint64_t>(1, (2 * tokens + documents - 1) / documents);
   bucket_shift_ = static_cast<unsigned>(std::bit_width(width - 1));
   const uint64_t buckets = ((tokens - 1) >> bucket_shift_) + 1;
@@ -220,6 +197,41 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& paths, DType token_dtyp
 }
 
 TokenCorpus::~TokenCorpus() = default;
+
+uint64_t TokenCorpus::open_shard(Shard& s, const std::string& given, DType token_dtype,
+                                 std::optional<uint64_t> split_at, std::vector<uint64_t>& ends) {
+  if (const auto megatron = megatron_paths(given)) {
+    s.path = megatron->bin;
+    s.format = Format::kMegatron;
+    s.file = std::make_unique<MappedFile>(megatron->bin, "Megatron data file");
+    MegatronIndex index;
+    {
+      const MappedFile idx(megatron->idx, "Megatron index");  // not needed after this
+      index = read_megatron_index(idx, s.file->bytes().size(), megatron->bin);
+    }
+    s.dtype = index.token_dtype;
+    s.tokens = s.file->bytes().data() + index.data_offset;
+    ends = std::move(index.document_ends);
+    return index.num_tokens;
+  }
+  s.path = given;
+  s.file = std::make_unique<MappedFile>(given, "token file");
+  const std::span<const std::byte> bytes = s.file->bytes();
+  const TokenFileLayout layout = parse_token_file(bytes, bytes.size(), token_dtype, given);
+  s.format = layout.format == TokenFileLayout::Format::kLlmc  ? Format::kLlmc
+             : layout.format == TokenFileLayout::Format::kNpy ? Format::kNpy
+                                                              : Format::kRaw;
+  s.dtype = token_dtype;
+  s.tokens = bytes.data() + layout.data_offset;
+  if (layout.num_tokens > 0) {
+    if (split_at)
+      split_documents(*s.file, s.tokens, layout.num_tokens, token_dtype,
+                      static_cast<uint32_t>(*split_at), ends);
+    else
+      ends.push_back(layout.num_tokens);
+  }
+  return layout.num_tokens;
+}
 
 void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out) const {
   const Shard& s = shards_[doc_shard_[d]];
