@@ -238,13 +238,14 @@ void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out
   const uint64_t first = doc_start_[d] + offset - s.first_token;
   TokenCopy c{s.tokens + first * s.dtype.bytes(), count, s.dtype, out};
   s.file->copy(copy_tokens, &c);
-  if (s.id_limit == 0) return;
-  bool bad = false;  // one vectorized pass; the position is looked for only on failure
-  for (uint64_t t = 0; t < count; ++t) bad |= static_cast<uint64_t>(out[t]) >= s.id_limit;
+  const uint64_t limit = s.id_limit;  // a local: `out` could alias the shard's fields
+  if (limit == 0) return;
+  unsigned bad = 0;  // one branch-free pass; the position is looked for only on failure
+  for (uint64_t t = 0; t < count; ++t) bad |= static_cast<uint64_t>(out[t]) >= limit;
   if (!bad) return;
   const uint64_t t = static_cast<uint64_t>(
       std::find_if(out, out + count,
-                   [&](int64_t id) { return static_cast<uint64_t>(id) >= s.id_limit; }) -
+                   [&](int64_t id) { return static_cast<uint64_t>(id) >= limit; }) -
       out);
   const std::string where =
       (s.format == Format::kMegatron ? "Megatron data file " : "token file ") + s.path +
