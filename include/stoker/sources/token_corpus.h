@@ -30,13 +30,14 @@
 //
 // Thread safety: immutable after construction; every member is safe from any number of threads.
 // Errors: the constructor throws InvalidArgument naming the file for a shard whose layout or
-// index is malformed (see parse_token_file and read_megatron_index), holds no tokens, or
+// index is malformed (parse_token_file; src/sources/megatron.h), holds no tokens, or
 // disagrees with its pair (a .bin shorter or longer than its .idx says), and IoError naming the
 // file for one that cannot be opened or mapped, or a Megatron prefix missing its .bin or .idx.
 // read() throws IoError naming the file when its bytes are gone (a shard truncated under its
 // mapping), and, when vocab_size is not 0, InvalidArgument naming the file, the document and the
-// token's position when an id is not below vocab_size. Ids are checked as read() copies them, not
-// at construction (no scan of every token up front).
+// token's position when an id is not below vocab_size (and, whatever vocab_size, when a signed
+// Megatron shard holds a negative id). Ids are checked as read() copies them, not at construction
+// (no scan of every token up front).
 #pragma once
 
 #include <cstdint>
