@@ -4,6 +4,7 @@
 // Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource
 // and ChannelStatsSource built on them (image.cc parses their pipelines).
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -17,6 +18,7 @@
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
 #include "stoker/sources/npy.h"
+#include "stoker/sources/token_corpus.h"
 #include "stoker/sources/tokens.h"
 
 namespace stoker::python {
@@ -127,6 +129,32 @@ nb::list read_sample(const Source& src, uint64_t index, uint64_t seed, uint64_t 
   return result;
 }
 
+// Document d of a corpus as a new int64 array (for tests and inspection; the packers read
+// documents natively).
+nb::object read_document(const DocumentSet& docs, uint64_t d) {
+  if (d >= docs.num_documents()) throw nb::index_error("document index out of range");
+  auto* v = new std::vector<int64_t>(docs.document_length(d));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+  {
+    nb::gil_scoped_release release;
+    docs.read(d, 0, v->size(), v->data());
+  }
+  return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(v->data(), {v->size()}, owner).cast();
+}
+
+const char* format_name(TokenCorpus::Format f) {
+  switch (f) {
+    case TokenCorpus::Format::kLlmc:
+      return "llm.c";
+    case TokenCorpus::Format::kNpy:
+      return "npy";
+    case TokenCorpus::Format::kMegatron:
+      return "megatron";
+    default:
+      return "raw";
+  }
+}
+
 }  // namespace
 
 void register_sources(nb::module_& m) {
@@ -189,6 +217,65 @@ void register_sources(nb::module_& m) {
             return "raw";
         }
       });
+
+  // Abstract: the packers' bindings take any DocumentSet as std::shared_ptr<const DocumentSet>.
+  nb::class_<DocumentSet>(m, "DocumentSet",
+                          "Token documents (a corpus of shards): the input of the token packers.")
+      .def_prop_ro("num_documents", &DocumentSet::num_documents)
+      .def_prop_ro("num_tokens", &DocumentSet::num_tokens)
+      .def(
+          "document_length",
+          [](const DocumentSet& docs, uint64_t d) {
+            if (d >= docs.num_documents()) throw nb::index_error("document index out of range");
+            return docs.document_length(d);
+          },
+          nb::arg("d"))
+      .def("document", &read_document, nb::arg("d"),
+           "Document d's tokens: a new int64 array (ids checked against the vocabulary).");
+
+  nb::class_<TokenCorpus, DocumentSet>(
+      m, "TokenCorpus",
+      "Token shards (raw, llm.c, .npy token files; Megatron .bin/.idx pairs) as one set of "
+      "documents numbered across them.")
+      .def(nb::new_([](const std::vector<std::string>& paths, const std::string& dtype,
+                       std::optional<uint64_t> split_at, uint64_t vocab_size) {
+             const DType token_dtype = parse_token_dtype(dtype);
+             nb::gil_scoped_release release;  // split_at scans every token of flat shards
+             return std::make_shared<TokenCorpus>(paths, token_dtype, split_at, vocab_size);
+           }),
+           nb::arg("paths"), nb::arg("dtype"), nb::arg("split_at").none() = nb::none(),
+           nb::arg("vocab_size") = 0)
+      .def_prop_ro("num_shards", &TokenCorpus::num_shards)
+      .def_prop_ro("shard_paths",
+                   [](const TokenCorpus& c) {
+                     std::vector<std::string> out;
+                     for (uint64_t s = 0; s < c.num_shards(); ++s) out.push_back(c.shard_path(s));
+                     return out;
+                   })
+      .def_prop_ro(
+          "formats",
+          [](const TokenCorpus& c) {
+            std::vector<std::string> out;
+            for (uint64_t s = 0; s < c.num_shards(); ++s)
+              out.push_back(format_name(c.shard_format(s)));
+            return out;
+          },
+          "Per shard: \"raw\", \"llm.c\", \"npy\" or \"megatron\".")
+      .def_prop_ro("vocab_size", &TokenCorpus::vocab_size)
+      .def(
+          "document_start",
+          [](const TokenCorpus& c, uint64_t d) {
+            if (d > c.num_documents()) throw nb::index_error("document index out of range");
+            return c.document_start(d);
+          },
+          nb::arg("d"))
+      .def(
+          "document_at",
+          [](const TokenCorpus& c, uint64_t token) {
+            if (token >= c.num_tokens()) throw nb::index_error("token position out of range");
+            return c.document_at(token);
+          },
+          nb::arg("token"));
 
   nb::class_<NpyFile>(m, "NpyFile",
                       "A .npy file mapped read-only (Stoker's own header parser). Pass it as an "

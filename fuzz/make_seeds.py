@@ -1,8 +1,8 @@
 """Seed corpora for the fuzz targets, made from Stoker's sample data (``stoker make-sample``).
 
 ``python fuzz/make_seeds.py OUT`` writes ``OUT/<target>/<name>`` for the targets jpeg, png, tar,
-tokens and npy. ``--small`` writes only the small seeds (every file a few KB: photos scaled down
-to 24-40 px); those are committed in ``fuzz/corpus/``. Without it, the larger seeds are added:
+tokens, npy and megatron. ``--small`` writes only the small seeds (every file a few KB: photos
+scaled down to 24-40 px); those are committed in ``fuzz/corpus/``. Without it, the larger seeds are added:
 sample JPEGs as they are, photos at 96-192 px, a slice of a real sample shard. Both are
 deterministic for a given sample dataset.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import struct
 import sys
 import tarfile
 import zlib
@@ -28,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 
-TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table")
+TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table", "megatron")
 
 
 # --------------------------------------------------------------------------- FuzzedDataProvider
@@ -354,6 +355,58 @@ def npy_seeds(pixels):
     }
 
 
+# --------------------------------------------------------------------------- Megatron .bin/.idx
+
+MEGATRON_CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.uint16: 8}
+
+
+def megatron_pair(documents, dtype, modes=False):
+    """(idx, bin) as Megatron-LM's IndexedDatasetBuilder writes them: documents are lists of
+    sequences; the .idx is _IndexWriter's (magic, version 1, dtype code, sequence and document
+    index counts, int32 lengths, int64 byte pointers, int64 document indices from 0, and int8
+    modes for a multimodal dataset)."""
+    lengths, doc_idx, data = [], [0], b""
+    for doc in documents:
+        for seq in doc:
+            a = np.asarray(seq, dtype)
+            data += a.tobytes()
+            lengths.append(a.size)
+        doc_idx.append(len(lengths))
+    item = np.dtype(dtype).itemsize
+    pointers = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<i8") * item
+    idx = (b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, MEGATRON_CODES[dtype], len(lengths),
+                                                len(doc_idx))
+           + np.asarray(lengths, "<i4").tobytes() + pointers[:len(lengths)].tobytes()
+           + np.asarray(doc_idx, "<i8").tobytes())
+    if modes:
+        idx += bytes(len(lengths))
+    return idx, data
+
+
+def megatron_seeds():
+    """Inputs of fuzz_megatron: [.idx][.bin][tail]; the tail gives the .idx's length (2 bytes),
+    flags (1 byte: bit 0 a vocabulary of 32 + id, bit 1 the .bin also as a flat file split at
+    id, id = flags >> 2) and where to cut the .bin (2 bytes). Deterministic (no sample data)."""
+    rng = np.random.default_rng(7)
+
+    def docs(n, high):
+        return [[rng.integers(0, high, rng.integers(0, 12)) for _ in range(rng.integers(1, 4))]
+                for _ in range(n)]
+
+    def seed(pair, flags, cut):
+        idx, data = pair
+        return idx + data + fdp_tail([(len(idx), 2), (flags, 1), (cut, 2)])
+
+    return {
+        "u16-split": seed(megatron_pair(docs(12, 40), np.uint16), (5 << 2) | 2, 40000),
+        "i32-vocab": seed(megatron_pair(docs(8, 36), np.int32), (3 << 2) | 1, 65535),
+        "u8-multimodal": seed(megatron_pair(docs(6, 200) + [[]], np.uint8, modes=True), 0,
+                              20000),
+        "i64-negative": seed(megatron_pair(docs(5, 50) + [[[-3, 4]]], np.int64), 0, 65535),
+        "i16-vocab-split": seed(megatron_pair(docs(4, 33), np.int16), (0 << 2) | 3, 50000),
+    }
+
+
 # --------------------------------------------------------------------------- all seeds
 
 def seeds(small):
@@ -408,6 +461,7 @@ def seeds(small):
     out["tokens"] = token_seeds(photos[0][1])
     pixels = np.asarray(scaled(photos[2][1], 12 if small else 48))
     out["npy"] = npy_seeds(pixels)
+    out["megatron"] = megatron_seeds()
     if not small:
         out["tokens"] = {f"{k}-long": v for k, v in token_seeds(photos[1][1] * 4).items()}
         out["npy"] = {f"{k}-large": v for k, v in out["npy"].items()}
