@@ -434,13 +434,10 @@ void PackedTokenSource::build_best_fit() {
       for (uint64_t slot = bf->class_start[c]; slot < bf->class_start[c + 1]; ++slot)
         bf->bin_slot[next[bin_of[slot]]++] = slot;
   }
+  uint64_t tokens = bf->chunks * L;
+  for (uint64_t c = 1; c < L; ++c) tokens += c * (bf->class_start[c + 1] - bf->class_start[c]);
   size_ = bf->chunks + bins;
-  padded_tokens_ = size_ * L - (bf->chunks * L + [&] {
-                     uint64_t t = 0;
-                     for (uint64_t c = 1; c < L; ++c)
-                       t += c * (bf->class_start[c + 1] - bf->class_start[c]);
-                     return t;
-                   }());
+  padded_tokens_ = size_ * L - tokens;
   num_pieces_ = bf->chunks + pieces;
   best_fit_ = std::move(bf);
 }

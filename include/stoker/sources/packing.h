@@ -58,7 +58,7 @@
 //   O(D + P log L + L) time (a 64-ary bitset over remaining capacities finds the tightest bin);
 //   it keeps 16 bytes per remainder piece (its document, its slot in a bin), 8 per sequence of
 //   remainders, 16 per document of L tokens or more (its chunks are not stored one by one) and
-//   8 * L; building takes 8 bytes per piece and per sequence more, for the time it runs.
+//   8 * L; building takes 8 bytes more per piece and 16 per sequence, while it runs.
 // - read(): kConcat O(1) expected to find the window's first document (a bucket of the table,
 //   then a binary search among the few documents starting in it), then O(pieces + L). kDocument
 //   the same; shuffled, it first finds the epoch's document starts: built on first use, O(D) time
