@@ -1,6 +1,7 @@
 // The sources wing (stoker._native.sources).
 //
-// Native sources: arrays (and the files mapped for them), token files.
+// Native sources: arrays (and the files mapped for them), token files, token documents packed
+// into sequences (DocumentSet, the corpus interface, and PackedTokenSource).
 // Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource
 // and ChannelStatsSource built on them (image.cc parses their pipelines).
 #include <nanobind/ndarray.h>
@@ -15,9 +16,11 @@
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/sources/array.h"
+#include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
 #include "stoker/sources/npy.h"
+#include "stoker/sources/packing.h"
 #include "stoker/sources/token_corpus.h"
 #include "stoker/sources/tokens.h"
 
@@ -30,6 +33,25 @@ DType parse_token_dtype(const std::string& name) {
   if (name == "uint16") return {DType::kUInt, 16};
   if (name == "uint32") return {DType::kUInt, 32};
   throw InvalidArgument("dtype must be \"uint16\" or \"uint32\", got \"" + name + "\"");
+}
+
+Pack parse_pack_mode(const std::string& name) {
+  if (name == "concat") return Pack::kConcat;
+  if (name == "document") return Pack::kDocument;
+  if (name == "best_fit") return Pack::kBestFit;
+  throw InvalidArgument("mode must be \"concat\", \"document\" or \"best_fit\", got \"" + name +
+                        "\"");
+}
+
+const char* pack_mode_name(Pack mode) {
+  switch (mode) {
+    case Pack::kDocument:
+      return "document";
+    case Pack::kBestFit:
+      return "best_fit";
+    default:
+      return "concat";
+  }
 }
 
 // `guards[a]` is the mapping array `a` lies in, an NpyFile or a FileMapping (its reads survive
@@ -276,6 +298,37 @@ void register_sources(nb::module_& m) {
             return c.document_at(token);
           },
           nb::arg("token"));
+
+  nb::class_<PackedTokenSource, Source>(
+      m, "PackedTokenSource",
+      "Training sequences of seq_len tokens from a DocumentSet: \"concat\" windows (input, "
+      "target), or \"document\" windows / \"best_fit\" bins (input_ids, labels, position_ids, "
+      "cu_seqlens, max_seqlen[, loss_mask]). See stoker/sources/packing.h.")
+      .def(nb::new_([](std::shared_ptr<DocumentSet> documents, const std::string& mode,
+                       uint64_t seq_len, std::optional<int64_t> eos, bool shuffle_documents,
+                       int64_t label_ignore, bool loss_mask, uint64_t max_segments) {
+             PackOptions o;
+             o.mode = parse_pack_mode(mode);
+             o.seq_len = seq_len;
+             o.eos = eos;
+             o.shuffle_documents = shuffle_documents;
+             o.label_ignore = label_ignore;
+             o.loss_mask = loss_mask;
+             o.max_segments = max_segments;
+             nb::gil_scoped_release release;  // O(documents), or O(pieces log L) for best_fit
+             return std::make_shared<PackedTokenSource>(std::move(documents), o);
+           }),
+           nb::arg("documents"), nb::arg("mode"), nb::arg("seq_len"),
+           nb::arg("eos").none() = nb::none(), nb::arg("shuffle_documents") = false,
+           nb::arg("label_ignore") = -100, nb::arg("loss_mask") = false,
+           nb::arg("max_segments") = 0)
+      .def_prop_ro("mode", [](const PackedTokenSource& s) { return pack_mode_name(s.mode()); })
+      .def_prop_ro("seq_len", &PackedTokenSource::seq_len)
+      .def_prop_ro("max_segments", &PackedTokenSource::max_segments)
+      .def_prop_ro("padded_tokens", &PackedTokenSource::padded_tokens,
+                   "Padding tokens per epoch (the same every epoch).")
+      .def_prop_ro("padding_fraction", &PackedTokenSource::padding_fraction)
+      .def_prop_ro("num_pieces", &PackedTokenSource::num_pieces);
 
   nb::class_<NpyFile>(m, "NpyFile",
                       "A .npy file mapped read-only (Stoker's own header parser). Pass it as an "

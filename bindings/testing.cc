@@ -23,6 +23,7 @@
 #include "gpu/decode/gpu_decode.h"
 #include "pydata/sample_fetcher.h"
 #include "sources/faulty.h"
+#include "sources/test_documents.h"
 #include "stoker/errors.h"
 #include "stoker/fence.h"
 #include "stoker/image/decode.h"
@@ -147,6 +148,13 @@ void register_testing(nb::module_& m) {
            }),
            nb::arg("size"), nb::arg("width") = 1, nb::arg("fail") = std::set<uint64_t>{},
            nb::arg("delay_us") = 0);
+
+  nb::class_<stoker::testing::VectorDocuments, DocumentSet>(
+      m, "VectorDocuments", "A DocumentSet over documents held in memory (lists of token ids).")
+      .def(nb::new_([](std::vector<std::vector<int64_t>> documents) {
+             return std::make_shared<stoker::testing::VectorDocuments>(std::move(documents));
+           }),
+           nb::arg("documents"));
 
   m.def("decode_only", &decode_only, nb::arg("paths"), nb::arg("threads"), nb::arg("min_seconds"),
         "Decode-only throughput bound: every file in memory, full-size decodes on `threads` "
