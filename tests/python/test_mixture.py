@@ -266,3 +266,21 @@ def test_token_sources_mix(tmp_path):
         assert x.shape[1:] == (8,) and (y[:, :-1] == x[:, 1:]).all()
         got = collections.Counter(x[:, 0] // 10000)  # 60 windows: 7 batches of 8, one of 4
         assert [got[0], got[1], got[2]] == [len(x) // 2, len(x) // 4, len(x) // 4]
+
+
+def test_tables_mix_into_dict_batches():
+    pa = pytest.importorskip("pyarrow")
+    tables = {name: pa.table({"id": pa.array(np.arange(n, dtype=np.int64) + 1000 * c),
+                              "x": pa.array(np.full(n, float(c)))})
+              for c, (name, n) in enumerate(SIZES.items())}
+    datasets = {name: stoker.TableDataset(t) for name, t in tables.items()}
+    m = stoker.Mixture(datasets, weights={"web": 1, "code": 1, "math": 2})
+    seen = []
+    for batch in loader(m, batch_size=8):
+        assert set(batch) == {"id", "x"}
+        assert (np.asarray(batch["id"]) // 1000 == np.asarray(batch["x"])).all()
+        seen += np.asarray(batch["id"]).tolist()
+    check_streams(seen)
+    with pytest.raises(ValueError, match="field"):
+        stoker.Mixture({"a": datasets["web"],
+                        "b": stoker.TableDataset(pa.table({"id": pa.array([1.5])}))})
