@@ -174,7 +174,9 @@ class Loader {
   // global position (elastic resume), any rank and world size, or a strided view. Batch b of
   // the iteration is plan's batch b. REQUIRES: plan.num_samples() == source().size(),
   // plan.batch_size() == options().batch_size, start_batch <= plan.num_batches()
-  // (InvalidArgument otherwise).
+  // (InvalidArgument otherwise). A mixture loader lays out its own plan of `epoch` (its rank,
+  // from the epoch's start): `plan` must be unstrided and start at 0; any other start is a
+  // MixturePlan's (below).
   std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch,
                                          const BatchPlan& plan) const;
   // A mixture's batches as `plan` lays them out (plan.epoch() is the iteration's epoch): a plan
