@@ -10,6 +10,9 @@
 // Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
 // plan itself for orders made outside the native loader (Python datasets).
 //
+// Weighted mixtures: the plan of one iteration (mixture.h), made by the front from the schedule
+// and the resume state, and given to Loader.iterate_mixture.
+//
 // hash_key of random.h, and the loader's limits.
 #include "stoker/loader.h"
 
@@ -28,6 +31,7 @@
 
 #include "bindings.h"
 #include "stoker/errors.h"
+#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/random.h"
 #include "stoker/stratified_order.h"
@@ -145,7 +149,27 @@ nb::dict stats_dict(const LoaderStats& s) {
   nb::list decisions;
   for (const AutotuneDecision& a : s.autotune_decisions) decisions.append(decision_dict(a));
   d["autotune"] = decisions;
+  if (!s.mixture_samples.empty()) d["mixture_samples"] = s.mixture_samples;
   return d;
+}
+
+using Schedule = std::vector<std::pair<uint64_t, std::vector<double>>>;
+
+MixtureOrder mixture_order(std::vector<uint64_t> sizes, const Schedule& schedule) {
+  MixtureOrder order{std::move(sizes), {}};
+  for (const auto& [step, weights] : schedule) order.schedule.push_back({step, weights});
+  return order;
+}
+
+std::vector<uint64_t> mixture_batch(const MixturePlan& p, uint64_t b,
+                                    std::vector<uint64_t>* cycles = nullptr) {
+  if (b >= p.num_batches())
+    throw InvalidArgument("batch " + std::to_string(b) + " is out of range: the plan has " +
+                          std::to_string(p.num_batches()) + " batches");
+  std::vector<uint64_t> out(p.batches().batch_length(b));
+  if (cycles) cycles->resize(out.size());
+  p.batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
+  return out;
 }
 
 std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed, uint64_t epoch,
@@ -204,7 +228,8 @@ void register_engine(nb::module_& m) {
                        uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
                        const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
                        uint64_t world_size, const std::string& on_error, int cpu_budget,
-                       std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights) {
+                       std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights,
+                       std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule) {
              LoaderOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -220,13 +245,18 @@ void register_engine(nb::module_& m) {
              o.cpu_budget = cpu_budget;
              o.classes = std::move(classes);
              o.class_weights = std::move(class_weights);
+             if (!mixture_sizes.empty())
+               o.mixture = std::make_shared<const MixtureOrder>(
+                   mixture_order(std::move(mixture_sizes), mixture_schedule));
              return std::make_shared<Loader>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
            nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
            nb::arg("pin_memory"), nb::arg("memory_budget"), nb::arg("rank"), nb::arg("world_size"),
            nb::arg("on_error"), nb::arg("cpu_budget") = 0, nb::arg("classes").none() = nb::none(),
-           nb::arg("class_weights") = std::vector<double>{})
+           nb::arg("class_weights") = std::vector<double>{},
+           nb::arg("mixture_sizes") = std::vector<uint64_t>{},
+           nb::arg("mixture_schedule") = Schedule{})
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
@@ -242,6 +272,13 @@ void register_engine(nb::module_& m) {
           nb::call_guard<nb::gil_scoped_release>(),
           "The batches of `epoch` from `start_batch` on, following `plan` (a "
           "_native.engine.BatchPlan: an elastic start, a strided view) or the loader's own.")
+      .def(
+          "iterate_mixture",
+          [](const Loader& l, std::shared_ptr<MixturePlan> plan, uint64_t start_batch) {
+            return l.iterate(std::move(plan), start_batch);
+          },
+          nb::arg("plan"), nb::arg("start_batch") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "A mixture's batches as `plan` (a MixturePlan) lays them out, from `start_batch` on.")
       .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",
@@ -355,6 +392,69 @@ void register_engine(nb::module_& m) {
           "(indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, "
           "index), as the native loader keys it (the cycle is the epoch without class weights; "
           "the repeats of an oversampled sample have different cycles).");
+
+  nb::class_<MixturePlan>(m, "MixturePlan")
+      .def(nb::new_([](std::vector<uint64_t> sizes, const Schedule& schedule, uint64_t seed,
+                       bool shuffle, uint64_t epoch, uint64_t batch_size, bool drop_last,
+                       uint64_t rank, uint64_t world_size, uint64_t position, uint64_t first_step,
+                       std::vector<uint64_t> bases) {
+             return std::make_shared<MixturePlan>(
+                 mixture_order(std::move(sizes), schedule), seed, shuffle, epoch, batch_size,
+                 drop_last, rank, world_size, MixtureStart{position, first_step, std::move(bases)});
+           }),
+           nb::arg("sizes"), nb::arg("schedule"), nb::arg("seed"), nb::arg("shuffle"),
+           nb::arg("epoch"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
+           nb::arg("world_size"), nb::arg("position") = 0, nb::arg("first_step") = 0,
+           nb::arg("bases") = std::vector<uint64_t>{},
+           "Rank `rank`'s batches of a mixture epoch (include/stoker/mixture.h): `schedule` is "
+           "[(first_step, weights), ...]; the plan starts at global position `position`, step "
+           "`first_step`, with each source's stream at `bases`.")
+      .def("__len__", &MixturePlan::num_batches)
+      .def_prop_ro("num_batches", &MixturePlan::num_batches)
+      .def_prop_ro("epoch", &MixturePlan::epoch)
+      .def_prop_ro("position", [](const MixturePlan& p) { return p.start().position; })
+      .def_prop_ro("first_step", [](const MixturePlan& p) { return p.start().first_step; })
+      .def_prop_ro("bases", [](const MixturePlan& p) { return p.start().bases; })
+      .def("batch_length",
+           [](const MixturePlan& p, uint64_t b) { return p.batches().batch_length(b); })
+      .def(
+          "position_after",
+          [](const MixturePlan& p, uint64_t b) { return p.batches().position_after(b); },
+          nb::arg("batches"), "The epoch's global position once every rank delivered `batches`.")
+      .def("draws_after", &MixturePlan::draws_after, nb::arg("batches"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Each source's stream position once every rank delivered `batches` batches.")
+      .def("weights_at", &MixturePlan::weights_at, nb::arg("step"))
+      .def("batch_counts", &MixturePlan::batch_counts, nb::arg("batch"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "batch_indices", [](const MixturePlan& p, uint64_t b) { return mixture_batch(p, b); },
+          nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "The global sample indices of batch `batch`, as the native loader visits them.")
+      .def(
+          "batch_draws",
+          [](const MixturePlan& p, uint64_t b) {
+            std::vector<uint64_t> cycles;
+            std::vector<uint64_t> indices = mixture_batch(p, b, &cycles);
+            return std::make_pair(std::move(indices), std::move(cycles));
+          },
+          nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
+          "(indices, cycles) of batch `batch`: a draw's cycle is its source's own epoch.");
+
+  m.def(
+      "mixture_epoch_start",
+      [](std::vector<uint64_t> sizes, const Schedule& schedule, uint64_t seed, bool shuffle,
+         uint64_t epoch, uint64_t batch_size, bool drop_last, uint64_t world_size) {
+        MixtureStart s =
+            MixturePlan::epoch_start(mixture_order(std::move(sizes), schedule), seed, shuffle,
+                                     epoch, batch_size, drop_last, world_size);
+        return std::make_pair(s.first_step, std::move(s.bases));
+      },
+      nb::arg("sizes"), nb::arg("schedule"), nb::arg("seed"), nb::arg("shuffle"), nb::arg("epoch"),
+      nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("world_size"),
+      nb::call_guard<nb::gil_scoped_release>(),
+      "(first_step, bases) of epoch `epoch` when every epoch before it ran whole with this "
+      "schedule and world size.");
 
   m.def("hash_key", &hash_key, nb::arg("a"), nb::arg("b"), nb::arg("c"),
         "random.h's hash_key(a, b, c): 64 bits (on_error=\"skip\" draws replacements with it).");

@@ -1,7 +1,7 @@
 // The sources wing (stoker._native.sources).
 //
-// Native sources: arrays (and the files mapped for them), token files, token documents packed
-// into sequences (DocumentSet, the corpus interface, and PackedTokenSource).
+// Native sources: arrays (and the files mapped for them), token corpora (TokenCorpus, a
+// DocumentSet) packed into sequences (PackedTokenSource), mixtures of sources.
 // Image datasets: file providers (ImageFolder lists, WebDataset tar shards), and the ImageSource
 // and ChannelStatsSource built on them (image.cc parses their pipelines).
 #include <nanobind/ndarray.h>
@@ -19,6 +19,7 @@
 #include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
+#include "stoker/sources/mixture.h"
 #include "stoker/sources/npy.h"
 #include "stoker/sources/packing.h"
 #include "stoker/sources/token_corpus.h"
@@ -221,6 +222,27 @@ void register_sources(nb::module_& m) {
   nb::class_<ArraySource, Source>(m, "ArraySource")
       .def(nb::new_(&make_array_source), nb::arg("arrays"), nb::arg("names"),
            nb::arg("guards") = std::vector<nb::object>{});
+
+  nb::class_<MixtureSource, Source>(m, "MixtureSource")
+      .def(nb::new_([](const std::vector<std::shared_ptr<Source>>& sources,
+                       std::vector<std::string> names) {
+             return std::make_shared<MixtureSource>(
+                 std::vector<std::shared_ptr<const Source>>(sources.begin(), sources.end()),
+                 std::move(names));
+           }),
+           nb::arg("sources"), nb::arg("names"),
+           "The sources end to end (include/stoker/sources/mixture.h); the same fields each.")
+      .def_prop_ro("sizes", &MixtureSource::sizes)
+      .def(
+          "locate",
+          [](const MixtureSource& s, uint64_t index) {
+            if (index >= s.size())
+              throw nb::index_error(("index " + std::to_string(index) + " out of range for " +
+                                     std::to_string(s.size()) + " samples")
+                                        .c_str());
+            return s.locate(index);
+          },
+          nb::arg("index"), "(source, its sample) of global sample `index`.");
 
   nb::class_<TokenSource, Source>(m, "TokenSource")
       .def(nb::new_([](const std::string& path, const std::string& dtype, uint64_t seq_len) {

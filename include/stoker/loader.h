@@ -3,12 +3,14 @@
 //
 // Semantics
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
-//   shuffle, classes, class_weights), never on num_workers or prefetch depth: batch b of an epoch
-//   is bit-identical however it was produced. Batches are delivered in order.
+//   shuffle, classes, class_weights; a mixture's plan), never on num_workers or prefetch depth:
+//   batch b of an epoch is bit-identical however it was produced. Batches are delivered in order.
 // - Randomness: sample i of epoch e draws its randomness (augmentation) from (seed, e, i); in a
 //   stratified order from (seed, cycle, i), the draw's cycle through its class
 //   (StratifiedEpoch::batch), which is e without class weights, and differs between the
 //   repeats of an oversampled sample.
+//   In a mixture, sample j of source c is keyed by (mixture_source_seed(seed, c), k, j), k the
+//   source's own epoch (mixture.h).
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
 //   epoch; the state to resume from is three numbers. A job with another world size resumes the
 //   epoch from the global position the old job reached (BatchPlan::position_after) with a plan
@@ -41,6 +43,8 @@
 namespace stoker {
 
 class ClassGroups;
+struct MixtureOrder;
+class MixturePlan;
 
 enum class OnError { kRaise, kSkip };
 enum class PinMemory { kAuto, kOn, kOff };
@@ -69,6 +73,12 @@ struct LoaderOptions {
   // or to class_weights (one per class, ascending labels) when they are given.
   std::shared_ptr<const ClassGroups> classes;
   std::vector<double> class_weights;
+  // A weighted mixture (mixture.h; not with classes): the source is the mixture's sources end to
+  // end (a MixtureSource), every batch holds each source in proportion to its weight at the
+  // batch's step, and each source is walked in an exactly-once order of its own across epochs.
+  // iterate(epoch) plans epoch `epoch` as if every epoch before it ran whole with this order and
+  // world size (MixturePlan::epoch_start); iterate() with a MixturePlan starts anywhere.
+  std::shared_ptr<const MixtureOrder> mixture;
 };
 
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
@@ -128,6 +138,8 @@ struct LoaderStats {
   int active_workers = 0;
   int prefetch_factor = 0;
   std::vector<AutotuneDecision> autotune_decisions;
+  // A mixture: the samples of each source in the batches delivered (one count per source).
+  std::vector<uint64_t> mixture_samples;
 };
 
 class EpochIterator;
@@ -162,9 +174,17 @@ class Loader {
   // global position (elastic resume), any rank and world size, or a strided view. Batch b of
   // the iteration is plan's batch b. REQUIRES: plan.num_samples() == source().size(),
   // plan.batch_size() == options().batch_size, start_batch <= plan.num_batches()
-  // (InvalidArgument otherwise).
+  // (InvalidArgument otherwise). A mixture loader lays out its own plan of `epoch` (its rank,
+  // from the epoch's start): `plan` must be unstrided and start at 0; any other start is a
+  // MixturePlan's (below).
   std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch,
                                          const BatchPlan& plan) const;
+  // A mixture's batches as `plan` lays them out (plan.epoch() is the iteration's epoch): a plan
+  // that starts anywhere (elastic resume, a new schedule). Batch b of the iteration is plan's
+  // batch b. REQUIRES: options().mixture, plan not null with the loader's sizes, seed, shuffle
+  // and batch_size; start_batch <= plan->num_batches() (InvalidArgument otherwise).
+  std::unique_ptr<EpochIterator> iterate(std::shared_ptr<const MixturePlan> plan,
+                                         uint64_t start_batch = 0) const;
 
   LoaderStats stats() const;
 

@@ -19,6 +19,7 @@ from .loader import DataLoader
 from .offload.producer import RayOffload
 from .sources.arrays import ArrayDataset, TokenDataset
 from .sources.images import ImageFolder, TarShards
+from .sources.mixture import Mixture
 from .sources.tables import TableDataset
 from .tuning.diagnose import diagnose
 
@@ -33,6 +34,7 @@ __all__ = [
     "DecodeError",
     "ImageFolder",
     "MemoryBudgetError",
+    "Mixture",
     "RayOffload",
     "SampleError",
     "TableDataset",

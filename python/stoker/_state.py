@@ -11,10 +11,17 @@ what is left among its ranks with equal batch counts (``_native.engine.BatchPlan
 padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
 itself: the same batches, numbered as before.
 
+A mixture (``stoker.Mixture``, docs/mixtures.md) adds ``"mixture"``: the optimizer step of the
+next batch, each source's stream position there (``draws``), and where the epoch's running plan
+began (its step and draws) with a digest of the weights it used since. Loaded with the world
+size and weights that saved it, the saved plan resumes (the same batches); otherwise a plan starts
+at the saved point, every stream continuing exactly where it stopped.
+
 The loader (loader.py) keeps ``_next_epoch``, ``_start_batch`` and ``_next_start`` (where its next
-iteration begins) and ``_cursor`` (a :class:`Cursor`, shared with its running iterator); its
-producer says who orders the samples (``order_kind``) and, for a class-balanced order, the
-classes and weights.
+iteration begins), ``_mixture_carry`` (a mixture's: ``(epoch, start)`` where ``start`` is
+``(position, first_step, bases)`` or the plan of the epoch before, which ends where it starts)
+and ``_cursor`` (a :class:`Cursor`, shared with its running iterator); its producer says who
+orders the samples (``order_kind``) and, for a class-balanced order, the classes and weights.
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ class Cursor(list):
     which the iteration's plan begins, and ``num_batches``, the plan's batch count (None when
     unknown: an IterableDataset without a length)."""
 
-    __slots__ = ("start", "num_batches")
+    __slots__ = ("start", "num_batches", "mixture")
 
-    def __init__(self, epoch, batch, start=0, num_batches=None):
+    def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None):
         super().__init__((epoch, batch))
         self.start = start
         self.num_batches = num_batches
+        self.mixture = mixture  # a mixture's _native.engine.MixturePlan
 
     def running(self):
         """Whether batches of this iteration remain to be delivered."""
@@ -98,7 +106,12 @@ def begin(loader):
     """The cursor of the iteration that starts now, from the loader's pending resume point,
     which is then cleared (the iteration after it starts the next epoch)."""
     epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
-    if start:
+    mixture = None
+    if order_kind(loader) == "mixture":
+        mixture = mixture_plan(loader, epoch)
+        start, num_batches = mixture.position, mixture.num_batches
+        loader._mixture_carry = (epoch + 1, mixture)  # the next epoch starts where this one ends
+    elif start:
         num_batches = plan(loader, start).num_batches
     elif order_kind(loader) == "iterable":
         num_batches = None  # len() of an IterableDataset is the user's to ask (torch warns then)
@@ -109,12 +122,14 @@ def begin(loader):
             num_batches = None
     loader._next_epoch, loader._start_batch, loader._next_start = epoch + 1, 0, 0
     loader._resumed = False  # set_epoch starts epochs from their start again
-    loader._cursor = Cursor(epoch, batch, start, num_batches)
+    loader._cursor = Cursor(epoch, batch, start, num_batches, mixture)
     return loader._cursor
 
 
 def save(loader):
     """``loader.state_dict()``: where the next batch comes from."""
+    if order_kind(loader) == "mixture":
+        return _save_mixture(loader)
     cursor = loader._cursor
     if cursor is not None and cursor.running():
         epoch, batch, start = cursor[0], cursor[1], getattr(cursor, "start", 0)
@@ -130,6 +145,8 @@ def load(loader, state):
         raise ValueError(f"not a stoker.DataLoader state (version {VERSION}): {state!r}")
     mine = config(loader)
     saved_order = state.get("order", "engine")
+    if saved_order == "mixture" and mine["order"] == "mixture":
+        return _load_mixture(loader, state, mine)
     if saved_order != mine["order"]:
         raise ValueError(f"the state was saved by a loader ordered by "
                          f"{_ORDERS.get(saved_order, repr(saved_order))}, this loader is ordered "
@@ -174,7 +191,121 @@ def load(loader, state):
     return epoch, 0, reached
 
 
+# -- mixtures ---------------------------------------------------------------------------------------
+
+def mixture_start(loader, epoch):
+    """``(position, first_step, bases)`` where the loader's plan of ``epoch`` starts: the carried
+    one (a loaded state, or the end of the epoch before), else as if every epoch before ran whole
+    with these weights and world size."""
+    carry = loader._mixture_carry
+    if carry is not None and carry[0] == epoch:
+        start = carry[1]
+        if isinstance(start, tuple):
+            return start
+        return 0, start.first_step + start.num_batches, start.draws_after(start.num_batches)
+    m, p = loader.dataset, loader._producer
+    steps = epoch * plan(loader).num_batches
+    first, bases = _native.engine.mixture_epoch_start(
+        m.sizes, m.phases(0, steps), loader.seed, p.shuffle is not False, epoch,
+        loader.batch_size, loader.drop_last, loader.world_size)
+    return 0, first, bases
+
+
+def mixture_plan(loader, epoch):
+    """The loader's rank's MixturePlan of ``epoch`` (from its pending start)."""
+    m, p = loader.dataset, loader._producer
+    position, first_step, bases = mixture_start(loader, epoch)
+    steps = plan(loader, position).num_batches
+    return _native.engine.MixturePlan(
+        m.sizes, m.phases(first_step, steps), loader.seed, p.shuffle is not False, epoch,
+        loader.batch_size, loader.drop_last, loader.rank, loader.world_size, position,
+        first_step, bases)
+
+
+def mixture_point(loader):
+    """``(epoch, batch, plan)`` of the next batch: the running iteration's, or the pending one."""
+    cursor = loader._cursor
+    if cursor is not None and cursor.running() and cursor.mixture is not None:
+        return cursor[0], cursor[1], cursor.mixture
+    return loader._next_epoch, loader._start_batch, mixture_plan(loader, loader._next_epoch)
+
+
+def mixture_stats(loader, samples):
+    """``stats()["mixture"]``: per source, the samples this process delivered, its own epochs
+    (completed passes over it, by the whole job) and its weight now."""
+    m = loader.dataset
+    _, batch, mplan = mixture_point(loader)
+    draws = mplan.draws_after(batch)
+    weights = m.weights_at(mplan.first_step + batch)
+    return {name: {"samples": samples[c] if samples else 0,
+                   "epochs": draws[c] // size if size else 0, "weight": weights[name]}
+            for c, (name, size) in enumerate(zip(m.names, m.sizes))}
+
+
+def _save_mixture(loader):
+    m = loader.dataset
+    epoch, batch, mplan = mixture_point(loader)
+    step = mplan.first_step + batch
+    return {"version": VERSION, "epoch": epoch, "batch": batch, "start": mplan.position,
+            **config(loader),
+            "mixture": {"sources": dict(zip(m.names, m.sizes)), "step": step,
+                        "draws": dict(zip(m.names, mplan.draws_after(batch))),
+                        "plan": {"step": mplan.first_step,
+                                 "draws": dict(zip(m.names, mplan.bases))},
+                        "weights": m.fingerprint(mplan.first_step, step)}}
+
+
+def _load_mixture(loader, state, mine):
+    m = loader.dataset
+    saved = state.get("mixture")
+    sources = dict(zip(m.names, m.sizes))
+    if not isinstance(saved, dict) or saved.get("sources") != sources:
+        got = saved.get("sources") if isinstance(saved, dict) else None
+        raise ValueError(f"the state was saved by a Mixture of {got!r} (name: samples), this "
+                         f"loader's is of {sources!r}")
+    for key in _MATCHING:
+        if state.get(key) != mine[key]:
+            raise ValueError(
+                f"the state was saved with {key}={state.get(key)!r} but this loader has "
+                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
+
+    def counts(d):
+        if not (isinstance(d, dict) and set(d) == set(m.names)
+                and all(_is_int(d[k]) and d[k] >= 0 for k in m.names)):
+            raise ValueError(f"invalid mixture stream positions in state: {d!r}")
+        return [d[k] for k in m.names]
+
+    epoch, batch, start = state.get("epoch"), state.get("batch"), state.get("start")
+    old_world, step = state.get("world_size"), saved.get("step")
+    plan_state = saved.get("plan") if isinstance(saved.get("plan"), dict) else {}
+    first_step = plan_state.get("step")
+    draws, bases = counts(saved.get("draws")), counts(plan_state.get("draws"))
+    n = mine["num_samples"]
+    if not (_is_int(epoch) and epoch >= 0 and _is_int(batch) and batch >= 0 and _is_int(start)
+            and 0 <= start <= n and _is_int(old_world) and old_world >= 1
+            and _is_int(first_step) and _is_int(step) and step == first_step + batch):
+        raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}, "
+                         f"start={start!r}, world_size={old_world!r}, step={step!r}")
+    old = plan(loader, start, world_size=old_world, rank=0)
+    if batch > old.num_batches:
+        raise ValueError(f"invalid position in state: batch {batch} of an epoch of "
+                         f"{old.num_batches} (world_size={old_world})")
+    if old_world == loader.world_size and saved.get("weights") == m.fingerprint(first_step, step):
+        # The same ranks and weights: the saved plan itself, the same batches.
+        loader._mixture_carry = (epoch, (start, first_step, bases))
+        return epoch, batch, start
+    # Another world size or other weights: a plan from the saved point, every stream going on
+    # from where the saving job's ranks left it together.
+    reached = old.position_after(batch)
+    if reached >= n:
+        loader._mixture_carry = (epoch + 1, (0, step, draws))
+        return epoch + 1, 0, 0
+    loader._mixture_carry = (epoch, (reached, step, draws))
+    return epoch, 0, reached
+
+
 _ORDERS = {"engine": "the engine (shuffle and seed)",
+           "mixture": "a Mixture's weights",
            "stratified": 'a stratified or class-weighted order (shuffle="stratified", '
                          'class_weights), laid out for the ranks that saved the state',
            "sampler": "a custom sampler or batch_sampler",

@@ -9,7 +9,8 @@ producers, chosen by the dataset and ``offload``:
 
 A producer is an object with this protocol (nothing else of it is used here):
 
-- ``order_kind``: who orders the samples ("engine", "stratified", "sampler", "iterable");
+- ``order_kind``: who orders the samples ("engine", "stratified", "mixture", "sampler",
+  "iterable");
 - ``num_batches()``: len(loader) (TypeError where the dataset has no length);
 - ``batches(cursor)``: an iterator (with ``__len__``) over the CPU batches of the iteration that
   ``cursor`` (an _state.Cursor) starts, keeping ``cursor[1]`` at the batches it delivered;
@@ -53,9 +54,10 @@ class DataLoader:
 
     Args:
         dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``, ``ImageFolder``,
-            ``TarShards``), read by C++ threads; or any Python dataset (a map-style one with
-            ``__getitem__`` and ``__len__``, or an ``IterableDataset``), read in worker
-            processes with torch's keywords and semantics (docs/python-datasets.md).
+            ``TarShards``, ``TableDataset``, a ``Mixture`` of them: docs/mixtures.md), read by
+            C++ threads; or any Python dataset (a map-style one with ``__getitem__`` and
+            ``__len__``, or an ``IterableDataset``), read in worker processes with torch's
+            keywords and semantics (docs/python-datasets.md).
         batch_size: samples per batch (Python datasets: None yields samples unbatched).
         shuffle: visit samples in a seeded random order, new for every epoch. "stratified":
             also hold every class in every batch (and every rank's batch) within one sample of
@@ -127,6 +129,7 @@ class DataLoader:
         self._next_epoch = 0
         self._start_batch = 0
         self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
+        self._mixture_carry = None  # a Mixture's: where its next epoch's plan starts (_state.py)
         self._resumed = False
         # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
         # no reference to the iterator (dropping it stops its threads).
@@ -198,6 +201,9 @@ class DataLoader:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
         if self._resumed and epoch == self._next_epoch:
             return
+        carry = self._mixture_carry
+        if carry is not None and isinstance(carry[1], tuple) and carry[1][0] != 0:
+            self._mixture_carry = None  # a loaded point inside an epoch: not its start
         self._resumed = False
         self._next_epoch = epoch
         self._start_batch = 0
@@ -221,7 +227,7 @@ class DataLoader:
         the settings that must match to resume (O(1): no list of samples)."""
         return _state.save(self)
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, weights=None):
         """Makes the next iteration resume exactly where ``state`` was taken, whatever the
         num_workers and prefetch_factor of this loader. With the world size that saved it, the
         same batches follow; with another world size (elastic resume; rank is free too), the
@@ -229,7 +235,18 @@ class DataLoader:
         the epoch is split among this job's ranks with equal batch counts (padding, with
         drop_last=False, repeats fewer samples than there are ranks). Raises ValueError where
         that cannot hold: another seed, shuffle, batch_size, drop_last or dataset length, or,
-        across world sizes, samples ordered by a custom sampler or an IterableDataset."""
+        across world sizes, samples ordered by a custom sampler or an IterableDataset.
+
+        A ``stoker.Mixture``: ``weights`` (as ``Mixture(weights=...)`` takes them) replace the
+        mixture's weights first (``dataset.weights = weights`` does the same). With other
+        weights than the saved plan used, or another world size, the batches from the saved
+        step on follow the weights in force at each step, and each source's stream goes on
+        exactly where the saving job left it: no sample lost or repeated."""
+        if weights is not None:
+            if self._producer.order_kind != "mixture":
+                raise ValueError("load_state_dict(weights=...) is for a loader of a "
+                                 "stoker.Mixture")
+            self.dataset.weights = weights
         resume = _state.load(self, state)
         self._cursor = None
         self._next_epoch, self._start_batch, self._next_start = resume
@@ -254,6 +271,8 @@ class DataLoader:
         (the native engine's stage times and autotune decisions, worker processes, Ray actors;
         docs/ says which)."""
         s = self._producer.stats()
+        if self._producer.order_kind == "mixture":
+            s["mixture"] = _state.mixture_stats(self, s.pop("mixture_samples", None))
         for key in ("batches", "samples", "skipped"):
             s.setdefault(key, 0)
         s.setdefault("skipped_samples", [])

@@ -9,6 +9,7 @@ import warnings
 from . import _native, _options, _state, balance
 from .errors import MemoryBudgetError
 from .gpu import feed as _feed
+from .sources.mixture import Mixture
 
 
 def is_native(dataset):
@@ -20,7 +21,7 @@ def is_native(dataset):
 
 class EngineOrdered:
     """What a producer whose samples the engine orders (native, Ray) tells the front: the
-    shuffle, the class-balanced plan's classes and weights, and torch's attributes."""
+    shuffle, the class-balanced plan's classes and weights, a mixture, and torch's attributes."""
 
     def __init__(self, dataset, options):
         o = options
@@ -28,10 +29,19 @@ class EngineOrdered:
         self.options = o
         self.seed = o.seed
         self.shuffle = False if o.shuffle is None else o.shuffle
+        self.mixture = dataset if isinstance(dataset, Mixture) else None
+        if self.mixture is not None and o.stratified:
+            raise ValueError('shuffle="stratified" and class_weights balance classes; a Mixture '
+                             "draws its sources by its own weights (Mixture(weights=...)): pass "
+                             "shuffle=True or False")
+        if self.mixture is not None and o.offload is not None:
+            raise ValueError("a Mixture cannot be offloaded to Ray yet: its batches are laid out "
+                             "whole for the loader's ranks; load it without offload")
         self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
         self.weights = balance.weights_for(self.classes, o.class_weights) \
             if o.stratified else []
-        self.order_kind = "stratified" if self.classes is not None else "engine"
+        self.order_kind = "stratified" if self.classes is not None else \
+            "mixture" if self.mixture is not None else "engine"
 
     def attributes(self):
         o = self.options
@@ -79,13 +89,22 @@ class NativeProducer(EngineOrdered):
         self.loader = _native.engine.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
                                      o.drop_last, workers, prefetch, pin, o.memory_budget,
                                      o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
-                                     classes=self.classes, class_weights=self.weights)
+                                     classes=self.classes, class_weights=self.weights,
+                                     **self._mixture_order())
         if self.loader.pinned:
             _feed.install_fence_provider()
         self.torch = o.torch_output
         self.single = len(source.field_names) == 1
         # A dataset whose batches are not the fields as a tuple (a table's dict of columns).
         self.assemble = getattr(dataset, "_assemble_batch", None)
+
+    def _mixture_order(self):
+        """The engine's mixture order: the sizes, and the schedule of epoch 0's first step (the
+        front gives every iteration a plan of its own, _state.mixture_plan)."""
+        if self.mixture is None:
+            return {}
+        return {"mixture_sizes": self.mixture.sizes,
+                "mixture_schedule": self.mixture.phases(0, 1)[:1]}
 
     def knobs(self):
         return {"num_workers": self.loader.num_workers,
@@ -101,6 +120,9 @@ class NativeProducer(EngineOrdered):
         return self.loader.iterate(cursor_epoch, start_batch, plan)
 
     def batches(self, cursor):
+        if cursor.mixture is not None:
+            return NativeBatches(self.loader.iterate_mixture(cursor.mixture, cursor[1]), cursor,
+                                 self.torch, self.single, self.assemble)
         o = self.options
         plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
                                  cursor.start) if cursor.start else None

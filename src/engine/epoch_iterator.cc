@@ -38,11 +38,11 @@ BudgetExceeded budget_error(const BatchPool& pool) {
 // Batches produced on demand by the consumer's own thread: simple to debug, no concurrency.
 class InlineIterator final : public EpochIterator {
  public:
-  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
-                 uint64_t start)
+  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochSamples order,
+                 uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
-        order_(st_->epoch_samples(epoch)),
+        order_(std::move(order)),
         epoch_(epoch),
         position_(start),
         worker_(st_->source->make_worker_state()) {}
@@ -66,8 +66,7 @@ class InlineIterator final : public EpochIterator {
     stall_since_.reset();
     auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
     st_->fill(*batch, plan_, order_, worker_.get(), 0, batch->length);
-    ++st_->batches;
-    st_->samples += batch->length;
+    st_->delivered(order_, *batch);
     *out = std::move(batch);
     return Status::kBatch;
   }
@@ -97,11 +96,11 @@ class InlineIterator final : public EpochIterator {
 // the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
-  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, uint64_t epoch,
-                   uint64_t start)
+  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochSamples order,
+                   uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
-        order_(st_->epoch_samples(epoch)),
+        order_(std::move(order)),
         epoch_(epoch),
         end_(plan_.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
@@ -181,8 +180,7 @@ class ThreadedIterator final : public EpochIterator {
     if (wake_workers) window_.notify_all();
     st_->consumer_wait_ns += waited;
     if (taken.error) std::rethrow_exception(taken.error);
-    ++st_->batches;
-    st_->samples += taken.batch->length;
+    st_->delivered(order_, *taken.batch);
     *out = std::move(taken.batch);
     return Status::kBatch;
   }
@@ -463,15 +461,17 @@ class ThreadedIterator final : public EpochIterator {
 }  // namespace
 
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    const BatchPlan& plan, uint64_t epoch,
-                                                    uint64_t start_batch) {
-  return std::make_unique<InlineIterator>(std::move(state), plan, epoch, start_batch);
+                                                    const BatchPlan& plan, EpochSamples samples,
+                                                    uint64_t epoch, uint64_t start_batch) {
+  return std::make_unique<InlineIterator>(std::move(state), plan, std::move(samples), epoch,
+                                          start_batch);
 }
 
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      const BatchPlan& plan, uint64_t epoch,
-                                                      uint64_t start_batch) {
-  return std::make_unique<ThreadedIterator>(std::move(state), plan, epoch, start_batch);
+                                                      const BatchPlan& plan, EpochSamples samples,
+                                                      uint64_t epoch, uint64_t start_batch) {
+  return std::make_unique<ThreadedIterator>(std::move(state), plan, std::move(samples), epoch,
+                                            start_batch);
 }
 
 }  // namespace stoker

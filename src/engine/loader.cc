@@ -102,7 +102,20 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     if (autotune_workers) autotune_active = start.workers;
     if (autotune_prefetch) autotune_prefetch_now = start.prefetch;
   }
-  if (options.classes) {
+  if (options.mixture) {
+    if (options.classes || !options.class_weights.empty())
+      throw InvalidArgument("a mixture cannot also be stratified or class-weighted");
+    uint64_t total = 0;
+    for (uint64_t n : options.mixture->sizes) total += n;
+    if (total != source->size())
+      throw InvalidArgument("the mixture's sources hold " + std::to_string(total) +
+                            " samples but the loader's source has " +
+                            std::to_string(source->size()));
+    // Checks the order's sizes and schedule now, not at the first epoch.
+    MixturePlan(*options.mixture, options.seed, options.shuffle, 0, options.batch_size,
+                options.drop_last, options.rank, options.world_size);
+    mixture_samples = std::make_unique<std::atomic<uint64_t>[]>(options.mixture->sizes.size());
+  } else if (options.classes) {
     if (!options.shuffle) throw InvalidArgument("a stratified order needs shuffle");
     if (options.classes->num_samples() != source->size())
       throw InvalidArgument("the labels cover " + std::to_string(options.classes->num_samples()) +
@@ -146,16 +159,36 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
   return batch;
 }
 
-EpochSamples Loader::State::epoch_samples(uint64_t epoch) const {
-  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}, {}};
+EpochSamples Loader::State::epoch_samples(uint64_t epoch,
+                                          std::shared_ptr<const MixturePlan> mixture) const {
+  EpochSamples samples{
+      EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}, {}, {}};
   if (blocks) samples.blocks.emplace(blocks->sizes, blocks->window, options.seed, epoch);
   if (stratified) samples.stratified = stratified->epoch(epoch);
+  if (options.mixture && !mixture) {
+    const LoaderOptions& o = options;
+    mixture = std::make_shared<const MixturePlan>(
+        *o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last, o.rank, o.world_size,
+        MixturePlan::epoch_start(*o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last,
+                                 o.world_size));
+  }
+  samples.mixture = std::move(mixture);
   return samples;
+}
+
+void Loader::State::delivered(const EpochSamples& order, const Batch& batch) {
+  ++batches;
+  samples += batch.length;
+  if (order.mixture) {
+    const std::vector<uint64_t> counts = order.mixture->batch_counts(batch.index);
+    for (size_t c = 0; c < counts.size(); ++c) mixture_samples[c] += counts[c];
+  }
 }
 
 void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
                                   std::span<uint64_t> out, std::span<uint64_t> cycles) const {
   if (samples.stratified) return samples.stratified->batch(plan.unstrided_batch(b), out, cycles);
+  if (samples.mixture) return samples.mixture->batch(b, out, cycles);
   const uint64_t first = b * plan.batch_size();
   for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
   samples.map(out, out);
@@ -170,8 +203,8 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   const uint64_t n = end - begin;
   std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
-  std::vector<uint64_t> cycles;      // a stratified order's draws: they key their randomness
-  if (samples.stratified) {
+  std::vector<uint64_t> cycles;      // whole batches' draws: they key their randomness
+  if (samples.whole_batches()) {
     std::vector<uint64_t> all(batch.length), all_cycles(batch.length);
     batch_indices(plan, samples, batch.index, all, all_cycles);
     indices.assign(all.begin() + begin, all.begin() + end);
@@ -242,14 +275,30 @@ bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned
 std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
   const State& s = *state_;
   const EpochSamples samples = s.epoch_samples(epoch);
+  const BatchPlan& plan = samples.mixture ? samples.mixture->batches() : s.plan;
   std::vector<uint64_t> out;
-  for (uint64_t b = 0; b < s.plan.num_batches(); ++b) {
+  for (uint64_t b = 0; b < plan.num_batches(); ++b) {
     const size_t at = out.size();
-    out.resize(at + s.plan.batch_length(b));
-    s.batch_indices(s.plan, samples, b, std::span<uint64_t>(out).subspan(at));
+    out.resize(at + plan.batch_length(b));
+    s.batch_indices(plan, samples, b, std::span<uint64_t>(out).subspan(at));
   }
   return out;
 }
+
+namespace {
+
+std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::State>& state,
+                                               const BatchPlan& plan, EpochSamples samples,
+                                               uint64_t epoch, uint64_t start_batch) {
+  if (start_batch > plan.num_batches())
+    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  if (state->options.num_workers == 0)
+    return make_inline_iterator(state, plan, std::move(samples), epoch, start_batch);
+  return make_threaded_iterator(state, plan, std::move(samples), epoch, start_batch);
+}
+
+}  // namespace
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
   return iterate(epoch, start_batch, state_->plan);
@@ -271,12 +320,31 @@ std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_ba
     throw InvalidArgument(
         "a stratified or class-weighted order cannot resume with another world size: its batches "
         "are laid out for the ranks that saved the state");
-  if (start_batch > plan.num_batches())
-    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
-                          std::to_string(plan.num_batches()) + " batches per epoch)");
-  if (state_->options.num_workers == 0)
-    return make_inline_iterator(state_, plan, epoch, start_batch);
-  return make_threaded_iterator(state_, plan, epoch, start_batch);
+  // A mixture's plan starts where its MixturePlan says (iterate(plan, start_batch)).
+  if (state_->options.mixture && plan.start() != 0)
+    throw InvalidArgument(
+        "a mixture resumes with another world size from a MixturePlan that starts where the "
+        "saving job stopped (Loader::iterate(plan, start_batch))");
+  if (state_->options.mixture && plan.is_strided())
+    throw InvalidArgument("a mixture's batches cannot be strided among producers");
+  EpochSamples samples = state_->epoch_samples(epoch);
+  const BatchPlan batches = samples.mixture ? samples.mixture->batches() : plan;
+  return start_iteration(state_, batches, std::move(samples), epoch, start_batch);
+}
+
+std::unique_ptr<EpochIterator> Loader::iterate(std::shared_ptr<const MixturePlan> plan,
+                                               uint64_t start_batch) const {
+  const LoaderOptions& o = state_->options;
+  if (!o.mixture) throw InvalidArgument("a MixturePlan is for a loader with a mixture order");
+  if (!plan) throw InvalidArgument("iterate() needs a MixturePlan, got none");
+  if (plan->order().sizes != o.mixture->sizes || plan->seed() != o.seed ||
+      plan->shuffle() != o.shuffle || plan->batches().batch_size() != o.batch_size)
+    throw InvalidArgument(
+        "the MixturePlan is for other sources, seed, shuffle or batch_size than the loader's");
+  const uint64_t epoch = plan->epoch();
+  const BatchPlan batches = plan->batches();
+  return start_iteration(state_, batches, state_->epoch_samples(epoch, std::move(plan)), epoch,
+                         start_batch);
 }
 
 LoaderStats Loader::stats() const {
@@ -302,6 +370,9 @@ LoaderStats Loader::stats() const {
     out.prefetch_factor = s.autotune_prefetch ? s.autotune_prefetch_now : s.options.prefetch_factor;
     out.autotune_decisions.assign(s.autotune_log.begin(), s.autotune_log.end());
   }
+  if (s.options.mixture)
+    for (size_t c = 0; c < s.options.mixture->sizes.size(); ++c)
+      out.mixture_samples.push_back(s.mixture_samples[c]);
   return out;
 }
 

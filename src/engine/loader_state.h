@@ -12,20 +12,26 @@
 #include "engine/skip_policy.h"
 #include "stoker/block_order.h"
 #include "stoker/loader.h"
+#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
 namespace stoker {
 
 // An epoch's order as an iterator keeps it: the plain permutation, the block-local one (a source
-// with blocks, shuffled), or the stratified one.
+// with blocks, shuffled), or one of the two that lay out whole batches: the stratified one or a
+// mixture's.
 struct EpochSamples {
   EpochOrder order;
   std::optional<BlockOrder> blocks;
   std::optional<StratifiedEpoch> stratified;
+  std::shared_ptr<const MixturePlan> mixture;
 
-  // out[i] = the sample at global position positions[i] (not for a stratified order, which lays
-  // out whole batches). `out` may be `positions`.
+  // Whether batches are laid out whole (batch_indices), not mapped from global positions.
+  bool whole_batches() const { return stratified || mixture; }
+
+  // out[i] = the sample at global position positions[i] (not for an order of whole batches).
+  // `out` may be `positions`.
   void map(std::span<const uint64_t> positions, std::span<uint64_t> out) const {
     if (blocks) return blocks->map(positions, out);
     order.map(positions, out);
@@ -104,6 +110,8 @@ struct Loader::State {
   // Every epoch's plan, unless an iteration is given another.
   BatchPlan plan;
   std::optional<StratifiedPlan> stratified;  // with options.classes
+  // With options.mixture: the samples of each source delivered, one counter per source.
+  std::unique_ptr<std::atomic<uint64_t>[]> mixture_samples;
   std::optional<Source::Blocks> blocks;      // shuffled, unstratified, a source with blocks
   std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
   std::vector<size_t> sample_bytes;          // bytes of one sample of each field
@@ -114,10 +122,13 @@ struct Loader::State {
   // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
                                     Buffer buffer) const;
-  EpochSamples epoch_samples(uint64_t epoch) const;
-  // The samples of batch b of `plan` and, for a stratified order, the cycle of each draw, which
-  // keys its randomness in place of the epoch (StratifiedEpoch::batch). A stratified order
-  // follows the loader's own plan: `plan` is then that plan or a strided view of it.
+  // The order of `epoch`; a mixture's follows `mixture`, or, when null, its default plan.
+  EpochSamples epoch_samples(uint64_t epoch,
+                             std::shared_ptr<const MixturePlan> mixture = nullptr) const;
+  // The samples of batch b of `plan` and, for an order of whole batches, the cycle of each draw,
+  // which keys its randomness in place of the epoch (StratifiedEpoch::batch, MixturePlan::batch).
+  // A stratified order follows the loader's own plan: `plan` is then that plan or a strided view
+  // of it; a mixture's follows its MixturePlan's (`plan` is MixturePlan::batches()).
   // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
   void batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
                      std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
@@ -126,6 +137,9 @@ struct Loader::State {
   // position in the batch of the sample that failed.
   void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples, WorkerState* worker,
             uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
+
+  // Counts a batch of `samples`' order delivered to the consumer.
+  void delivered(const EpochSamples& samples, const Batch& batch);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0};
@@ -155,11 +169,11 @@ struct Loader::State {
 
 // Iterator factories (epoch_iterator.cc).
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    const BatchPlan& plan, uint64_t epoch,
-                                                    uint64_t start_batch);
+                                                    const BatchPlan& plan, EpochSamples samples,
+                                                    uint64_t epoch, uint64_t start_batch);
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      const BatchPlan& plan, uint64_t epoch,
-                                                      uint64_t start_batch);
+                                                      const BatchPlan& plan, EpochSamples samples,
+                                                      uint64_t epoch, uint64_t start_batch);
 
 inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
