@@ -23,7 +23,6 @@
 #include "stoker/sources/npy.h"
 #include "stoker/sources/packing.h"
 #include "stoker/sources/token_corpus.h"
-#include "stoker/sources/tokens.h"
 
 namespace stoker::python {
 namespace {
@@ -243,24 +242,6 @@ void register_sources(nb::module_& m) {
             return s.locate(index);
           },
           nb::arg("index"), "(source, its sample) of global sample `index`.");
-
-  nb::class_<TokenSource, Source>(m, "TokenSource")
-      .def(nb::new_([](const std::string& path, const std::string& dtype, uint64_t seq_len) {
-             return std::make_shared<TokenSource>(path, parse_token_dtype(dtype), seq_len);
-           }),
-           nb::arg("path"), nb::arg("dtype"), nb::arg("seq_len"))
-      .def_prop_ro("num_tokens", &TokenSource::num_tokens)
-      .def_prop_ro("data_offset", [](const TokenSource& s) { return s.layout().data_offset; })
-      .def_prop_ro("format", [](const TokenSource& s) {
-        switch (s.layout().format) {
-          case TokenFileLayout::Format::kLlmc:
-            return "llm.c";
-          case TokenFileLayout::Format::kNpy:
-            return "npy";
-          default:
-            return "raw";
-        }
-      });
 
   // Abstract: the packers' bindings take any DocumentSet as std::shared_ptr<const DocumentSet>.
   nb::class_<DocumentSet>(m, "DocumentSet",

@@ -17,10 +17,11 @@ from . import transforms
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .loader import DataLoader
 from .offload.producer import RayOffload
-from .sources.arrays import ArrayDataset, TokenDataset
+from .sources.arrays import ArrayDataset
 from .sources.images import ImageFolder, TarShards
 from .sources.mixture import Mixture
 from .sources.tables import TableDataset
+from .sources.tokens import TokenDataset
 from .tuning.diagnose import diagnose
 
 import sys as _sys

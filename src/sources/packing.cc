@@ -97,13 +97,21 @@ struct PackedTokenSource::StreamIndex {
   std::vector<uint64_t> buckets;
   int shift = 0;
 
-  StreamIndex(const DocumentSet& docs, EpochOrder order_, uint64_t separator)
+  // `eos`: a separator slot after every document but the last that is not empty and does not
+  // end with eos already (its last token is read to tell).
+  StreamIndex(const DocumentSet& docs, EpochOrder order_, std::optional<int64_t> eos)
       : order(order_), starts(order_.size() + 1) {
     const uint64_t n = order.size();
     uint64_t pos = 0;
     for (uint64_t k = 0; k < n; ++k) {
       starts[k] = pos;
-      pos += docs.document_length(order[k]) + (k + 1 < n ? separator : 0);
+      const uint64_t length = docs.document_length(order[k]);
+      pos += length;
+      if (eos && k + 1 < n && length > 0) {
+        int64_t last = 0;
+        docs.read(order[k], length - 1, 1, &last);
+        pos += last != *eos;
+      }
     }
     starts[n] = pos;
     const uint64_t average = n == 0 ? 1 : std::max<uint64_t>(1, (pos + n - 1) / n);
@@ -267,8 +275,8 @@ PackedTokenSource::PackedTokenSource(std::shared_ptr<const DocumentSet> docs, Pa
       throw InvalidArgument(
           "concat packing has fields input and target only: loss_mask and max_segments apply to "
           "document and best_fit packing");
-    corpus_index_ = std::make_shared<StreamIndex>(*docs_, document_order(D, false, 0, 0),
-                                                  options_.eos.has_value() ? 1 : 0);
+    corpus_index_ =
+        std::make_shared<StreamIndex>(*docs_, document_order(D, false, 0, 0), options_.eos);
     const uint64_t stream = corpus_index_->length();
     if (stream < L + 1)
       throw InvalidArgument("the corpus's stream has " + std::to_string(stream) + " tokens (" +
@@ -294,7 +302,8 @@ PackedTokenSource::PackedTokenSource(std::shared_ptr<const DocumentSet> docs, Pa
     padded_tokens_ = size_ * L - total;
     num_pieces_ = nonempty;
     if (!options_.shuffle_documents) {
-      corpus_index_ = std::make_shared<StreamIndex>(*docs_, document_order(D, false, 0, 0), 0);
+      corpus_index_ =
+          std::make_shared<StreamIndex>(*docs_, document_order(D, false, 0, 0), std::nullopt);
       // Exact: the documents each window meets, one window after another, plus the padding.
       uint64_t window = 0, count = 0;
       for (uint64_t k = 0; k < D; ++k) {
@@ -471,7 +480,7 @@ std::shared_ptr<const PackedTokenSource::StreamIndex> PackedTokenSource::epoch_i
   // Built outside the lock: readers of other epochs do not wait; readers of this one wait here.
   std::call_once(built->once, [&] {
     built->index = std::make_shared<StreamIndex>(
-        *docs_, document_order(docs_->num_documents(), true, seed, epoch), 0);
+        *docs_, document_order(docs_->num_documents(), true, seed, epoch), std::nullopt);
   });
   return built->index;
 }
@@ -491,8 +500,8 @@ void PackedTokenSource::read(const SampleKey& key, std::span<std::byte* const> s
 void PackedTokenSource::read_concat(uint64_t index, std::span<std::byte* const> slots) const {
   const StreamIndex& s = *corpus_index_;
   const uint64_t L = options_.seq_len;
-  // Stream tokens [pos, pos + count): document tokens, and eos in each document's last slot
-  // but the last document's.
+  // Stream tokens [pos, pos + count): document tokens, and eos in a document's separator slot
+  // (StreamIndex says which documents have one).
   const auto copy = [&](uint64_t pos, uint64_t count, int64_t* out) {
     uint64_t k = s.find(pos);
     while (count > 0) {

@@ -245,12 +245,14 @@ TEST(PackConcat, OneDocumentIsTokenSource) {
   }
 }
 
-// The stream of documents with eos between consecutive ones, as the windows must show it.
+// The stream of documents with eos between consecutive ones (after a document but the last that
+// is not empty and does not end with eos already), as the windows must show it.
 std::vector<int64_t> stream_of(const Docs& docs, std::optional<int64_t> eos) {
   std::vector<int64_t> s;
   for (size_t d = 0; d < docs.size(); ++d) {
     s.insert(s.end(), docs[d].begin(), docs[d].end());
-    if (eos && d + 1 < docs.size()) s.push_back(*eos);
+    if (eos && d + 1 < docs.size() && !docs[d].empty() && docs[d].back() != *eos)
+      s.push_back(*eos);
   }
   return s;
 }
@@ -274,9 +276,10 @@ void expect_windows(const Docs& docs, std::optional<int64_t> eos, uint64_t L) {
 }
 
 TEST(PackConcat, EosBetweenDocumentsExactly) {
-  // Empty documents still get their separator: [1 2 3] eos [4] eos [] eos [5 6].
-  const Docs docs{{1, 2, 3}, {4}, {}, {5, 6}};
-  EXPECT_EQ(stream_of(docs, 99), (std::vector<int64_t>{1, 2, 3, 99, 4, 99, 99, 5, 6}));
+  // Every document of the stream ends with eos: none after an empty one or one that ends with
+  // eos already, none after the last: [1 2 3] eos [4] eos [] [7 99] [5 6].
+  const Docs docs{{1, 2, 3}, {4}, {}, {7, 99}, {5, 6}};
+  EXPECT_EQ(stream_of(docs, 99), (std::vector<int64_t>{1, 2, 3, 99, 4, 99, 7, 99, 5, 6}));
   for (uint64_t L : {1u, 2u, 3u, 8u}) expect_windows(docs, 99, L);
   for (uint64_t L : {1u, 2u, 5u}) expect_windows(docs, std::nullopt, L);
   PackOptions o;
@@ -284,8 +287,8 @@ TEST(PackConcat, EosBetweenDocumentsExactly) {
   o.eos = 99;
   const PackedTokenSource src(documents(docs), o);
   ASSERT_EQ(src.size(), 2u);
-  EXPECT_EQ(as<int64_t>(read_bytes(src, 0, 0, 1)[0]), (std::vector<int64_t>{4, 99, 99, 5}));
-  EXPECT_EQ(as<int64_t>(read_bytes(src, 0, 0, 1)[1]), (std::vector<int64_t>{99, 99, 5, 6}));
+  EXPECT_EQ(as<int64_t>(read_bytes(src, 0, 0, 1)[0]), (std::vector<int64_t>{4, 99, 7, 99}));
+  EXPECT_EQ(as<int64_t>(read_bytes(src, 0, 0, 1)[1]), (std::vector<int64_t>{99, 7, 99, 5}));
   EXPECT_EQ(src.path(1), "doc-1");
 }
 

@@ -8,7 +8,9 @@
 //
 // Modes:
 // - kConcat: TokenSource's windows over the documents' concatenation in corpus order, with `eos`
-//   between consecutive documents when given (none after the last). Sample i is
+//   between consecutive documents when given: after each document but the last that is not
+//   empty and does not end with eos already (its last token is read at construction), so that
+//   every document of the stream ends with eos. Sample i is
 //   input = stream[i*L : i*L + L], target = stream[i*L + 1 : i*L + L + 1]; there are
 //   (stream_len - 1) / L samples. With one document and no eos, bit-identical to TokenSource over
 //   that document's tokens. Documents stay in corpus order (the loader shuffles windows), so

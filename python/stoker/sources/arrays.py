@@ -170,39 +170,3 @@ class ArrayDataset:
     def __getitem__(self, index):
         rows = tuple(a[index] for a in self.arrays)
         return rows[0] if len(rows) == 1 else rows
-
-
-class TokenDataset:
-    """Windows over a file of token ids: raw (nanoGPT's ``train.bin``), with llm.c's 1024-byte
-    header (llm.c's and modded-nanogpt's shards), or a 1-d ``.npy`` array; told by its first bytes.
-
-    Sample ``i`` is ``(tokens[i*L : i*L+L], tokens[i*L+1 : i*L+L+1])`` as int64, ``L = seq_len``;
-    there are ``(num_tokens - 1) // seq_len`` samples. The file is memory-mapped once.
-    """
-
-    def __init__(self, path, dtype="uint16", seq_len=None):
-        if dtype not in ("uint16", "uint32"):
-            raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
-        self.path = os.fspath(path)
-        self.dtype = dtype
-        self.seq_len = seq_len
-        self._source = _native.sources.TokenSource(self.path, dtype, seq_len)
-        self.num_tokens = self._source.num_tokens
-        self.format = self._source.format  # "raw", "llm.c" or "npy"
-
-    def __reduce__(self):  # pickled as its spec: the file must be readable at the same path
-        return TokenDataset, (self.path, self.dtype, self.seq_len)
-
-    def __len__(self):
-        return len(self._source)
-
-    def __getitem__(self, index):
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} samples")
-        tokens = np.memmap(self.path, dtype=self.dtype, mode="r",
-                           offset=self._source.data_offset, shape=(self.num_tokens,))
-        start = index * self.seq_len
-        window = tokens[start:start + self.seq_len + 1].astype(np.int64)
-        return window[:-1], window[1:]

@@ -1,0 +1,162 @@
+"""``TokenDataset``: LLM training sequences from token corpora of any number of shards, read and
+packed by C++ threads (include/stoker/sources/token_corpus.h, packing.h)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import _native
+from . import paths as _paths
+from .samples import read_sample
+
+PACK_MODES = ("concat", "document", "best_fit")
+_TOKEN_SUFFIXES = (".bin", ".npy", ".idx")
+
+
+def _is_megatron_prefix(path):
+    return os.path.exists(path + ".bin") and os.path.exists(path + ".idx")
+
+
+def _shards(paths):
+    """The shards ``paths`` names, in order: each a flat token file or a Megatron dataset (by the
+    prefix of its ``.bin``/``.idx`` pair: a pattern that lists both files counts it once)."""
+    found = _paths.expand(paths, "token shard", _TOKEN_SUFFIXES,
+                          exists=lambda p: os.path.exists(p) or _is_megatron_prefix(p))
+    shards, seen = [], set()
+    for path in found:
+        stem, suffix = os.path.splitext(path)
+        if suffix in (".bin", ".idx") and _is_megatron_prefix(stem):
+            path = stem
+        elif suffix == ".idx":
+            raise FileNotFoundError(f"Megatron index {path} has no {stem}.bin beside it")
+        if path not in seen:
+            seen.add(path)
+            shards.append(path)
+    return shards
+
+
+def _check_int(name, value, low, none_ok=False):
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+class TokenDataset:
+    """Token ids for LLM training: windows or packed sequences over one or many shards.
+
+    ``path``: a token file, a Megatron dataset (the prefix of its ``.bin``/``.idx`` pair, or
+    either file), a directory, a pattern (``train-{000..127}.bin``, globs), or a list of these
+    (stoker/sources/paths.py). Shards may mix layouts: raw token files (nanoGPT's
+    ``train.bin``), llm.c's headered shards, 1-d ``.npy`` arrays (told by their first bytes) and
+    Megatron-LM indexed datasets (their ``.idx`` gives the token type and document boundaries).
+    Every shard is memory-mapped once and shared by every thread: one global index over all
+    of them, O(1) per lookup, no per-worker copy.
+
+    Documents: a Megatron dataset's own; a flat file is one document, or, with ``eos`` (the
+    end-of-document id), is split after each ``eos`` token (which stays its document's last).
+
+    ``pack``:
+
+    - ``"concat"`` (default): sample ``i`` is ``(input, target) = (stream[i*L : i*L+L],
+      stream[i*L+1 : i*L+L+1])``, ``L = seq_len``, over the documents one after the other (the
+      loader shuffles windows); a window crosses document boundaries without marking them. With
+      ``eos``, every document of the stream ends with it: one is put after a document that does
+      not end with it (in the stream, not the file).
+    - ``"document"``: the documents (in a new order each epoch with ``shuffle_documents``) cut
+      into sequences of ``L`` tokens that say where each document starts. A sample is a dict:
+      ``input_ids``, ``labels`` (the next token of the same document, ``label_ignore`` where
+      there is none), ``position_ids`` (restarting at each document), ``cu_seqlens`` (int32,
+      ``max_segments + 1`` entries, padded with ``L``) and ``max_seqlen`` for variable-length
+      attention, and ``loss_mask`` (uint8) with ``loss_mask=True``. Padding is ``eos`` (else 0).
+    - ``"best_fit"``: whole documents bin-packed into sequences of ``L`` (best-fit decreasing;
+      a document longer than ``L`` is split into ``L``-token pieces), padded at the end; same
+      fields as ``"document"``. ``padding_fraction`` is the share of padding tokens.
+
+    Each is a pure function of ``(seed, epoch, index)``: every token of every document once per
+    epoch, bit-identical batches whatever the workers, resumable with the loader's O(1) state.
+
+    ``vocab_size``: a token id at or above it fails its sample with an error naming the file
+    and the token's position (checked as tokens are read, never by a scan of the corpus).
+    """
+
+    def __init__(self, path, dtype="uint16", seq_len=None, *, pack="concat", eos=None,
+                 vocab_size=None, shuffle_documents=True, loss_mask=False, label_ignore=-100,
+                 max_segments=None):
+        if dtype not in ("uint16", "uint32"):
+            raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+        if pack not in PACK_MODES:
+            raise ValueError(f"pack must be one of {', '.join(map(repr, PACK_MODES))}, "
+                             f"got {pack!r}")
+        _check_int("eos", eos, 0, none_ok=True)
+        _check_int("vocab_size", vocab_size, 1, none_ok=True)
+        _check_int("max_segments", max_segments, 1, none_ok=True)
+        if eos is not None and vocab_size is not None and eos >= vocab_size:
+            raise ValueError(f"eos {eos} is not below vocab_size {vocab_size}")
+        self.paths = _shards(path)
+        self.path = self.paths[0] if len(self.paths) == 1 else self.paths
+        self.dtype = dtype
+        self.seq_len = seq_len
+        self.pack = pack
+        self.eos = eos
+        self.vocab_size = vocab_size
+        self.shuffle_documents = bool(shuffle_documents)
+        self.loss_mask = bool(loss_mask)
+        self.label_ignore = int(label_ignore)
+        self.max_segments = max_segments
+        if pack == "concat" and (loss_mask or max_segments is not None):
+            raise ValueError('loss_mask and max_segments are for pack="document" and '
+                             '"best_fit"; concat windows are (input, target)')
+        self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
+                                                   vocab_size=vocab_size or 0)
+        self._source = _native.sources.PackedTokenSource(
+            self._corpus, pack, seq_len, eos,
+            shuffle_documents=self.shuffle_documents and pack != "concat",
+            label_ignore=self.label_ignore, loss_mask=self.loss_mask,
+            max_segments=max_segments or 0)
+        self.num_tokens = self._corpus.num_tokens
+        self.num_documents = self._corpus.num_documents
+        self.formats = list(self._corpus.formats)
+        self.format = self.formats[0] if len(set(self.formats)) == 1 else "mixed"
+        if pack != "concat":  # the native producer's hook: a packed batch is a dict
+            self._fields = tuple(self._source.field_names)
+            self._assemble_batch = self._as_dict
+
+    @property
+    def padding_fraction(self):
+        """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``)."""
+        return self._source.padding_fraction
+
+    def _as_dict(self, fields):
+        return dict(zip(self._fields, fields))
+
+    def __reduce__(self):  # pickled as its spec: the shards must be readable at the same paths
+        return _rebuild, (self.paths, self.dtype, self.seq_len, dict(
+            pack=self.pack, eos=self.eos, vocab_size=self.vocab_size,
+            shuffle_documents=self.shuffle_documents, loss_mask=self.loss_mask,
+            label_ignore=self.label_ignore, max_segments=self.max_segments))
+
+    def __len__(self):
+        return len(self._source)
+
+    def __getitem__(self, index):
+        """Sample ``index`` of epoch 0 with seed 0, for inspection: ``(input, target)``, or a dict
+        of the packed fields."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} samples")
+        fields = read_sample(self._source, index)
+        if self.pack == "concat":
+            return tuple(fields)
+        return self._as_dict(fields)
+
+    def document(self, d):
+        """Document ``d``'s tokens (int64), as the corpus holds them."""
+        return self._corpus.document(d)
+
+
+def _rebuild(paths, dtype, seq_len, options):
+    return TokenDataset(paths, dtype, seq_len, **options)
