@@ -20,11 +20,16 @@ Packing (seq_len 4096, every document of the corpus once, shuffled):
 Targets: Stoker's best_fit padding <= Grain's best-fit; sequences/s >= 10x Grain's.
 
 Mixture (batch 32 x 4096, weights 0.5 / 0.3 / 0.2, shuffled):
-* stoker-single: ``TokenDataset(mix-0.bin, seq_len=4096)``; stoker-mixture:
-  ``stoker.Mixture`` of the three files. Target: mixture >= 0.9x single.
+* stoker-single: ``TokenDataset([mix-0.bin, mix-1.bin, mix-2.bin], seq_len=4096)``, one corpus
+  of the same bytes (one 32 MB file alone would sit in the CPU's last-level cache: a third of
+  the memory traffic); stoker-mixture: ``stoker.Mixture`` of the three files, a TokenDataset
+  each. Target: mixture >= 0.9x single.
 * grain-mix: Grain's ``MapDataset.mix`` of three MapDatasets of windows (np.memmap), batched.
 * litdata-combined: LitData's ``CombinedStreamingDataset`` of three ``StreamingDataset``s
   (``TokensLoader``, block 4097) optimized from the same files, in its StreamingDataLoader.
+
+Timed runs (mixture, Megatron) take at least 1,500 batches and 3 s after 3 batches of warm-up,
+in rounds whose runs are interleaved; the median of --repeat rounds is shown.
 
 Megatron (concat windows of 4096 + 1 over docs.bin, batch 32, shuffled):
 * stoker-megatron: ``TokenDataset(docs)``.
@@ -34,7 +39,7 @@ Megatron (concat windows of 4096 + 1 over docs.bin, batch 32, shuffled):
 
 Each measurement runs in a fresh process; peers run in .venv-peers/llm (bench/setup_peers.sh).
 
-    python bench/bench_llm.py [--only packing,mixture,megatron] [--quick]
+    python bench/bench_llm.py [--only packing,mixture,megatron] [--repeat 3] [--quick]
 """
 
 from __future__ import annotations
@@ -225,21 +230,33 @@ def stoker_tokens(paths, batches, mixture):
         ds = stoker.Mixture({f"s{i}": stoker.TokenDataset(p, seq_len=SEQ_LEN)
                              for i, p in enumerate(paths)},
                             weights={f"s{i}": w for i, w in enumerate(MIX_WEIGHTS)})
-    else:
-        ds = stoker.TokenDataset(paths[0], seq_len=SEQ_LEN)
+    else:  # the same three files as one corpus: the same bytes to read
+        ds = stoker.TokenDataset(paths, seq_len=SEQ_LEN)
     loader = stoker.DataLoader(ds, batch_size=32, shuffle=True, seed=0, output="numpy")
     return time_batches(loader, batches, lambda b: b[0])
 
 
-def time_batches(loader, batches, inputs, warmup=3):
-    it = iter(loader)
+def _epochs(loader):
+    epoch = 0
+    while True:  # epochs one after another, as training runs them
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def time_batches(loader, batches, inputs, warmup=3, min_seconds=3.0):
+    """Tokens and seconds of at least ``batches`` batches and at least ``min_seconds``, after
+    ``warmup`` batches."""
+    it = _epochs(loader)
     for _ in range(warmup):
         next(it)
     start = time.perf_counter()
-    tokens = 0
-    for _ in range(batches):
+    tokens = done = 0
+    while done < batches or time.perf_counter() - start < min_seconds:
         x = inputs(next(it))
         tokens += x.shape[0] * x.shape[1]
+        done += 1
     seconds = time.perf_counter() - start
     return {"tokens": tokens, "seconds": seconds}
 
@@ -412,50 +429,51 @@ def packing(prefix, quick):
     return rows
 
 
-def mixture(paths, quick):
-    batches = 10 if quick else 60
+def rates_of(runs, repeat, **common):
+    """Tokens/s of each run (label, child, kwargs): the median of ``repeat`` rounds, the runs
+    interleaved within a round; and each run's largest peak RSS."""
+    rates, rss = {}, {}
+    for _ in range(repeat):
+        for label, child, kwargs in runs:
+            r = measure(child, **common, **kwargs)
+            if r is None:
+                continue
+            rates.setdefault(label, []).append(r["tokens"] / r["seconds"])
+            rss[label] = max(rss.get(label, 0), r["peak_rss"])
+    return {k: sorted(v)[len(v) // 2] for k, v in rates.items()}, rss
+
+
+def mixture(paths, quick, repeat):
+    batches = 40 if quick else 1500
     print(f"\n## Mixture of 3 token files (batch 32 x {SEQ_LEN}, weights {MIX_WEIGHTS}, "
-          f"{batches} batches)\n")
+          f"{batches} batches, median of {repeat})\n")
     print("| loader | tokens/s | vs stoker-single | peak RSS |")
     print("|---|---:|---:|---:|")
     runs = [("stoker-single", "stoker-tokens", {"mixture": False}),
             ("stoker-mixture", "stoker-tokens", {"mixture": True}),
             ("grain-mix", "grain-mix", {}),
             ("litdata-combined", "litdata-combined", {})]
-    rates = {}
-    for label, child, kwargs in runs:
-        r = measure(child, paths=paths, batches=batches, **kwargs)
-        if r is None:
-            continue
-        rates[label] = r["tokens"] / r["seconds"]
-        base = rates.get("stoker-single")
-        ratio = f"{rates[label] / base:.2f}x" if base else "-"
-        print(f"| {label} | {rates[label] / 1e6:,.1f} M | {ratio} | "
-              f"{r['peak_rss'] / 2**20:,.0f} MiB |", flush=True)
+    rates, rss = rates_of(runs, repeat, paths=paths, batches=batches)
+    base = rates.get("stoker-single")
+    for label, rate in rates.items():
+        ratio = f"{rate / base:.2f}x" if base else "-"
+        print(f"| {label} | {rate / 1e6:,.1f} M | {ratio} | {rss[label] / 2**20:,.0f} MiB |")
     return rates
 
 
-def megatron(prefix, quick):
-    batches = 10 if quick else 60
+def megatron(prefix, quick, repeat):
+    batches = 40 if quick else 1500
     print(f"\n## Megatron .bin/.idx windows ({SEQ_LEN} + 1, batch 32, shuffled, {batches} "
-          f"batches)\n")
+          f"batches, median of {repeat})\n")
     print("| loader | tokens/s | stoker vs it | peak RSS |")
     print("|---|---:|---:|---:|")
-    rates = {}
-    s = measure("stoker-megatron", prefix=prefix, batches=batches)
-    if s is not None:
-        rates["stoker-megatron"] = s["tokens"] / s["seconds"]
-        print(f"| stoker-megatron | {rates['stoker-megatron'] / 1e6:,.1f} M | - | "
-              f"{s['peak_rss'] / 2**20:,.0f} MiB |", flush=True)
-    for workers in (0, 2):
-        r = measure("megatron-torch", prefix=prefix, batches=batches, workers=workers)
-        if r is None:
-            continue
-        label = f"megatron-torch:{workers}"
-        rates[label] = r["tokens"] / r["seconds"]
-        ratio = f"{rates['stoker-megatron'] / rates[label]:.1f}x" if s else "-"
-        print(f"| {label} | {rates[label] / 1e6:,.1f} M | {ratio} | "
-              f"{r['peak_rss'] / 2**20:,.0f} MiB |", flush=True)
+    runs = [("stoker-megatron", "stoker-megatron", {})]
+    runs += [(f"megatron-torch:{w}", "megatron-torch", {"workers": w}) for w in (0, 2)]
+    rates, rss = rates_of(runs, repeat, prefix=prefix, batches=batches)
+    ours = rates.get("stoker-megatron")
+    for label, rate in rates.items():
+        ratio = f"{ours / rate:.1f}x" if ours and label != "stoker-megatron" else "-"
+        print(f"| {label} | {rate / 1e6:,.1f} M | {ratio} | {rss[label] / 2**20:,.0f} MiB |")
     return rates
 
 
@@ -463,6 +481,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default="packing,mixture,megatron")
     p.add_argument("--quick", action="store_true", help="an eighth of the data, few batches")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of the timed runs (median)")
     p.add_argument("--child")
     p.add_argument("--args")
     a = p.parse_args(argv)
@@ -479,9 +498,9 @@ def main(argv=None):
     if "packing" in only:
         packing(prefix, a.quick)
     if "mixture" in only:
-        mixture(paths, a.quick)
+        mixture(paths, a.quick, a.repeat)
     if "megatron" in only:
-        megatron(prefix, a.quick)
+        megatron(prefix, a.quick, a.repeat)
     return 0
 
 
