@@ -16,6 +16,7 @@
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/sources/array.h"
+#include "stoker/sources/array_documents.h"
 #include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
@@ -301,6 +302,28 @@ void register_sources(nb::module_& m) {
             return c.document_at(token);
           },
           nb::arg("token"));
+
+  nb::class_<ArrayDocuments, DocumentSet>(
+      m, "ArrayDocuments",
+      "The rows of a list column as documents: `values` (every row's ids, any integer type) "
+      "and `offsets` (int32 or int64, rows + 1), read in place.")
+      .def(nb::new_([](AnyArray values, AnyArray offsets, const std::string& name,
+                       uint64_t vocab_size) {
+             const auto one_d = [&](const AnyArray& a, const char* what) {
+               if (a.ndim() != 1 || (a.shape(0) > 1 && a.stride(0) != 1))
+                 throw InvalidArgument(name + ": " + what + " must be a contiguous 1-d array");
+               if (a.dtype().lanes != 1) throw InvalidArgument(name + ": vector dtypes");
+               return DType{static_cast<DType::Code>(a.dtype().code), a.dtype().bits};
+             };
+             const DType vt = one_d(values, "values"), ot = one_d(offsets, "offsets");
+             if (offsets.shape(0) == 0)
+               throw InvalidArgument(name + ": offsets need rows + 1 entries, got none");
+             auto owner = std::make_shared<std::pair<AnyArray, AnyArray>>(values, offsets);
+             return std::make_shared<ArrayDocuments>(values.data(), vt, values.shape(0),
+                                                     offsets.data(), ot, offsets.shape(0) - 1,
+                                                     name, vocab_size, owner);
+           }),
+           nb::arg("values"), nb::arg("offsets"), nb::arg("name"), nb::arg("vocab_size") = 0);
 
   nb::class_<PackedTokenSource, Source>(
       m, "PackedTokenSource",

@@ -244,3 +244,44 @@ def test_token_ids_beyond_the_vocabulary_fail_their_sample_naming_the_file(tmp_p
     # on_error="skip" replaces it and counts it.
     loader = stoker.DataLoader(ds, batch_size=1, output="numpy", on_error="skip")
     assert len(list(loader)) == len(ds) and loader.stats()["skipped"] == 1
+
+
+def test_token_id_columns_of_tables_are_documents(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(4)
+    docs = unique_documents(120, rng, mean=20)
+    table = pa.table({"input_ids": pa.array([d.astype(np.int32) for d in docs],
+                                            pa.list_(pa.int32())),
+                      "text": [f"doc {i}" for i in range(len(docs))]})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=50)
+    for source in (tmp_path / "t.parquet", table):
+        ds = stoker.TokenDataset(source, seq_len=16, pack="best_fit", column="input_ids")
+        assert ds.num_documents == len(docs) and ds.format == "table"
+        for d in (0, 57, 119):
+            np.testing.assert_array_equal(ds.document(d), docs[d])
+        seen = collections.Counter(int(t) for b in epoch_batches(ds, shuffle=True)
+                                   for row, lab in zip(b["input_ids"], b["labels"])
+                                   for t in row if t != 0)
+        assert sorted(seen) == sorted(int(t) for d in docs for t in d)
+        assert set(seen.values()) == {1}
+    concat = stoker.TokenDataset(table, seq_len=8, column="input_ids", eos=0)
+    stream = [int(t) for d in docs for t in [*d, 0]][:-1]
+    for i in (0, 3, len(concat) - 1):
+        x, y = concat[i]
+        assert list(x) == stream[8 * i:8 * i + 8] and list(y) == stream[8 * i + 1:8 * i + 9]
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in docs]}).select([5, 3])
+    ds = stoker.TokenDataset(hf, seq_len=4, column="input_ids")
+    assert ds.num_documents == 2
+    np.testing.assert_array_equal(ds.document(0), docs[5])
+    np.testing.assert_array_equal(ds.document(1), docs[3])
+    with pytest.raises(ValueError, match=r"column 'text' is string, not a list of integer"):
+        stoker.TokenDataset(table, seq_len=4, column="text")
+    with pytest.raises(ValueError, match=r"has no column 'ids'"):
+        stoker.TokenDataset(table, seq_len=4, column="ids")
+    bad = pa.table({"ids": pa.array([[1, 2, 3], [70000]], pa.list_(pa.int64()))})
+    loader = stoker.DataLoader(stoker.TokenDataset(bad, seq_len=3, column="ids",
+                                                   vocab_size=50000), batch_size=1)
+    with pytest.raises(stoker.SampleError, match=r"table:ids"):
+        list(loader)

@@ -66,7 +66,24 @@ def _file_schema(pa, path):
                      + (": it is empty" if not head else ""))
 
 
-def _is_hf_dataset(obj):
+def read_columns(pa, paths, columns):
+    """``columns`` of the table files ``paths`` as one pyarrow.Table: Parquet read into memory,
+    Arrow IPC files and streams memory-mapped (their buffers stay views of the files)."""
+    tables = []
+    for path in paths:
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if head[:4] == b"PAR1":
+            import pyarrow.parquet as pq
+            tables.append(pq.read_table(path, columns=list(columns)))
+        elif head == b"ARROW1":
+            tables.append(pa.ipc.open_file(pa.memory_map(path)).read_all().select(columns))
+        else:
+            tables.append(pa.ipc.open_stream(pa.memory_map(path)).read_all().select(columns))
+    return pa.concat_tables(tables)
+
+
+def is_hf_dataset(obj):
     return type(obj).__module__.startswith("datasets.") and hasattr(obj, "data") and \
         hasattr(obj, "_indices")
 
@@ -182,19 +199,7 @@ class TableDataset(_ImageDataset):
         memory-mapped table; a Parquet file's are read here, into memory)."""
         if not self.paths:
             return {c: self._table.column(c) for c in self._text}
-        tables = []
-        for path in self.paths:
-            with open(path, "rb") as f:
-                head = f.read(6)
-            if head[:4] == b"PAR1":
-                import pyarrow.parquet as pq
-                tables.append(pq.read_table(path, columns=self._text))
-            elif head == b"ARROW1":
-                tables.append(pa.ipc.open_file(pa.memory_map(path)).read_all().select(self._text))
-            else:
-                tables.append(pa.ipc.open_stream(pa.memory_map(path)).read_all()
-                              .select(self._text))
-        table = pa.concat_tables(tables)
+        table = read_columns(pa, self.paths, self._text)
         return {c: table.column(c) for c in self._text}
 
     def _texts(self, indices):
@@ -208,7 +213,7 @@ class TableDataset(_ImageDataset):
         """The table's schema, and a function (columns, cache_bytes, window_rows) -> TableData."""
         rows = []
         self._rows = None
-        if _is_hf_dataset(source):
+        if is_hf_dataset(source):
             if source._indices is not None:
                 self._rows = source._indices.column(0).to_numpy().astype(np.int64)
                 rows = self._rows.tolist()

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from .. import _native
+from .._extras import require
 from . import paths as _paths
 from .samples import read_sample
 
@@ -35,6 +36,44 @@ def _shards(paths):
             seen.add(path)
             shards.append(path)
     return shards
+
+
+def _column_documents(source, column, vocab_size):
+    """The rows of list column ``column`` of a table (``.parquet``/``.arrow`` paths, a
+    pyarrow.Table, a ``datasets.Dataset``) as ``_native.sources.ArrayDocuments``, and what the
+    source is called. The column's buffers are read in place: a memory-mapped Arrow file (a
+    Hugging Face dataset's cache) is not loaded; a Parquet file's column is read into memory."""
+    from .tables import _TABLE_SUFFIXES, is_hf_dataset, read_columns
+    pa = require("pyarrow", "tables", "TokenDataset(column=...)")
+    rows = None
+    if is_hf_dataset(source):
+        if source._indices is not None:  # shuffle/select/split: the rows it names, in order
+            rows = source._indices.column(0)
+        source = source.data.table
+    if isinstance(source, (str, os.PathLike, list, tuple)):
+        files = _paths.expand(source, "table file", _TABLE_SUFFIXES)
+        table, name = read_columns(pa, files, [column]), files[0]
+    elif isinstance(source, pa.Table):
+        table, name = source, "table"
+    else:
+        raise TypeError(f"TokenDataset(column=...) reads .parquet/.arrow paths, pyarrow.Table "
+                        f"and datasets.Dataset, got {type(source).__name__}")
+    if column not in table.column_names:
+        raise ValueError(f"{name} has no column {column!r} (columns: "
+                         f"{', '.join(table.column_names)})")
+    col = table.column(column)
+    if rows is not None:
+        col = col.take(rows)
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    kind = col.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or \
+            not pa.types.is_integer(kind.value_type):
+        raise ValueError(f"{name}: column {column!r} is {kind}, not a list of integer token "
+                         f"ids")
+    offsets = col.offsets.to_numpy(zero_copy_only=False)
+    values = col.values.to_numpy(zero_copy_only=False)
+    label = f"{name}:{column}"
+    return _native.sources.ArrayDocuments(values, offsets, label, vocab_size or 0), label
 
 
 def _check_int(name, value, low, none_ok=False):
@@ -78,13 +117,19 @@ class TokenDataset:
     Each is a pure function of ``(seed, epoch, index)``: every token of every document once per
     epoch, bit-identical batches whatever the workers, resumable with the loader's O(1) state.
 
+    ``column``: the documents are the rows of this list-of-integers column of a table instead:
+    ``path`` is then ``.parquet``/``.arrow`` files (as TableDataset takes them), a
+    ``pyarrow.Table`` or a Hugging Face ``datasets.Dataset`` (its shuffle/select kept), read in
+    place (a memory-mapped Arrow file is not loaded; a Parquet column is read into memory).
+    ``eos`` then only marks document ends in the concat stream and pads.
+
     ``vocab_size``: a token id at or above it fails its sample with an error naming the file
     and the token's position (checked as tokens are read, never by a scan of the corpus).
     """
 
     def __init__(self, path, dtype="uint16", seq_len=None, *, pack="concat", eos=None,
                  vocab_size=None, shuffle_documents=True, loss_mask=False, label_ignore=-100,
-                 max_segments=None):
+                 max_segments=None, column=None):
         if dtype not in ("uint16", "uint32"):
             raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
@@ -97,7 +142,13 @@ class TokenDataset:
         _check_int("max_segments", max_segments, 1, none_ok=True)
         if eos is not None and vocab_size is not None and eos >= vocab_size:
             raise ValueError(f"eos {eos} is not below vocab_size {vocab_size}")
-        self.paths = _shards(path)
+        self.column = column
+        if column is not None:
+            self._table_source = path
+            self.paths = list(_paths.expand(path, "table file")) if isinstance(
+                path, (str, os.PathLike, list, tuple)) else []
+        else:
+            self.paths = _shards(path)
         self.path = self.paths[0] if len(self.paths) == 1 else self.paths
         self.dtype = dtype
         self.seq_len = seq_len
@@ -111,8 +162,13 @@ class TokenDataset:
         if pack == "concat" and (loss_mask or max_segments is not None):
             raise ValueError('loss_mask and max_segments are for pack="document" and '
                              '"best_fit"; concat windows are (input, target)')
-        self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
-                                                   vocab_size=vocab_size or 0)
+        if column is not None:
+            self._corpus, name = _column_documents(path, column, vocab_size)
+            self.formats = ["table"]
+        else:
+            self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
+                                                       vocab_size=vocab_size or 0)
+            self.formats = list(self._corpus.formats)
         self._source = _native.sources.PackedTokenSource(
             self._corpus, pack, seq_len, eos,
             shuffle_documents=self.shuffle_documents and pack != "concat",
@@ -120,7 +176,6 @@ class TokenDataset:
             max_segments=max_segments or 0)
         self.num_tokens = self._corpus.num_tokens
         self.num_documents = self._corpus.num_documents
-        self.formats = list(self._corpus.formats)
         self.format = self.formats[0] if len(set(self.formats)) == 1 else "mixed"
         if pack != "concat":  # the native producer's hook: a packed batch is a dict
             self._fields = tuple(self._source.field_names)
@@ -135,7 +190,8 @@ class TokenDataset:
         return dict(zip(self._fields, fields))
 
     def __reduce__(self):  # pickled as its spec: the shards must be readable at the same paths
-        return _rebuild, (self.paths, self.dtype, self.seq_len, dict(
+        source = self.paths if self.column is None else self._table_source
+        return _rebuild, (source, self.dtype, self.seq_len, dict(column=self.column,
             pack=self.pack, eos=self.eos, vocab_size=self.vocab_size,
             shuffle_documents=self.shuffle_documents, loss_mask=self.loss_mask,
             label_ignore=self.label_ignore, max_segments=self.max_segments))
