@@ -251,8 +251,7 @@ std::vector<int64_t> stream_of(const Docs& docs, std::optional<int64_t> eos) {
   std::vector<int64_t> s;
   for (size_t d = 0; d < docs.size(); ++d) {
     s.insert(s.end(), docs[d].begin(), docs[d].end());
-    if (eos && d + 1 < docs.size() && !docs[d].empty() && docs[d].back() != *eos)
-      s.push_back(*eos);
+    if (eos && d + 1 < docs.size() && !docs[d].empty() && docs[d].back() != *eos) s.push_back(*eos);
   }
   return s;
 }

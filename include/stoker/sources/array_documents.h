@@ -30,8 +30,8 @@ class ArrayDocuments final : public DocumentSet {
   // REQUIRES: values_dtype an integer type; offsets_dtype int32 or int64; `offsets` has
   // num_documents + 1 entries; both arrays contiguous and alive while `owner` is.
   ArrayDocuments(const void* values, DType values_dtype, uint64_t num_values, const void* offsets,
-                 DType offsets_dtype, uint64_t num_documents, std::string name,
-                 uint64_t vocab_size, std::shared_ptr<const void> owner);
+                 DType offsets_dtype, uint64_t num_documents, std::string name, uint64_t vocab_size,
+                 std::shared_ptr<const void> owner);
 
   uint64_t num_documents() const override { return num_documents_; }
   uint64_t num_tokens() const override { return offset(num_documents_) - offset(0); }
