@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "stoker/errors.h"
+#include "token_ids.h"
 
 namespace stoker {
 namespace {
@@ -74,19 +75,11 @@ void ArrayDocuments::read(uint64_t d, uint64_t offset_in, uint64_t count, int64_
   }
   // uint64 ids past int64 read as negative: rejected as negative ids are.
   const uint64_t limit = vocab_size_ != 0 ? vocab_size_ : uint64_t{1} << 63;
-  unsigned bad = 0;
-  for (uint64_t t = 0; t < count; ++t) bad |= static_cast<uint64_t>(out[t]) >= limit;
-  if (!bad) return;
-  const uint64_t t = static_cast<uint64_t>(
-      std::find_if(out, out + count,
-                   [&](int64_t id) { return static_cast<uint64_t>(id) >= limit; }) -
-      out);
-  const std::string where =
-      name_ + ": row " + std::to_string(d) + ", token " + std::to_string(offset_in + t) + ": ";
-  if (out[t] < 0) throw InvalidArgument(where + "negative token id " + std::to_string(out[t]));
-  throw InvalidArgument(where + "token id " + std::to_string(out[t]) +
-                        " is outside the vocabulary (vocab_size " + std::to_string(vocab_size_) +
-                        ")");
+  const uint64_t t = first_bad_id(out, count, limit);
+  if (t == count) return;
+  throw_bad_id(
+      name_ + ": row " + std::to_string(d) + ", token " + std::to_string(offset_in + t) + ": ",
+      out[t], vocab_size_);
 }
 
 }  // namespace stoker

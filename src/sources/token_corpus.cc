@@ -9,6 +9,7 @@
 #include "megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/tokens.h"
+#include "token_ids.h"
 
 namespace stoker {
 
@@ -240,21 +241,13 @@ void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out
   s.file->copy(copy_tokens, &c);
   const uint64_t limit = s.id_limit;  // a local: `out` could alias the shard's fields
   if (limit == 0) return;
-  unsigned bad = 0;  // one branch-free pass; the position is looked for only on failure
-  for (uint64_t t = 0; t < count; ++t) bad |= static_cast<uint64_t>(out[t]) >= limit;
-  if (!bad) return;
-  const uint64_t t = static_cast<uint64_t>(
-      std::find_if(out, out + count,
-                   [&](int64_t id) { return static_cast<uint64_t>(id) >= limit; }) -
-      out);
-  const std::string where =
-      (s.format == Format::kMegatron ? "Megatron data file " : "token file ") + s.path +
-      ": document " + std::to_string(d) + " (document " + std::to_string(d - s.first_document) +
-      " of the file), token " + std::to_string(offset + t) + ": ";
-  if (out[t] < 0) throw InvalidArgument(where + "negative token id " + std::to_string(out[t]));
-  throw InvalidArgument(where + "token id " + std::to_string(out[t]) +
-                        " is outside the vocabulary (vocab_size " + std::to_string(vocab_size_) +
-                        ")");
+  const uint64_t t = first_bad_id(out, count, limit);
+  if (t == count) return;
+  throw_bad_id((s.format == Format::kMegatron ? "Megatron data file " : "token file ") + s.path +
+                   ": document " + std::to_string(d) + " (document " +
+                   std::to_string(d - s.first_document) + " of the file), token " +
+                   std::to_string(offset + t) + ": ",
+               out[t], vocab_size_);
 }
 
 std::string TokenCorpus::path(uint64_t d) const { return shards_[doc_shard_[d]].path; }
