@@ -276,6 +276,9 @@ class DataLoader:
         for key in ("batches", "samples", "skipped"):
             s.setdefault(key, 0)
         s.setdefault("skipped_samples", [])
+        packing = getattr(self.dataset, "_packing_stats", None)  # a packed TokenDataset
+        if packing is not None:
+            s["packing"] = packing()
         s.update(self._producer.knobs())
         s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)

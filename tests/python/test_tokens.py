@@ -138,6 +138,14 @@ def test_packed_epochs_deliver_every_token_once(tmp_path, pack, shuffle):
         assert sorted(seen) == sorted(doc_of) and set(seen.values()) == {1}
         if pack == "best_fit":  # a document that fits is never split; a longer one in L pieces
             assert all(pieces[d] == -(-len(doc) // 64) for d, doc in enumerate(docs))
+    loader = stoker.DataLoader(ds, batch_size=8)
+    packing = loader.stats()["packing"]
+    total = sum(len(d) for d in docs)
+    assert packing["mode"] == pack and packing["sequences"] == len(ds)
+    if pack == "document":
+        assert len(ds) == -(-total // 64)
+    assert packing["padded_tokens"] == len(ds) * 64 - total
+    assert packing["padding_fraction"] == pytest.approx(packing["padded_tokens"] / (len(ds) * 64))
     if pack == "best_fit":
         assert 0 <= ds.padding_fraction < 0.1
     if shuffle:

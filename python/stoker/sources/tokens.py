@@ -186,6 +186,13 @@ class TokenDataset:
         """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``)."""
         return self._source.padding_fraction
 
+    def _packing_stats(self):
+        """``loader.stats()["packing"]``: how the corpus is packed (the same every epoch)."""
+        return {"mode": self.pack, "seq_len": self.seq_len, "documents": self.num_documents,
+                "tokens": self.num_tokens, "sequences": len(self),
+                "padded_tokens": self._source.padded_tokens,
+                "padding_fraction": self.padding_fraction}
+
     def _as_dict(self, fields):
         return dict(zip(self._fields, fields))
 
