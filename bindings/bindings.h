@@ -28,6 +28,8 @@ void register_tuning(nb::module_& m);
 void register_pydata(nb::module_& m);
 // Test doubles and benchmark helpers: only with STOKER_TESTING=ON (testing.cc).
 void register_testing(nb::module_& m);
+// image_op: the image-stage kernels on arrays, for tests (testing_image_ops.cc).
+void register_testing_image_ops(nb::module_& m);
 
 // A pipeline spec (the private list of tuples stoker/transforms.py writes) as transforms
 // (image.cc). Throws InvalidArgument for an unknown or invalid transform.

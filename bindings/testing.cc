@@ -184,6 +184,8 @@ void register_testing(nb::module_& m) {
             image::gpu::classify_jpeg({static_cast<const std::byte*>(data.data()), data.size()}));
       },
       nb::arg("data"), "Where GPU decode sends this file: \"gpu\", or why not.");
+
+  register_testing_image_ops(m);
 }
 
 }  // namespace stoker::python
