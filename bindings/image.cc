@@ -3,13 +3,12 @@
 // Image pipelines (checked, and parsed for the image sources of sources.cc) and single-image
 // decoding for __getitem__.
 //
-// A pipeline arrives as a list of tuples (private format, written by stoker/transforms.py):
-//   ("RandomResizedCrop", h, w, scale_lo, scale_hi, ratio_lo, ratio_hi)
-//   ("Resize", shorter_side) | ("Resize", h, w)
-//   ("CenterCrop", h, w)
-//   ("RandomHorizontalFlip", p)
-//   ("ToTensor", "uint8"|"float32"|"float16"|"bfloat16", "CHW"|"HWC")
-//   ("Normalize", (m0, m1, m2), (s0, s1, s2))
+// A pipeline arrives as a list of (name, params) pairs (private format, written by
+// stoker/transforms/), params a dict whose keys are the C++ members' names (augment.h,
+// transforms.h): ("RandomResizedCrop", {"height": 224, "width": 224, "scale": (0.08, 1.0),
+// "ratio": (0.75, 1.333), "antialias": True}), ("ToTensor", {"dtype": "float32", "layout":
+// "CHW", "scale": True}), ... Enums travel as their lower-case names ("bilinear", "reflect",
+// "imagenet"); a fill as None or 3 numbers; a range as None or 2 numbers.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
@@ -21,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "bindings.h"
 #include "stoker/errors.h"
@@ -49,26 +49,132 @@ image::Layout parse_layout(const std::string& s) {
   throw InvalidArgument("ToTensor layout must be \"CHW\" or \"HWC\", got \"" + s + "\"");
 }
 
-image::Transform parse_transform(const nb::tuple& t) {
-  if (t.size() == 0) throw InvalidArgument("empty transform spec");
+// Typed access to a transform's parameters, with errors that name the transform and key.
+class Params {
+ public:
+  Params(std::string name, nb::dict d) : name_(std::move(name)), d_(std::move(d)) {}
+
+  template <typename T>
+  T get(const char* key) const {
+    try {
+      return nb::cast<T>(at(key));
+    } catch (const nb::cast_error&) {
+      throw InvalidArgument(name_ + ": parameter '" + key + "' has the wrong type");
+    }
+  }
+  std::pair<double, double> pair(const char* key) const {
+    const auto v = get<std::vector<double>>(key);
+    if (v.size() != 2) throw InvalidArgument(name_ + ": '" + key + "' must be 2 numbers");
+    return {v[0], v[1]};
+  }
+  std::optional<std::pair<double, double>> range(const char* key) const {
+    if (!d_.contains(key) || d_[key].is_none()) return std::nullopt;
+    return pair(key);
+  }
+  std::array<float, 3> triple(const char* key) const {
+    const auto v = get<std::vector<float>>(key);
+    if (v.size() != 3) throw InvalidArgument(name_ + ": '" + key + "' must be 3 numbers");
+    return {v[0], v[1], v[2]};
+  }
+  std::array<uint8_t, 3> bytes(const char* key) const {
+    const auto v = get<std::vector<int>>(key);
+    if (v.size() != 3 || std::any_of(v.begin(), v.end(), [](int x) { return x < 0 || x > 255; }))
+      throw InvalidArgument(name_ + ": '" + key + "' must be 3 integers in [0, 255]");
+    return {uint8_t(v[0]), uint8_t(v[1]), uint8_t(v[2])};
+  }
+  image::Fill fill(const char* key = "fill") const {
+    if (!d_.contains(key) || d_[key].is_none()) return std::nullopt;
+    return triple(key);
+  }
+  std::optional<std::array<double, 2>> center() const {
+    if (!d_.contains("center") || d_["center"].is_none()) return std::nullopt;
+    const auto [x, y] = pair("center");
+    return std::array<double, 2>{x, y};
+  }
+  image::Interpolation interpolation() const {
+    const auto s = get<std::string>("interpolation");
+    if (s == "nearest") return image::Interpolation::kNearest;
+    if (s == "bilinear") return image::Interpolation::kBilinear;
+    throw InvalidArgument(name_ + ": interpolation must be \"nearest\" or \"bilinear\"");
+  }
+  image::PadMode pad_mode() const {
+    const auto s = get<std::string>("mode");
+    if (s == "constant") return image::PadMode::kConstant;
+    if (s == "edge") return image::PadMode::kEdge;
+    if (s == "reflect") return image::PadMode::kReflect;
+    if (s == "symmetric") return image::PadMode::kSymmetric;
+    throw InvalidArgument(name_ + ": mode must be constant, edge, reflect or symmetric");
+  }
+  image::Pad pad() const {
+    return image::Pad(get<int>("left"), get<int>("top"), get<int>("right"), get<int>("bottom"),
+                      bytes("fill"), pad_mode());
+  }
+
+ private:
+  nb::handle at(const char* key) const {
+    if (!d_.contains(key)) throw InvalidArgument(name_ + ": missing parameter '" + key + "'");
+    return d_[key];
+  }
+  std::string name_;
+  nb::dict d_;
+};
+
+image::AutoAugmentPolicy parse_policy(const std::string& s) {
+  if (s == "imagenet") return image::AutoAugmentPolicy::kImageNet;
+  if (s == "cifar10") return image::AutoAugmentPolicy::kCifar10;
+  if (s == "svhn") return image::AutoAugmentPolicy::kSvhn;
+  throw InvalidArgument("AutoAugment: policy must be imagenet, cifar10 or svhn, got " + s);
+}
+
+image::Transform parse_transform(const nb::handle& spec) {
+  const auto t = nb::cast<nb::tuple>(spec);
+  if (t.size() != 2) throw InvalidArgument("a transform spec is a (name, params) pair");
   const std::string name = nb::cast<std::string>(t[0]);
-  const size_t n = t.size();
-  auto i = [&](size_t k) { return nb::cast<int>(t[k]); };
-  auto d = [&](size_t k) { return nb::cast<double>(t[k]); };
-  if (name == "RandomResizedCrop" && n == 7)
-    return image::RandomResizedCrop(i(1), i(2), {d(3), d(4)}, {d(5), d(6)});
-  if (name == "Resize" && n == 2) return image::Resize(i(1));
-  if (name == "Resize" && n == 3) return image::Resize(i(1), i(2));
-  if (name == "CenterCrop" && n == 3) return image::CenterCrop(i(1), i(2));
-  if (name == "RandomHorizontalFlip" && n == 2) return image::RandomHorizontalFlip(d(1));
-  if (name == "ToTensor" && n == 3)
-    return image::ToTensor(parse_image_dtype(nb::cast<std::string>(t[1])),
-                           parse_layout(nb::cast<std::string>(t[2])));
-  if (name == "Normalize" && n == 3)
-    return image::Normalize(nb::cast<std::array<float, 3>>(t[1]),
-                            nb::cast<std::array<float, 3>>(t[2]));
-  throw InvalidArgument("unknown transform spec '" + name + "' with " + std::to_string(n - 1) +
-                        " arguments");
+  const Params p(name, nb::cast<nb::dict>(t[1]));
+  using namespace image;
+  if (name == "RandomResizedCrop")
+    return RandomResizedCrop(p.get<int>("height"), p.get<int>("width"), p.pair("scale"),
+                             p.pair("ratio"), p.get<bool>("antialias"));
+  if (name == "Resize") {
+    const bool aa = p.get<bool>("antialias");
+    const int shorter = p.get<int>("shorter_side");
+    return shorter > 0 ? Resize(shorter, aa) : Resize(p.get<int>("height"), p.get<int>("width"), aa);
+  }
+  if (name == "CenterCrop") return CenterCrop(p.get<int>("height"), p.get<int>("width"));
+  if (name == "RandomHorizontalFlip") return RandomHorizontalFlip(p.get<double>("p"));
+  if (name == "RandomVerticalFlip") return RandomVerticalFlip(p.get<double>("p"));
+  if (name == "ToTensor")
+    return ToTensor(parse_image_dtype(p.get<std::string>("dtype")),
+                    parse_layout(p.get<std::string>("layout")), p.get<bool>("scale"));
+  if (name == "Normalize") return Normalize(p.triple("mean"), p.triple("std"));
+  if (name == "Pad") return p.pad();
+  if (name == "RandomCrop")
+    return RandomCrop(p.get<int>("height"), p.get<int>("width"), p.pad(),
+                      p.get<bool>("pad_if_needed"));
+  if (name == "ColorJitter")
+    return ColorJitter(p.range("brightness"), p.range("contrast"), p.range("saturation"),
+                       p.range("hue"));
+  if (name == "RandomGrayscale") return RandomGrayscale(p.get<double>("p"));
+  if (name == "GaussianBlur")
+    return GaussianBlur(p.get<int>("kernel_width"), p.get<int>("kernel_height"), p.pair("sigma"));
+  if (name == "RandomRotation")
+    return RandomRotation(p.pair("degrees"), p.interpolation(), p.fill(), p.center());
+  if (name == "RandomAffine")
+    return RandomAffine(p.pair("degrees"), p.range("translate"), p.range("scale"),
+                        p.range("shear_x"), p.range("shear_y"), p.interpolation(), p.fill(),
+                        p.center());
+  if (name == "TrivialAugmentWide")
+    return TrivialAugmentWide(p.get<int>("num_magnitude_bins"), p.interpolation(), p.fill());
+  if (name == "RandAugment")
+    return RandAugment(p.get<int>("num_ops"), p.get<int>("magnitude"),
+                       p.get<int>("num_magnitude_bins"), p.interpolation(), p.fill());
+  if (name == "AutoAugment")
+    return AutoAugment(parse_policy(p.get<std::string>("policy")), p.interpolation(), p.fill());
+  if (name == "RandomErasing")
+    return RandomErasing(p.get<double>("p"), p.pair("scale"), p.pair("ratio"), p.triple("value"),
+                         p.get<bool>("random_value"));
+  if (name == "RandomApply") return RandomApply(p.get<double>("p"), p.get<int>("count"));
+  throw InvalidArgument("unknown transform '" + name + "'");
 }
 
 nb::ndarray<nb::numpy, uint8_t> to_numpy(image::DecodedImage img) {
@@ -89,7 +195,7 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
 
 std::vector<image::Transform> parse_transforms(const nb::list& spec) {
   std::vector<image::Transform> transforms;
-  for (nb::handle h : spec) transforms.push_back(parse_transform(nb::cast<nb::tuple>(h)));
+  for (nb::handle h : spec) transforms.push_back(parse_transform(h));
   return transforms;
 }
 
@@ -113,6 +219,40 @@ void register_image(nb::module_& m) {
                               to_dtype(p->dtype()).name());
       },
       nb::arg("pipeline"), "(output shape, dtype name); ValueError when the pipeline is invalid.");
+
+  // The native part of a pipeline that goes on in Python (stoker/transforms/_compile.py): the
+  // transforms of the image, any output size, per sample on the calling thread.
+  nb::class_<image::ImagePipeline>(m, "ImagePrefix")
+      .def(nb::new_([](const nb::list& spec, uint64_t max_pixels) {
+             image::PipelineOptions options;
+             options.max_pixels = max_pixels;
+             options.any_size = true;
+             return std::make_shared<image::ImagePipeline>(parse_transforms(spec), options);
+           }),
+           nb::arg("pipeline"), nb::arg("max_pixels") = image::kDefaultMaxPixels)
+      .def(
+          "run",
+          [](const image::ImagePipeline& p, nb::bytes data, uint64_t key) {
+            thread_local image::ImageScratch scratch;
+            std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()),
+                                             data.size());
+            image::DecodedImage out;
+            {
+              nb::gil_scoped_release release;
+              SampleRng rng(key, 0, 0);
+              const image::ImageView v = p.run_image(bytes, rng, scratch);
+              out.width = v.width;
+              out.height = v.height;
+              out.rgb.resize(static_cast<size_t>(v.height) * v.width * 3);
+              for (int y = 0; y < v.height; ++y)
+                std::memcpy(out.rgb.data() + static_cast<size_t>(y) * v.width * 3,
+                            v.data + y * v.stride, static_cast<size_t>(v.width) * 3);
+            }
+            return to_numpy(std::move(out));
+          },
+          nb::arg("data"), nb::arg("key"),
+          "Decodes `data` and runs the transforms with randomness keyed by `key`: an HWC uint8 "
+          "RGB array of whatever size they make.");
 
   m.def(
       "decode_file",

@@ -279,6 +279,10 @@ class DataLoader:
         packing = getattr(self.dataset, "_packing_stats", None)  # a packed TokenDataset
         if packing is not None:
             s["packing"] = packing()
+        report = getattr(self.dataset, "_transform_report", None)  # an image dataset
+        transforms = report() if report is not None else None
+        if transforms is not None:
+            s["transforms"] = transforms  # which transforms ran natively, which in Python
         s.update(self._producer.knobs())
         s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)

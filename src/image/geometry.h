@@ -2,10 +2,11 @@
 //
 // torchvision applies crops and resizes one after another to PIL images. Per axis, every such
 // chain is (or, for a resize after a resize, is approximated by) one PIL resize of a float box of
-// a source window, followed by a crop of its output: AxisPlan. The horizontal flip commutes with
-// resampling, so it is applied once when writing the output.
+// a source window, followed by a crop of its output: AxisPlan. The flips commute with
+// resampling, so they are applied once when writing the output.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "resample.h"
@@ -20,23 +21,26 @@ struct AxisPlan {
   int full_out = 0;          // resize output size
   int offset = 0, size = 0;  // crop of the resize output (outside [0, full_out): zero padding)
   bool resized = false;
+  bool antialias = true;  // the last resize's (torch's antialias=False: no filter widening)
 
   // Source-to-output size ratio of the resize (> 1 when downscaling).
   double ratio() const { return (in1 - in0) / full_out; }
   AxisSpec spec() const {
     return AxisSpec{hi - lo, static_cast<float>(in0), static_cast<float>(in1), full_out, offset,
-                    size};
+                    size,    antialias};
   }
 };
 
 struct GeometryPlan {
   AxisPlan x, y;
-  bool flip = false;
+  bool flip = false;   // left-right
+  bool vflip = false;  // top-bottom
 };
 
-// Draws the random parameters in transform order (torchvision's) and composes the geometric
-// transforms of an image_width x image_height image. Non-geometric transforms are skipped.
-GeometryPlan plan_geometry(const std::vector<Transform>& transforms, int image_width,
+// Draws the random parameters in transform order (torchvision's) and composes the transforms
+// of stage kFused (transforms.h) of an image_width x image_height image. REQUIRES: every
+// transform is of stage kFused or kOutput (the latter are skipped).
+GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_width,
                            int image_height, SampleRng& rng);
 
 // The same plan in the coordinates of the image decoded at scale scale_num/8 (JPEG DCT scaling),

@@ -22,6 +22,8 @@
 #include <optional>
 #include <vector>
 
+#include "stoker/image/augment.h"
+
 namespace stoker::image::internal {
 
 // A view of an 8-bit RGB image: pixel (x, y) at row(y) + 3 * x.
@@ -58,13 +60,12 @@ struct OpScratch {
   std::vector<uint8_t> bytes;  // a copy of image rows
 };
 
-enum class Interpolation { kNearest, kBilinear };
-
-// torchvision's `fill` for warps: none (grid_sample's zero padding, no mask channel), or one
-// value per channel (v2 keeps it as float; the result is rounded when written).
-using Fill = std::optional<std::array<float, 3>>;
-
-enum class PadMode { kConstant, kEdge, kReflect, kSymmetric };
+// The transforms' own types (augment.h): Interpolation {kNearest, kBilinear}; Fill, none
+// (grid_sample's zero padding, no mask channel) or one value per channel (v2 keeps it as float;
+// the result is rounded when written); PadMode {kConstant, kEdge, kReflect, kSymmetric}.
+using image::Fill;
+using image::Interpolation;
+using image::PadMode;
 
 // --- Colour and tone (color_ops.cc), in place ------------------------------------------------
 

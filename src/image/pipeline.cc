@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -14,6 +15,7 @@
 #include "convert.h"
 #include "decode_region.h"
 #include "geometry.h"
+#include "image_stage.h"
 #include "resample.h"
 #include "stoker/errors.h"
 
@@ -25,6 +27,7 @@ struct ScratchImpl {
   AxisCoeffs h, v;
   std::vector<uint8_t> tmp, row;
   std::vector<std::byte> out_row;
+  StageScratch stage;  // the image stage's images (a list with image transforms)
 };
 
 }  // namespace internal
@@ -56,15 +59,16 @@ struct SinkCtx {
   const std::byte* lut;
   std::byte* dst;
   std::byte* row;  // one output row (all channels), built here in cache, then streamed out
-  bool flip;
+  bool flip, vflip;
 };
 
 // Writes output row y from 8-bit RGB through the per-channel table (ToTensor's scaling and
 // Normalize), flipped if asked, in the output layout.
 template <typename T, Layout L>
-void sink(void* c, int y, const uint8_t* rgb) {
+void sink(void* c, int row_in, const uint8_t* rgb) {
   auto* s = static_cast<SinkCtx*>(c);
   const int h = s->pipeline->height(), w = s->pipeline->width();
+  const int y = s->vflip ? h - 1 - row_in : row_in;
   const T* lut = reinterpret_cast<const T*>(s->lut);
   T* row = reinterpret_cast<T*>(s->row);
   // Planes of the row one after the other for CHW (w values each), interleaved for HWC.
@@ -100,25 +104,34 @@ ImagePipeline::ImagePipeline(std::vector<Transform> transforms, PipelineOptions 
   dtype_ = out.dtype;
   layout_ = out.layout;
   lut_ = std::move(out.table);
+  while (fused_end_ < transforms_.size() && stage_of(transforms_[fused_end_], false) == Stage::kFused)
+    ++fused_end_;
+  image_end_ = fused_end_;
+  while (image_end_ < transforms_.size() && stage_of(transforms_[image_end_], false) != Stage::kOutput)
+    ++image_end_;
+  for (size_t i = image_end_; i < transforms_.size(); ++i) {
+    if (!std::holds_alternative<RandomErasing>(transforms_[i])) continue;
+    TensorOp op{i, std::nullopt};
+    for (size_t k = i + 1; k < transforms_.size(); ++k)
+      if (const auto* n = std::get_if<Normalize>(&transforms_[k])) op.normalize_after = {{n->mean, n->std}};
+    tensor_ops_.push_back(op);
+  }
   // Output size, as far as it can be known without an image.
-  std::optional<std::pair<int, int>> size;  // (h, w)
-  for (const Transform& t : transforms_) {
-    if (const auto* r = std::get_if<RandomResizedCrop>(&t)) {
-      size = {r->height, r->width};
-    } else if (const auto* rs = std::get_if<Resize>(&t)) {
-      if (rs->exact()) {
-        size = {rs->height, rs->width};
-      } else if (size) {
-        size = resize_output_size(size->first, size->second, *rs);
-      }
-    } else if (const auto* cc = std::get_if<CenterCrop>(&t)) {
-      size = {cc->height, cc->width};
+  const std::optional<std::pair<int, int>> size =
+      internal::size_after({transforms_.data(), image_end_}, std::nullopt);
+  if (options_.any_size) {
+    if (image_end_ != transforms_.size()) {
+      throw InvalidArgument("ImagePipeline: a pipeline of any output size runs the transforms "
+                            "of the image only, not ToTensor, Normalize or erasing after them");
     }
+    if (size) std::tie(height_, width_) = *size;
+    return;
   }
   if (!size) {
     throw InvalidArgument(
         "ImagePipeline: the output size depends on the image (batching needs a fixed size); end "
-        "the geometric transforms with CenterCrop, RandomResizedCrop or Resize((h, w))");
+        "the transforms of the image with CenterCrop, RandomResizedCrop, RandomCrop or "
+        "Resize((h, w)), and keep size-changing ones out of RandomApply");
   }
   std::tie(height_, width_) = *size;
 }
@@ -134,32 +147,13 @@ size_t ImagePipeline::output_bytes() const {
 
 void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
                         ImageScratch& scratch) const {
+  if (height_ == 0) {
+    throw std::logic_error("ImagePipeline::run: a pipeline of any output size has no tensor: "
+                           "use run_image()");
+  }
   internal::ScratchImpl& s = *scratch.impl_;
-  const ImageInfo info = s.decoder.open(file, options_.max_pixels);
-  const internal::GeometryPlan plan =
-      internal::plan_geometry(transforms_, info.width, info.height, rng);
-
-  const int num = info.format == ImageFormat::kJpeg
-                      ? internal::choose_scale_num(plan, options_.dct_min_ratio)
-                      : 8;
-  const internal::AxisPlan ax =
-      internal::scale_axis(plan.x, num, internal::scaled_size(info.width, num));
-  const internal::AxisPlan ay =
-      internal::scale_axis(plan.y, num, internal::scaled_size(info.height, num));
-  internal::compute_coeffs(ax.spec(), s.h);
-  internal::compute_coeffs(ay.spec(), s.v);
-
-  // Decode just the pixels the resample reads (one pixel when the output is all padding, so
-  // that the file is still checked).
-  internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
-  if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
-  const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
-  const internal::DecodedRegion r = s.decoder.decode(num, want, jpeg);
-  internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
-  internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
-
   s.out_row.resize(static_cast<size_t>(width_) * 3 * element_size(dtype_));
-  SinkCtx ctx{this, lut_.data(), dst, s.out_row.data(), plan.flip};
+  SinkCtx ctx{this, lut_.data(), dst, s.out_row.data(), false, false};
   internal::RowSink fn = nullptr;
   switch (dtype_) {
     case DType::kUInt8:
@@ -171,10 +165,91 @@ void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::by
     default:
       fn = sink_for<uint16_t>(layout_);
   }
-  internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, fn, &ctx);
+  if (fused_end_ == image_end_) {  // no image transform: the resample writes the batch
+    transform_image(file, rng, s, fn, &ctx);
+  } else {
+    transform_image(file, rng, s, nullptr, nullptr);
+    const internal::RgbView v = s.stage.image().view();
+    if (v.height != height_ || v.width != width_) {  // a bug, not bad input: the size is static
+      throw std::logic_error("ImagePipeline: the image stage made " + std::to_string(v.height) +
+                             "x" + std::to_string(v.width) + ", not the output size");
+    }
+    for (int y = 0; y < height_; ++y) fn(&ctx, y, v.row(y));
+  }
+  if (!tensor_ops_.empty()) {
+#if STOKER_PIPELINE_X86
+    _mm_sfence();  // the streamed rows are read back
+#endif
+    const internal::OutputView out{dst, height_, width_, dtype_, layout_};
+    for (const TensorOp& op : tensor_ops_) {
+      internal::erase_output(std::get<RandomErasing>(transforms_[op.index]), out, rng,
+                             op.normalize_after);
+    }
+  }
 #if STOKER_PIPELINE_X86
   _mm_sfence();  // the streamed rows are visible before the sample is reported done
 #endif
+}
+
+ImageView ImagePipeline::run_image(std::span<const std::byte> file, SampleRng& rng,
+                                   ImageScratch& scratch) const {
+  if (image_end_ != transforms_.size()) {
+    throw std::logic_error("ImagePipeline::run_image: the list has ToTensor, Normalize or "
+                           "erasing after them; use run()");
+  }
+  internal::ScratchImpl& s = *scratch.impl_;
+  transform_image(file, rng, s, nullptr, nullptr);
+  const internal::RgbView v = s.stage.image().view();
+  return ImageView{v.data, v.height, v.width, v.stride};
+}
+
+void ImagePipeline::transform_image(std::span<const std::byte> file, SampleRng& rng,
+                                    internal::ScratchImpl& s, internal::RowSink out,
+                                    void* out_ctx) const {
+  const ImageInfo info = s.decoder.open(file, options_.max_pixels);
+  const std::span<const Transform> all(transforms_);
+  internal::StageScratch& st = s.stage;
+  if (fused_end_ == 0) {  // the list starts with an image transform: the whole image
+    const internal::DecodedRegion r = s.decoder.decode(8, {0, 0, info.width, info.height});
+    st.image().reset(info.height, info.width);
+    const internal::RgbView v = st.image().view();
+    for (int y = 0; y < info.height; ++y)
+      std::memcpy(v.row(y), r.rgb + static_cast<size_t>(y) * r.stride,
+                  static_cast<size_t>(info.width) * 3);
+  } else {
+    const internal::GeometryPlan plan =
+        internal::plan_geometry(all.first(fused_end_), info.width, info.height, rng);
+    const int num = info.format == ImageFormat::kJpeg
+                        ? internal::choose_scale_num(plan, options_.dct_min_ratio)
+                        : 8;
+    const internal::AxisPlan ax =
+        internal::scale_axis(plan.x, num, internal::scaled_size(info.width, num));
+    const internal::AxisPlan ay =
+        internal::scale_axis(plan.y, num, internal::scaled_size(info.height, num));
+    internal::compute_coeffs(ax.spec(), s.h);
+    internal::compute_coeffs(ay.spec(), s.v);
+
+    // Decode just the pixels the resample reads (one pixel when the output is all padding, so
+    // that the file is still checked).
+    internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
+    if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
+    const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
+    const internal::DecodedRegion r = s.decoder.decode(num, want, jpeg);
+    internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
+    internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
+    if (out != nullptr) {  // straight to the output sink, which applies the flips
+      auto* ctx = static_cast<SinkCtx*>(out_ctx);
+      ctx->flip = plan.flip;
+      ctx->vflip = plan.vflip;
+      internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, out, ctx);
+      return;
+    }
+    st.image().reset(plan.y.size, plan.x.size);
+    internal::ImageSink to_image{st.image().view(), plan.flip, plan.vflip};
+    internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, internal::image_sink,
+                            &to_image);
+  }
+  internal::run_image_stage(all.subspan(fused_end_, image_end_ - fused_end_), rng, st);
 }
 
 }  // namespace stoker::image

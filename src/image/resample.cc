@@ -74,7 +74,7 @@ void build_fast_form(AxisCoeffs& c) {
 void compute_coeffs(const AxisSpec& s, AxisCoeffs& c) {
   // PIL computes (in1 - in0) in float, then widens.
   const double scale = static_cast<double>(s.in1 - s.in0) / s.full_out;
-  const double filterscale = std::max(scale, 1.0);
+  const double filterscale = s.antialias ? std::max(scale, 1.0) : 1.0;
   const double support = 1.0 * filterscale;  // bilinear support is 1
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   c.first.assign(s.out_size, 0);

@@ -21,6 +21,9 @@ struct AxisSpec {
   int full_out = 0;
   int out_offset = 0;
   int out_size = 0;
+  // false: torch's bilinear interpolation without antialiasing (the filter keeps support 1 when
+  // downscaling instead of widening with the scale).
+  bool antialias = true;
 };
 
 struct AxisCoeffs {

@@ -21,8 +21,8 @@ int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 }  // namespace
 
 RandomResizedCrop::RandomResizedCrop(int height, int width, std::pair<double, double> scale,
-                                     std::pair<double, double> ratio)
-    : height(height), width(width), scale(scale), ratio(ratio) {
+                                     std::pair<double, double> ratio, bool antialias)
+    : height(height), width(width), scale(scale), ratio(ratio), antialias(antialias) {
   validate();
 }
 
@@ -34,11 +34,15 @@ void RandomResizedCrop::validate() const {
           "RandomResizedCrop: ratio must satisfy 0 < ratio.min <= ratio.max");
 }
 
-Resize::Resize(int shorter_side) : shorter_side(shorter_side) {
+Resize::Resize(int shorter_side, bool antialias)
+    : shorter_side(shorter_side), antialias(antialias) {
   require(shorter_side > 0, "Resize: the shorter side must be positive");
 }
 
-Resize::Resize(int height, int width) : height(height), width(width) { validate(); }
+Resize::Resize(int height, int width, bool antialias)
+    : height(height), width(width), antialias(antialias) {
+  validate();
+}
 
 void Resize::validate() const {
   require(exact() ? height > 0 && width > 0 && shorter_side == 0
@@ -69,8 +73,16 @@ void Normalize::validate() const {
   }
 }
 
-bool is_geometric(const Transform& t) {
-  return !std::holds_alternative<ToTensor>(t) && !std::holds_alternative<Normalize>(t);
+Stage stage_of(const Transform& t, bool after_to_tensor) {
+  if (std::holds_alternative<ToTensor>(t) || std::holds_alternative<Normalize>(t))
+    return Stage::kOutput;
+  if (std::holds_alternative<RandomErasing>(t))
+    return after_to_tensor ? Stage::kTensor : Stage::kImage;
+  if (std::holds_alternative<RandomResizedCrop>(t) || std::holds_alternative<Resize>(t) ||
+      std::holds_alternative<CenterCrop>(t) || std::holds_alternative<RandomHorizontalFlip>(t) ||
+      std::holds_alternative<RandomVerticalFlip>(t))
+    return Stage::kFused;
+  return Stage::kImage;
 }
 
 size_t element_size(DType dtype) {
@@ -86,19 +98,33 @@ size_t element_size(DType dtype) {
 
 OutputTable output_table(const std::vector<Transform>& transforms) {
   OutputTable out;
-  bool have_tensor = false, have_normalize = false;
+  bool have_tensor = false, have_normalize = false, scale = true;
   std::array<float, 3> mean{0, 0, 0}, stdev{1, 1, 1};
-  for (const Transform& t : transforms) {
+  for (size_t i = 0; i < transforms.size(); ++i) {
+    const Transform& t = transforms[i];
     std::visit([](const auto& v) { v.validate(); }, t);
-    if (is_geometric(t) && have_tensor) {
+    const Stage stage = stage_of(t, have_tensor);
+    if ((stage == Stage::kFused || stage == Stage::kImage) && have_tensor) {
       throw InvalidArgument(
-          "ImagePipeline: geometric transforms must come before ToTensor and Normalize");
+          "ImagePipeline: transforms of the image (crops, resizes, flips, colour, blur, warps, "
+          "auto-augment) must come before ToTensor and Normalize");
+    }
+    if (const auto* ra = std::get_if<RandomApply>(&t)) {
+      require(i + ra->count < transforms.size(),
+              "ImagePipeline: RandomApply covers more transforms than follow it");
+      for (size_t k = i + 1; k <= i + ra->count; ++k) {
+        const Stage inner = stage_of(transforms[k], false);
+        require(inner == Stage::kFused || inner == Stage::kImage,
+                "ImagePipeline: RandomApply may only cover transforms of the image, not "
+                "ToTensor or Normalize");
+      }
     }
     if (const auto* tt = std::get_if<ToTensor>(&t)) {
       if (have_tensor) throw InvalidArgument("ImagePipeline: ToTensor may appear only once");
       have_tensor = true;
       out.dtype = tt->dtype;
       out.layout = tt->layout;
+      scale = tt->scale;
     } else if (const auto* n = std::get_if<Normalize>(&t)) {
       if (!have_tensor || out.dtype == DType::kUInt8 || have_normalize) {
         throw InvalidArgument(
@@ -115,8 +141,10 @@ OutputTable output_table(const std::vector<Transform>& transforms) {
   for (int c = 0; c < 3; ++c) {
     for (int v = 0; v < 256; ++v) {
       std::byte* o = out.table.data() + (c * 256 + v) * es;
-      // torchvision: uint8 -> float32, / 255, then (x - mean) / std, all in float32.
-      const float f = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
+      // torchvision: uint8 -> float32, / 255 (ToDtype's scale), then (x - mean) / std, all in
+      // float32.
+      const float x = scale ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
+      const float f = (x - mean[c]) / stdev[c];
       if (out.dtype == DType::kUInt8) {
         const auto u = static_cast<uint8_t>(v);
         std::memcpy(o, &u, 1);

@@ -75,9 +75,13 @@ TEST(OutputTable, ValidatesTheOrderAndEachTransform) {
     EXPECT_NE(std::string(e.what()).find("RandomHorizontalFlip"), std::string::npos);
   }
   EXPECT_NO_THROW(output_table({}));
-  EXPECT_TRUE(is_geometric(CenterCrop(8)));
-  EXPECT_FALSE(is_geometric(ToTensor()));
-  EXPECT_FALSE(is_geometric(Normalize({0, 0, 0}, {1, 1, 1})));
+  EXPECT_EQ(stage_of(CenterCrop(8), false), Stage::kFused);
+  EXPECT_EQ(stage_of(RandomVerticalFlip(), false), Stage::kFused);
+  EXPECT_EQ(stage_of(ColorJitter({{0.5, 1.5}}, {}, {}, {}), false), Stage::kImage);
+  EXPECT_EQ(stage_of(RandomErasing(), false), Stage::kImage);
+  EXPECT_EQ(stage_of(RandomErasing(), true), Stage::kTensor);
+  EXPECT_EQ(stage_of(ToTensor(), false), Stage::kOutput);
+  EXPECT_EQ(stage_of(Normalize({0, 0, 0}, {1, 1, 1}), true), Stage::kOutput);
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
-// torchvision-style transforms, as values for ImagePipeline.
+// torchvision-style transforms, as values for ImagePipeline: the crops, resizes, flips and the
+// output conversion here; the augmentations (colour, blur, warps, auto-augment, erasing) in
+// augment.h.
 //
 // Each type validates its arguments on construction and throws stoker::InvalidArgument saying
 // what is allowed (validate() repeats the check; ImagePipeline calls it, since members are
-// public). Semantics follow torchvision.transforms on PIL images with BILINEAR interpolation.
+// public). The crops and resizes follow torchvision on PIL images with BILINEAR interpolation
+// (PIL's antialiased filter, bit for bit); antialias=false is torch's plain bilinear
+// interpolation of tensors (no filter widening when downscaling).
 //
 // Thread safety: plain values; the free functions are reentrant.
 #pragma once
@@ -13,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "stoker/image/augment.h"
 #include "stoker/random.h"
 
 namespace stoker::image {
@@ -21,21 +26,24 @@ namespace stoker::image {
 // area fraction `scale` and aspect ratio (w/h) `ratio`, resized to height x width.
 struct RandomResizedCrop {
   RandomResizedCrop(int height, int width, std::pair<double, double> scale = {0.08, 1.0},
-                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0});
+                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0},
+                    bool antialias = true);
   void validate() const;
   int height, width;
   std::pair<double, double> scale, ratio;
+  bool antialias;
 };
 
 // torchvision Resize: Resize(n) scales the shorter side to n (the longer becomes
 // int(n * long / short)); Resize(h, w) resizes to exactly h x w.
 struct Resize {
-  explicit Resize(int shorter_side);
-  Resize(int height, int width);
+  explicit Resize(int shorter_side, bool antialias = true);
+  Resize(int height, int width, bool antialias = true);
   void validate() const;
   bool exact() const { return shorter_side == 0; }
   int shorter_side = 0;       // 0 for an exact size
   int height = 0, width = 0;  // 0 unless exact
+  bool antialias = true;
 };
 
 // torchvision CenterCrop: top = int(round((H - h) / 2.0)), likewise left; zero padding where the
@@ -57,13 +65,15 @@ struct RandomHorizontalFlip {
 enum class DType { kUInt8, kFloat32, kFloat16, kBFloat16 };
 enum class Layout { kCHW, kHWC };
 
-// Conversion to the output tensor: uint8 keeps 0..255; float types hold value / 255.
+// Conversion to the output tensor: uint8 keeps 0..255; float types hold value / 255 (torchvision
+// ToDtype(scale=True)), or the value itself with scale = false (ToDtype(scale=False)).
 struct ToTensor {
-  explicit ToTensor(DType dtype = DType::kFloat32, Layout layout = Layout::kCHW)
-      : dtype(dtype), layout(layout) {}
+  explicit ToTensor(DType dtype = DType::kFloat32, Layout layout = Layout::kCHW, bool scale = true)
+      : dtype(dtype), layout(layout), scale(scale) {}
   void validate() const {}
   DType dtype;
   Layout layout;
+  bool scale;
 };
 
 // (x - mean) / std per channel, in float32, after a float ToTensor. std must be non-zero.
@@ -74,10 +84,21 @@ struct Normalize {
 };
 
 using Transform =
-    std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, Normalize>;
+    std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, Normalize,
+                 RandomVerticalFlip, Pad, RandomCrop, ColorJitter, RandomGrayscale, GaussianBlur,
+                 RandomRotation, RandomAffine, TrivialAugmentWide, RandAugment, AutoAugment,
+                 RandomErasing, RandomApply>;
 
-// Whether `t` changes the geometry (everything but ToTensor and Normalize).
-bool is_geometric(const Transform& t);
+// Where a transform runs in ImagePipeline (pipeline.h):
+// - kFused: crops, resizes and flips that compose into the one resample from the decoder's
+//   pixels (as a leading run; after an image operation they run on the image in memory);
+// - kImage: operations on the 8-bit image (colour, blur, warps, padding, random crops,
+//   auto-augment, RandomApply, and RandomErasing before ToTensor);
+// - kOutput: ToTensor and Normalize, fused into the write to the batch;
+// - kTensor: RandomErasing after ToTensor, on the output tensor.
+enum class Stage { kFused, kImage, kOutput, kTensor };
+// The stage of `t` at its place: RandomErasing is kTensor once a ToTensor came before it.
+Stage stage_of(const Transform& t, bool after_to_tensor);
 
 // Bytes of one output element of `dtype`.
 size_t element_size(DType dtype);
@@ -92,9 +113,11 @@ struct OutputTable {
 };
 
 // The output table of a transform list, which it validates in order, each transform's own check
-// first (InvalidArgument): geometric transforms before ToTensor and Normalize; ToTensor at most
-// once; Normalize at most once, after a float ToTensor. Values: torchvision's, v / 255 then
-// (x - mean) / std, all in float32, then converted to the dtype (uint8 keeps v).
+// first (InvalidArgument): image transforms before ToTensor and Normalize, RandomErasing anywhere;
+// ToTensor at most once; Normalize at most once, after a float ToTensor; RandomApply's count
+// within the list and covering image transforms only. Values: torchvision's, v / 255 (v with
+// ToTensor's scale = false) then (x - mean) / std, all in float32, then converted to the dtype
+// (uint8 keeps v).
 OutputTable output_table(const std::vector<Transform>& transforms);
 
 // A crop in integer pixels of the image it applies to; may extend outside it (padding).

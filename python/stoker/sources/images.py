@@ -9,12 +9,14 @@ count.
 from __future__ import annotations
 
 import os
+import time
+import warnings
 
 import numpy as np
 
 from .. import _native
 from ..gpu import decode as gpu_decode
-from ..transforms import _pipeline_spec
+from ..transforms import _compile
 from . import paths as _paths
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
@@ -29,6 +31,25 @@ _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "
     "batched; pass a transform that ends in a fixed size, e.g. "
     "transform=stoker.transforms.Compose([Resize(256), CenterCrop(224), ToTensor()])")
+
+
+class PythonTransformWarning(UserWarning):
+    """A transform with no native form: it and the transforms after it run in Python."""
+
+
+# Datasets rebuilt in worker processes (unpickled) do not repeat the notice.
+_quiet = False
+
+
+def rebuild_quietly(make, *args, **kwargs):
+    """``make(*args, **kwargs)`` without the Python-transform notice: a dataset unpickled in a
+    worker process already gave it where it was made."""
+    global _quiet
+    was, _quiet = _quiet, True
+    try:
+        return make(*args, **kwargs)
+    finally:
+        _quiet = was
 
 
 def _check_max_pixels(max_pixels):
@@ -47,17 +68,69 @@ class _ImageDataset:
         self.decode = gpu_decode.check_decode(decode)
         if decode == "cuda":
             gpu_decode.require_gpu_decode()
+        self._compiled = None
         if transform is None:
             self._unbatchable = _NO_TRANSFORM.format(name=type(self).__name__)
+            return
+        compiled = self._compiled = _compile.compile_transform(transform)
+        if compiled.python:
+            # Some of it runs in Python: the dataset is then a Python one to the loader (worker
+            # processes; per-sample seeding keeps batches identical whatever the workers).
+            if decode == "cuda":
+                raise ValueError(f"decode=\"cuda\" needs a transform that runs natively; "
+                                 f"{compiled.python_names[0]} runs in Python")
+            self._prefix = _native.image.ImagePrefix(compiled.specs, self.max_pixels)
+            self._python_input = _compile.python_input_kind(compiled.python)
+            self._notice(compiled)
+            return
+        specs = compiled.specs
+        self._source = self._cpu_source = _native.sources.ImageSource(files, specs, max_pixels)
+        self._shape = tuple(self._source.image_shape)
+        self._dtype = self._source.image_dtype
+        if decode == "cuda":  # the loader's workers stage batches for the GPU stage
+            self._source = gpu_decode.staging_source(files, specs, max_pixels, paths)
+            self._device_engine = self._gpu_decode_engine  # the DataLoader's copy engine
+
+    def _notice(self, compiled):
+        """The one-line notice of a transform that runs in Python, with its cost on the first
+        image when it can be measured."""
+        if _quiet:
+            return
+        cost = ""
+        if len(self) > 0:
+            try:
+                data = self._files.read(0)
+                t0 = time.perf_counter()
+                image = self._prefix.run(data, 0)
+                t1 = time.perf_counter()
+                self._run_python(image)
+                t2 = time.perf_counter()
+                cost = _compile.describe_cost((t1 - t0) * 1e3, (t2 - t1) * 1e3)
+            except Exception:  # a bad first sample: the notice goes without figures
+                cost = ""
+        native = ", ".join(compiled.native_names) or "decoding only"
+        warnings.warn(
+            f"stoker: {compiled.python_names[0]} has no native form, so it and the "
+            f"{len(compiled.python) - 1} transform(s) after it run in Python on each image, in "
+            f"worker processes{cost}; natively: {native}. stats()['transforms'] says what ran "
+            f"where.", PythonTransformWarning, stacklevel=4)
+
+    def _run_python(self, image):
+        """The Python part of the transform on the native part's HWC uint8 image."""
+        if self._python_input == "tensor":
+            import torch
+            from torchvision import tv_tensors
+            x = tv_tensors.Image(torch.from_numpy(image).permute(2, 0, 1))
         else:
-            self._source = self._cpu_source = _native.sources.ImageSource(
-                files, _pipeline_spec(transform), max_pixels)
-            self._shape = tuple(self._source.image_shape)
-            self._dtype = self._source.image_dtype
-            if decode == "cuda":  # the loader's workers stage batches for the GPU stage
-                self._source = gpu_decode.staging_source(files, _pipeline_spec(transform),
-                                                         max_pixels, paths)
-                self._device_engine = self._gpu_decode_engine  # the DataLoader's copy engine
+            from PIL import Image
+            x = Image.fromarray(image)
+        for t in self._compiled.python:
+            x = t(x)
+        return x
+
+    def _transform_report(self):
+        """What ran natively and what in Python, for ``stats()["transforms"]``."""
+        return None if self._compiled is None else self._compiled.report()
 
     def _gpu_decode_engine(self, device, on_error):
         return gpu_decode.GpuDecodeEngine(device, self._source, on_error)
@@ -81,6 +154,8 @@ class _ImageDataset:
         label = self._files.label(i)
         if self.transform is None:
             return self._decode(i), label
+        if self._compiled.python:
+            return self._run_python(self._prefix.run(self._files.read(i), _sample_key())), label
         image_bytes, _ = self._cpu_source.sample(i, 0, 0)
         return _as_array(image_bytes, self._dtype, self._shape), label
 
@@ -93,6 +168,17 @@ class _ImageDataset:
         if self.transform is not None:
             lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
         return "\n".join(lines)
+
+
+def _sample_key():
+    """The native part's randomness for one sample of a transform that goes on in Python: drawn
+    from torch's generator, which the loader seeds from (seed, epoch, index) before each sample,
+    so it is the same whatever the worker that reads it."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the Python path needs torch
+        return int(np.random.randint(0, 2**62))
+    return int(torch.randint(0, 2**62, ()).item())
 
 
 def _as_array(data, dtype, shape):
@@ -163,7 +249,7 @@ class ImageFolder(_ImageDataset):
         return _native.image.decode_file(self.samples[i][0], self.max_pixels)
 
     def __reduce__(self):  # pickled as its spec: the tree is scanned again where it is unpickled
-        return ImageFolder, (self.root, self.transform, self.max_pixels)
+        return rebuild_quietly, (ImageFolder, self.root, self.transform, self.max_pixels)
 
     def _extra_repr(self):
         return [f"Root location: {self.root}"]
@@ -190,7 +276,7 @@ class TarShards(_ImageDataset):
         return self._files.path(self._index(index))
 
     def __reduce__(self):  # pickled as its spec: the shards are indexed again where unpickled
-        return TarShards, (self.paths, self.transform, self.max_pixels)
+        return rebuild_quietly, (TarShards, self.paths, self.transform, self.max_pixels)
 
     def _extra_repr(self):
         return [f"Shards: {len(self.paths)}"]

@@ -24,7 +24,7 @@ import numpy as np
 from .._extras import require
 from . import paths as _paths
 from .samples import read_sample
-from .images import _DEFAULT_MAX_PIXELS, _ImageDataset
+from .images import _DEFAULT_MAX_PIXELS, _ImageDataset, rebuild_quietly
 
 __all__ = ["TableDataset"]
 
@@ -297,4 +297,4 @@ class TableDataset(_ImageDataset):
 
 
 def _rebuild(paths, kwargs):
-    return TableDataset(paths, **kwargs)
+    return rebuild_quietly(TableDataset, paths, **kwargs)

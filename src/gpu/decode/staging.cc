@@ -46,6 +46,15 @@ GpuDecodeSource::GpuDecodeSource(std::shared_ptr<const ImageFiles> files,
   PipelineOptions cpu_options;
   cpu_options.max_pixels = options_.max_pixels;
   const ImagePipeline full(transforms_, cpu_options);
+  const bool vflip = std::any_of(transforms_.begin(), transforms_.end(), [](const Transform& t) {
+    return std::holds_alternative<RandomVerticalFlip>(t);
+  });
+  if (!full.single_pass() || vflip) {
+    throw InvalidArgument(
+        "decode=\"cuda\" runs RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, "
+        "ToTensor and Normalize; the other transforms (colour, blur, warps, auto-augment, "
+        "erasing, vertical flips) need decode=\"cpu\"");
+  }
   OutputTable out = image::output_table(transforms_);  // as the CPU pipeline's (pipeline.cc)
   dtype_ = out.dtype;
   layout_ = out.layout;
@@ -54,7 +63,7 @@ GpuDecodeSource::GpuDecodeSource(std::shared_ptr<const ImageFiles> files,
   // GPU applies the output table (ToTensor and Normalize) to every sample alike.
   std::vector<Transform> geometric;
   for (const Transform& t : transforms_)
-    if (is_geometric(t)) geometric.push_back(t);
+    if (stage_of(t, false) == Stage::kFused) geometric.push_back(t);
   geometric.push_back(ToTensor(DType::kUInt8, Layout::kHWC));
   cpu_ = std::make_shared<const ImagePipeline>(std::move(geometric), cpu_options);
   payload_bytes_ = std::max(options_.file_bytes, static_cast<size_t>(cpu_->output_bytes()));
