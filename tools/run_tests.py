@@ -9,14 +9,17 @@ Two doors:
 Lanes, in order (``make test`` builds what they need first):
 1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds; the fuzz regression inputs and
    seeds replay in each (fuzz/CMakeLists.txt).
-2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 30), two at a
-   time; each target counts as one test.
+2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 20), two at a
+   time; each target counts as one test. (`make fuzz` runs them for minutes.)
 3. Python tests against the .venv build.
 4. Python tests against the ASan/UBSan build of the extension (build/pyasan/site, `make
-   ext-asan`): the whole suite, libasan (and libstdc++, which ASan's exception interceptor needs
-   at start-up) preloaded into the interpreter, Python's own allocator off so that ASan sees every
-   object's memory. Tests whose assertion is a decision taken from wall-clock pace are skipped
-   there (tests/python/conftest.py says which and why): ASan's slowdown changes the pace.
+   ext-asan`): the suite without the tests marked slow (those start Ray clusters, torchrun jobs,
+   fresh virtual environments and interpreters: process orchestration that calls the same native
+   paths as the rest, and at ASan's pace they would take the lane over the 30 minutes `make test`
+   may take), libasan (and libstdc++, which ASan's exception interceptor needs at start-up)
+   preloaded into the interpreter, Python's own allocator off so that ASan sees every object's
+   memory. Tests whose assertion is a decision taken from wall-clock pace are skipped there
+   (tests/python/conftest.py says which and why): ASan's slowdown changes the pace.
 
 Every lane runs with TMPDIR set to a fresh directory of its own, which must be empty afterwards:
 a test that leaves a file outside its own temporary directory fails the run (listed by name).
@@ -45,7 +48,7 @@ CPP_BUILDS = [
                               "allocator_may_return_null=1 suppressions="
                               + os.path.join(ROOT, "tools", "tsan-suppressions.txt")}),
 ]
-FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "30"))
+FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "20"))
 PYASAN_SITE = os.path.join(ROOT, "build", "pyasan", "site")
 PYTEST_TIMEOUT = 900  # seconds a Python test may take (the longest take about 2 minutes)
 
@@ -165,9 +168,9 @@ def main(argv=None):
         }
         # --capture=sys: a sanitizer report is written to fd 2 by native code, which pytest's
         # default fd capture would swallow when the process aborts.
-        add(run("Python (ASan/UBSan extension)",
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                 "--capture=sys", *hang, f"--junitxml={report}"], report, env))
+        add(run("Python (ASan/UBSan extension, not slow)",
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                 "not slow", "--capture=sys", *hang, f"--junitxml={report}"], report, env))
     return finish(totals)
 
 
