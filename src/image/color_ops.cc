@@ -101,15 +101,26 @@ STOKER_ALWAYS_INLINE float luma(uint8_t r, uint8_t g, uint8_t b) {
                   std::fma(static_cast<float>(g), kGreenLuma, acc));
 }
 
+// Table lookups gather 8 bytes into one 8-byte store: a store per byte, each checked against the
+// table loads that follow it, runs at half the speed.
 void apply_table(RgbView img, const uint8_t* table) {
   const size_t n = static_cast<size_t>(img.width) * 3;
   for (int y = 0; y < img.height; ++y) {
     uint8_t* p = img.row(y);
-    for (size_t i = 0; i < n; ++i) p[i] = table[p[i]];
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t in, out = 0;
+      std::memcpy(&in, p + i, 8);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) out |= uint64_t{table[(in >> (8 * k)) & 255]} << (8 * k);
+      std::memcpy(p + i, &out, 8);
+    }
+    for (; i < n; ++i) p[i] = table[p[i]];
   }
 }
 
-// tables: 3 x 256, one per channel.
+// tables: 3 x 256, one per channel. (Gathering 24 bytes into three 8-byte stores, as
+// apply_table does, is slower here.)
 void apply_channel_tables(RgbView img, const uint8_t* tables) {
   const uint8_t* t0 = tables;
   const uint8_t* t1 = tables + 256;
