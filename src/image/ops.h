@@ -7,7 +7,7 @@
 // float32 arithmetic and the same rounding (`.to(torch.uint8)` truncates toward zero,
 // `.round_()` rounds half to even), so that the output agrees with torchvision within a mean
 // absolute difference <= 1 of 255, and for most operations exactly. tests/python/
-// test_vision_ops.py checks every one against torchvision itself.
+// test_vision_color_ops.py and test_vision_warp_ops.py check every one against torchvision.
 //
 // Images are interleaved RGB (HWC), 3 channels; torchvision's CHW tensor is another layout of the
 // same pixels. Parameters are validated by the transforms that draw them (transforms.h), not here:
@@ -92,7 +92,8 @@ void equalize(RgbView img);
 // F.invert.
 void invert(RgbView img);
 // F.gaussian_blur(kernel_size=[kernel_width, kernel_height], sigma=[sigma_x, sigma_y]), reflect
-// padding. REQUIRES: kernel sizes odd and positive, sigmas > 0.
+// padding. REQUIRES: kernel sizes odd and positive, sigmas > 0. Throws InvalidArgument, as
+// torchvision raises, when half a kernel is not smaller than the image's side it runs along.
 void gaussian_blur(RgbView img, int kernel_width, int kernel_height, double sigma_x,
                    double sigma_y, OpScratch& scratch);
 
