@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "engine/batch_mix_kernels.h"
 #include "image/convert.h"
 #include "stoker/errors.h"
 #include "stoker/loader.h"
@@ -257,6 +258,64 @@ TEST(BatchTransform, MixUpIsTorchvisionsFormulaInPlace) {
           }
         }
     }
+}
+
+// The float16 and bfloat16 arithmetic on every non-NaN value of the type, against the image
+// wing's rounding (src/image/convert.h: torch's round-to-nearest-even) and a plain decode: each
+// product rounded to the dtype, then the sum. float16 both ways: portable and F16C.
+TEST(BatchTransform, HalfPrecisionBlendsRoundAsTorchOnEveryValue) {
+  const auto decode = [](uint16_t x, DType dtype) -> float {
+    if (dtype == kBFloat16) return std::bit_cast<float>(uint32_t{x} << 16);
+    const uint32_t exponent = (x >> 10) & 0x1f, mantissa = x & 0x3ff;
+    const float v = exponent == 0x1f ? (mantissa ? NAN : INFINITY)
+                    : exponent == 0  ? mantissa * 0x1.0p-24f
+                                     : std::ldexp(1.0f + mantissa / 1024.0f, int(exponent) - 15);
+    return (x & 0x8000) ? -v : v;
+  };
+  const auto encode = [](float f, DType dtype) {
+    return dtype == kBFloat16 ? image::internal::float_to_bf16(f)
+                              : image::internal::float_to_half(f);
+  };
+  const auto is_nan = [](uint16_t x, DType dtype) {
+    return dtype == kBFloat16 ? (x & 0x7fff) > 0x7f80 : (x & 0x7fff) > 0x7c00;
+  };
+  struct Kernel {
+    DType dtype;
+    bool hardware;
+  };
+  std::vector<Kernel> kernels{{kFloat16, false}, {kBFloat16, false}};
+  if (internal::float16_hardware()) kernels.push_back({kFloat16, true});
+  for (const Kernel& k : kernels) {
+    // Every bit pattern as `own`, the patterns reversed as `previous`; NaNs become 1. An odd
+    // length, so the F16C loop's scalar tail runs too.
+    const size_t n = 65537;
+    std::vector<uint16_t> own(n), previous(n);
+    for (size_t e = 0; e < n; ++e) {
+      const auto x = static_cast<uint16_t>(e), y = static_cast<uint16_t>(~e);
+      own[e] = is_nan(x, k.dtype) ? encode(1.0f, k.dtype) : x;
+      previous[e] = is_nan(y, k.dtype) ? encode(1.0f, k.dtype) : y;
+    }
+    for (double lambda : {0.0, 0.3183098861837907, 0.5, 0.9999}) {
+      const float a = float(1 - lambda), b = float(lambda);
+      std::vector<uint16_t> got = own;
+      if (k.dtype == kBFloat16) {
+        internal::blend_bfloat16(got.data(), previous.data(), n, a, b);
+      } else {
+        internal::blend_float16(got.data(), previous.data(), n, a, b, k.hardware);
+      }
+      for (size_t e = 0; e < n; ++e) {
+        const uint16_t pa = encode(decode(previous[e], k.dtype) * a, k.dtype);
+        const uint16_t ob = encode(decode(own[e], k.dtype) * b, k.dtype);
+        const uint16_t want = encode(decode(pa, k.dtype) + decode(ob, k.dtype), k.dtype);
+        if (is_nan(want, k.dtype)) {  // inf - inf: any NaN
+          ASSERT_TRUE(is_nan(got[e], k.dtype)) << k.dtype.name() << " " << k.hardware;
+        } else {
+          ASSERT_EQ(got[e], want) << k.dtype.name() << (k.hardware ? " F16C" : "") << " own "
+                                  << own[e] << " previous " << previous[e] << " lambda " << lambda;
+        }
+      }
+    }
+  }
 }
 
 TEST(BatchTransform, CutMixPastesThePreviousImagesBox) {
