@@ -193,9 +193,11 @@ std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed
 using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // (indices, cycles) of batch b of an epoch with `repeats` copies of every sample (order.h).
-std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(
-    const BatchPlan& plan, bool shuffle, uint64_t seed, uint64_t epoch, uint64_t repeats,
-    uint64_t batch) {
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(const BatchPlan& plan,
+                                                                       bool shuffle, uint64_t seed,
+                                                                       uint64_t epoch,
+                                                                       uint64_t repeats,
+                                                                       uint64_t batch) {
   if (batch >= plan.num_batches())
     throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
                           std::to_string(plan.num_batches()) + " batches");
@@ -206,8 +208,8 @@ std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(
   const EpochOrder order(plan.num_samples() / repeats, shuffle, seed, epoch);
   std::vector<uint64_t> out(plan.batch_length(batch)), cycles(out.size());
   for (uint64_t s = 0; s < out.size(); ++s) {
-    const RepeatedPosition r = repeated_position(
-        plan.global_position(batch * plan.batch_size() + s), repeats, epoch);
+    const RepeatedPosition r =
+        repeated_position(plan.global_position(batch * plan.batch_size() + s), repeats, epoch);
     out[s] = order[r.position];
     cycles[s] = r.cycle;
   }
@@ -232,8 +234,8 @@ using Images = nb::ndarray<nb::device::cpu, nb::c_contig>;
 nb::object apply_batch_transform(const BatchTransform& t, const BatchMixParams& params,
                                  Images images, Labels labels) {
   if (images.ndim() != 4 || images.shape(0) != labels.shape(0) || labels.shape(0) == 0)
-    throw InvalidArgument("apply() takes a non-empty batch: images [n, 3, H, W] or [n, H, W, 3] "
-                          "and n labels");
+    throw InvalidArgument(
+        "apply() takes a non-empty batch: images [n, 3, H, W] or [n, H, W, 3] and n labels");
   const nb::dlpack::dtype d = images.dtype();
   const DType dtype{static_cast<DType::Code>(d.code), d.bits};
   FieldSpec spec{"image", dtype, {}};
@@ -247,12 +249,10 @@ nb::object apply_batch_transform(const BatchTransform& t, const BatchMixParams& 
   nb::capsule owner(soft, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
   BatchField image{static_cast<std::byte*>(images.data()), dtype, {n}, "image"};
   image.shape.insert(image.shape.end(), spec.shape.begin(), spec.shape.end());
-  const BatchField label{reinterpret_cast<std::byte*>(const_cast<int64_t*>(labels.data())),
-                         kInt64,
-                         {n},
-                         "label"};
-  const BatchField soft_label{reinterpret_cast<std::byte*>(soft->data()), kFloat32,
-                              {n, t.num_classes()}, "soft_label"};
+  const BatchField label{
+      reinterpret_cast<std::byte*>(const_cast<int64_t*>(labels.data())), kInt64, {n}, "label"};
+  const BatchField soft_label{
+      reinterpret_cast<std::byte*>(soft->data()), kFloat32, {n, t.num_classes()}, "soft_label"};
   {
     nb::gil_scoped_release release;
     t.apply(params, image, label, soft_label);
@@ -393,7 +393,8 @@ void register_engine(nb::module_& m) {
           "first_position",
           [](const BatchPlan& p, uint64_t b) {
             if (b >= p.num_batches())
-              throw InvalidArgument("batch " + std::to_string(b) + " is out of range: the plan has " +
+              throw InvalidArgument("batch " + std::to_string(b) +
+                                    " is out of range: the plan has " +
                                     std::to_string(p.num_batches()) + " batches");
             return p.first_position(b);
           },
@@ -589,8 +590,7 @@ void register_engine(nb::module_& m) {
       .def("draw", &BatchTransform::draw, nb::arg("seed"), nb::arg("epoch"), nb::arg("key"),
            nb::arg("height"), nb::arg("width"),
            "The parameters of the batch keyed by (seed, epoch, key), as the loader draws them.")
-      .def("apply", &apply_batch_transform, nb::arg("params"), nb::arg("images"),
-           nb::arg("labels"),
+      .def("apply", &apply_batch_transform, nb::arg("params"), nb::arg("images"), nb::arg("labels"),
            "Mixes `images` (a C-contiguous CPU array, [n, 3, H, W] or [n, H, W, 3]) in place by "
            "`params` and returns the soft labels of `labels` (int64 [n]): float32 [n, "
            "num_classes].");
