@@ -169,7 +169,7 @@ def test_random_choice_picks_with_p_and_the_loader_follows_the_draws(sample):
         assert same_outside == (params.kind == "CutMix") or params.lam == 1.0
 
 
-# ---- determinism -------------------------------------------------------------------------------
+# ---- determinism ---------------------------------------------------------------------------------
 
 def test_batches_are_bit_identical_whatever_num_workers_and_after_resume(sample):
     bt = B.RandomChoice([B.MixUp(alpha=0.8, num_classes=CLASSES),
@@ -231,7 +231,7 @@ def test_tar_shards_and_tables_mix_as_the_folder_does(sample):
         load(unlabelled, batch_transform=bt)
 
 
-# ---- the GPU path's code, on CPU tensors ----------------------------------------------------------
+# ---- the GPU path's code, on CPU tensors ---------------------------------------------------------
 
 class CpuCopyEngine:
     """The copy-engine protocol with the "device" being the CPU: copies are clones."""

@@ -63,7 +63,7 @@ def draws(loader, seed):
     return out
 
 
-# ---- accounting --------------------------------------------------------------------------------
+# ---- accounting ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -155,7 +155,7 @@ def test_one_repeat_is_todays_loader(sample):
     b.load_state_dict(old)
 
 
-# ---- resume ------------------------------------------------------------------------------------
+# ---- resume --------------------------------------------------------------------------------------
 
 def test_resume_mid_epoch_is_bit_identical_and_repeats_must_match(sample):
     ds = augmented(sample)
@@ -233,7 +233,7 @@ def test_elastic_resume_from_two_ranks_to_three_delivers_each_remaining_copy_onc
     assert sorted(extra) == sorted(first)
 
 
-# ---- orders with blocks ----------------------------------------------------------------------------
+# ---- orders with blocks --------------------------------------------------------------------------
 
 def test_tables_with_row_groups_repeat_each_row_in_their_block_order(tmp_path):
     pa = pytest.importorskip("pyarrow")
@@ -249,7 +249,7 @@ def test_tables_with_row_groups_repeat_each_row_in_their_block_order(tmp_path):
     assert twice == [i for i in once for _ in range(2)]
 
 
-# ---- what it refuses ---------------------------------------------------------------------------
+# ---- what it refuses -----------------------------------------------------------------------------
 
 def test_repeats_is_refused_where_it_cannot_hold(sample):
     arrays = stoker.ArrayDataset(np.arange(12), np.arange(12) % 2)

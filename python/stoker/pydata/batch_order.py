@@ -1,14 +1,15 @@
 """The one place where a Python dataset's batch order is computed.
 
 Without a sampler or batch_sampler: the engine's order (EpochOrder and BatchPlan through
-``_native.engine.batch_indices``): the same indices a native dataset with the same settings visits,
-``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as DistributedSampler
-splits it (with ``repeats``, a sample's copies at adjacent positions, each keyed by its cycle:
-``BatchPlan.repeated_draws``); an epoch resumed with another world size (elastic, see _state.py) starts its plan at
-global position ``origin``. With ``shuffle="stratified"`` or class weights: the engine's
-stratified order (``stratified``, a ``_native.engine.StratifiedPlan``, balance.py). With a ``sampler``
-or ``batch_sampler``: theirs, exactly as torch iterates them (a fresh iterator each epoch). An
-IterableDataset has no order: its workers' streams are the order.
+``_native.engine.batch_indices``): the same indices a native dataset with the same settings
+visits, ``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as
+DistributedSampler splits it (with ``repeats``, a sample's copies at adjacent positions, each
+keyed by its cycle: ``BatchPlan.repeated_draws``); an epoch resumed with another world size
+(elastic, see _state.py) starts its plan at global position ``origin``. With
+``shuffle="stratified"`` or class weights: the engine's stratified order (``stratified``, a
+``_native.engine.StratifiedPlan``, balance.py). With a ``sampler`` or ``batch_sampler``: theirs,
+exactly as torch iterates them (a fresh iterator each epoch). An IterableDataset has no order:
+its workers' streams are the order.
 """
 
 from __future__ import annotations
