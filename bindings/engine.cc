@@ -13,6 +13,9 @@
 // Weighted mixtures: the plan of one iteration (mixture.h), made by the front from the schedule
 // and the resume state, and given to Loader.iterate_mixture.
 //
+// Batch transforms (batch_transform.h): MixUp, CutMix and a random choice of them, given to Loader
+// (run by its workers) or drawn and applied from Python (the GPU path draws the same parameters).
+//
 // hash_key of random.h, and the loader's limits.
 #include "stoker/loader.h"
 
@@ -20,6 +23,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "stoker/batch_transform.h"
 #include "stoker/errors.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
@@ -143,6 +148,7 @@ nb::dict stats_dict(const LoaderStats& s) {
   d["memory_budget"] = s.memory_budget;
   d["batch_bytes"] = s.batch_bytes;
   d["worker_cpu_s"] = s.worker_cpu_seconds;
+  d["batch_transform_s"] = s.batch_transform_seconds;
   d["active_workers"] = s.active_workers;
   d["prefetch_factor_now"] = s.prefetch_factor;
   d["autotune_enabled"] = s.autotune;
@@ -185,6 +191,75 @@ std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed
 }
 
 using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// (indices, cycles) of batch b of an epoch with `repeats` copies of every sample (order.h).
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(const BatchPlan& plan,
+                                                                       bool shuffle, uint64_t seed,
+                                                                       uint64_t epoch,
+                                                                       uint64_t repeats,
+                                                                       uint64_t batch) {
+  if (batch >= plan.num_batches())
+    throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
+                          std::to_string(plan.num_batches()) + " batches");
+  if (repeats < 1 || plan.num_samples() % repeats != 0)
+    throw InvalidArgument("the plan's " + std::to_string(plan.num_samples()) +
+                          " positions are not repeats=" + std::to_string(repeats) +
+                          " copies of a dataset");
+  const EpochOrder order(plan.num_samples() / repeats, shuffle, seed, epoch);
+  std::vector<uint64_t> out(plan.batch_length(batch)), cycles(out.size());
+  for (uint64_t s = 0; s < out.size(); ++s) {
+    const RepeatedPosition r =
+        repeated_position(plan.global_position(batch * plan.batch_size() + s), repeats, epoch);
+    out[s] = order[r.position];
+    cycles[s] = r.cycle;
+  }
+  return {std::move(out), std::move(cycles)};
+}
+
+BatchMix::Kind parse_mix_kind(const std::string& s) {
+  if (s == "MixUp") return BatchMix::Kind::kMixUp;
+  if (s == "CutMix") return BatchMix::Kind::kCutMix;
+  throw InvalidArgument("a batch transform is \"MixUp\" or \"CutMix\", got \"" + s + "\"");
+}
+
+ImageLayout parse_image_layout(const std::string& s) {
+  if (s == "CHW") return ImageLayout::kCHW;
+  if (s == "HWC") return ImageLayout::kHWC;
+  throw InvalidArgument("layout must be \"CHW\" or \"HWC\", got \"" + s + "\"");
+}
+
+using Images = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+// Applies `params` to a batch held by Python (images mixed in place); returns the soft labels.
+nb::object apply_batch_transform(const BatchTransform& t, const BatchMixParams& params,
+                                 Images images, Labels labels) {
+  if (images.ndim() != 4 || images.shape(0) != labels.shape(0) || labels.shape(0) == 0)
+    throw InvalidArgument(
+        "apply() takes a non-empty batch: images [n, 3, H, W] or [n, H, W, 3] and n labels");
+  const nb::dlpack::dtype d = images.dtype();
+  const DType dtype{static_cast<DType::Code>(d.code), d.bits};
+  FieldSpec spec{"image", dtype, {}};
+  for (size_t i = 1; i < 4; ++i) spec.shape.push_back(static_cast<int64_t>(images.shape(i)));
+  t.check({spec, {"label", kInt64, {}}});
+  const bool chw = t.layout() == ImageLayout::kCHW;
+  if (params.x2 > spec.shape[chw ? 2 : 1] || params.y2 > spec.shape[chw ? 1 : 0])
+    throw InvalidArgument("the parameters were drawn for larger images");
+  const auto n = static_cast<int64_t>(labels.shape(0));
+  auto* soft = new std::vector<float>(static_cast<size_t>(n * t.num_classes()));
+  nb::capsule owner(soft, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  BatchField image{static_cast<std::byte*>(images.data()), dtype, {n}, "image"};
+  image.shape.insert(image.shape.end(), spec.shape.begin(), spec.shape.end());
+  const BatchField label{
+      reinterpret_cast<std::byte*>(const_cast<int64_t*>(labels.data())), kInt64, {n}, "label"};
+  const BatchField soft_label{
+      reinterpret_cast<std::byte*>(soft->data()), kFloat32, {n, t.num_classes()}, "soft_label"};
+  {
+    nb::gil_scoped_release release;
+    t.apply(params, image, label, soft_label);
+  }
+  const size_t shape[2] = {static_cast<size_t>(n), static_cast<size_t>(t.num_classes())};
+  return nb::ndarray<nb::numpy, float, nb::ndim<2>>(soft->data(), 2, shape, owner).cast();
+}
 
 // A plan that keeps the order of the epoch last asked for, so that asking for an epoch's batches
 // one at a time makes the epoch's O(classes) state once.
@@ -229,7 +304,8 @@ void register_engine(nb::module_& m) {
                        const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
                        uint64_t world_size, const std::string& on_error, int cpu_budget,
                        std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights,
-                       std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule) {
+                       std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule,
+                       uint64_t repeats, std::shared_ptr<BatchTransform> batch_transform) {
              LoaderOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -248,6 +324,8 @@ void register_engine(nb::module_& m) {
              if (!mixture_sizes.empty())
                o.mixture = std::make_shared<const MixtureOrder>(
                    mixture_order(std::move(mixture_sizes), mixture_schedule));
+             o.repeats = repeats;
+             o.batch_transform = std::move(batch_transform);
              return std::make_shared<Loader>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
@@ -256,7 +334,8 @@ void register_engine(nb::module_& m) {
            nb::arg("on_error"), nb::arg("cpu_budget") = 0, nb::arg("classes").none() = nb::none(),
            nb::arg("class_weights") = std::vector<double>{},
            nb::arg("mixture_sizes") = std::vector<uint64_t>{},
-           nb::arg("mixture_schedule") = Schedule{})
+           nb::arg("mixture_schedule") = Schedule{}, nb::arg("repeats") = 1,
+           nb::arg("batch_transform").none() = nb::none())
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
@@ -310,6 +389,21 @@ void register_engine(nb::module_& m) {
            "batches of this plan (num_samples when that finishes it).")
       .def("strided", &BatchPlan::strided, nb::arg("first"), nb::arg("step"),
            "The view whose batch j is this plan's batch first + j * step.")
+      .def(
+          "first_position",
+          [](const BatchPlan& p, uint64_t b) {
+            if (b >= p.num_batches())
+              throw InvalidArgument("batch " + std::to_string(b) +
+                                    " is out of range: the plan has " +
+                                    std::to_string(p.num_batches()) + " batches");
+            return p.first_position(b);
+          },
+          nb::arg("batch"),
+          "Batch `batch`'s first global position, unwrapped: the key of its batch transform.")
+      .def("repeated_draws", &repeated_draws, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
+           nb::arg("repeats"), nb::arg("batch"),
+           "(indices, cycles) of batch `batch` of an epoch of `repeats` copies of every sample "
+           "(the plan is over their positions): a copy's randomness is keyed by its cycle.")
       .def("indices", &indices, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
            nb::arg("batch"), "The sample indices of batch `batch` of the plan in `epoch`.");
 
@@ -455,6 +549,51 @@ void register_engine(nb::module_& m) {
       nb::call_guard<nb::gil_scoped_release>(),
       "(first_step, bases) of epoch `epoch` when every epoch before it ran whole with this "
       "schedule and world size.");
+
+  nb::class_<BatchMixParams>(m, "BatchMixParams")
+      .def_ro("choice", &BatchMixParams::choice)
+      .def_prop_ro("kind",
+                   [](const BatchMixParams& p) {
+                     return p.kind == BatchMix::Kind::kMixUp ? "MixUp" : "CutMix";
+                   })
+      .def_ro("lam", &BatchMixParams::lambda, "The Beta(alpha, alpha) draw.")
+      .def_ro("label_lam", &BatchMixParams::label_lambda,
+              "The labels' lambda: lam (MixUp), 1 - box area / image area (CutMix).")
+      .def_prop_ro(
+          "box",
+          [](const BatchMixParams& p) { return std::vector<int64_t>{p.x1, p.y1, p.x2, p.y2}; },
+          "CutMix's box (x1, y1, x2, y2): rows [y1, y2), columns [x1, x2).")
+      .def("__repr__", [](const BatchMixParams& p) {
+        std::string s = std::string(p.kind == BatchMix::Kind::kMixUp ? "MixUp" : "CutMix") +
+                        "(lam=" + std::to_string(p.lambda);
+        if (p.kind == BatchMix::Kind::kCutMix)
+          s += ", box=(" + std::to_string(p.x1) + ", " + std::to_string(p.y1) + ", " +
+               std::to_string(p.x2) + ", " + std::to_string(p.y2) +
+               "), label_lam=" + std::to_string(p.label_lambda);
+        return s + ")";
+      });
+
+  nb::class_<BatchTransform>(m, "BatchTransform")
+      .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& choices,
+                       int64_t num_classes, const std::string& layout) {
+             std::vector<BatchMix> mixes;
+             for (const auto& [kind, alpha, weight] : choices)
+               mixes.push_back({parse_mix_kind(kind), alpha, weight});
+             return std::make_shared<BatchTransform>(std::move(mixes), num_classes,
+                                                     parse_image_layout(layout));
+           }),
+           nb::arg("choices"), nb::arg("num_classes"), nb::arg("layout"),
+           "choices: [(\"MixUp\" or \"CutMix\", alpha, weight), ...] (one: that transform; "
+           "several: a random choice by weight); layout: \"CHW\" or \"HWC\".")
+      .def_prop_ro("num_classes", &BatchTransform::num_classes)
+      .def("__repr__", &BatchTransform::describe)
+      .def("draw", &BatchTransform::draw, nb::arg("seed"), nb::arg("epoch"), nb::arg("key"),
+           nb::arg("height"), nb::arg("width"),
+           "The parameters of the batch keyed by (seed, epoch, key), as the loader draws them.")
+      .def("apply", &apply_batch_transform, nb::arg("params"), nb::arg("images"), nb::arg("labels"),
+           "Mixes `images` (a C-contiguous CPU array, [n, 3, H, W] or [n, H, W, 3]) in place by "
+           "`params` and returns the soft labels of `labels` (int64 [n]): float32 [n, "
+           "num_classes].");
 
   m.def("hash_key", &hash_key, nb::arg("a"), nb::arg("b"), nb::arg("c"),
         "random.h's hash_key(a, b, c): 64 bits (on_error=\"skip\" draws replacements with it).");

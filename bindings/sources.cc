@@ -414,7 +414,10 @@ void register_sources(nb::module_& m) {
                }),
            nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"))
       .def_prop_ro("image_shape", [](const ImageSource& s) { return s.fields()[0].shape; })
-      .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); });
+      .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); })
+      .def_prop_ro("image_layout", [](const ImageSource& s) {
+        return s.layout() == image::Layout::kCHW ? "CHW" : "HWC";
+      });
 
   nb::class_<ChannelStatsSource, Source>(m, "ChannelStatsSource")
       .def(nb::new_([](std::shared_ptr<ImageFiles> files, uint64_t max_pixels) {

@@ -3,14 +3,26 @@
 //
 // Semantics
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
-//   shuffle, classes, class_weights; a mixture's plan), never on num_workers or prefetch depth:
-//   batch b of an epoch is bit-identical however it was produced. Batches are delivered in order.
+//   shuffle, repeats, classes, class_weights; a mixture's plan; the batch transform), never on
+//   num_workers or prefetch depth: batch b of an epoch is bit-identical however it was produced.
+//   Batches are delivered in order.
 // - Randomness: sample i of epoch e draws its randomness (augmentation) from (seed, e, i); in a
 //   stratified order from (seed, cycle, i), the draw's cycle through its class
 //   (StratifiedEpoch::batch), which is e without class weights, and differs between the
-//   repeats of an oversampled sample.
+//   repeats of an oversampled sample. With repeats = k, copy r of sample i draws from
+//   (seed, e * k + r, i) (order.h, repeated_position).
 //   In a mixture, sample j of source c is keyed by (mixture_source_seed(seed, c), k, j), k the
 //   source's own epoch (mixture.h).
+// - Repeats (repeated augmentation, DeiT's RASampler): with repeats = k every sample appears k
+//   times an epoch, at k consecutive positions of the epoch's global order (order.h), so the
+//   plan, num_batches() and resume positions count n * k samples. Not with a stratified order,
+//   class weights or a mixture (InvalidArgument).
+// - Batch transform (batch_transform.h): a batch whose samples all read is transformed by the
+//   worker thread that finished it (on_error's replacements included), before it is ready; the
+//   consumer's thread never runs it. Its parameters are keyed by (seed, epoch,
+//   plan.first_position(b)). The batch holds the source's fields, then the transform's
+//   "soft_label" field. A label outside the transform's classes fails the batch with a
+//   SampleError naming the sample (whatever on_error: it is a setting, not bad data).
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
 //   epoch; the state to resume from is three numbers. A job with another world size resumes the
 //   epoch from the global position the old job reached (BatchPlan::position_after) with a plan
@@ -42,6 +54,7 @@
 
 namespace stoker {
 
+class BatchTransform;
 class ClassGroups;
 struct MixtureOrder;
 class MixturePlan;
@@ -79,6 +92,11 @@ struct LoaderOptions {
   // iterate(epoch) plans epoch `epoch` as if every epoch before it ran whole with this order and
   // world size (MixturePlan::epoch_start); iterate() with a MixturePlan starts anywhere.
   std::shared_ptr<const MixtureOrder> mixture;
+  // Every sample this many times an epoch, each copy with its own randomness (see above). >= 1.
+  uint64_t repeats = 1;
+  // Run on every finished batch by the worker that finishes it (see above); its check() must
+  // accept the source's fields. Null: batches are the source's fields as read.
+  std::shared_ptr<const BatchTransform> batch_transform;
 };
 
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
@@ -132,6 +150,7 @@ struct LoaderStats {
   uint64_t memory_budget = 0;
   uint64_t batch_bytes = 0;       // one buffer
   double worker_cpu_seconds = 0;  // CPU time of worker threads producing batches
+  double batch_transform_seconds = 0;  // worker time spent in the batch transform
   // Online autotune (num_workers and/or prefetch_factor "auto"): the values in use now and the
   // controller's most recent decisions (bounded list, oldest first).
   bool autotune = false;
@@ -157,14 +176,15 @@ class Loader {
   // How every epoch is split into this rank's batches (options' batch_size, drop_last, rank and
   // world_size over the source's samples).
   const BatchPlan& plan() const;
-  // Samples per epoch on this rank, padding included.
+  // Samples per epoch on this rank, padding and repeats included.
   uint64_t samples_per_rank() const;
   // The options with every "auto" resolved to the value in use.
   const LoaderOptions& options() const;
   const Source& source() const;
   bool pinned() const;
 
-  // The samples that iterate(epoch) reads, batch after batch (without reading them).
+  // The samples that iterate(epoch) reads, batch after batch (without reading them); with
+  // repeats, each copy.
   std::vector<uint64_t> epoch_indices(uint64_t epoch) const;
 
   // Starts producing the batches of `epoch` from `start_batch` on.
@@ -172,7 +192,7 @@ class Loader {
   std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch = 0) const;
   // As above, with the batches `plan` describes instead of plan()'s: a plan that starts at a
   // global position (elastic resume), any rank and world size, or a strided view. Batch b of
-  // the iteration is plan's batch b. REQUIRES: plan.num_samples() == source().size(),
+  // the iteration is plan's batch b. REQUIRES: plan.num_samples() == source().size() * repeats,
   // plan.batch_size() == options().batch_size, start_batch <= plan.num_batches()
   // (InvalidArgument otherwise). A mixture loader lays out its own plan of `epoch` (its rank,
   // from the epoch's start): `plan` must be unstrided and start at 0; any other start is a

@@ -25,6 +25,13 @@
 // step: one of `step` producers that share a rank's epoch (Ray offload actors) takes every
 // step-th batch, and each of them iterates its view as an ordinary plan.
 //
+// Repeated augmentation (DeiT's RASampler; LoaderOptions::repeats = k): an epoch has n * k
+// global positions, split into ranks and batches by a BatchPlan of n * k samples; position p
+// holds copy p % k of the sample at position p / k of the epoch's order, so a sample's copies
+// sit at k consecutive positions (with torchrun's ranks, on different ranks), and copy r of an
+// epoch-e sample draws its randomness from cycle e * k + r in place of the epoch. k = 1 is the
+// plain order, keyed by the epoch.
+//
 // Thread safety: both types are immutable values, safe to share.
 #pragma once
 
@@ -32,6 +39,18 @@
 #include <span>
 
 namespace stoker {
+
+// A position of an epoch with `repeats` copies of every sample: the position in the order it
+// copies, and the cycle that keys the copy's randomness.
+struct RepeatedPosition {
+  uint64_t position;
+  uint64_t cycle;
+};
+// REQUIRES: repeats >= 1.
+constexpr RepeatedPosition repeated_position(uint64_t global_position, uint64_t repeats,
+                                             uint64_t epoch) {
+  return {global_position / repeats, epoch * repeats + global_position % repeats};
+}
 
 class EpochOrder {
  public:
@@ -78,6 +97,15 @@ class BatchPlan {
   // of batch b), already wrapped into [0, n). REQUIRES: k < num_batches() * batch_size() and
   // k % batch_size() < batch_length(k / batch_size()).
   uint64_t global_position(uint64_t k) const;
+
+  // The global position of batch b's first sample before it is wrapped into [0, n): start() +
+  // rank + (the unstrided batch number) * batch_size * world_size. It is distinct for every batch
+  // of every rank of a plan (padding included, where the wrapped positions repeat), and the same
+  // for the same batch of the same plan, however iterated: the key of a batch's own randomness
+  // (batch_transform.h). REQUIRES: b < num_batches().
+  uint64_t first_position(uint64_t b) const {
+    return start_ + rank_ + unstrided_batch(b) * batch_size_ * world_size_;
+  }
 
   // The global position up to which the epoch is consumed once every rank of this job has
   // delivered its first `batches` batches: start() + batches * batch_size * world_size, or

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import re
 
-from . import _native, balance
+from . import _native, balance, batch_transforms
 from .gpu import feed as _feed
 
 MAX_WORKERS = _native.engine.MAX_WORKERS
@@ -114,6 +114,8 @@ class Options:
     labels: object
     offload: object
     python: dict
+    repeats: int = 1  # every sample this many times an epoch (repeated augmentation)
+    batch_transform: object = None  # a batch_transforms.Spec, or None
     stratified: bool = False  # shuffle="stratified" or class_weights (set by check_order)
 
     def python_given(self):
@@ -129,7 +131,8 @@ class Options:
 
 def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
           memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
-          gpu_prefetch_bytes, class_weights, labels, offload, python):
+          gpu_prefetch_bytes, class_weights, labels, offload, python, repeats=1,
+          batch_transform=None):
     for key in python:
         if key not in PYTHON_ONLY:
             raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
@@ -153,6 +156,17 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
                          f"got {output!r}")
     cap = None if gpu_prefetch_bytes is None else parse_bytes(gpu_prefetch_bytes,
                                                               "gpu_prefetch_bytes")
+    if not is_int(repeats) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer (each sample this many times an "
+                         f"epoch), got {repeats!r}")
+    if offload is not None and repeats != 1:
+        raise ValueError("repeats is not supported with offload yet: load without offload")
+    spec = None
+    if batch_transform is not None:
+        spec = batch_transforms.parse(batch_transform)
+        if offload is not None:
+            raise ValueError("batch_transform is not supported with offload yet: load without "
+                             "offload")
     return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
                    pin_memory=pin_memory, memory_budget=budget, rank=rank,
@@ -160,7 +174,7 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
                    cpu_budget=cpu_budget, device=resolved,
                    gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
                    class_weights=class_weights, labels=labels, offload=offload,
-                   python=python)
+                   python=python, repeats=repeats, batch_transform=spec)
 
 
 def check_order(options, torch_semantics=False):

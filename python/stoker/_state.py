@@ -9,7 +9,9 @@ step, so what they consumed together is a prefix of the epoch's order,
 ``[0, plan.position_after(batch))``: a loader of any world size resumes from there, splitting
 what is left among its ranks with equal batch counts (``_native.engine.BatchPlan``, which states the
 padding rule). Loaded with the world size that saved it, a state resumes with the saved plan
-itself: the same batches, numbered as before.
+itself: the same batches, numbered as before. With ``repeats=k`` (repeated augmentation) an
+epoch's order has ``len(dataset) * k`` positions, a sample's k copies adjacent, and positions
+count them; the state records ``repeats``, which the loading loader must have too.
 
 A mixture (``stoker.Mixture``, docs/mixtures.md) adds ``"mixture"``: the optimizer step of the
 next batch, each source's stream position there (``draws``), and where the epoch's running plan
@@ -30,7 +32,9 @@ from . import _native
 
 VERSION = 2
 _READABLE = (1, 2)  # version 1: no "start" (always 0), no "order" (always the engine's)
-_MATCHING = ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "class_weights")
+_MATCHING = ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "repeats",
+             "class_weights")
+_DEFAULTS = {"repeats": 1}  # what a state saved before the key existed had
 
 
 class Cursor(list):
@@ -70,11 +74,18 @@ def num_samples(dataset):
         return None
 
 
-def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0):
+def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0, repeats=1):
     """The engine's plan of ``rank`` of ``world_size`` from global position ``start`` on
-    (``batch_size`` None, no automatic batching, plans batches of 1)."""
-    return _native.engine.BatchPlan(num_samples(dataset), batch_size if _is_int(batch_size) else 1,
-                             drop_last, rank, world_size, start)
+    (``batch_size`` None, no automatic batching, plans batches of 1), over the epoch's
+    ``len(dataset) * repeats`` positions (repeated augmentation: order.h)."""
+    return _native.engine.BatchPlan(num_samples(dataset) * repeats,
+                                    batch_size if _is_int(batch_size) else 1, drop_last, rank,
+                                    world_size, start)
+
+
+def repeats(loader):
+    """Copies of every sample an epoch (1 unless the loader repeats samples)."""
+    return getattr(loader, "repeats", 1)
 
 
 def plan(loader, start=0, world_size=None, rank=None):
@@ -82,7 +93,8 @@ def plan(loader, start=0, world_size=None, rank=None):
     position ``start`` on."""
     return batch_plan(loader.dataset, loader.batch_size, loader.drop_last,
                       loader.rank if rank is None else rank,
-                      loader.world_size if world_size is None else world_size, start)
+                      loader.world_size if world_size is None else world_size, start,
+                      repeats(loader))
 
 
 def weights_state(loader):
@@ -98,7 +110,8 @@ def config(loader):
     """What a state must match to be resumed by ``loader``."""
     return {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
             "drop_last": loader.drop_last, "num_samples": num_samples(loader.dataset),
-            "rank": loader.rank, "world_size": loader.world_size, "order": order_kind(loader),
+            "repeats": repeats(loader), "rank": loader.rank, "world_size": loader.world_size,
+            "order": order_kind(loader),
             "class_weights": weights_state(loader)}
 
 
@@ -151,14 +164,12 @@ def load(loader, state):
         raise ValueError(f"the state was saved by a loader ordered by "
                          f"{_ORDERS.get(saved_order, repr(saved_order))}, this loader is ordered "
                          f"by {_ORDERS[mine['order']]}")
-    for key in _MATCHING:
-        if state.get(key) != mine[key]:
-            raise ValueError(
-                f"the state was saved with {key}={state.get(key)!r} but this loader has "
-                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
+    _check_matching(state, mine)
     epoch, batch, start = state.get("epoch"), state.get("batch"), state.get("start", 0)
     old_world = state.get("world_size")
     n = mine["num_samples"]
+    if n is not None:
+        n *= mine["repeats"]  # the epoch's global positions
     if not (_is_int(epoch) and epoch >= 0 and _is_int(batch) and batch >= 0 and _is_int(start)
             and 0 <= start <= (n or 0) and _is_int(old_world) and old_world >= 1
             and (start == 0 or mine["order"] == "engine")):
@@ -189,6 +200,15 @@ def load(loader, state):
     if reached >= n:  # the old job finished the epoch
         return epoch + 1, 0, 0
     return epoch, 0, reached
+
+
+def _check_matching(state, mine):
+    for key in _MATCHING:
+        saved = state.get(key, _DEFAULTS.get(key))
+        if saved != mine[key]:
+            raise ValueError(
+                f"the state was saved with {key}={saved!r} but this loader has "
+                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
 
 
 # -- mixtures ---------------------------------------------------------------------------------------
@@ -263,11 +283,7 @@ def _load_mixture(loader, state, mine):
         got = saved.get("sources") if isinstance(saved, dict) else None
         raise ValueError(f"the state was saved by a Mixture of {got!r} (name: samples), this "
                          f"loader's is of {sources!r}")
-    for key in _MATCHING:
-        if state.get(key) != mine[key]:
-            raise ValueError(
-                f"the state was saved with {key}={state.get(key)!r} but this loader has "
-                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
+    _check_matching(state, mine)
 
     def counts(d):
         if not (isinstance(d, dict) and set(d) == set(m.names)

@@ -16,11 +16,13 @@ A producer is an object with this protocol (nothing else of it is used here):
   ``cursor`` (an _state.Cursor) starts, keeping ``cursor[1]`` at the batches it delivered;
 - ``knobs()``: the resolved num_workers, prefetch_factor, pin_memory and memory_budget;
 - ``stats()``: its counters (at least batches, samples, skipped, skipped_samples);
-- ``copy_engine(device)``: the engine that copies its batches to a GPU (None: torch's copy).
+- ``copy_engine(device)``: the engine that copies its batches to a GPU (None: torch's copy);
+- ``device_mixing`` (optional): a batch transform to run on the GPU after the copy
+  (gpu/batch_transform.py's DeviceMixing), or None.
 
 The loader builds the plan (class balance; the resume state of _state.py), wraps whatever the
-producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU, and builds ``stats()``
-and ``state_dict()`` in one place.
+producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU (with the producer's
+``device_mixing`` around it), and builds ``stats()`` and ``state_dict()`` in one place.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class DataLoader:
     """Batches of a dataset, produced ahead of the consumer.
 
     Every knob defaults to ``"auto"``. Batches depend only on (dataset, batch_size, shuffle, seed,
-    epoch, drop_last, rank, world_size): never on ``num_workers`` or ``prefetch_factor``.
+    epoch, drop_last, rank, world_size, repeats, batch_transform): never on ``num_workers`` or
+    ``prefetch_factor``.
 
     Args:
         dataset: a Stoker dataset (``ArrayDataset``, ``TokenDataset``, ``ImageFolder``,
@@ -94,6 +97,21 @@ class DataLoader:
             default the dataset's (``targets``, or the label array of an ArrayDataset).
         offload: a ``stoker.RayOffload``: batches are produced by Ray actors (see
             ``stoker.offload``), the same batches as here, bit for bit.
+        repeats: repeated augmentation (DeiT's RASampler): every sample ``repeats`` times an
+            epoch, at that many consecutive positions of the epoch's global order (so torchrun's
+            ranks get different copies), each copy with its own augmentation (copy r of epoch e
+            draws as "cycle" e * repeats + r). An epoch, len(loader) and the resume state count
+            ``len(dataset) * repeats`` samples; a state must be loaded with the same repeats.
+            Not with shuffle="stratified", class_weights, a Mixture, a sampler, an
+            IterableDataset or offload.
+        batch_transform: MixUp, CutMix or a RandomChoice of them (``stoker.batch_transforms``,
+            or torchvision.transforms.v2's, read from the objects), applied to every batch of
+            an image dataset with labels (ImageFolder, TarShards, TableDataset(image=...,
+            label=...)), which then yields ``(images, soft_labels)``: float32 one-hot labels of
+            ``num_classes`` mixed with the images' lambda. It runs in C++ on the worker thread
+            that finishes each batch, or with a ``device`` on the GPU after the copy (the same
+            parameters); one draw per batch from (seed, epoch, batch), so batches stay the same
+            whatever num_workers, and on resume. docs/recipes.md says what runs where.
         **python_options: torch's keywords for Python datasets (sampler, batch_sampler,
             collate_fn, worker_init_fn, timeout, persistent_workers, generator,
             multiprocessing_context, in_order, pin_memory_device) and Stoker's (worker_type,
@@ -108,11 +126,12 @@ class DataLoader:
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
                  gpu_prefetch_bytes=None, class_weights=None, labels=None, offload=None,
-                 **python_options):
+                 repeats=1, batch_transform=None, **python_options):
         options = _options.parse(
             batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
             memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
-            gpu_prefetch_bytes, class_weights, labels, offload, python_options)
+            gpu_prefetch_bytes, class_weights, labels, offload, python_options, repeats,
+            batch_transform)
         producer = _make_producer(dataset, options)
         self._producer = producer
         self._options = options
@@ -123,6 +142,8 @@ class DataLoader:
         self.on_error = on_error
         self.class_weights = class_weights
         self.offload = offload
+        self.repeats = repeats
+        self.batch_transform = batch_transform
         self._device = options.device
         self._engine = None  # the GPU copy engine (one copy stream), made at the first iteration
         self._gpu_stats = {}
@@ -217,9 +238,14 @@ class DataLoader:
         if self._engine is None:
             self._engine = self._producer.copy_engine(self._device) or \
                 _feed.CudaCopyEngine(self._device)
-        return _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
-                                self._options.gpu_prefetch_bytes, engine=self._engine,
+        engine = self._engine
+        mixing = getattr(self._producer, "device_mixing", None)  # a batch transform, on the GPU
+        if mixing is not None:
+            batches, engine = mixing.tag(batches, cursor), mixing.engine(engine)
+        feed = _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
+                                self._options.gpu_prefetch_bytes, engine=engine,
                                 cursor=cursor, stats=self._gpu_stats)
+        return feed if mixing is None else mixing.finish(feed)
 
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import warnings
 
@@ -42,6 +43,12 @@ class EngineOrdered:
             if o.stratified else []
         self.order_kind = "stratified" if self.classes is not None else \
             "mixture" if self.mixture is not None else "engine"
+        self.repeats = o.repeats
+        if o.repeats != 1 and self.order_kind != "engine":
+            raise ValueError(
+                'repeats is for the plain order (shuffle=True or False): shuffle="stratified", '
+                "class_weights and a Mixture lay out whole batches and key their draws by "
+                "cycles of their own")
 
     def attributes(self):
         o = self.options
@@ -86,10 +93,21 @@ class NativeProducer(EngineOrdered):
         if o.device is not None and _native.gpu.cuda_available():
             _native.gpu.cuda_set_host_device(o.device.index)  # pin with the device's own context
         super().__init__(dataset, o)
+        # A batch transform: in the workers for CPU batches, on the GPU after the copy otherwise.
+        self.device_mixing = None
+        mixing = _batch_transform(dataset, o.batch_transform)
+        if mixing is not None and o.device is not None:
+            from .gpu.batch_transform import DeviceMixing
+            self.device_mixing = DeviceMixing(
+                mixing, o.seed, dataset._cpu_source.image_layout, dataset._shape,
+                lambda cursor: _state.batch_plan(dataset, o.batch_size, o.drop_last, o.rank,
+                                                 o.world_size, cursor.start, o.repeats))
+            mixing = None
         self.loader = _native.engine.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
                                      o.drop_last, workers, prefetch, pin, o.memory_budget,
                                      o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
                                      classes=self.classes, class_weights=self.weights,
+                                     repeats=o.repeats, batch_transform=mixing,
                                      **self._mixture_order())
         if self.loader.pinned:
             _feed.install_fence_provider()
@@ -97,6 +115,9 @@ class NativeProducer(EngineOrdered):
         self.single = len(source.field_names) == 1
         # A dataset whose batches are not the fields as a tuple (a table's dict of columns).
         self.assemble = getattr(dataset, "_assemble_batch", None)
+        if mixing is not None:  # the engine appends the soft labels to the source's fields
+            names = list(source.field_names)
+            self.assemble = functools.partial(_mixed_batch, names.index("image"), len(names))
 
     def _mixture_order(self):
         """The engine's mixture order: the sizes, and the schedule of epoch 0's first step (the
@@ -125,7 +146,7 @@ class NativeProducer(EngineOrdered):
                                  self.torch, self.single, self.assemble)
         o = self.options
         plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
-                                 cursor.start) if cursor.start else None
+                                 cursor.start, o.repeats) if cursor.start else None
         return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan), cursor, self.torch,
                              self.single, self.assemble)
 
@@ -139,6 +160,32 @@ class NativeProducer(EngineOrdered):
 
     def shutdown(self):
         pass  # the engine's threads stop with their iterator
+
+
+def _mixed_batch(image, soft_label, fields):
+    """A mixed batch as the loader yields it: (images, soft labels)."""
+    return fields[image], fields[soft_label]
+
+
+def _batch_transform(dataset, spec):
+    """The engine's BatchTransform of ``spec`` (a batch_transforms.Spec) for ``dataset``, or
+    None without one; ValueError where the dataset's batches are not (images, labels)."""
+    if spec is None:
+        return None
+    image_source = getattr(dataset, "_cpu_source", None)
+    if not isinstance(image_source, _native.sources.ImageSource) or \
+            isinstance(dataset, Mixture):
+        raise ValueError(f"batch_transform={spec.name} mixes batches of (images, labels): it is "
+                         f"for ImageFolder, TarShards and TableDataset(image=..., label=...), "
+                         f"got {type(dataset).__name__}")
+    if getattr(dataset, "image", None) is not None and getattr(dataset, "label", "") is None:
+        raise ValueError(f"batch_transform={spec.name} needs labels: this TableDataset has "
+                         f"images but no label column (TableDataset(..., label=...))")
+    if spec.mixes_images and dataset._dtype == "uint8":
+        raise ValueError(f"batch_transform={spec.name}: MixUp blends images, which uint8 cannot "
+                         f"hold (torchvision's MixUp fails on uint8 too): make float images, "
+                         f'e.g. ToTensor(dtype="float32"), or use CutMix alone')
+    return spec.native(image_source.image_layout)
 
 
 class NativeBatches:

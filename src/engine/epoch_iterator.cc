@@ -66,6 +66,7 @@ class InlineIterator final : public EpochIterator {
     stall_since_.reset();
     auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
     st_->fill(*batch, plan_, order_, worker_.get(), 0, batch->length);
+    st_->transform(*batch, plan_, order_);
     st_->delivered(order_, *batch);
     *out = std::move(batch);
     return Status::kBatch;
@@ -92,8 +93,9 @@ class InlineIterator final : public EpochIterator {
 // by all workers at once (its latency is the batch's work divided among them, and an epoch's
 // last batch leaves no worker idle for long). Chunks are sized from the measured time per sample:
 // about kChunkSeconds of work, so slow samples (images) are shared one by one and fast ones
-// (array rows) keep whole batches per worker. A finished batch goes to its slot in a ring, and
-// the consumer takes them in order.
+// (array rows) keep whole batches per worker. The worker whose chunk completes a batch runs the
+// batch transform on it (outside the lock: other workers go on with later batches meanwhile).
+// A finished batch goes to its slot in a ring, and the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
   ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochSamples order,
@@ -323,7 +325,8 @@ class ThreadedIterator final : public EpochIterator {
     }
   }
 
-  // Fills one chunk (no lock held), then records it; the last chunk of a batch makes it ready.
+  // Fills one chunk (no lock held), then records it; the last chunk of a batch makes it ready,
+  // after the batch transform when there is one.
   void fill_chunk(const Chunk& c, WorkerState* worker) {
     std::exception_ptr error;
     uint64_t failed_at = UINT64_MAX;
@@ -339,6 +342,7 @@ class ThreadedIterator final : public EpochIterator {
     st_->worker_cpu_ns += thread_cpu_ns() - cpu_started;
     std::shared_ptr<Batch> dropped;  // a failed batch's buffer goes back outside the lock
     bool wake_consumer = false;
+    bool transform = false;  // this chunk completed a batch that the transform must finish
     {
       std::lock_guard lock(mu_);
       if (!error) {
@@ -354,10 +358,31 @@ class ThreadedIterator final : public EpochIterator {
         slot.error_at = failed_at;
       }
       if (slot.done == slot.batch->length) {
+        transform = !slot.error && st_->options.batch_transform;
         if (slot.error) dropped = std::move(slot.batch);
-        slot.ready = true;
-        wake_consumer = consumer_waiting_ && c.b == next_deliver_;
+        slot.ready = !transform;
+        wake_consumer = !transform && consumer_waiting_ && c.b == next_deliver_;
       }
+    }
+    if (transform) {
+      // Every sample is in: no other worker touches the batch, and the consumer waits for ready.
+      const auto started_transform = Clock::now();
+      const int64_t cpu_started_transform = thread_cpu_ns();
+      try {
+        st_->transform(*c.batch, plan_, order_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      busy_ns_ += elapsed_ns(started_transform);
+      st_->worker_cpu_ns += thread_cpu_ns() - cpu_started_transform;
+      std::lock_guard lock(mu_);
+      Slot& slot = ring_[c.b % ring_size_];
+      if (error) {
+        slot.error = error;
+        dropped = std::move(slot.batch);
+      }
+      slot.ready = true;
+      wake_consumer = consumer_waiting_ && c.b == next_deliver_;
     }
     if (wake_consumer) ready_.notify_one();
   }

@@ -38,7 +38,16 @@ LoaderOptions resolve(LoaderOptions o) {
     o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;
   if (o.pin_memory == PinMemory::kOn && !cuda_available())
     throw InvalidArgument("pin_memory=True needs a CUDA device; none was found");
+  if (o.repeats < 1) throw InvalidArgument("repeats must be a positive integer, got 0");
   return o;
+}
+
+// The global positions of an epoch: every sample `repeats` times.
+uint64_t epoch_positions(const Source& source, const LoaderOptions& o) {
+  if (o.repeats > 1 && source.size() > UINT64_MAX / 2 / o.repeats)
+    throw InvalidArgument("repeats=" + std::to_string(o.repeats) + " of " +
+                          std::to_string(source.size()) + " samples overflows an epoch");
+  return source.size() * std::max<uint64_t>(o.repeats, 1);
 }
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -73,13 +82,18 @@ std::string autotune_key_of(const Source& source, const LoaderOptions& o) {
 Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
     : source(std::move(src)),
       options(resolve(opts)),
-      plan(source->size(), options.batch_size, options.drop_last, options.rank,
+      plan(epoch_positions(*source, options), options.batch_size, options.drop_last, options.rank,
            options.world_size) {
   autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
   autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
   autotune_prefetch_now = options.prefetch_factor;
+  fields = source->fields();
+  if (options.batch_transform) {
+    mix_fields = options.batch_transform->check(fields);
+    fields.push_back(options.batch_transform->soft_label_field());
+  }
   size_t bytes = 0;
-  for (const FieldSpec& f : source->fields()) {
+  for (const FieldSpec& f : fields) {
     bytes = align_up(bytes, kFieldAlign);
     field_offsets.push_back(bytes);
     sample_bytes.push_back(f.sample_bytes());
@@ -102,6 +116,10 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     if (autotune_workers) autotune_active = start.workers;
     if (autotune_prefetch) autotune_prefetch_now = start.prefetch;
   }
+  if (options.repeats > 1 && (options.mixture || options.classes || !options.class_weights.empty()))
+    throw InvalidArgument(
+        "repeats is for the plain and block orders: a stratified order, class weights and a "
+        "mixture lay out whole batches, and their draws are keyed by cycles of their own");
   if (options.mixture) {
     if (options.classes || !options.class_weights.empty())
       throw InvalidArgument("a mixture cannot also be stratified or class-weighted");
@@ -147,7 +165,7 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
   batch->index = b;
   batch->length = plan.batch_length(b);
   batch->pinned = pool->kind() == MemoryKind::kPinned;
-  const auto& specs = source->fields();
+  const auto& specs = fields;
   batch->fields.reserve(specs.size());
   for (size_t f = 0; f < specs.size(); ++f) {
     BatchField field{buffer.get() + field_offsets[f], specs[f].dtype, {}, specs[f].name};
@@ -161,8 +179,12 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
 
 EpochSamples Loader::State::epoch_samples(uint64_t epoch,
                                           std::shared_ptr<const MixturePlan> mixture) const {
-  EpochSamples samples{
-      EpochOrder(source->size(), options.shuffle, options.seed, epoch), {}, {}, {}};
+  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch),
+                       {},
+                       {},
+                       {},
+                       epoch,
+                       options.repeats};
   if (blocks) samples.blocks.emplace(blocks->sizes, blocks->window, options.seed, epoch);
   if (stratified) samples.stratified = stratified->epoch(epoch);
   if (options.mixture && !mixture) {
@@ -199,7 +221,7 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
   std::vector<std::byte*> many;  // only for sources with more than 16 fields
-  const size_t nfields = batch.fields.size();
+  const size_t nfields = source->fields().size();  // the batch transform's field is not read
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   const uint64_t n = end - begin;
   std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
@@ -212,7 +234,8 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
   } else {
     const uint64_t first = batch.index * plan.batch_size() + begin;
     for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
-    samples.map(indices, indices);
+    if (samples.repeats > 1) cycles.resize(n);
+    samples.map(indices, indices, cycles);
   }
   // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
   // early, so that many memory accesses are in flight at once instead of one miss at a time.
@@ -231,6 +254,26 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
     }
   }
   read_ns += elapsed_ns(start);
+}
+
+void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochSamples& samples) {
+  const BatchTransform* t = options.batch_transform.get();
+  if (t == nullptr) return;
+  const auto start = std::chrono::steady_clock::now();
+  const BatchField& image = batch.fields[mix_fields.image];
+  const bool chw = t->layout() == ImageLayout::kCHW;
+  const BatchMixParams params = t->draw(options.seed, batch.epoch, plan.first_position(batch.index),
+                                        image.shape[chw ? 2 : 1], image.shape[chw ? 3 : 2]);
+  try {
+    t->apply(params, image, batch.fields[mix_fields.label], batch.fields.back());
+  } catch (const LabelOutOfRange& e) {
+    std::vector<uint64_t> indices(batch.length);
+    batch_indices(plan, samples, batch.index, indices);
+    const uint64_t index = indices[e.row()];
+    transform_ns += elapsed_ns(start);
+    throw SampleError(index, source->path(index), std::current_exception());
+  }
+  transform_ns += elapsed_ns(start);
 }
 
 void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
@@ -308,12 +351,14 @@ std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_ba
                                                const BatchPlan& plan) const {
   // Buffers hold batch_size samples of this source: a plan of other samples or batches would
   // overrun them.
-  if (plan.num_samples() != state_->source->size() ||
+  if (plan.num_samples() != state_->plan.num_samples() ||
       plan.batch_size() != state_->options.batch_size)
-    throw InvalidArgument("the plan is for " + std::to_string(plan.num_samples()) +
-                          " samples in batches of " + std::to_string(plan.batch_size()) +
-                          ", the loader's source has " + std::to_string(state_->source->size()) +
-                          " samples in batches of " + std::to_string(state_->options.batch_size));
+    throw InvalidArgument(
+        "the plan is for " + std::to_string(plan.num_samples()) + " samples in batches of " +
+        std::to_string(plan.batch_size()) + ", the loader's epochs have " +
+        std::to_string(state_->plan.num_samples()) + " samples (" +
+        std::to_string(state_->options.repeats) + " times the source's) in batches of " +
+        std::to_string(state_->options.batch_size));
   // A stratified order is laid out on the loader's own ranks and batches: its rows do not
   // survive a resume with another world size (an elastic start).
   if (state_->stratified && plan.start() != 0)
@@ -363,6 +408,7 @@ LoaderStats Loader::stats() const {
   out.memory_budget = s.options.memory_budget;
   out.batch_bytes = s.pool->buffer_bytes();
   out.worker_cpu_seconds = s.worker_cpu_ns * 1e-9;
+  out.batch_transform_seconds = s.transform_ns * 1e-9;
   out.autotune = s.autotune_workers || s.autotune_prefetch;
   {
     std::lock_guard lock(s.autotune_mu);

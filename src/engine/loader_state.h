@@ -10,6 +10,7 @@
 #include <stop_token>
 
 #include "engine/skip_policy.h"
+#include "stoker/batch_transform.h"
 #include "stoker/block_order.h"
 #include "stoker/loader.h"
 #include "stoker/mixture.h"
@@ -20,19 +21,31 @@ namespace stoker {
 
 // An epoch's order as an iterator keeps it: the plain permutation, the block-local one (a source
 // with blocks, shuffled), or one of the two that lay out whole batches: the stratified one or a
-// mixture's.
+// mixture's. With repeats, global positions are the repeated order's (order.h).
 struct EpochSamples {
   EpochOrder order;
   std::optional<BlockOrder> blocks;
   std::optional<StratifiedEpoch> stratified;
   std::shared_ptr<const MixturePlan> mixture;
+  uint64_t epoch = 0;
+  uint64_t repeats = 1;
 
   // Whether batches are laid out whole (batch_indices), not mapped from global positions.
   bool whole_batches() const { return stratified || mixture; }
 
-  // out[i] = the sample at global position positions[i] (not for an order of whole batches).
-  // `out` may be `positions`.
-  void map(std::span<const uint64_t> positions, std::span<uint64_t> out) const {
+  // out[i] = the sample at global position positions[i] (not for an order of whole batches);
+  // with repeats, cycles[i] (when not empty) = the cycle that keys its randomness. `out` may be
+  // `positions`. REQUIRES: equal sizes (cycles: or empty).
+  void map(std::span<const uint64_t> positions, std::span<uint64_t> out,
+           std::span<uint64_t> cycles = {}) const {
+    if (repeats > 1) {
+      for (size_t i = 0; i < positions.size(); ++i) {
+        const RepeatedPosition r = repeated_position(positions[i], repeats, epoch);
+        if (!cycles.empty()) cycles[i] = r.cycle;
+        out[i] = r.position;
+      }
+      positions = out;
+    }
     if (blocks) return blocks->map(positions, out);
     order.map(positions, out);
   }
@@ -115,6 +128,9 @@ struct Loader::State {
   std::optional<Source::Blocks> blocks;      // shuffled, unstratified, a source with blocks
   std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
   std::vector<size_t> sample_bytes;          // bytes of one sample of each field
+  std::vector<FieldSpec> fields;             // of a batch: the source's, then the transform's
+  // With options.batch_transform: the source's fields it reads (the soft labels are the last).
+  BatchTransform::Fields mix_fields;
   std::shared_ptr<BatchPool> pool;
 
   State(std::shared_ptr<const Source> source, const LoaderOptions& options);
@@ -138,6 +154,10 @@ struct Loader::State {
   void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples, WorkerState* worker,
             uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
 
+  // Runs the batch transform (if any) on `batch`, a batch of `plan` whose samples are all read.
+  // Throws SampleError for a label the transform has no class for.
+  void transform(Batch& batch, const BatchPlan& plan, const EpochSamples& samples);
+
   // Counts a batch of `samples`' order delivered to the consumer.
   void delivered(const EpochSamples& samples, const Batch& batch);
 
@@ -146,6 +166,7 @@ struct Loader::State {
   SkippedSamples skipped;
   std::atomic<int64_t> read_ns{0}, buffer_wait_ns{0}, consumer_wait_ns{0};
   std::atomic<int64_t> worker_cpu_ns{0};
+  std::atomic<int64_t> transform_ns{0};
 
   // Online autotune: which knobs were "auto", and the controller's values, carried from one
   // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.

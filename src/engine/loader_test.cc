@@ -7,10 +7,13 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
-#include "stoker/errors.h"
 #include "sources/faulty.h"
+#include "stoker/errors.h"
+#include "stoker/mixture.h"
+#include "stoker/order.h"
 #include "stoker/stratified_order.h"
 #include "test_threads.h"
 
@@ -549,6 +552,246 @@ TEST(Loader, StratifiedOptionsAreChecked) {
   o.classes = nullptr;
   o.class_weights = {1, 2};
   EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // weights without classes
+}
+
+// ---- repeats (repeated augmentation) ------------------------------------------------------------
+
+using Draw = std::pair<int64_t, int64_t>;  // (sample, the cycle that keyed it)
+
+std::vector<Draw> draws(const Batch& b) {
+  const auto* p = reinterpret_cast<const int64_t*>(b.fields[0].data);
+  std::vector<Draw> out;
+  for (uint64_t s = 0; s < b.length; ++s) out.emplace_back(p[2 * s], p[2 * s + 1]);
+  return out;
+}
+
+std::vector<std::vector<Draw>> drain_draws(EpochIterator& it) {
+  std::vector<std::vector<Draw>> out;
+  while (auto b = it.next()) out.push_back(draws(*b));
+  return out;
+}
+
+// What position q of a repeated epoch holds, from EpochOrder itself.
+Draw expected_draw(uint64_t n, uint64_t k, bool shuffle, uint64_t seed, uint64_t epoch,
+                   uint64_t q) {
+  const EpochOrder order(n, shuffle, seed, epoch);
+  return {static_cast<int64_t>(order[q / k]), static_cast<int64_t>(epoch * k + q % k)};
+}
+
+// Padding rule: DistributedSampler's over the n * k positions. Without drop_last every rank gets
+// ceil(n * k / world) positions and the last ranks wrap to the epoch's first positions (fewer
+// than world_size draws repeat); with drop_last, the ranks together take the first
+// floor(n * k / world) / batch_size * batch_size * world positions, each once.
+TEST(LoaderRepeats, EveryCopyOfEverySampleExactlyOnceAcrossRanksPaddingStated) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 120; ++trial) {
+    const uint64_t n = 1 + rng() % 60, k = 1 + rng() % 4, world = 1 + rng() % 4;
+    LoaderOptions o;
+    o.batch_size = 1 + rng() % 9;
+    o.drop_last = rng() % 2;
+    o.shuffle = rng() % 2;
+    o.seed = rng();
+    o.num_workers = static_cast<int>(rng() % 3);
+    o.world_size = world;
+    o.repeats = k;
+    const uint64_t epoch = rng() % 5;
+    std::multiset<Draw> got;
+    for (uint64_t r = 0; r < world; ++r) {
+      o.rank = r;
+      Loader loader(std::make_shared<KeySource>(n), o);
+      for (const auto& b : drain_draws(*loader.iterate(epoch))) got.insert(b.begin(), b.end());
+    }
+    const uint64_t positions = n * k;
+    const uint64_t per_rank = o.drop_last ? positions / world : (positions + world - 1) / world;
+    const uint64_t taken =
+        o.drop_last ? per_rank / o.batch_size * o.batch_size * world : per_rank * world;
+    std::multiset<Draw> want;
+    for (uint64_t q = 0; q < taken; ++q)
+      want.insert(expected_draw(n, k, o.shuffle, o.seed, epoch, q % positions));
+    ASSERT_EQ(got, want) << "trial " << trial;
+    if (!o.drop_last && positions % world == 0) {
+      std::map<int64_t, uint64_t> per_sample;
+      std::set<Draw> distinct(got.begin(), got.end());
+      for (const Draw& d : got) ++per_sample[d.first];
+      ASSERT_EQ(per_sample.size(), n);
+      for (auto [sample, count] : per_sample) ASSERT_EQ(count, k) << "sample " << sample;
+      ASSERT_EQ(distinct.size(), got.size()) << "a copy repeated its randomness";
+    }
+  }
+}
+
+TEST(LoaderRepeats, CopiesAreAdjacentInTheGlobalOrderAndGoToDifferentRanks) {
+  const uint64_t n = 50, k = 3;
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.seed = 5;
+  o.num_workers = 2;
+  o.repeats = k;
+  const std::vector<uint64_t> order = Loader(std::make_shared<KeySource>(n), o).epoch_indices(7);
+  ASSERT_EQ(order.size(), n * k);
+  std::set<uint64_t> seen;
+  for (uint64_t j = 0; j < n; ++j) {
+    for (uint64_t r = 1; r < k; ++r) ASSERT_EQ(order[j * k + r], order[j * k]);
+    seen.insert(order[j * k]);
+  }
+  EXPECT_EQ(seen.size(), n);  // the copies of one sample are together: a permutation of runs
+  // With as many ranks as copies, rank r holds copy r of every sample, at the same place.
+  o.world_size = k;
+  std::vector<std::vector<std::vector<Draw>>> ranks;
+  for (uint64_t r = 0; r < k; ++r) {
+    o.rank = r;
+    ranks.push_back(drain_draws(*Loader(std::make_shared<KeySource>(n), o).iterate(7)));
+  }
+  for (uint64_t b = 0; b < ranks[0].size(); ++b)
+    for (uint64_t s = 0; s < ranks[0][b].size(); ++s)
+      for (uint64_t r = 0; r < k; ++r) {
+        ASSERT_EQ(ranks[r][b][s].first, ranks[0][b][s].first);
+        ASSERT_EQ(ranks[r][b][s].second, static_cast<int64_t>(7 * k + r));
+      }
+}
+
+TEST(LoaderRepeats, OneRepeatIsThePlainOrderKeyedByTheEpoch) {
+  LoaderOptions o;
+  o.batch_size = 6;
+  o.shuffle = true;
+  o.seed = 3;
+  o.num_workers = 2;
+  o.world_size = 2;
+  o.rank = 1;
+  const auto plain = drain_draws(*Loader(std::make_shared<KeySource>(77), o).iterate(4));
+  o.repeats = 1;
+  EXPECT_EQ(drain_draws(*Loader(std::make_shared<KeySource>(77), o).iterate(4)), plain);
+  for (const auto& b : plain)
+    for (const Draw& d : b) ASSERT_EQ(d.second, 4);
+}
+
+TEST(LoaderRepeats, AnyWorkerCountAndAResumeGiveTheSameBatches) {
+  LoaderOptions o;
+  o.batch_size = 7;
+  o.shuffle = true;
+  o.seed = 8;
+  o.repeats = 3;
+  o.num_workers = 0;
+  const auto src = std::make_shared<KeySource>(40);
+  const auto full = drain_draws(*Loader(src, o).iterate(2));
+  ASSERT_EQ(full.size(), 18u);  // 120 positions in batches of 7
+  for (int workers : {1, 3}) {
+    o.num_workers = workers;
+    EXPECT_EQ(drain_draws(*Loader(src, o).iterate(2)), full);
+    const auto rest = drain_draws(*Loader(src, o).iterate(2, 11));
+    EXPECT_EQ(rest, decltype(full)(full.begin() + 11, full.end()));
+  }
+}
+
+// A job of 3 ranks goes on with the epoch where one of 2 ranks stopped: every (sample, copy) not
+// yet delivered comes exactly once, but for the new job's padding (fewer than 3 draws).
+TEST(LoaderRepeats, ElasticResumeDeliversEachRemainingCopyOnce) {
+  const uint64_t n = 37, k = 2;
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.seed = 13;
+  o.num_workers = 2;
+  o.repeats = k;
+  o.world_size = 2;
+  const auto src = std::make_shared<KeySource>(n);
+  std::multiset<Draw> before, after;
+  const uint64_t done = 5;
+  for (uint64_t r = 0; r < 2; ++r) {
+    o.rank = r;
+    auto it = Loader(src, o).iterate(1);
+    for (uint64_t b = 0; b < done; ++b) {
+      const auto d = draws(*it->next());
+      before.insert(d.begin(), d.end());
+    }
+  }
+  const uint64_t at = Loader(src, o).plan().position_after(done);
+  EXPECT_EQ(at, done * 4 * 2);
+  o.world_size = 3;
+  for (uint64_t r = 0; r < 3; ++r) {
+    o.rank = r;
+    Loader loader(src, o);
+    for (const auto& b : drain_draws(*loader.iterate(1, 0, BatchPlan(n * k, 4, false, r, 3, at))))
+      after.insert(b.begin(), b.end());
+  }
+  std::set<Draw> all;
+  for (uint64_t q = 0; q < n * k; ++q) all.insert(expected_draw(n, k, true, 13, 1, q));
+  ASSERT_EQ(before.size(), std::set<Draw>(before.begin(), before.end()).size());
+  std::set<Draw> remaining;
+  for (const Draw& d : all)
+    if (!before.count(d)) remaining.insert(d);
+  for (const Draw& d : remaining) ASSERT_EQ(after.count(d), 1u) << "lost or repeated";
+  // The rest is the new job's padding (34 positions left for 3 ranks: 12 each, 2 more), which
+  // wraps to the epoch's first positions.
+  EXPECT_EQ(after.size() - remaining.size(), 2u);
+  for (const Draw& d : after) {
+    if (!remaining.count(d)) {
+      EXPECT_TRUE(d == expected_draw(n, k, true, 13, 1, 0) ||
+                  d == expected_draw(n, k, true, 13, 1, 1));
+    }
+  }
+  // A plan of the source's samples, not the repeated epoch's, is refused.
+  EXPECT_THROW(Loader(src, o).iterate(1, 0, BatchPlan(n, 4, false, 0, 3)), InvalidArgument);
+}
+
+// A source whose samples live in blocks (a Parquet table's row groups), keyed as KeySource.
+class BlockKeySource final : public Source {
+ public:
+  BlockKeySource() : fields_{{"key", {DType::kInt, 64}, {2}}} {}
+  uint64_t size() const override { return 60; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  Blocks blocks() const override { return {{10, 20, 5, 25}, 2}; }
+  void read(const SampleKey& key, std::span<std::byte* const> slots, WorkerState*) const override {
+    const int64_t v[2] = {static_cast<int64_t>(key.index), static_cast<int64_t>(key.epoch)};
+    std::memcpy(slots[0], v, sizeof v);
+  }
+
+ private:
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(LoaderRepeats, SourcesWithBlocksKeepTheirOrderWithCopies) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.shuffle = true;
+  o.seed = 4;
+  o.num_workers = 2;
+  const auto src = std::make_shared<BlockKeySource>();
+  const std::vector<uint64_t> once = Loader(src, o).epoch_indices(2);
+  o.repeats = 2;
+  const auto batches = drain_draws(*Loader(src, o).iterate(2));
+  std::vector<Draw> flat;
+  for (const auto& b : batches) flat.insert(flat.end(), b.begin(), b.end());
+  ASSERT_EQ(flat.size(), 120u);
+  for (uint64_t j = 0; j < 60; ++j) {
+    // The block order's sample j, twice, keyed by cycles 4 and 5.
+    EXPECT_EQ(flat[2 * j], Draw(static_cast<int64_t>(once[j]), 4));
+    EXPECT_EQ(flat[2 * j + 1], Draw(static_cast<int64_t>(once[j]), 5));
+  }
+}
+
+TEST(LoaderRepeats, RejectsWhatItCannotHonour) {
+  LoaderOptions o;
+  o.repeats = 0;
+  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);
+  o.repeats = 2;
+  o.shuffle = true;
+  o.classes = std::make_shared<const ClassGroups>(std::vector<int64_t>(10, 0));
+  try {
+    Loader(std::make_shared<KeySource>(10), o);
+    ADD_FAILURE() << "repeats with a stratified order";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("repeats is for the plain and block orders"),
+              std::string::npos);
+  }
+  o.classes = nullptr;
+  o.mixture =
+      std::make_shared<const MixtureOrder>(MixtureOrder{{4, 6}, {MixturePhase{0, {1.0, 1.0}}}});
+  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);
+  o.mixture = nullptr;
+  o.repeats = uint64_t{1} << 62;
+  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);  // overflow
 }
 
 }  // namespace

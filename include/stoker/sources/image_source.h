@@ -58,6 +58,8 @@ class ImageSource final : public ImageFilesSource {
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
   std::unique_ptr<WorkerState> make_worker_state() const override;
+  // The layout of the "image" field (a batch transform needs to know which axes are H and W).
+  image::Layout layout() const { return pipeline_->layout(); }
 
  private:
   std::shared_ptr<const image::ImagePipeline> pipeline_;

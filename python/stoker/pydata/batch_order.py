@@ -1,13 +1,15 @@
 """The one place where a Python dataset's batch order is computed.
 
 Without a sampler or batch_sampler: the engine's order (EpochOrder and BatchPlan through
-``_native.engine.batch_indices``): the same indices a native dataset with the same settings visits,
-``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as DistributedSampler
-splits it; an epoch resumed with another world size (elastic, see _state.py) starts its plan at
-global position ``origin``. With ``shuffle="stratified"`` or class weights: the engine's
-stratified order (``stratified``, a ``_native.engine.StratifiedPlan``, balance.py). With a ``sampler``
-or ``batch_sampler``: theirs, exactly as torch iterates them (a fresh iterator each epoch). An
-IterableDataset has no order: its workers' streams are the order.
+``_native.engine.batch_indices``): the same indices a native dataset with the same settings
+visits, ``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as
+DistributedSampler splits it (with ``repeats``, a sample's copies at adjacent positions, each
+keyed by its cycle: ``BatchPlan.repeated_draws``); an epoch resumed with another world size
+(elastic, see _state.py) starts its plan at global position ``origin``. With
+``shuffle="stratified"`` or class weights: the engine's stratified order (``stratified``, a
+``_native.engine.StratifiedPlan``, balance.py). With a ``sampler`` or ``batch_sampler``: theirs,
+exactly as torch iterates them (a fresh iterator each epoch). An IterableDataset has no order:
+its workers' streams are the order.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class BatchOrder:
     batch_sampler: object = None  # torch's BatchSampler(sampler, ...) or the user's
     sampler: object = None  # with batch_size=None: one index (or key) a batch
     stratified: object = None  # a _native.engine.StratifiedPlan (shuffle="stratified", class_weights)
+    repeats: int = 1  # every sample this many times an epoch (the engine's order only)
 
     def __len__(self):
         return self.num_batches()
@@ -60,8 +63,9 @@ class BatchOrder:
             return len(self.sampler)
         if self.stratified is not None:
             return len(self.stratified)
-        return _native.engine.plan_num_batches(len(self.dataset), self.batch_size or 1, self.drop_last,
-                                        self.rank, self.world_size, origin)
+        return _native.engine.plan_num_batches(len(self.dataset) * self.repeats,
+                                               self.batch_size or 1, self.drop_last, self.rank,
+                                               self.world_size, origin)
 
     def batches(self, seed, epoch, start=0, origin=0):
         """(batch number, Draws) of the epoch from batch ``start`` on (of the plan that begins
@@ -78,6 +82,12 @@ class BatchOrder:
         elif self.stratified is not None:
             for b in range(start, len(self.stratified)):
                 yield b, Draws(*self.stratified.batch_draws(epoch, b))
+        elif self.repeats > 1:
+            plan = _native.engine.BatchPlan(len(self.dataset) * self.repeats,
+                                            self.batch_size or 1, self.drop_last, self.rank,
+                                            self.world_size, origin)
+            for b in range(start, len(plan)):
+                yield b, Draws(*plan.repeated_draws(self.shuffle, seed, epoch, self.repeats, b))
         else:
             n = len(self.dataset)
             bs = self.batch_size or 1

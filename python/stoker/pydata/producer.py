@@ -206,6 +206,16 @@ class PythonProducer:
         if stratified and batch_size is None:
             raise ValueError('shuffle="stratified" and class_weights need batch_size (batches '
                              'are what they balance)')
+        if o.batch_transform is not None:
+            raise ValueError(f"batch_transform={o.batch_transform.name} is for Stoker's image "
+                             f"datasets (ImageFolder, TarShards, TableDataset), whose batches the "
+                             f"engine makes; for a Python dataset, apply torchvision's MixUp or "
+                             f"CutMix to each batch (in collate_fn or the training loop)")
+        if o.repeats != 1 and (iterable or sampler is not None or batch_sampler is not None
+                               or stratified):
+            raise ValueError('repeats is for the engine\'s order (shuffle=True or False) of a '
+                             'map-style dataset: not with an IterableDataset, a sampler, a '
+                             'batch_sampler, shuffle="stratified" or class_weights')
         context = _context(py["multiprocessing_context"], num_workers)
         if isinstance(num_workers, int) and num_workers > 0:
             _warn_worker_count(num_workers)
@@ -269,7 +279,7 @@ class PythonProducer:
         self._order = None if iterable else BatchOrder(
             dataset, batch_size, shuffle, drop_last, rank, world_size,
             batch_sampler=batch_sampler, sampler=sampler if batch_sampler is None else None,
-            stratified=plan.plan if plan is not None else None)
+            stratified=plan.plan if plan is not None else None, repeats=o.repeats)
         self._shared_pool = None
         self._session = None  # the persistent workers, when there are
         self._policy = None
