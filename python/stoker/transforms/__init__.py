@@ -26,11 +26,13 @@ from ._compile import Compiled, compile_transform
 from ._geometry import (CenterCrop, Pad, RandomAffine, RandomCrop, RandomHorizontalFlip,
                         RandomResizedCrop, RandomRotation, RandomVerticalFlip, Resize)
 from ._output import Normalize, ToDtype, ToTensor
+from ..batch_transforms import CutMix, MixUp, RandomChoice  # DataLoader(batch_transform=...)
 
-__all__ = ["AutoAugment", "CenterCrop", "ColorJitter", "Compose", "GaussianBlur", "Normalize",
-           "Pad", "RandAugment", "RandomAffine", "RandomApply", "RandomCrop", "RandomErasing",
-           "RandomGrayscale", "RandomHorizontalFlip", "RandomResizedCrop", "RandomRotation",
-           "RandomVerticalFlip", "Resize", "ToDtype", "ToTensor", "TrivialAugmentWide"]
+__all__ = ["AutoAugment", "CenterCrop", "ColorJitter", "Compose", "CutMix", "GaussianBlur",
+           "MixUp", "Normalize", "Pad", "RandAugment", "RandomAffine", "RandomApply",
+           "RandomChoice", "RandomCrop", "RandomErasing", "RandomGrayscale",
+           "RandomHorizontalFlip", "RandomResizedCrop", "RandomRotation", "RandomVerticalFlip",
+           "Resize", "ToDtype", "ToTensor", "TrivialAugmentWide"]
 
 
 def _pipeline_spec(transform):
