@@ -1,5 +1,7 @@
-"""Vision training recipes: Stoker running torchvision's ImageNet reference transforms, against
-torch's DataLoader, DALI's CPU pipeline and FFCV, side by side.
+"""torchvision's ImageNet recipes: Stoker against torch's DataLoader, DALI CPU and FFCV.
+
+Stoker runs torchvision's reference transforms (the v2 pipeline object itself), side by side with
+the peers in one invocation.
 
 Recipes (torchvision's references/classification presets, as its "new recipe" trains ResNet-50:
 train crop 176, val resize 232 / crop 224):
