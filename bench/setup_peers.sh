@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Environments for the peers of bench/bench_images.py, one virtual environment each under
-# .venv-peers/ (never .venv, which `make test` uses). `make bench-peers` runs this; it is
-# idempotent (an environment whose stamp file exists is kept) and a peer that fails to install
-# is reported and skipped by the benchmark, not fatal.
+# Environments for the peers of bench/bench_images.py and bench/bench_recipes.py, one virtual
+# environment each under .venv-peers/ (never .venv, which `make test` uses). `make bench-peers`
+# runs this; it is idempotent (an environment whose stamp file exists is kept) and a peer that
+# fails to install is reported and skipped by the benchmark, not fatal.
+#
+#   bash bench/setup_peers.sh              every environment
+#   bash bench/setup_peers.sh dali ffcv    only those (and only the apt packages they need)
 #
 #   torchvision  torch DataLoader + torchvision transforms on Pillow, and torchdata.nodes
 #   pillow-simd  the same with Pillow-SIMD (built from source with AVX2)
 #   dali         NVIDIA DALI's CPU pipeline (nvidia-dali-cuda120, device_id=None)
 #   spdl         SPDL (FFmpeg decoding; Debian's FFmpeg libraries from apt)
 #   tfdata       tf.data (tensorflow-cpu)
+#   ffcv         FFCV (bench_recipes.py): built from its sdist against Debian's OpenCV and
+#                libturbojpeg (apt), with numba; the last attempt's log: .venv-peers/ffcv.log
 #   llm          the peers of bench/bench_llm.py: Grain (packing, mix), LitData
 #                (CombinedStreamingDataset), megatron-core (its IndexedDataset reader)
 #
@@ -82,23 +87,54 @@ env_llm() {
       megatron-core
 }
 
+env_ffcv() {
+  # FFCV 1.0.2's setup.py compiles libffcv against pkg-config's opencv4 and libturbojpeg (apt);
+  # its Python side needs numba, OpenCV's bindings and torch (the CPU build). Its sdist's
+  # metadata step already needs those headers, so the build runs without isolation. The build
+  # breaks in many ways (compiler, OpenCV's pkg-config name, numba against numpy): its whole
+  # output goes to .venv-peers/ffcv.log, kept for whoever reruns the attempt.
+  local log=$ROOT/ffcv.log
+  {
+    torch_cpu && $PIP numpy psutil pillow numba opencv-python pkgconfig setuptools wheel &&
+      $PIP --no-build-isolation ffcv==1.0.2
+  } >"$log" 2>&1 || { tail -n 25 "$log"; return 1; }
+}
+
+# apt packages of each environment (Debian 12 names): Pillow-SIMD's build, SPDL's FFmpeg 5.1,
+# FFCV's OpenCV and libturbojpeg headers.
+apt_packages() {
+  case $1 in
+  pillow-simd) echo build-essential libjpeg62-turbo-dev zlib1g-dev libpng-dev ;;
+  spdl) echo libavcodec59 libavformat59 libavfilter8 libavutil57 libswscale6 libswresample4 \
+    libavdevice59 ;;
+  ffcv) echo build-essential pkg-config libopencv-dev libturbojpeg0-dev ;;
+  esac
+}
+
+ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm)
+if [ $# -gt 0 ]; then NAMES=("$@"); else NAMES=("${ALL[@]}"); fi
+for name in "${NAMES[@]}"; do
+  case " ${ALL[*]} " in
+  *" $name "*) ;;
+  *) echo "unknown environment: $name (one of: ${ALL[*]})" >&2 && exit 2 ;;
+  esac
+done
+
 if command -v apt-get >/dev/null; then
-  # Pillow-SIMD's build and SPDL's FFmpeg (Debian 12: FFmpeg 5.1).
   need=()
-  for p in build-essential libjpeg62-turbo-dev zlib1g-dev libpng-dev libavcodec59 \
-    libavformat59 libavfilter8 libavutil57 libswscale6 libswresample4 libavdevice59; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  for name in "${NAMES[@]}"; do
+    [ -f "$ROOT/$name/.ok" ] && continue
+    for p in $(apt_packages "$name"); do
+      dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+    done
   done
   if [ ${#need[@]} -gt 0 ]; then
     log "apt: ${need[*]}"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") \
-      >/dev/null || log "apt-get failed: pillow-simd and spdl may not install"
+      >/dev/null || log "apt-get failed: ${NAMES[*]} may not install"
   fi
 fi
 
-make_env torchvision env_torchvision
-make_env pillow-simd env_pillow_simd
-make_env dali env_dali
-make_env spdl env_spdl
-make_env tfdata env_tfdata
-make_env llm env_llm
+for name in "${NAMES[@]}"; do
+  make_env "$name" "env_${name//-/_}"
+done
