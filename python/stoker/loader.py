@@ -245,6 +245,9 @@ class DataLoader:
         feed = _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
                                 self._options.gpu_prefetch_bytes, engine=engine,
                                 cursor=cursor, stats=self._gpu_stats)
+        output = getattr(self._producer, "device_output", None)  # ToTensor on the GPU
+        if output is not None:
+            feed = output.finish(feed, tagged=mixing is not None)
         return feed if mixing is None else mixing.finish(feed)
 
     def state_dict(self):

@@ -93,7 +93,13 @@ class NativeProducer(EngineOrdered):
         if o.device is not None and _native.gpu.cuda_available():
             _native.gpu.cuda_set_host_device(o.device.index)  # pin with the device's own context
         super().__init__(dataset, o)
-        # A batch transform: in the workers for CPU batches, on the GPU after the copy otherwise.
+        # device="cuda": an image transform that ends in a float ToTensor (and Normalize) has
+        # the workers write uint8 and converts on the GPU after the copy (gpu/output.py).
+        self.device_output = None
+        if o.device is not None and self._engine_factory is None:
+            variant = getattr(dataset, "_device_output", lambda: None)()
+            if variant is not None:
+                source, self.device_output = variant
         self.device_mixing = None
         mixing = _batch_transform(dataset, o.batch_transform)
         if mixing is not None and o.device is not None:
@@ -156,7 +162,10 @@ class NativeProducer(EngineOrdered):
         return self._engine_factory(device, self.options.on_error)
 
     def stats(self):
-        return self.loader.stats()
+        s = self.loader.stats()
+        if self.device_output is not None:
+            s["device_output"] = self.device_output.describe()
+        return s
 
     def shutdown(self):
         pass  # the engine's threads stop with their iterator

@@ -128,6 +128,31 @@ class _ImageDataset:
             x = t(x)
         return x
 
+    def _device_output(self):
+        """For ``device="cuda"``: ``(uint8 source, gpu.output.DeviceOutput)`` when the transform
+        ends in a float ToTensor (and Normalize) that can run on the GPU after the copy (see
+        stoker/gpu/output.py), else None."""
+        from ..gpu.output import DeviceOutput
+        from ..transforms import Normalize, ToTensor
+        c = self._compiled
+        if c is None or c.python or self.decode == "cuda":
+            return None
+        k = len(c.native)
+        while k > 0 and isinstance(c.native[k - 1], (ToTensor, Normalize)):
+            k -= 1
+        tail = c.native[k:]
+        if not tail or not isinstance(tail[0], ToTensor) or tail[0].dtype == "uint8" or any(
+                isinstance(t, ToTensor) for t in tail[1:]):
+            return None
+        to_tensor = tail[0]
+        norm = tail[1] if len(tail) > 1 else None
+        specs = [s for t in c.native[:k] for s in t._specs()]
+        specs.append(("ToTensor", {"dtype": "uint8", "layout": to_tensor.layout, "scale": True}))
+        source = _native.sources.ImageSource(self._files, specs, self.max_pixels)
+        return source, DeviceOutput(to_tensor.dtype, to_tensor.scale,
+                                    None if norm is None else norm.mean,
+                                    None if norm is None else norm.std, to_tensor.layout)
+
     def _transform_report(self):
         """What ran natively and what in Python, for ``stats()["transforms"]``."""
         return None if self._compiled is None else self._compiled.report()
