@@ -84,7 +84,12 @@ def run(label, cmd, report, env=None):
     # SIGINT at its default disposition in the lane: started in the background (nohup, `&`, some
     # CI runners) a process inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
     # handler, which the Ctrl-C tests need.
-    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": lane_tmp},
+    # torch (2.14) makes its compiler's cache directory, TMPDIR/torchinductor_<user>, when
+    # torchvision imports torch._dynamo: kept under build/ so that only the tests' own files are
+    # judged in TMPDIR.
+    inductor = os.path.join(ROOT, "build", "torchinductor")
+    rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": lane_tmp,
+                                             "TORCHINDUCTOR_CACHE_DIR": inductor},
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seconds = time.monotonic() - start
     left = leftovers(lane_tmp)

@@ -61,6 +61,8 @@ def _check_max_pixels(max_pixels):
 class _ImageDataset:
     """What ImageFolder and TarShards share: the native files, the transform and the source."""
 
+    _compiled = None  # the compiled transform (transforms/_compile.py); None without one
+
     def _init_source(self, files, transform, max_pixels, decode="cpu", paths=None):
         self._files = files
         self.transform = transform
