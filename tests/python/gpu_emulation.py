@@ -8,6 +8,22 @@ from stoker.gpu.feed import DeviceFeed
 from stoker import _native
 
 
+class CpuCopyEngine:
+    """The copy-engine protocol (gpu/feed.py) with the "device" being the CPU: copies are
+    clones. For the device paths' logic (batch transforms on the device, the output conversion)
+    without a GPU."""
+
+    def default_cap(self):
+        return 1 << 40
+
+    def copy(self, batch):
+        out = tuple(t.clone() for t in batch)
+        return out, None, sum(t.numel() * t.element_size() for t in out), []
+
+    def hand_over(self, gpu, event):
+        pass
+
+
 class EmulatedDecodeEngine:
     """The same copy-engine protocol with the GPU stage emulated on the CPU (its kernels' own code
     over host memory, libjpeg for nvJPEG): for tests and ``bench_gpu_decode.py --cpu-smoke``.

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stoker  # noqa: E402
+from gpu_emulation import CpuCopyEngine  # noqa: E402
 from stoker import _native, _state  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
@@ -232,20 +233,6 @@ def test_tar_shards_and_tables_mix_as_the_folder_does(sample):
 
 
 # ---- the GPU path's code, on CPU tensors ---------------------------------------------------------
-
-class CpuCopyEngine:
-    """The copy-engine protocol with the "device" being the CPU: copies are clones."""
-
-    def default_cap(self):
-        return 1 << 40
-
-    def copy(self, batch):
-        out = tuple(t.clone() for t in batch)
-        return out, None, sum(t.numel() * t.element_size() for t in out), []
-
-    def hand_over(self, gpu, event):
-        pass
-
 
 def test_the_gpu_path_gives_the_cpu_paths_batches(sample):
     bt = B.RandomChoice([B.MixUp(alpha=0.8, num_classes=CLASSES),

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stoker  # noqa: E402
+from gpu_emulation import CpuCopyEngine  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
 from stoker.cli.sample_data import make_sample  # noqa: E402
@@ -63,20 +64,6 @@ def test_what_cannot_move_stays_on_the_workers(sample):
     want, _ = ds._cpu_source.sample(0, 0, 0)
     got = convert_images(u8[None], "float32", False, output.mean, output.std, "CHW")[0]
     assert got.numpy().tobytes() == want
-
-
-class CpuCopyEngine:
-    """The copy-engine protocol with the "device" being the CPU: copies are clones."""
-
-    def default_cap(self):
-        return 1 << 40
-
-    def copy(self, batch):
-        out = tuple(t.clone() for t in batch)
-        return out, None, sum(t.numel() * t.element_size() for t in out), []
-
-    def hand_over(self, gpu, event):
-        pass
 
 
 class FakeDevice:
