@@ -7,6 +7,7 @@
 #include <sstream>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -133,7 +134,13 @@ __attribute__((target("avx,f16c"))) void blend_float16_f16c(uint16_t* own, const
 }  // namespace
 
 bool float16_hardware() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c"); "avx"
+  // also checks that the OS saves the YMM registers.
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
+  }();
   return has;
 }
 #else
