@@ -92,6 +92,7 @@ EOF
   echo "== GPU tests"
   "$py" -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$out/tests.xml" \
     tests/python/test_gpu.py tests/python/test_gpu_feed.py tests/python/test_gpu_decode.py \
+    tests/python/test_gpu_output.py tests/python/test_batch_transforms.py \
     > "$out/tests.log" 2>&1 || status=1
   tail -30 "$out/tests.log"
 

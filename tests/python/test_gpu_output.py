@@ -93,3 +93,18 @@ def test_the_device_path_gives_the_cpu_paths_batches(sample, monkeypatch, mixed)
     # The workers' buffers hold uint8 images: under the float16 images' own bytes.
     images = want[0][0]
     assert images.numel() <= stats["batch_bytes"] < images.numel() * images.element_size()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_cuda_batches_equal_the_cpu_paths(sample):
+    """On a GPU: uint8 over the copy, the conversion there; the batches are the CPU path's."""
+    for dtype in ("float32", "bfloat16"):
+        ds = stoker.ImageFolder(sample, transform=pipeline(dtype, "CHW"))
+        kw = dict(batch_size=4, shuffle=True, seed=3)
+        cpu = [(x.clone(), y.clone()) for x, y in stoker.DataLoader(ds, **kw)]
+        loader = stoker.DataLoader(ds, device="cuda", **kw)
+        gpu = [(x.cpu(), y.cpu()) for x, y in loader]
+        assert loader.stats()["device_output"].startswith("uint8 over the copy")
+        assert len(gpu) == len(cpu)
+        for (a, la), (b, lb) in zip(gpu, cpu):
+            assert torch.equal(a, b) and torch.equal(la, lb), dtype
