@@ -239,7 +239,12 @@ def dali_epochs(root):
             mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
         return images, labels
 
-    p = pipe()
+    return dali_epoch(pipe(), n_files)
+
+
+def dali_epoch(p, n_files):
+    """A built DALI pipeline's epoch over n_files samples: ceil(n_files / BATCH) batches, as
+    arrays (shared with bench_recipes.py)."""
     p.build()
     batches = math.ceil(n_files / BATCH)
 

@@ -63,7 +63,7 @@ REPO = HERE.parent
 PEERS = REPO / ".venv-peers"
 sys.path.insert(0, str(HERE))
 
-from bench_images import cores, samples_of, steady  # noqa: E402  (after the path)
+from bench_images import cores, dali_epoch, samples_of, steady  # noqa: E402  (after the path)
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -192,15 +192,7 @@ def dali_epochs(root, recipe):
                                           output_layout="CHW", mean=mean, std=std)
         return images, labels
 
-    p = train() if recipe == "train" else val()
-    p.build()
-    batches = math.ceil(n_files / BATCH)
-
-    def epoch():
-        for _ in range(batches):
-            images, labels = p.run()
-            yield images.as_array(), labels.as_array()
-    return epoch
+    return dali_epoch(train() if recipe == "train" else val(), n_files)
 
 
 def dali_erase(images):
