@@ -1,12 +1,13 @@
-"""Mean absolute difference between torchvision v2's PIL kernels and its tensor kernels (which Stoker matches), on
-skimage's photos center-cropped to 224: what a user running the reference recipe on PIL images
-sees against Stoker (docs/recipes.md quotes it).
+"""How far torchvision v2's PIL kernels are from its tensor kernels (which Stoker matches), on
+scikit-image's photos center-cropped to 224x224: what a user who runs a recipe on PIL images, as
+torchvision's reference script does, sees against Stoker (docs/recipes.md quotes it).
 
     .venv/bin/python tools/torchvision_backends.py
 """
-import numpy as np, torch
+import numpy as np
 from PIL import Image
 import skimage.data as d
+
 from torchvision.transforms.v2 import functional as F
 imgs = [Image.fromarray(f()).convert("RGB") for f in (d.astronaut, d.coffee, d.chelsea)]
 imgs = [F.center_crop(im, [224, 224]) for im in imgs]
