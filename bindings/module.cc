@@ -19,12 +19,14 @@ NB_MODULE(_native, m) {
   nb::module_ gpu = m.def_submodule("gpu", "The CUDA driver, batch fences, GPU JPEG decode");
   nb::module_ tuning = m.def_submodule("tuning", "The tuner and diagnosis");
   nb::module_ pydata = m.def_submodule("pydata", "Support for Python datasets");
+  nb::module_ remote = m.def_submodule("remote", "The shard cache of remote datasets");
   stoker::python::register_engine(engine);
   stoker::python::register_sources(sources);
   stoker::python::register_image(image);
   stoker::python::register_gpu(gpu);
   stoker::python::register_tuning(tuning);
   stoker::python::register_pydata(pydata);
+  stoker::python::register_remote(remote);
 #ifdef STOKER_TESTING
   nb::module_ testing = m.def_submodule("testing", "Test doubles and benchmark helpers");
   stoker::python::register_testing(testing);

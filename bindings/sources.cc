@@ -354,7 +354,9 @@ void register_sources(nb::module_& m) {
       .def_prop_ro("padded_tokens", &PackedTokenSource::padded_tokens,
                    "Padding tokens per epoch (the same every epoch).")
       .def_prop_ro("padding_fraction", &PackedTokenSource::padding_fraction)
-      .def_prop_ro("num_pieces", &PackedTokenSource::num_pieces);
+      .def_prop_ro("num_pieces", &PackedTokenSource::num_pieces)
+      .def_prop_ro("samples_per_shard", &PackedTokenSource::samples_per_shard,
+                   "Concat over a TokenCorpus: the samples whose first token is in each shard.");
 
   nb::class_<NpyFile>(m, "NpyFile",
                       "A .npy file mapped read-only (Stoker's own header parser). Pass it as an "

@@ -87,6 +87,10 @@ class Source {
     uint64_t window = 1;
   };
   virtual Blocks blocks() const { return {}; }
+  // Samples that live in shards (tar files, token files): their sizes, consecutive samples
+  // summing to size(). A loader with shuffle="shards" visits them in a striped BlockOrder.
+  // Empty: the source has no shards.
+  virtual Blocks shards() const { return {}; }
 };
 
 }  // namespace stoker

@@ -146,7 +146,28 @@ class NativeProducer(EngineOrdered):
         the loader's own)."""
         return self.loader.iterate(cursor_epoch, start_batch, plan)
 
+    def _schedule_remote(self, cursor):
+        """Tells a remote dataset's shard cache which shards this iteration reads, in order of
+        first use, so that they are fetched ahead (sources/remote.py)."""
+        remote = getattr(self.dataset, "_remote", None)
+        if remote is None:
+            return
+        o = self.options
+        position = cursor.start + cursor[1] * o.batch_size * o.world_size
+        block_shards = self.dataset._block_shards
+        blocks = self.loader.block_schedule(cursor[0], position)
+        if not blocks:  # no shard order: every shard, in order
+            blocks = range(len(block_shards))
+        seen, order = set(), []
+        for b in blocks:
+            for s in block_shards[b]:
+                if s not in seen:
+                    seen.add(s)
+                    order.append(s)
+        remote.schedule(order)
+
     def batches(self, cursor):
+        self._schedule_remote(cursor)
         if cursor.mixture is not None:
             return NativeBatches(self.loader.iterate_mixture(cursor.mixture, cursor[1]), cursor,
                                  self.torch, self.single, self.assemble)

@@ -12,6 +12,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "engine/mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -147,68 +148,8 @@ bool parse_label(const std::string& s, int64_t* out) {
   return true;
 }
 
-}  // namespace
-
-// --------------------------------------------------------------------------- ImageFolderFiles
-
-ImageFolderFiles::ImageFolderFiles(std::vector<std::pair<std::string, int64_t>> samples)
-    : samples_(std::move(samples)) {}
-
-void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
-  const std::string& p = samples_[i].first;
-  // O_NONBLOCK: a FIFO put in the file's place must fail at fstat below, not block the worker
-  // in open() forever (it does nothing to reads of a regular file).
-  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) throw IoError("cannot open " + p + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw IoError("cannot stat " + p + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw IoError("cannot read " + p + ": not a regular file");
-  const size_t n = static_cast<size_t>(st.st_size);
-  buffer.resize(n);
-  const size_t got = pread_full(fd.get(), buffer.data(), n, 0, p);
-  if (got != n) throw IoError("cannot read " + p + ": file shrank while being read");
-}
-
-// --------------------------------------------------------------------------- TarShardFiles
-
-TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
-    : shards_(std::move(shard_paths)) {
-  if (shards_.size() > std::numeric_limits<uint32_t>::max())
-    throw InvalidArgument("too many tar shards");
-  fds_.reserve(shards_.size());
-  try {
-    for (uint32_t s = 0; s < shards_.size(); ++s) {
-      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0)
-        throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
-      fds_.push_back(fd);
-      index_shard(s);
-    }
-  } catch (...) {
-    for (int fd : fds_) ::close(fd);
-    throw;
-  }
-}
-
-TarShardFiles::~TarShardFiles() {
-  for (int fd : fds_) ::close(fd);
-}
-
-std::string TarShardFiles::path(uint64_t i) const {
-  const Member& m = members_[i];
-  return shards_[m.shard] + ":" + m.name;
-}
-
-void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
-  const Member& m = members_[i];
-  buffer.resize(m.size);
-  const size_t got = pread_full(fds_[m.shard], buffer.data(), m.size, m.offset, path(i));
-  if (got != m.size) throw IoError("cannot read " + path(i) + ": the tar shard was truncated");
-}
-
-void TarShardFiles::index_shard(uint32_t s) {
-  const std::string& shard = shards_[s];
-  const int fd = fds_[s];
+std::vector<TarMember> index_tar(int fd, const std::string& shard) {
+  std::vector<TarMember> members;
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
@@ -340,8 +281,126 @@ void TarShardFiles::index_shard(uint32_t s) {
     if (!parse_label(g.label_text, &label))
       throw corrupt("member '" + g.label_name + "': invalid label '" + g.label_text +
                     "' (expected a decimal integer)");
-    members_.push_back({s, g.image_offset, g.image_size, label, g.image_name});
+    members.push_back({g.image_name, g.image_offset, g.image_size, label});
   }
+  return members;
+}
+
+}  // namespace
+
+// --------------------------------------------------------------------------- ImageFolderFiles
+
+ImageFolderFiles::ImageFolderFiles(std::vector<std::pair<std::string, int64_t>> samples)
+    : samples_(std::move(samples)) {}
+
+void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
+  const std::string& p = samples_[i].first;
+  // O_NONBLOCK: a FIFO put in the file's place must fail at fstat below, not block the worker
+  // in open() forever (it does nothing to reads of a regular file).
+  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) throw IoError("cannot open " + p + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw IoError("cannot stat " + p + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw IoError("cannot read " + p + ": not a regular file");
+  const size_t n = static_cast<size_t>(st.st_size);
+  buffer.resize(n);
+  const size_t got = pread_full(fd.get(), buffer.data(), n, 0, p);
+  if (got != n) throw IoError("cannot read " + p + ": file shrank while being read");
+}
+
+// --------------------------------------------------------------------------- TarShardFiles
+
+TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
+    : shards_(std::move(shard_paths)) {
+  if (shards_.size() > std::numeric_limits<uint32_t>::max())
+    throw InvalidArgument("too many tar shards");
+  fds_.reserve(shards_.size());
+  shard_samples_.reserve(shards_.size());
+  try {
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0)
+        throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
+      fds_.push_back(fd);
+      add_members(s, index_tar(fd, shards_[s]));
+    }
+  } catch (...) {
+    for (int fd : fds_) ::close(fd);
+    throw;
+  }
+}
+
+TarShardFiles::TarShardFiles(std::shared_ptr<ShardCache> cache,
+                             std::vector<std::vector<TarMember>> members)
+    : cache_(std::move(cache)) {
+  if (!cache_) throw InvalidArgument("TarShardFiles needs a shard cache");
+  if (members.size() != cache_->size())
+    throw InvalidArgument("TarShardFiles: an index for " + std::to_string(members.size()) +
+                          " shards, a cache of " + std::to_string(cache_->size()));
+  shards_.reserve(cache_->size());
+  shard_samples_.reserve(cache_->size());
+  for (uint32_t s = 0; s < cache_->size(); ++s) {
+    shards_.push_back(cache_->shard(s).url);
+    for (const TarMember& m : members[s])
+      if (m.offset > cache_->shard(s).size || m.size > cache_->shard(s).size - m.offset)
+        throw InvalidArgument("the index of tar shard " + shards_[s] + " puts member '" + m.name +
+                              "' past the shard's " + std::to_string(cache_->shard(s).size) +
+                              " bytes: the index is stale (rebuild it with `stoker index`)");
+    add_members(s, std::move(members[s]));
+  }
+}
+
+void TarShardFiles::add_members(uint32_t s, std::vector<TarMember> members) {
+  shard_samples_.push_back(members.size());
+  for (TarMember& m : members)
+    members_.push_back({s, m.offset, m.size, m.label, std::move(m.name)});
+}
+
+TarShardFiles::~TarShardFiles() {
+  for (int fd : fds_) ::close(fd);
+}
+
+std::string TarShardFiles::path(uint64_t i) const {
+  const Member& m = members_[i];
+  return shards_[m.shard] + ":" + m.name;
+}
+
+namespace {
+struct MemberCopy {
+  const std::byte* src;
+  size_t n;
+  std::byte* dst;
+};
+void copy_member(void* arg) {
+  const auto& c = *static_cast<const MemberCopy*>(arg);
+  std::memcpy(c.dst, c.src, c.n);
+}
+}  // namespace
+
+void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
+  const Member& m = members_[i];
+  buffer.resize(m.size);
+  if (cache_) {
+    const std::shared_ptr<const MappedFile> file = cache_->acquire(m.shard);
+    MemberCopy c{file->bytes().data() + m.offset, m.size, buffer.data()};
+    file->copy(copy_member, &c);
+    return;
+  }
+  const size_t got = pread_full(fds_[m.shard], buffer.data(), m.size, m.offset, path(i));
+  if (got != m.size) throw IoError("cannot read " + path(i) + ": the tar shard was truncated");
+}
+
+Source::Blocks TarShardFiles::shards() const {
+  Source::Blocks b;  // a shard without samples is no block
+  for (const uint64_t n : shard_samples_)
+    if (n > 0) b.sizes.push_back(n);
+  return b;
+}
+
+std::vector<TarMember> TarShardFiles::index_file(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) throw IoError("cannot open tar shard " + path + ": " + std::strerror(errno));
+  return index_tar(fd.get(), path);
 }
 
 }  // namespace stoker

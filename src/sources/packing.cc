@@ -1,5 +1,7 @@
 #include "stoker/sources/packing.h"
 
+#include "stoker/sources/token_corpus.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -108,9 +110,7 @@ struct PackedTokenSource::StreamIndex {
       const uint64_t length = docs.document_length(order[k]);
       pos += length;
       if (eos && k + 1 < n && length > 0) {
-        int64_t last = 0;
-        docs.read(order[k], length - 1, 1, &last);
-        pos += last != *eos;
+        pos += docs.last_token(order[k]) != *eos;
       }
     }
     starts[n] = pos;
@@ -495,6 +495,31 @@ void PackedTokenSource::read(const SampleKey& key, std::span<std::byte* const> s
     case Pack::kBestFit:
       return read_best_fit(key, slots);
   }
+}
+
+std::vector<uint64_t> PackedTokenSource::samples_per_shard() const {
+  const auto* corpus = dynamic_cast<const TokenCorpus*>(docs_.get());
+  if (options_.mode != Pack::kConcat || corpus == nullptr) return {};
+  // Concat's stream is the documents in corpus order: shard s's stream positions begin at its
+  // first document's start. Sample i starts at i * L.
+  const uint64_t L = options_.seq_len, S = corpus->num_shards();
+  std::vector<uint64_t> out;
+  out.reserve(S);
+  uint64_t first = 0;  // the first sample of the shard being counted
+  for (uint64_t s = 1; s <= S; ++s) {
+    const uint64_t start = corpus_index_->starts[corpus->shard_first_document(s)];
+    const uint64_t end = s == S ? size_ : std::min(size_, (start + L - 1) / L);
+    out.push_back(end > first ? end - first : 0);
+    first = std::max(first, end);
+  }
+  return out;
+}
+
+Source::Blocks PackedTokenSource::shards() const {
+  Blocks b;  // a shard without samples is no block
+  for (const uint64_t n : samples_per_shard())
+    if (n > 0) b.sizes.push_back(n);
+  return b;
 }
 
 void PackedTokenSource::read_concat(uint64_t index, std::span<std::byte* const> slots) const {

@@ -20,6 +20,7 @@ struct TokenCorpus::Shard {
   const std::byte* tokens = nullptr;  // the first token, inside the mapping
   DType dtype;
   uint64_t num_tokens = 0;
+  uint64_t data_offset = 0;     // remote shards: bytes before the first token in the file
   uint64_t first_token = 0;     // in the corpus's concatenation
   uint64_t first_document = 0;  // in the corpus's numbering
   // Ids read must be below this (as uint64, so that a negative one is above it); 0: unchecked.
@@ -155,7 +156,6 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& paths, DType token_dtyp
   // filled at their exact size: no growth, no slack left in them.
   shards_.reserve(paths.size());
   std::vector<std::vector<uint64_t>> ends(paths.size());  // per shard, from its first token
-  uint64_t documents = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     Shard& s = shards_.emplace_back();
     s.num_tokens = open_shard(s, paths[i], token_dtype, split_at, ends[i]);
@@ -167,8 +167,60 @@ TokenCorpus::TokenCorpus(const std::vector<std::string>& paths, DType token_dtyp
       s.id_limit = vocab_size;
     else if (s.dtype.code == DType::kInt)
       s.id_limit = uint64_t{1} << 63;  // negative ids only
-    documents += ends[i].size();
   }
+  index_documents(ends);
+}
+
+TokenCorpus::TokenCorpus(std::shared_ptr<ShardCache> cache, std::vector<RemoteShard> shards,
+                         uint64_t vocab_size)
+    : cache_(std::move(cache)), vocab_size_(vocab_size) {
+  if (!cache_) throw InvalidArgument("TokenCorpus needs a shard cache");
+  if (shards.empty()) throw InvalidArgument("TokenCorpus needs at least one shard, got none");
+  if (shards.size() != cache_->size())
+    throw InvalidArgument("TokenCorpus: " + std::to_string(shards.size()) +
+                          " shards, a cache of " + std::to_string(cache_->size()));
+  shards_.reserve(shards.size());
+  std::vector<std::vector<uint64_t>> ends(shards.size());
+  bool known_last = true;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    RemoteShard& r = shards[i];
+    const ShardCache::Shard& c = cache_->shard(static_cast<uint32_t>(i));
+    Shard& s = shards_.emplace_back();
+    s.path = c.url;
+    s.format = r.format;
+    s.dtype = r.dtype;
+    s.num_tokens = r.num_tokens;
+    s.data_offset = r.data_offset;
+    const uint64_t bytes = r.num_tokens * r.dtype.bytes();
+    if (r.data_offset > c.size || bytes > c.size - r.data_offset)
+      throw InvalidArgument("token shard " + c.url + ": " + std::to_string(r.num_tokens) + " " +
+                            r.dtype.name() + " tokens after " + std::to_string(r.data_offset) +
+                            " bytes do not fit its " + std::to_string(c.size) + " bytes");
+    if (r.num_tokens == 0) throw InvalidArgument("token shard " + c.url + " holds no tokens");
+    if (r.ends.empty()) r.ends.push_back(r.num_tokens);
+    if (!std::is_sorted(r.ends.begin(), r.ends.end()) || r.ends.back() != r.num_tokens)
+      throw InvalidArgument("token shard " + c.url +
+                            ": its document index does not end at its last token (stale index?)");
+    if (vocab_size != 0)
+      s.id_limit = vocab_size;
+    else if (s.dtype.code == DType::kInt)
+      s.id_limit = uint64_t{1} << 63;
+    if (!r.last_tokens.empty() && r.last_tokens.size() != r.ends.size())
+      throw InvalidArgument("token shard " + c.url + ": " + std::to_string(r.last_tokens.size()) +
+                            " last tokens for " + std::to_string(r.ends.size()) + " documents");
+    known_last &= !r.last_tokens.empty();
+    ends[i] = std::move(r.ends);
+  }
+  if (known_last) {
+    for (RemoteShard& r : shards)
+      last_tokens_.insert(last_tokens_.end(), r.last_tokens.begin(), r.last_tokens.end());
+  }
+  index_documents(ends);
+}
+
+void TokenCorpus::index_documents(std::vector<std::vector<uint64_t>>& ends) {
+  uint64_t documents = 0;
+  for (const auto& e : ends) documents += e.size();
   doc_start_.reserve(documents + 1);
   doc_shard_.reserve(documents);
   doc_start_.push_back(0);
@@ -235,10 +287,18 @@ uint64_t TokenCorpus::open_shard(Shard& s, const std::string& given, DType token
 }
 
 void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out) const {
-  const Shard& s = shards_[doc_shard_[d]];
+  const uint32_t shard = doc_shard_[d];
+  const Shard& s = shards_[shard];
   const uint64_t first = doc_start_[d] + offset - s.first_token;
-  TokenCopy c{s.tokens + first * s.dtype.bytes(), count, s.dtype, out};
-  s.file->copy(copy_tokens, &c);
+  if (cache_) {
+    const std::shared_ptr<const MappedFile> file = cache_->acquire(shard);
+    TokenCopy c{file->bytes().data() + s.data_offset + first * s.dtype.bytes(), count, s.dtype,
+                out};
+    file->copy(copy_tokens, &c);
+  } else {
+    TokenCopy c{s.tokens + first * s.dtype.bytes(), count, s.dtype, out};
+    s.file->copy(copy_tokens, &c);
+  }
   const uint64_t limit = s.id_limit;  // a local: `out` could alias the shard's fields
   if (limit == 0) return;
   const uint64_t t = first_bad_id(out, count, limit);
@@ -251,6 +311,11 @@ void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out
 }
 
 std::string TokenCorpus::path(uint64_t d) const { return shards_[doc_shard_[d]].path; }
+
+int64_t TokenCorpus::last_token(uint64_t d) const {
+  if (!last_tokens_.empty()) return last_tokens_[d];
+  return DocumentSet::last_token(d);
+}
 
 uint64_t TokenCorpus::document_at(uint64_t token) const {
   // The holder lies in [buckets_[b], buckets_[b + 1]]: the last document there that starts at or

@@ -31,6 +31,14 @@ class DocumentSet {
   virtual void read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out) const = 0;
   // The file document d lives in, for error messages; empty when there is none.
   virtual std::string path(uint64_t d) const = 0;
+  // The last token of document d (packing asks it of every document, to place separators): a
+  // remote corpus answers from its index without fetching the shard. REQUIRES: d <
+  // num_documents(), document_length(d) > 0.
+  virtual int64_t last_token(uint64_t d) const {
+    int64_t t = 0;
+    read(d, document_length(d) - 1, 1, &t);
+    return t;
+  }
 };
 
 }  // namespace stoker

@@ -4,7 +4,10 @@
 // - ImageFolderFiles: one file per sample, with the (path, class index) list supplied by the
 //   caller (the Python front applies torchvision's ImageFolder scan rules).
 // - TarShardFiles: WebDataset shards; an index of (shard, data offset, size, label) per sample is
-//   built once at construction, and read() is one pread into the member's bytes.
+//   built once at construction, and read() is one pread into the member's bytes. Remote shards
+//   (stoker.remote) come with their index (a sidecar written by `stoker index`, or built once from
+//   the cached shard) and a ShardCache: read() copies the member from the shard's cached mapping,
+//   waiting for the shard's fetch when it is not local yet.
 //
 // Contract:
 // - Thread safety: immutable after construction; every method may be called concurrently. read()
@@ -16,10 +19,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "stoker/shard_cache.h"
 #include "stoker/source.h"
 
 namespace stoker {
@@ -37,6 +42,8 @@ class ImageFiles {
   virtual void read(uint64_t i, std::vector<std::byte>& buffer) const = 0;
   // Files that live in blocks (rows of a Parquet file): see Source::blocks().
   virtual Source::Blocks blocks() const { return {}; }
+  // Files that live in shards (tar shards): see Source::shards().
+  virtual Source::Blocks shards() const { return {}; }
 };
 
 class ImageFolderFiles final : public ImageFiles {
@@ -53,6 +60,14 @@ class ImageFolderFiles final : public ImageFiles {
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
 
+// A sample of a tar shard: its image member and label.
+struct TarMember {
+  std::string name;  // member path of the image
+  uint64_t offset;   // of the data, in bytes from the start of the shard
+  uint64_t size;
+  int64_t label;
+};
+
 class TarShardFiles final : public ImageFiles {
  public:
   // Indexes every shard (ustar, GNU long names, pax `path=`). A sample is a WebDataset key (the
@@ -62,6 +77,10 @@ class TarShardFiles final : public ImageFiles {
   // shard (and member) for a truncated or corrupt tar, a key without an image or with no or an
   // invalid label.
   explicit TarShardFiles(std::vector<std::string> shard_paths);
+  // Remote shards: shard s is cache->shard(s) (its URL names it in messages), its samples are
+  // members[s] in order. Nothing is opened here. REQUIRES: members.size() == cache->size(); every
+  // member inside its shard's size (InvalidArgument naming the shard otherwise).
+  TarShardFiles(std::shared_ptr<ShardCache> cache, std::vector<std::vector<TarMember>> members);
   ~TarShardFiles() override;
   TarShardFiles(const TarShardFiles&) = delete;
   TarShardFiles& operator=(const TarShardFiles&) = delete;
@@ -71,21 +90,29 @@ class TarShardFiles final : public ImageFiles {
   std::string path(uint64_t i) const override;
   void read(uint64_t i, std::vector<std::byte>& buffer) const override;
 
+  Source::Blocks shards() const override;
+
   size_t num_shards() const { return shards_.size(); }
+  // The samples of the tar file at `path`, in member order (the index the first constructor
+  // builds for each shard; `stoker index` writes it beside a remote shard). Throws as above.
+  static std::vector<TarMember> index_file(const std::string& path);
 
  private:
   struct Member {
     uint32_t shard;
-    uint64_t offset;  // of the data, in bytes from the start of the shard
+    uint64_t offset;
     uint64_t size;
     int64_t label;
-    std::string name;  // member path of the image
+    std::string name;
   };
-  void index_shard(uint32_t shard);
+
+  void add_members(uint32_t shard, std::vector<TarMember> members);
 
   std::vector<std::string> shards_;
-  std::vector<int> fds_;
+  std::vector<int> fds_;                // local shards
+  std::shared_ptr<ShardCache> cache_;  // remote shards
   std::vector<Member> members_;
+  std::vector<uint64_t> shard_samples_;
 };
 
 }  // namespace stoker

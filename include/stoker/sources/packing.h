@@ -106,6 +106,12 @@ class PackedTokenSource final : public Source {
   PackedTokenSource& operator=(const PackedTokenSource&) = delete;
 
   uint64_t size() const override { return size_; }
+  // Concat packing over a TokenCorpus: a sample belongs to the shard holding its first token.
+  // Empty otherwise (document packings reorder documents across shards).
+  Blocks shards() const override;
+  // The samples of each of the corpus's shards, shards without any included (concat over a
+  // TokenCorpus; empty otherwise).
+  std::vector<uint64_t> samples_per_shard() const;
   const std::vector<FieldSpec>& fields() const override { return fields_; }
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;

@@ -19,6 +19,9 @@
 //   construction and its .idx is not kept.
 // Every shard's tokens are memory-mapped once, read-only, and shared by every thread; the bytes
 // are copied only by read(), under MappedFile's SIGBUS guard.
+// Remote shards (stoker.remote) are described up front (layout from a ranged read of the header,
+// documents from a Megatron .idx or a `stoker index` sidecar) and read through a ShardCache:
+// read() maps the shard's cached file, waiting for its fetch when it is not local yet.
 //
 // Memory: 12 bytes per document (its first token's position, uint64, and its shard, uint32) and
 // at most 4 more for document_at()'s table, so at most 16 bytes per document, plus a few hundred
@@ -47,6 +50,7 @@
 #include <vector>
 
 #include "stoker/dtype.h"
+#include "stoker/shard_cache.h"
 #include "stoker/sources/documents.h"
 
 namespace stoker {
@@ -63,6 +67,22 @@ class TokenCorpus final : public DocumentSet {
   // split_at, one pass over the flat shards' tokens.
   TokenCorpus(const std::vector<std::string>& paths, DType token_dtype,
               std::optional<uint64_t> split_at = std::nullopt, uint64_t vocab_size = 0);
+  // A remote shard: the cache's shard of the same number holds it.
+  struct RemoteShard {
+    Format format = Format::kRaw;
+    DType dtype;                // of its tokens
+    uint64_t data_offset = 0;   // bytes before the first token
+    uint64_t num_tokens = 0;
+    std::vector<uint64_t> ends;  // its documents' ends, in tokens from its start; empty: one
+    // Each document's last token, when known (packing with eos asks for them); empty: read
+    // from the shard when asked (which fetches it).
+    std::vector<int64_t> last_tokens;
+  };
+  // Remote shards, in corpus order, read through `cache` (shard s of the corpus is cache shard
+  // s). REQUIRES: shards.size() == cache->size(); each shard's tokens inside its size; ends
+  // ascending and ending at num_tokens (InvalidArgument naming the URL otherwise).
+  TokenCorpus(std::shared_ptr<ShardCache> cache, std::vector<RemoteShard> shards,
+              uint64_t vocab_size = 0);
   ~TokenCorpus() override;
   TokenCorpus(const TokenCorpus&) = delete;
   TokenCorpus& operator=(const TokenCorpus&) = delete;
@@ -72,6 +92,7 @@ class TokenCorpus final : public DocumentSet {
   uint64_t document_length(uint64_t d) const override { return doc_start_[d + 1] - doc_start_[d]; }
   void read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out) const override;
   std::string path(uint64_t d) const override;
+  int64_t last_token(uint64_t d) const override;
 
   // The position of document d's first token in the concatenation of all documents, in corpus
   // order. REQUIRES: d <= num_documents() (document_start(num_documents()) == num_tokens()). O(1).
@@ -98,7 +119,12 @@ class TokenCorpus final : public DocumentSet {
   static uint64_t open_shard(Shard& s, const std::string& path, DType token_dtype,
                              std::optional<uint64_t> split_at, std::vector<uint64_t>& ends);
 
+  // Fills doc_start_, doc_shard_ and the buckets from each shard's document ends.
+  void index_documents(std::vector<std::vector<uint64_t>>& ends);
+
   std::vector<Shard> shards_;
+  std::shared_ptr<ShardCache> cache_;  // remote shards only
+  std::vector<int64_t> last_tokens_;   // remote shards whose index has them: per document
   std::vector<uint64_t> doc_start_;  // num_documents() + 1 positions, the last num_tokens()
   std::vector<uint32_t> doc_shard_;  // per document
   // buckets_[b]: the document holding position b << bucket_shift_; one more entry, the last

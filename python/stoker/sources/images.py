@@ -8,6 +8,8 @@ count.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
 import warnings
@@ -18,6 +20,43 @@ from .. import _native
 from ..gpu import decode as gpu_decode
 from ..transforms import _compile
 from . import paths as _paths
+from . import remote as _remote_shards
+
+TAR_INDEX_SUFFIX = ".idx.json"  # a remote shard's sidecar index: `stoker index` writes it
+
+
+def tar_index_document(size, members):
+    """A tar shard's sidecar index: its size and samples (image member, data offset, size,
+    label)."""
+    return {"format": "stoker-tar-index", "version": 1, "size": size,
+            "samples": [list(m) for m in members]}
+
+
+def _remote_tar_index(remote):
+    """Per remote shard, its samples: from its sidecar index, else from the cache's, else by
+    downloading and indexing it (RemoteIndexWarning)."""
+    from .. import remote as _store
+    unindexed = []
+
+    def one(shard):
+        url = remote.urls[shard]
+        try:
+            doc = json.loads(remote.read(url + TAR_INDEX_SUFFIX))
+        except _store.RemoteNotFound:
+            doc = remote.load_derived(shard, "tar-index")
+        if doc is not None and doc.get("size") == remote.sizes[shard] and \
+                doc.get("format") == "stoker-tar-index":
+            return [tuple(m) for m in doc["samples"]]
+        unindexed.append(shard)
+        members = _native.remote.index_tar(remote.fetch(shard))
+        remote.save_derived(shard, "tar-index", tar_index_document(remote.sizes[shard], members))
+        return members
+
+    index = remote._map(one, range(len(remote.urls)))
+    if unindexed:
+        _remote_shards.warn_indexing("tar shards", len(unindexed), len(remote.urls),
+                                     "stoker index " + remote.urls[0].rsplit("/", 1)[0] + "/*.tar")
+    return index
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 
@@ -289,21 +328,50 @@ class TarShards(_ImageDataset):
     (``train-{000000..000127}.tar``, globs), or a list of these (stoker/sources/paths.py). The
     shards are indexed once, in C++; samples are in shard order, then
     member order. ``labels`` (also ``targets``) holds each sample's label.
+
+    Remote shards: URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://datasets/...``,
+    with the same patterns) stream through a disk cache (docs/remote.md): ``storage_options``
+    configure the client, ``cache_dir`` and ``cache_budget`` (bytes; default half the free disk
+    there) the cache. Each shard's index is read from ``<shard>.idx.json`` beside it (``stoker
+    index`` writes them); a shard without one is downloaded once at construction to index it
+    (the index is kept in the cache). A DataLoader with ``shuffle=True`` visits remote shards in
+    the shard order (``shuffle="shards"``).
     """
 
-    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
-        self.paths = _paths.expand(paths, "tar shard", (".tar",))
-        files = _native.sources.TarShardFiles(self.paths)
+    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", *,
+                 storage_options=None, cache_dir=None, cache_budget=None):
+        self._remote = None
+        if _remote_shards.is_remote(paths):
+            self.paths = _remote_shards.expand_shards(paths, storage_options)
+            self._remote = _remote_shards.RemoteShards(
+                self.paths, storage_options=storage_options, cache_dir=cache_dir,
+                cache_budget=cache_budget)
+            index = _remote_tar_index(self._remote)
+            files = _native.remote.tar_shard_files(self._remote.native, index)
+            counts = [len(members) for members in index]
+            self._block_shards = _remote_shards.block_shards_of([n for n in counts if n], counts)
+        else:
+            self.paths = _paths.expand(paths, "tar shard", (".tar",))
+            files = _native.sources.TarShardFiles(self.paths)
+        self._remote_options = (storage_options, cache_dir, cache_budget)
         self.labels = list(files.labels)
         self.targets = self.labels
         self._init_source(files, transform, max_pixels, decode)
+
+    @property
+    def default_shuffle(self):
+        """What ``shuffle=True`` means for this dataset: the shard order for remote shards."""
+        return "shards" if self._remote is not None else True
 
     def path(self, index):
         """``shard.tar:member`` of sample ``index``."""
         return self._files.path(self._index(index))
 
     def __reduce__(self):  # pickled as its spec: the shards are indexed again where unpickled
-        return rebuild_quietly, (TarShards, self.paths, self.transform, self.max_pixels)
+        storage_options, cache_dir, cache_budget = self._remote_options
+        make = functools.partial(TarShards, storage_options=storage_options, cache_dir=cache_dir,
+                                 cache_budget=cache_budget)
+        return rebuild_quietly, (make, self.paths, self.transform, self.max_pixels)
 
     def _extra_repr(self):
         return [f"Shards: {len(self.paths)}"]

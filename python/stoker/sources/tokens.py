@@ -3,6 +3,7 @@ packed by C++ threads (include/stoker/sources/token_corpus.h, packing.h)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from .. import _native
 from .._extras import require
 from . import paths as _paths
+from . import remote as _remote_shards
 from .samples import read_sample
 
 PACK_MODES = ("concat", "document", "best_fit")
@@ -36,6 +38,102 @@ def _shards(paths):
             seen.add(path)
             shards.append(path)
     return shards
+
+
+TOKEN_INDEX_SUFFIX = ".idx.json"  # a remote flat shard's documents: `stoker index --eos` writes it
+_HEAD_BYTES = 4096  # enough for an llm.c header (1024) or a .npy header
+
+
+def _remote_shard_urls(urls, storage_options):
+    """The data URLs of remote token shards: a Megatron pair (named by its .idx, or a .bin with
+    an .idx beside it) by its .bin, each once; flat files as they are."""
+    from .. import remote
+    out, seen = [], set()
+    for url in urls:
+        stem, suffix = os.path.splitext(url)
+        if suffix == ".idx":
+            url = stem + ".bin"
+        elif suffix == ".bin":
+            try:
+                remote.Store.for_url(url, storage_options).head(stem + ".idx")
+            except remote.RemoteNotFound:
+                pass
+        if url not in seen:
+            seen.add(url)
+            out.append(url)
+    return out
+
+
+def _remote_token_shards(shards, dtype, eos, need_documents):
+    """Per remote shard, (format, dtype, data offset, tokens, document ends, last tokens) for
+    ``_native.remote.token_corpus``, from ranged reads (a flat file's header and last token; a
+    Megatron .idx whole). Flat shards are one document each unless ``need_documents`` (document
+    packing with eos): then their documents come from a sidecar ``<url>.idx.json``, or the cache's,
+    or by downloading the shard once (RemoteIndexWarning)."""
+    from .. import remote
+    unindexed = []
+
+    def one(i):
+        url, size = shards.urls[i], shards.sizes[i]
+        stem = url[:-4] if url.endswith(".bin") else None
+        if stem is not None:
+            try:
+                idx = shards.read(stem + ".idx")
+            except remote.RemoteNotFound:
+                idx = None
+            if idx is not None:
+                path = shards.derived_path(i, "megatron.idx")
+                with open(path + f".{os.getpid()}", "wb") as f:
+                    f.write(idx)
+                os.replace(path + f".{os.getpid()}", path)
+                tdtype, offset, tokens, ends = _native.remote.megatron_index(path, size, url)
+                return ("megatron", tdtype, offset, tokens, ends, [])
+        head = shards.read(url, 0, min(size, _HEAD_BYTES))
+        fmt, offset, tokens = _native.remote.token_file_layout(head, size, dtype, url)
+        width = 2 if dtype == "uint16" else 4
+        last = shards.read(url, offset + (tokens - 1) * width, offset + tokens * width) \
+            if tokens else b"\0" * width
+        last_token = int.from_bytes(last, "little")
+        if not need_documents:
+            return (fmt, dtype, offset, tokens, [], [last_token])
+        doc = None
+        try:
+            doc = json.loads(shards.read(url + TOKEN_INDEX_SUFFIX))
+        except remote.RemoteNotFound:
+            doc = shards.load_derived(i, f"token-index-{eos}")
+        if not (doc and doc.get("size") == size and doc.get("eos") == eos):
+            unindexed.append(i)
+            doc = token_index_document(shards.fetch(i), size, dtype, eos)
+            shards.save_derived(i, f"token-index-{eos}", doc)
+        return (fmt, dtype, offset, tokens, doc["ends"], doc["last_tokens"])
+
+    out = shards._map(one, range(len(shards.urls)))
+    if unindexed:
+        _remote_shards.warn_indexing("token shards", len(unindexed), len(shards.urls),
+                                     f"stoker index --eos {eos} " + shards.urls[0])
+    return out
+
+
+def _token_block_shards(source, corpus, seq_len):
+    """For each block of the shard order (a shard with samples), the shards its samples read:
+    its own and, where its last window runs past its end, the next ones."""
+    counts = list(source.samples_per_shard)
+    if not counts:
+        return [list(range(corpus.num_shards))]
+    blocks = _remote_shards.block_shards_of([n for n in counts if n], counts)
+    last = len(counts) - 1
+    return [b + [b[-1] + 1] if b[-1] < last else b for b in blocks]
+
+
+def token_index_document(path, size, dtype, eos):
+    """The documents of the flat token file at ``path`` split after each ``eos``: a sidecar
+    index ``{"format", "size", "eos", "ends", "last_tokens"}``."""
+    corpus = _native.sources.TokenCorpus([path], dtype, split_at=eos)
+    n = corpus.num_documents
+    ends = [corpus.document_start(d + 1) for d in range(n)]
+    last = [int(corpus.document(d)[-1]) for d in range(n)]
+    return {"format": "stoker-token-index", "version": 1, "size": size, "eos": eos,
+            "ends": ends, "last_tokens": last}
 
 
 def _column_documents(source, column, vocab_size):
@@ -129,7 +227,8 @@ class TokenDataset:
 
     def __init__(self, path, dtype="uint16", seq_len=None, *, pack="concat", eos=None,
                  vocab_size=None, shuffle_documents=True, loss_mask=False, label_ignore=-100,
-                 max_segments=None, column=None):
+                 max_segments=None, column=None, storage_options=None, cache_dir=None,
+                 cache_budget=None):
         if dtype not in ("uint16", "uint32"):
             raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
@@ -147,7 +246,15 @@ class TokenDataset:
             self._table_source = path
             self.paths = list(_paths.expand(path, "table file")) if isinstance(
                 path, (str, os.PathLike, list, tuple)) else []
-        else:
+        self._remote = None
+        self._remote_options = (storage_options, cache_dir, cache_budget)
+        if column is None and _remote_shards.is_remote(path):
+            self.paths = _remote_shard_urls(_remote_shards.expand_shards(path, storage_options),
+                                            storage_options)
+            self._remote = _remote_shards.RemoteShards(
+                self.paths, storage_options=storage_options, cache_dir=cache_dir,
+                cache_budget=cache_budget)
+        elif column is None:
             self.paths = _shards(path)
         self.path = self.paths[0] if len(self.paths) == 1 else self.paths
         self.dtype = dtype
@@ -165,6 +272,12 @@ class TokenDataset:
         if column is not None:
             self._corpus, name = _column_documents(path, column, vocab_size)
             self.formats = ["table"]
+        elif self._remote is not None:
+            shards = _remote_token_shards(self._remote, dtype, eos,
+                                          need_documents=eos is not None and pack != "concat")
+            self._corpus = _native.remote.token_corpus(self._remote.native, shards,
+                                                       vocab_size or 0)
+            self.formats = list(self._corpus.formats)
         else:
             self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
                                                        vocab_size=vocab_size or 0)
@@ -174,12 +287,20 @@ class TokenDataset:
             shuffle_documents=self.shuffle_documents and pack != "concat",
             label_ignore=self.label_ignore, loss_mask=self.loss_mask,
             max_segments=max_segments or 0)
+        if self._remote is not None:
+            self._block_shards = _token_block_shards(self._source, self._corpus, seq_len)
         self.num_tokens = self._corpus.num_tokens
         self.num_documents = self._corpus.num_documents
         self.format = self.formats[0] if len(set(self.formats)) == 1 else "mixed"
         if pack != "concat":  # the native producer's hook: a packed batch is a dict
             self._fields = tuple(self._source.field_names)
             self._assemble_batch = self._as_dict
+
+    @property
+    def default_shuffle(self):
+        """What ``shuffle=True`` means here: the shard order for remote shards packed by concat
+        (document packings already order documents themselves)."""
+        return "shards" if self._remote is not None and self.pack == "concat" else True
 
     @property
     def padding_fraction(self):
@@ -198,7 +319,9 @@ class TokenDataset:
 
     def __reduce__(self):  # pickled as its spec: the shards must be readable at the same paths
         source = self.paths if self.column is None else self._table_source
+        storage_options, cache_dir, cache_budget = self._remote_options
         return _rebuild, (source, self.dtype, self.seq_len, dict(column=self.column,
+            storage_options=storage_options, cache_dir=cache_dir, cache_budget=cache_budget,
             pack=self.pack, eos=self.eos, vocab_size=self.vocab_size,
             shuffle_documents=self.shuffle_documents, loss_mask=self.loss_mask,
             label_ignore=self.label_ignore, max_segments=self.max_segments))

@@ -1,0 +1,258 @@
+"""Remote datasets end to end: TarShards and TokenDataset over S3 (moto on 127.0.0.1) and HTTP,
+through the fault proxy, against the same data read locally. Nothing here leaves this machine.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker import transforms as T
+from stoker.cli.sample_data import make_sample
+from stoker.sources.images import TAR_INDEX_SUFFIX, tar_index_document
+from stoker.sources.remote import RemoteIndexWarning
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto")
+
+TRANSFORM = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """6 local tar shards of 36 sample photos (3 classes)."""
+    root = tmp_path_factory.mktemp("remote") / "sample"
+    make_sample(root, num_classes=3, images_per_class=12, shards=6)
+    return sorted(str(p) for p in (root / "shards").glob("*.tar"))
+
+
+def upload(s3_server, bucket, paths, *, index=True, suffix=""):
+    """Uploads local files to s3://bucket/<name>, tar indexes beside them when asked."""
+    files = {}
+    for p in paths:
+        name = os.path.basename(p) + suffix
+        files[name] = open(p, "rb").read()
+        if index and p.endswith(".tar"):
+            members = stoker._native.remote.index_tar(p)
+            files[name + TAR_INDEX_SUFFIX] = json.dumps(
+                tar_index_document(os.path.getsize(p), members)).encode()
+    s3_server.put(bucket, files)
+    return [f"s3://{bucket}/{os.path.basename(p)}" for p in paths]
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path):
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    return s3_server
+
+
+def epoch(ds, **kw):
+    kw.setdefault("batch_size", 5)
+    kw.setdefault("num_workers", 2)
+    loader = stoker.DataLoader(ds, **kw)
+    return loader, [tuple(np.asarray(f).copy() for f in batch) for batch in loader]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tar_shards_from_s3_equal_local_batches(s3_env, shards, shuffle):
+    urls = upload(s3_env, "tars", shards)
+    remote = stoker.TarShards("s3://tars/train-{0000..0005}.tar", transform=TRANSFORM)
+    local = stoker.TarShards(shards, transform=TRANSFORM)
+    assert remote.paths == urls and len(remote) == len(local) == 36
+    assert remote.labels == local.labels
+    assert remote.path(0) == urls[0] + ":" + local.path(0).split(":", 1)[1]
+    loader, got = epoch(remote, shuffle=shuffle, seed=3)
+    _, want = epoch(local, shuffle=shuffle, seed=3)
+    same(got, want)
+    s = remote._remote.stats()
+    assert s["fetched"] == 6 and s["failures"] == 0
+    assert s["bytes_fetched"] == sum(os.path.getsize(p) for p in shards)
+
+
+def test_second_epoch_and_second_dataset_reuse_the_cache(s3_env, shards, fault_proxy,
+                                                         monkeypatch):
+    upload(s3_env, "reuse", shards)
+    proxy = fault_proxy(s3_env.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    ds = stoker.TarShards("s3://reuse/*.tar", transform=TRANSFORM)
+    loader = stoker.DataLoader(ds, batch_size=6, shuffle=True, num_workers=2)
+    first = [np.asarray(y).copy() for _, y in loader]
+    served = proxy.bytes_served
+    second = [np.asarray(y).copy() for _, y in loader]
+    assert sorted(np.concatenate(first)) == sorted(np.concatenate(second))
+    assert proxy.bytes_served == served  # nothing downloaded again
+    s = ds._remote.stats()
+    assert s["fetched"] == 6 and s["reuses"] == 6
+    # Another dataset on the node (a second process would do the same): every shard found on
+    # disk, only metadata requested.
+    again = stoker.TarShards("s3://reuse/*.tar", transform=TRANSFORM)
+    list(stoker.DataLoader(again, batch_size=6, num_workers=1))
+    assert again._remote.stats()["disk_hits"] == 6
+    assert again._remote.stats()["bytes_fetched"] == 0
+    assert proxy.bytes_served - served < 64 << 10  # sidecar indexes, no shard
+
+
+def test_a_cache_budget_below_the_dataset_evicts_and_stays_within_it(s3_env, shards, tmp_path):
+    upload(s3_env, "tight", shards)
+    biggest = max(os.path.getsize(p) for p in shards)
+    ds = stoker.TarShards("s3://tight/*.tar", transform=TRANSFORM, cache_dir=str(tmp_path / "c"),
+                          cache_budget=3 * biggest)
+    _, got = epoch(ds, shuffle=False)
+    _, want = epoch(stoker.TarShards(shards, transform=TRANSFORM), shuffle=False)
+    same(got, want)
+    s = ds._remote.stats()
+    assert s["peak_bytes_on_disk"] <= 3 * biggest
+    assert s["evictions"] >= 3
+    on_disk = sum(os.path.getsize(os.path.join(tmp_path / "c", f))
+                  for f in os.listdir(tmp_path / "c") if f.endswith(".tar"))
+    assert on_disk <= 3 * biggest
+
+
+def test_shards_without_an_index_are_indexed_once_and_the_index_kept(s3_env, shards):
+    upload(s3_env, "noindex", shards, index=False)
+    with pytest.warns(RemoteIndexWarning, match="6 of 6 remote tar shards have no index"):
+        ds = stoker.TarShards("s3://noindex/*.tar", transform=TRANSFORM)
+    assert ds.labels == stoker.TarShards(shards).labels
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = stoker.TarShards("s3://noindex/*.tar", transform=TRANSFORM)
+    assert len(again) == 36
+
+
+def test_wrong_credentials_fail_at_construction_naming_the_url(s3_env, shards, monkeypatch):
+    upload(s3_env, "creds", shards[:1])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(stoker.remote.RemoteAuthError, match="s3://creds/train-0000.tar"):
+        stoker.TarShards("s3://creds/train-0000.tar", transform=TRANSFORM)
+
+
+def test_transient_faults_are_retried_and_deliver_every_sample_once(s3_env, shards, fault_proxy,
+                                                                     monkeypatch):
+    upload(s3_env, "flaky", shards)
+    proxy = fault_proxy(s3_env.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    options = {"max_retries": 5, "backoff_initial": 0.01, "backoff_max": 0.05, "timeout": 5}
+    ds = stoker.TarShards("s3://flaky/*.tar", transform=TRANSFORM, storage_options=options)
+    proxy.fail_next, proxy.fail_status = 4, 503
+    proxy.reset_next, proxy.reset_after = 2, 1000
+    proxy.truncate_next, proxy.truncate_after = 2, 5000
+    _, got = epoch(ds, shuffle=True, seed=1)
+    _, want = epoch(stoker.TarShards(shards, transform=TRANSFORM), shuffle=True, seed=1)
+    same(got, want)
+    assert proxy.faults >= 8
+    assert ds._remote.stats()["failures"] == 0
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_shard_that_keeps_failing_is_named_or_skipped(s3_env, shards, fault_proxy, monkeypatch,
+                                                       on_error):
+    upload(s3_env, "broken", shards)
+    proxy = fault_proxy(s3_env.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    options = {"max_retries": 1, "backoff_initial": 0.01, "backoff_max": 0.02, "timeout": 5}
+    ds = stoker.TarShards("s3://broken/*.tar", transform=TRANSFORM, storage_options=options)
+    proxy.fail_pattern, proxy.fail_pattern_status = r"train-0003\.tar$", 500
+    loader = stoker.DataLoader(ds, batch_size=6, num_workers=2, on_error=on_error)
+    if on_error == "raise":
+        with pytest.raises(stoker.SampleError, match=r"s3://broken/train-0003\.tar") as e:
+            list(loader)
+        assert "cannot fetch shard s3://broken/train-0003.tar" in str(e.value.__cause__)
+        return
+    batches = list(loader)
+    assert sum(len(y) for _, y in batches) == 36
+    stats = loader.stats()
+    assert stats["skipped"] == 6  # the shard's six samples, each replaced
+    assert all("train-0003.tar" in s for s in stats["skipped_samples"])
+
+
+def test_tar_shards_over_http(http_server, shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    for p in shards[:2]:
+        dest = http_server.root / os.path.basename(p)
+        dest.write_bytes(open(p, "rb").read())
+    urls = [f"{http_server.url}/{os.path.basename(p)}" for p in shards[:2]]
+    with pytest.warns(RemoteIndexWarning):
+        ds = stoker.TarShards(urls, transform=TRANSFORM)
+    _, got = epoch(ds)
+    _, want = epoch(stoker.TarShards(shards[:2], transform=TRANSFORM))
+    same(got, want)
+
+
+# --- tokens --------------------------------------------------------------------------------------
+
+def write_tokens(tmp_path, n_shards=5, tokens=3001, eos=7):
+    rng = np.random.default_rng(0)
+    paths = []
+    for s in range(n_shards):
+        t = rng.integers(0, 1000, tokens + 13 * s).astype(np.uint16)
+        t[rng.integers(0, len(t), 20)] = eos
+        p = tmp_path / f"tok-{s:03d}.bin"
+        t.tofile(p)
+        paths.append(str(p))
+    return paths
+
+
+@pytest.mark.parametrize("eos", [None, 7])
+def test_token_dataset_from_s3_equals_local(s3_env, tmp_path, eos):
+    paths = write_tokens(tmp_path)
+    upload(s3_env, "tokens", paths)
+    remote = stoker.TokenDataset("s3://tokens/tok-*.bin", seq_len=64, eos=eos)
+    local = stoker.TokenDataset(paths, seq_len=64, eos=eos)
+    assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
+    for shuffle in (False, True):
+        _, got = epoch(remote, batch_size=16, shuffle=shuffle, seed=5)
+        _, want = epoch(local, batch_size=16, shuffle=shuffle, seed=5)
+        same(got, want)
+
+
+def test_document_packing_over_s3_indexes_documents_once(s3_env, tmp_path):
+    paths = write_tokens(tmp_path, n_shards=3)
+    upload(s3_env, "docs", paths)
+    with pytest.warns(RemoteIndexWarning, match="token shards"):
+        remote = stoker.TokenDataset("s3://docs/*.bin", seq_len=128, eos=7, pack="document")
+    local = stoker.TokenDataset(paths, seq_len=128, eos=7, pack="document")
+    assert remote.num_documents == local.num_documents
+    got = [b for b in stoker.DataLoader(remote, batch_size=8, shuffle=True, num_workers=1)]
+    want = [b for b in stoker.DataLoader(local, batch_size=8, shuffle=True, num_workers=1)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for key in w:
+            np.testing.assert_array_equal(np.asarray(g[key]), np.asarray(w[key]))
+
+
+def test_megatron_pairs_from_s3(s3_env, tmp_path):
+    from test_token_corpus_native import write_megatron  # the corpus tests' writer
+    prefix = tmp_path / "mg"
+    write_megatron(prefix, [[1, 2, 3, 4], [5, 6], [7, 8, 9, 10, 11, 12]] * 50, np.uint16)
+    upload(s3_env, "mg", [str(prefix) + ".bin", str(prefix) + ".idx"])
+    remote = stoker.TokenDataset("s3://mg/mg.idx", seq_len=16)
+    local = stoker.TokenDataset(str(prefix), seq_len=16)
+    assert remote.formats == ["megatron"] and remote.num_documents == local.num_documents
+    same(epoch(remote, batch_size=4)[1], epoch(local, batch_size=4)[1])
+
+
+def test_a_worker_process_rebuilds_a_remote_dataset_from_the_cache(s3_env, shards, tmp_path):
+    upload(s3_env, "pickled", shards[:2])
+    ds = stoker.TarShards("s3://pickled/*.tar", transform=TRANSFORM)
+    list(stoker.DataLoader(ds, batch_size=6, num_workers=1))
+    code = ("import pickle, sys, stoker; ds = pickle.loads(sys.stdin.buffer.read()); "
+            "import numpy as np; list(stoker.DataLoader(ds, batch_size=6, num_workers=1)); "
+            "print(ds._remote.stats()['disk_hits'], ds._remote.stats()['bytes_fetched'])")
+    import pickle
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(ds), env=os.environ,
+                         capture_output=True, check=True).stdout.split()
+    assert out == [b"2", b"0"]
