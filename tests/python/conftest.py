@@ -175,13 +175,11 @@ def s3_server():
 
 
 @pytest.fixture
-def http_server(tmp_path):
+def http_server(tmp_path_factory):
     """A FileServer on an empty directory (``root``), the Hub's URL shapes included."""
     from remote_servers import FileServer
 
-    root = tmp_path / "http"
-    root.mkdir()
-    server = FileServer(root).start()
+    server = FileServer(tmp_path_factory.mktemp("http")).start()
     yield server
     server.stop()
 

@@ -44,7 +44,8 @@ class _Threaded:
         self._httpd.owner = self
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -61,9 +62,12 @@ class S3Server:
     this server; any other key is refused with 403 (InvalidAccessKeyId / SignatureDoesNotMatch)."""
 
     def start(self):
+        import logging
+
         from moto import settings
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
