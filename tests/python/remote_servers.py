@@ -300,6 +300,8 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         for name, value in headers:
             if name.lower() != "content-length":
                 self.send_header(name, value)
+        if self.command != "HEAD":
+            body = body[:len(body) - proxy._short_by(len(body))]
         declared = response.getheader("Content-Length") if self.command == "HEAD" else len(body)
         if declared is not None:
             self.send_header("Content-Length", str(declared))
@@ -339,6 +341,8 @@ class FaultProxy(_Threaded):
       `reset_after` bytes with a TCP reset.
     - ``truncate_next``, ``truncate_after``: the next `truncate_next` bodies stop after
       `truncate_after` bytes with an orderly close, while Content-Length promised the whole body.
+    - ``short_next``, ``short_by``: the next `short_next` bodies lose their last `short_by` bytes
+      and Content-Length says so: a body complete by HTTP's rules, shorter than the range asked.
 
     Counters: ``requests`` (all, faulted ones included), ``bytes_served`` (body bytes sent),
     ``faults`` (requests and bodies faulted), ``paths`` (every request's path).
@@ -355,6 +359,7 @@ class FaultProxy(_Threaded):
         self.fail_pattern, self.fail_pattern_status = None, 500
         self.reset_next, self.reset_after = 0, 0
         self.truncate_next, self.truncate_after = 0, 0
+        self.short_next, self.short_by = 0, 0
         self.requests = 0
         self.bytes_served = 0
         self.faults = 0
@@ -389,6 +394,14 @@ class FaultProxy(_Threaded):
                 self.faults += 1
                 return self.truncate_after, "truncate"
         return size, None
+
+    def _short_by(self, size):
+        with self.lock:
+            if self.short_next > 0 and size > self.short_by > 0:
+                self.short_next -= 1
+                self.faults += 1
+                return self.short_by
+        return 0
 
     def _pace(self, n):
         """Token bucket over all connections: each chunk takes its slot on one shared clock."""

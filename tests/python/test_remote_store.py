@@ -71,6 +71,14 @@ def hub(monkeypatch, http_server):
     return http_server
 
 
+def test_errors_are_typed_and_also_in_stoker_errors():
+    import stoker.errors
+
+    assert stoker.errors.RemoteError is RemoteError
+    assert issubclass(RemoteAuthError, RemoteError) and issubclass(RemoteError, OSError)
+    assert issubclass(RemoteNotFound, FileNotFoundError)
+
+
 # --- names and expansion ------------------------------------------------------------------------
 
 def test_is_url_and_local_path():
@@ -348,6 +356,22 @@ def test_resets_and_truncated_bodies_are_retried_to_the_right_bytes(
     got = fetch_to_cache(url, info, str(tmp_path), store=store, part_size=100_000)
     assert open(got.path, "rb").read() == data
     assert proxy.faults == 4 and proxy.reset_next == 0 and proxy.truncate_next == 0
+
+
+def test_a_body_shorter_than_its_range_is_asked_again_and_counted(http_server, fault_proxy):
+    data = payload(50_000)
+    with open(os.path.join(http_server.root, "s.bin"), "wb") as f:
+        f.write(data)
+    proxy = fault_proxy(http_server.url)
+    url = f"{proxy.url}/s.bin"
+    store = Store.for_url(url, FAST)
+    proxy.short_next, proxy.short_by = 2, 100  # complete by HTTP's rules, short of the range
+    assert bytes(store.read(url, 0, 50_000)) == data
+    assert store.stats()["retries"] == 2 and store.stats()["requests"] == 3
+    proxy.short_next = 100
+    with pytest.raises(RemoteError, match=r"s\.bin: bytes \[0, 50000\) came back 49900 bytes"):
+        store.read(url, 0, 50_000)
+    assert store.stats()["errors"] == 1 and store.stats()["requests"] == 3 + FAST["max_retries"] + 1
 
 
 def test_a_permanently_failing_url_raises_within_the_retry_limits(

@@ -16,9 +16,7 @@ import json
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 
 from . import _config
@@ -185,6 +183,9 @@ class Store:
         return urls
 
     def _get_json(self, url, named):
+        import urllib.error  # here: urllib.request costs ~40 ms to import (ssl, email)
+        import urllib.request
+
         delay = self._config.backoff_initial
         for attempt in range(self._config.max_retries + 1):
             self._count(requests=1)
