@@ -242,6 +242,24 @@ def test_unknown_storage_options_are_refused_with_the_valid_ones():
         Store.for_url("s3://some-bucket/x", {"bogus": 1, "skip_signature": True})
 
 
+def test_gcs_and_azure_clients_are_configured_from_the_environment(monkeypatch):
+    """No request is sent: these only build clients (no GCS or Azure server runs here)."""
+    for name in list(os.environ):
+        if name.startswith(("AZURE_", "GOOGLE_")):
+            monkeypatch.delenv(name)
+    assert Store.for_url("gs://some-bucket/x").stats()["requests"] == 0
+    with pytest.raises(RemoteAuthError, match=r"az://box/x: a credentials problem.*"
+                                              r"AZURE_STORAGE_CONNECTION_STRING"):
+        Store.for_url("az://box/x")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+                       "AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;")
+    store = Store.for_url("az://box/x")
+    assert "devstoreaccount1" in repr(store._client)
+    with pytest.raises(ValueError, match=r"unknown storage_options for az://: bogus; valid: "):
+        Store.for_url("az://box/x", {"bogus": 1})
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 def test_fetch_to_cache_downloads_in_parts_then_hits(aws, s3_server, tmp_path):
@@ -255,13 +273,18 @@ def test_fetch_to_cache_downloads_in_parts_then_hits(aws, s3_server, tmp_path):
     assert first.path.endswith(".tar") and open(first.path, "rb").read() == data
     second = fetch_to_cache(url, info, str(tmp_path))
     assert second.hit and second.path == first.path and second.bytes == 0
-    changed = fetch_to_cache(url, ObjectInfo(info.size, '"other"'), str(tmp_path))
+    s3_server.put("cached", {"shards/train-0.tar": payload(300_000, seed=1)})  # replaced
+    with pytest.raises(RemoteError, match="changed while being read"):
+        fetch_to_cache(url, ObjectInfo(info.size, '"before"'), str(tmp_path))
+    changed = fetch_to_cache(url, store.head(url), str(tmp_path))
     assert not changed.hit and changed.path != first.path  # another etag, another file
+    assert open(changed.path, "rb").read() == payload(300_000, seed=1)
     assert cache_usage(str(tmp_path)) == 600_000
     evict(str(tmp_path), first.path)
     evict(str(tmp_path), first.path)  # already gone: fine
     assert cache_usage(str(tmp_path)) == 300_000
-    assert sorted(n.rpartition(".")[2] for n in os.listdir(tmp_path)) == ["lock", "lock", "tar"]
+    assert sorted(n.rpartition(".")[2] for n in os.listdir(tmp_path)) == [
+        "lock", "lock", "lock", "tar"]
     empty = fetch_to_cache("s3://cached/empty.tar", store.head("s3://cached/empty.tar"),
                            str(tmp_path))
     assert os.path.getsize(empty.path) == 0 and empty.requests == 0

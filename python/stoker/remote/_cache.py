@@ -50,8 +50,9 @@ def fetch_to_cache(url: str, info: ObjectInfo, cache_dir: str, *, store: Store |
     """Makes `url`'s bytes (as described by `info`, from ``Store.head``) a complete file in
     `cache_dir` and returns its path: a hit if it is there (its mtime is touched), else a download
     in ranged GETs of `part_size` bytes, `concurrency` at a time (at most concurrency * part_size
-    bytes in memory). A failure leaves nothing behind but the lock file and raises RemoteError
-    naming the URL, the cause chained."""
+    bytes in memory). Every part must come from the object `info` describes (same size and ETag):
+    an object replaced mid-download fails it. A failure leaves nothing behind but the lock file
+    and raises RemoteError naming the URL, the cause chained."""
     if part_size < 1 or not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"part_size must be >= 1 and concurrency in [1, {MAX_CONCURRENCY}], "
                          f"not {part_size} and {concurrency}")
@@ -68,8 +69,8 @@ def fetch_to_cache(url: str, info: ObjectInfo, cache_dir: str, *, store: Store |
         _remove_dead_parts(final)
         part = f"{final}.part.{os.getpid()}"
         try:
-            got, requests = _download(store or Store.for_url(url), url, info.size, part,
-                                      part_size, concurrency)
+            got, requests = _download(store or Store.for_url(url), url, info, part, part_size,
+                                      concurrency)
             written = os.path.getsize(part)
             if written != info.size:
                 raise RemoteError(f"{url}: {written} bytes written to the cache, the object has "
@@ -125,15 +126,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _download(store: Store, url: str, size: int, part: str, part_size: int,
+def _download(store: Store, url: str, info: ObjectInfo, part: str, part_size: int,
               concurrency: int) -> tuple[int, int]:
     """(bytes, requests)."""
+    size = info.size
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         ranges = [(o, min(o + part_size, size)) for o in range(0, size, part_size)]
 
         def one(start, end):
-            data, requests = store._read(url, start, end)
+            data, requests = store._read(url, start, end, expect=info)
             while data:  # pwrite on a regular file writes all unless the disk is full
                 n = os.pwrite(fd, data, start)
                 if n == 0:

@@ -146,6 +146,7 @@ def build(scheme: str, storage_options: dict | None) -> StoreConfig:
         cfg.sources += [k for k, _ in env_snapshot(scheme)
                         if any(w in k for w in ("KEY", "TOKEN", "SECRET", "CREDENTIAL",
                                                 "PROFILE", "SERVICE_ACCOUNT", "CONNECTION"))]
+    cfg.sources = list(dict.fromkeys(cfg.sources))
     return cfg
 
 

@@ -24,7 +24,11 @@ from ._errors import RemoteAuthError, RemoteError, RemoteNotFound
 from ._urls import Location, parse
 
 _AUTH_STATUS = re.compile(r"status code: (401|403)\b")
-_NO_CREDENTIALS = re.compile(r"169\.254\.169\.254|credential", re.IGNORECASE)
+# No credentials found: obstore's S3 chain ends at the instance metadata address; Azure's builder
+# wants an account.
+_NO_CREDENTIALS = re.compile(r"169\.254\.169\.254|credential|account must be specified",
+                             re.IGNORECASE)
+_UNKNOWN_KEY = re.compile(r"Configuration key: '([^']+)' is not valid")
 
 
 @dataclass(frozen=True)
@@ -58,18 +62,18 @@ class Store:
         with cls._cache_lock:
             store = cls._cache.get(key)
             if store is None:
-                store = cls._cache[key] = cls(location, options)
+                store = cls._cache[key] = cls(url, location, options)
         return store
 
-    def __init__(self, location: Location, storage_options: dict):
+    def __init__(self, url: str, location: Location, storage_options: dict):
         self._scheme = location.scheme
         self._authority = location.authority
         self._config = _config.build(location.scheme, storage_options)
-        self._client = self._make_client(location, self._config)
+        self._client = self._make_client(url, location, self._config)
         self._lock = threading.Lock()
         self._stats = {"requests": 0, "bytes": 0, "retries": 0, "errors": 0}  # guarded by _lock
 
-    def _make_client(self, location: Location, cfg: _config.StoreConfig):
+    def _make_client(self, url: str, location: Location, cfg: _config.StoreConfig):
         store = _obstore().store
         common = {"client_options": cfg.client_options or None,
                   "retry_config": cfg.retry_config or None}
@@ -81,9 +85,10 @@ class Store:
             make = {"s3": store.S3Store, "gs": store.GCSStore, "az": store.AzureStore}[cfg.scheme]
             return make(location.authority, config=cfg.config, **common)
         except _obstore().exceptions.UnknownConfigurationKeyError as e:
-            raise _config.unknown_keys_error(cfg.scheme, set(cfg.config)) from e
+            m = _UNKNOWN_KEY.search(str(e))
+            raise _config.unknown_keys_error(cfg.scheme, [m.group(1)] if m else cfg.config) from e
         except _obstore().exceptions.BaseError as e:
-            raise self._error(e, f"{location.scheme}://{location.authority}") from e
+            raise self._error(e, url) from e
 
     # --- the calls ------------------------------------------------------------------------------
 
@@ -125,8 +130,10 @@ class Store:
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _read(self, url: str, start: int, end: int | None) -> tuple[memoryview, int]:
-        """(the bytes, requests sent)."""
+    def _read(self, url: str, start: int, end: int | None,
+              expect: ObjectInfo | None = None) -> tuple[memoryview, int]:
+        """(the bytes, requests sent). With `expect`, a response from an object of another size
+        or ETag (it changed since that head) is an error: the parts of one file must agree."""
         if start < 0 or (end is not None and end < start):
             raise ValueError(f"{url}: bad byte range [{start}, {end})")
         if end == start:
@@ -143,7 +150,12 @@ class Store:
                 data = result.bytes()
             except Exception as e:
                 raise self._failed(e, url) from e
-            size = int(result.meta["size"])
+            size, etag = int(result.meta["size"]), result.meta.get("e_tag")
+            if expect is not None and (size != expect.size
+                                       or (etag and expect.etag and etag != expect.etag)):
+                raise self._failed(RemoteError(
+                    f"{url} changed while being read: now {size} bytes, ETag {etag}; "
+                    f"{expect.size} bytes, ETag {expect.etag} before", url))
             if end is not None and end > size:
                 raise self._failed(RemoteError(
                     f"{url}: bytes [{start}, {end}) asked of an object of {size} bytes", url))
