@@ -137,6 +137,8 @@ def test_hf_glob_goes_through_the_hub_tree_api_page_by_page(hub):
     tree = [p for p in hub.paths if p.startswith("/api/")]
     assert len(tree) > 2 and all("/tree/v1.0/data" in p for p in tree)
     assert expand("hf://datasets/org/ds/*.md") == ["hf://datasets/org/ds/README.md"]
+    with pytest.raises(ValueError, match="commit hash"):  # no request can carry refs%2Fpr%2F1
+        expand("hf://datasets/org/ds@refs/pr/1/data/*.bin")
 
 
 # --- head, read, list ---------------------------------------------------------------------------

@@ -237,8 +237,7 @@ class Store:
         if not location.key:
             raise ValueError(f"{url} names no object")
         if location.scheme == "hf":
-            revision = urllib.parse.quote(location.revision or "main", safe="")
-            return f"{location.repo}/resolve/{revision}/{location.key}"
+            return f"{location.repo}/resolve/{location.revision or 'main'}/{location.key}"
         if location.scheme in ("http", "https"):
             return urllib.parse.unquote(location.key)
         return location.key

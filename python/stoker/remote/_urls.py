@@ -6,6 +6,7 @@ import fnmatch
 import glob as _glob
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 SCHEMES = ("s3", "gs", "az", "http", "https", "hf")
@@ -59,6 +60,11 @@ def parse(url: str) -> Location:
         if len(parts) < 3 or parts[0] != "datasets" or not parts[1] or not parts[2]:
             raise ValueError(f"{url}: expected hf://datasets/<org>/<name>[@<revision>]/<path>")
         name, _, revision = parts[2].partition("@")
+        revision = urllib.parse.unquote(revision)
+        if "/" in revision or revision == "refs":
+            # object_store encodes each path segment: no request can carry refs%2Fpr%2F1
+            raise ValueError(f"{url}: revisions with a slash (refs/convert/parquet, refs/pr/1) "
+                             "are not supported; name the revision by its commit hash")
         return Location(scheme, "", parts[3] if len(parts) > 3 else "",
                         repo=f"datasets/{parts[1]}/{name}", revision=revision)
     bucket, _, key = rest.partition("/")
