@@ -4,6 +4,8 @@ timeouts and backoffs keep each test under about 2 s."""
 
 import multiprocessing
 import os
+import re
+import sys
 import threading
 import time
 
@@ -77,6 +79,13 @@ def test_errors_are_typed_and_also_in_stoker_errors():
     assert stoker.errors.RemoteError is RemoteError
     assert issubclass(RemoteAuthError, RemoteError) and issubclass(RemoteError, OSError)
     assert issubclass(RemoteNotFound, FileNotFoundError)
+
+
+def test_without_obstore_names_the_extra_and_expansion_still_works(monkeypatch):
+    monkeypatch.setitem(sys.modules, "obstore", None)
+    assert expand("x-{1..2}") == ["x-1", "x-2"]
+    with pytest.raises(ImportError, match=re.escape("pip install 'stoker[remote]'")):
+        Store.for_url("s3://any-bucket/x", {"timeout": 1.5})
 
 
 # --- names and expansion ------------------------------------------------------------------------

@@ -113,8 +113,7 @@ class Store:
         location = parse(prefix_url)
         if location.scheme in ("http", "https"):
             raise ValueError(f"{prefix_url}: http(s) servers have no listing")
-        if not prefix_url.startswith(self._base(location)):
-            raise ValueError(f"{prefix_url} is not served by this store ({self._describe()})")
+        self._check_served(location, prefix_url)
         directory = location.key.rpartition("/")[0]
         if location.scheme == "hf":
             urls = self._list_hub(prefix_url, location, directory)
@@ -232,8 +231,7 @@ class Store:
 
     def _path(self, url: str) -> str:
         location = parse(url)
-        if (location.scheme, location.authority) != (self._scheme, self._authority):
-            raise ValueError(f"{url} is not served by this store ({self._describe()})")
+        self._check_served(location, url)
         if not location.key:
             raise ValueError(f"{url} names no object")
         if location.scheme == "hf":
@@ -241,6 +239,10 @@ class Store:
         if location.scheme in ("http", "https"):
             return urllib.parse.unquote(location.key)
         return location.key
+
+    def _check_served(self, location: Location, url: str) -> None:
+        if (location.scheme, location.authority) != (self._scheme, self._authority):
+            raise ValueError(f"{url} is not served by this store ({self._describe()})")
 
     def _describe(self) -> str:
         if self._scheme == "hf":
