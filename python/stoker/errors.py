@@ -33,3 +33,16 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.worker, self.pid))
+
+
+_REMOTE = ("RemoteAuthError", "RemoteError", "RemoteNotFound")
+
+
+def __getattr__(name):
+    """stoker.remote's errors (RemoteError and its kinds), defined there and loaded on first use:
+    importing stoker.remote here would add its imports to every ``import stoker``."""
+    if name in _REMOTE:
+        from .remote import _errors
+
+        return getattr(_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -157,3 +157,44 @@ def no_leaked_threads():
     yield
     gc.collect()
     assert native_threads() == before, "the test left threads running"
+
+
+# stoker.remote's tests run against servers on 127.0.0.1 (remote_servers.py): moto's S3 (one for
+# the session: it takes ~1 s to start), a directory over HTTP that also plays the Hugging Face
+# Hub, and fault-injecting proxies in front of either.
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3Server: ``url`` (the endpoint), ``put(bucket, {key: bytes})``, ``env()`` (the
+    AWS_* variables that reach it, with its one valid key)."""
+    pytest.importorskip("moto")
+    from remote_servers import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def http_server(tmp_path_factory):
+    """A FileServer on an empty directory (``root``), the Hub's URL shapes included."""
+    from remote_servers import FileServer
+
+    server = FileServer(tmp_path_factory.mktemp("http")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault_proxy():
+    """``fault_proxy(upstream_url)`` starts a FaultProxy in front of it (stopped after the test)."""
+    from remote_servers import FaultProxy
+
+    proxies = []
+
+    def start(upstream):
+        proxies.append(FaultProxy(upstream).start())
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
