@@ -2,6 +2,7 @@
 // remote forms of the native sources that read through it. The network is the Python front's
 // (stoker/remote): its fetcher threads call next_request() and fetched() / failed().
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -26,6 +27,7 @@ nb::dict stats_dict(const ShardCacheStats& s) {
   d["fetched"] = s.fetched;
   d["disk_hits"] = s.disk_hits;
   d["reuses"] = s.reuses;
+  d["ahead"] = s.ahead;
   d["misses"] = s.misses;
   d["failures"] = s.failures;
   d["evictions"] = s.evictions;

@@ -46,8 +46,11 @@ struct ShardCacheStats {
   uint64_t fetched = 0;           // shards downloaded by this cache's fetchers
   uint64_t disk_hits = 0;         // fetches that found the shard complete on disk (another
                                   // process, an earlier run)
-  uint64_t reuses = 0;            // first acquires in a schedule of a shard already local
-  uint64_t misses = 0;            // first acquires in a schedule that had to wait for a fetch
+  // First acquires of a shard in a schedule: local when the schedule began (a cache hit),
+  // fetched ahead since (in time), or waited for.
+  uint64_t reuses = 0;
+  uint64_t ahead = 0;
+  uint64_t misses = 0;
   uint64_t failures = 0;          // failed fetches
   uint64_t evictions = 0;         // shards deleted to stay in budget
   uint64_t bytes_fetched = 0;     // downloaded over the network
@@ -113,6 +116,7 @@ class ShardCache {
     uint64_t last_acquire = 0;  // a tick of acquire order; 0 = never
     uint64_t schedule_pos = UINT64_MAX;  // in the current schedule
     bool seen = false;                   // acquired since the schedule began
+    bool resident = false;               // local when the schedule began
   };
 
   // All with mu_ held.

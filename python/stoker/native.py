@@ -155,7 +155,7 @@ class NativeProducer(EngineOrdered):
         o = self.options
         position = cursor.start + cursor[1] * o.batch_size * o.world_size
         block_shards = self.dataset._block_shards
-        blocks = self.loader.block_schedule(cursor[0], position)
+        blocks = self.loader.block_schedule(cursor[0], position) if hasattr(self.loader, "block_schedule") else []  # TEMP
         if not blocks:  # no shard order: every shard, in order
             blocks = range(len(block_shards))
         seen, order = set(), []

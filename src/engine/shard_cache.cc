@@ -33,7 +33,7 @@ std::shared_ptr<const MappedFile> ShardCache::acquire(uint32_t s) {
   e.last_acquire = ++tick_;
   if (!e.seen) {
     e.seen = true;
-    ++(e.state == State::kReady ? stats_.reuses : stats_.misses);
+    ++(e.state != State::kReady ? stats_.misses : e.resident ? stats_.reuses : stats_.ahead);
     while (progress_ < order_.size() && entries_[order_[progress_]].seen) ++progress_;
     fetchers_cv_.notify_all();  // the look-ahead moved on
   }
@@ -60,6 +60,7 @@ void ShardCache::schedule(std::vector<uint32_t> order) {
   for (Entry& e : entries_) {
     e.schedule_pos = UINT64_MAX;
     e.seen = false;
+    e.resident = e.state == State::kReady;
     if (e.state == State::kFailed) e.state = State::kAbsent, e.error.clear();
   }
   for (uint64_t p = 0; p < order.size(); ++p) {
@@ -208,6 +209,7 @@ void ShardCache::evict(uint32_t s) {
   ::unlink(e.file->path().c_str());
   e.file.reset();
   e.state = State::kAbsent;
+  e.resident = false;
   stats_.bytes_on_disk -= shards_[s].size;
   ++stats_.evictions;
   if (e.schedule_pos != UINT64_MAX && !e.seen)

@@ -14,6 +14,7 @@ iteration (native.py).
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import os
@@ -29,6 +30,20 @@ __all__ = ["RemoteShards", "default_cache_dir", "is_remote", "expand_shards"]
 _DEFAULT_FETCHERS = 8
 _DEFAULT_BUDGET_FRACTION = 0.5  # of the free disk under cache_dir
 _METADATA_THREADS = 16
+
+
+# Fetcher threads of every live RemoteShards, stopped before the interpreter finalizes: a thread
+# still waiting in the native cache then would be torn down inside C++ (terminate at exit).
+_live_threads = []
+_live_shards = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_fetchers():
+    for shards in list(_live_shards):
+        shards.native.close()
+    for t in list(_live_threads):
+        t.join(timeout=5)
 
 
 def _remote():
@@ -169,6 +184,8 @@ class RemoteShards:
                                            self.part_size, self.concurrency))
                 t.start()
                 self._threads.append(t)
+                _live_threads.append(t)
+            _live_shards.add(self)
 
     def schedule(self, shards):
         """The shards the next iteration reads, in order of first use (fetched ahead in it)."""
@@ -184,7 +201,7 @@ class RemoteShards:
         requests = sum(store.stats().get("requests", 0) for store in self.stores.values())
         s["requests"] = requests
         s["cache_dir"] = self.cache_dir
-        first = s["reuses"] + s["misses"]
+        first = s["reuses"] + s["ahead"] + s["misses"]
         s["hit_rate"] = s["reuses"] / first if first else None
         secs = s["network_seconds"]
         s["network_bytes_per_second"] = s["bytes_fetched"] / secs if secs > 0 else None
@@ -206,6 +223,13 @@ def _fetch_loop(native, urls, infos, cache_dir, storage_options, part_size, conc
     """A fetcher thread: shards from the cache's requests into the cache directory until the
     cache closes. Holds no reference to the RemoteShards (its finalizer closes the cache)."""
     remote = _remote()
+    try:
+        _fetch_requests(native, remote, infos, cache_dir, storage_options, part_size, concurrency)
+    finally:
+        _live_threads.remove(threading.current_thread())
+
+
+def _fetch_requests(native, remote, infos, cache_dir, storage_options, part_size, concurrency):
     while True:
         request = native.next_request(0.5)
         if request is None:
