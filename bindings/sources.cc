@@ -204,6 +204,9 @@ void register_sources(nb::module_& m) {
           },
           "Every sample's class label when the source knows them without reading (an int64 "
           "array), else None.")
+      .def("shards", &Source::shards,
+           "The sizes of the source's shards (consecutive samples, fetched whole by a remote "
+           "reader), for shuffle=\"shards\"; empty when it has none.")
       .def_prop_ro("field_dtypes",
                    [](const Source& s) {
                      std::vector<std::string> out;
