@@ -3,7 +3,8 @@
 // The loader and its epoch iterator. Batches leave as zero-copy NumPy arrays or torch tensors (via
 // DLPack) that share one owner: the batch buffer returns to the pool when the last of them dies.
 //
-// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h): what the
+// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h, and the
+// block order of sources in shards, block_order.h): what the
 // Python fronts need to visit the same samples as the native loader, resume a state saved with
 // another world size, and share a rank's epoch among offload actors.
 //
@@ -30,11 +31,13 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
 #include "stoker/batch_transform.h"
+#include "stoker/block_order.h"
 #include "stoker/errors.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
@@ -191,6 +194,15 @@ std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed
 }
 
 using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Positions = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using UInt64Array = nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>;
+
+// A vector as a NumPy array that owns it (no copy).
+UInt64Array to_array(std::vector<uint64_t> values) {
+  auto* v = new std::vector<uint64_t>(std::move(values));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+  return UInt64Array(v->data(), {v->size()}, owner);
+}
 
 // (indices, cycles) of batch b of an epoch with `repeats` copies of every sample (order.h).
 std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(const BatchPlan& plan,
@@ -305,7 +317,8 @@ void register_engine(nb::module_& m) {
                        uint64_t world_size, const std::string& on_error, int cpu_budget,
                        std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights,
                        std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule,
-                       uint64_t repeats, std::shared_ptr<BatchTransform> batch_transform) {
+                       uint64_t repeats, std::shared_ptr<BatchTransform> batch_transform,
+                       uint64_t shard_window, uint64_t stripes) {
              LoaderOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -326,6 +339,8 @@ void register_engine(nb::module_& m) {
                    mixture_order(std::move(mixture_sizes), mixture_schedule));
              o.repeats = repeats;
              o.batch_transform = std::move(batch_transform);
+             o.shard_window = shard_window;
+             o.stripes = stripes;
              return std::make_shared<Loader>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
@@ -335,22 +350,47 @@ void register_engine(nb::module_& m) {
            nb::arg("class_weights") = std::vector<double>{},
            nb::arg("mixture_sizes") = std::vector<uint64_t>{},
            nb::arg("mixture_schedule") = Schedule{}, nb::arg("repeats") = 1,
-           nb::arg("batch_transform").none() = nb::none())
+           nb::arg("batch_transform").none() = nb::none(), nb::arg("shard_window") = 0,
+           nb::arg("stripes") = 0)
       .def("__len__", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
       .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
       .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
       .def_prop_ro("pinned", &Loader::pinned)
+      .def_prop_ro(
+          "shard_window", [](const Loader& l) { return l.options().shard_window; },
+          "Blocks a rank keeps open a window in the block order in use; 0: no block order.")
+      .def_prop_ro(
+          "stripes", [](const Loader& l) { return l.options().stripes; },
+          "The world size a block order's epochs are arranged for, unless iterate says another.")
       .def(
           "iterate",
-          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan) {
-            return l.iterate(epoch, start_batch, plan ? *plan : l.plan());
+          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
+             uint64_t stripes) {
+            return l.iterate(epoch, start_batch, plan ? *plan : l.plan(), stripes);
           },
           nb::arg("epoch"), nb::arg("start_batch") = 0, nb::arg("plan") = nb::none(),
-          nb::call_guard<nb::gil_scoped_release>(),
+          nb::arg("stripes") = 0, nb::call_guard<nb::gil_scoped_release>(),
           "The batches of `epoch` from `start_batch` on, following `plan` (a "
-          "_native.engine.BatchPlan: an elastic start, a strided view) or the loader's own.")
+          "_native.engine.BatchPlan: an elastic start, a strided view) or the loader's own; a "
+          "block order arranged for `stripes` ranks (0: the loader's).")
+      .def(
+          "block_schedule",
+          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
+             uint64_t stripes) {
+            std::vector<uint64_t> blocks;
+            {
+              nb::gil_scoped_release release;
+              blocks = l.block_schedule(epoch, start_batch, plan ? *plan : l.plan(), stripes);
+            }
+            return to_array(std::move(blocks));
+          },
+          nb::arg("epoch"), nb::arg("start_batch") = 0, nb::arg("plan") = nb::none(),
+          nb::arg("stripes") = 0,
+          "The blocks (shards) that iterate() with the same arguments reads, each once, in order "
+          "of first use, as a uint64 array: what a fetcher downloads. Empty without a block "
+          "order.")
       .def(
           "iterate_mixture",
           [](const Loader& l, std::shared_ptr<MixturePlan> plan, uint64_t start_batch) {
@@ -361,12 +401,7 @@ void register_engine(nb::module_& m) {
       .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",
-          [](const Loader& l, uint64_t epoch) {
-            auto* v = new std::vector<uint64_t>(l.epoch_indices(epoch));
-            nb::capsule owner(
-                v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-            return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
-          },
+          [](const Loader& l, uint64_t epoch) { return to_array(l.epoch_indices(epoch)); },
           nb::arg("epoch"), "The samples the epoch reads, batch after batch, as a uint64 array.");
 
   m.def("usable_cores", &usable_cores, "Cores this process may run on.");
@@ -428,6 +463,46 @@ void register_engine(nb::module_& m) {
       nb::arg("start") = 0,
       "The sample indices of batch `batch` of an epoch, exactly as the native loader visits them "
       "(from global position `start` on, for an elastic resume).");
+
+  nb::class_<BlockOrder>(m, "BlockOrder")
+      .def(nb::new_([](std::vector<uint64_t> block_sizes, uint64_t window, uint64_t stripes,
+                       uint64_t seed, uint64_t epoch) {
+             return std::make_shared<BlockOrder>(block_sizes, window, stripes, seed, epoch);
+           }),
+           nb::arg("block_sizes"), nb::arg("window"), nb::arg("stripes"), nb::arg("seed"),
+           nb::arg("epoch"),
+           "An epoch's order of samples in blocks (shards) that keeps `window` blocks open per "
+           "rank of a `stripes`-rank job (include/stoker/block_order.h).")
+      .def("__len__", &BlockOrder::size)
+      .def_prop_ro("num_blocks", &BlockOrder::num_blocks)
+      .def(
+          "map",
+          [](const BlockOrder& o, Positions positions) {
+            std::vector<uint64_t> out(positions.shape(0));
+            {
+              nb::gil_scoped_release release;
+              for (uint64_t p : std::span<const uint64_t>(positions.data(), out.size()))
+                if (p >= o.size())
+                  throw InvalidArgument("position " + std::to_string(p) + " is past the order's " +
+                                        std::to_string(o.size()));
+              o.map({positions.data(), out.size()}, out);
+            }
+            return to_array(std::move(out));
+          },
+          nb::arg("positions"), "The samples at `positions` (a uint64 array), as a uint64 array.")
+      .def("block_of_sample", &BlockOrder::block_of_sample, nb::arg("sample"))
+      .def(
+          "blocks_in_order",
+          [](const BlockOrder& o, uint64_t start, uint64_t rank, uint64_t world_size) {
+            std::vector<uint64_t> blocks;
+            {
+              nb::gil_scoped_release release;
+              blocks = o.blocks_in_order(start, rank, world_size);
+            }
+            return to_array(std::move(blocks));
+          },
+          nb::arg("start"), nb::arg("rank"), nb::arg("world_size"),
+          "The blocks that positions start + rank + j * world_size read, in first-use order.");
 
   nb::class_<ClassGroups>(m, "ClassGroups")
       .def(nb::new_([](const Labels& labels) {

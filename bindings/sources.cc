@@ -204,6 +204,17 @@ void register_sources(nb::module_& m) {
           },
           "Every sample's class label when the source knows them without reading (an int64 "
           "array), else None.")
+      .def(
+          "blocks",
+          [](const Source& s) {
+            Source::Blocks b = s.blocks();
+            return std::make_pair(std::move(b.sizes), b.window);
+          },
+          "(sizes, window) of the blocks a shuffled loader keeps together (Parquet row groups); "
+          "sizes empty when the source has none.")
+      .def("shards", &Source::shards,
+           "The sizes of the source's shards (consecutive samples, fetched whole by a remote "
+           "reader), for shuffle=\"shards\"; empty when it has none.")
       .def_prop_ro("field_dtypes",
                    [](const Source& s) {
                      std::vector<std::string> out;

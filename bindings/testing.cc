@@ -143,11 +143,15 @@ void register_testing(nb::module_& m) {
       .def_prop_ro("polls", [](const FakeCopy& f) { return f.state->polls.load(); });
 
   nb::class_<FaultySource, Source>(m, "FaultySource")
-      .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us) {
-             return std::make_shared<FaultySource>(size, width, std::move(fail), delay_us);
+      .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us,
+                       std::vector<uint64_t> shards) {
+             return std::make_shared<FaultySource>(size, width, std::move(fail), delay_us,
+                                                   std::move(shards));
            }),
            nb::arg("size"), nb::arg("width") = 1, nb::arg("fail") = std::set<uint64_t>{},
-           nb::arg("delay_us") = 0);
+           nb::arg("delay_us") = 0, nb::arg("shards") = std::vector<uint64_t>{},
+           "Sample i holds i; `shards` (sizes): it declares its samples in those shards, as a "
+           "remote source does (shuffle=\"shards\").");
 
   nb::class_<stoker::testing::VectorDocuments, DocumentSet>(
       m, "VectorDocuments", "A DocumentSet over documents held in memory (lists of token ids).")

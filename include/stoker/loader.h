@@ -3,7 +3,8 @@
 //
 // Semantics
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
-//   shuffle, repeats, classes, class_weights; a mixture's plan; the batch transform), never on
+//   shuffle, repeats, classes, class_weights; a block order's shard_window and stripes; a
+//   mixture's plan; the batch transform), never on
 //   num_workers or prefetch depth: batch b of an epoch is bit-identical however it was produced.
 //   Batches are delivered in order.
 // - Randomness: sample i of epoch e draws its randomness (augmentation) from (seed, e, i); in a
@@ -26,7 +27,9 @@
 // - Resume: iterate(epoch, start_batch) yields exactly the batches from start_batch on of that
 //   epoch; the state to resume from is three numbers. A job with another world size resumes the
 //   epoch from the global position the old job reached (BatchPlan::position_after) with a plan
-//   that starts there: iterate(epoch, 0, BatchPlan(..., start)).
+//   that starts there: iterate(epoch, 0, BatchPlan(..., start)). A block order (shard_window,
+//   or a source with blocks) is arranged for a world size (stripes): the resumed epoch must keep
+//   the one it started with (iterate's `stripes`) for the rest to be its exact complement.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
 //   back to the pool when the last reference to the Batch is dropped.
 // - Errors: a sample that throws reaches the consumer, at its batch's turn, as a SampleError naming
@@ -97,6 +100,15 @@ struct LoaderOptions {
   // Run on every finished batch by the worker that finishes it (see above); its check() must
   // accept the source's fields. Null: batches are the source's fields as read.
   std::shared_ptr<const BatchTransform> batch_transform;
+  // A shard order (block_order.h; with shuffle, not with classes or a mixture): > 0 visits the
+  // source's shards() (else its blocks()) so that each rank keeps about this many open at once
+  // (InvalidArgument for a source with neither). 0: a source with blocks() is visited in a
+  // block order with the source's own window, any other in a full permutation. Resolved: the
+  // window of the block order in use, 0 when there is none.
+  uint64_t shard_window = 0;
+  // The world size a block order's epochs are arranged for (BlockOrder's stripes): 0 = world_size.
+  // Resolved: never 0. An elastic resume keeps the arrangement of its epoch (iterate's stripes).
+  uint64_t stripes = 0;
 };
 
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
@@ -197,14 +209,25 @@ class Loader {
   // (InvalidArgument otherwise). A mixture loader lays out its own plan of `epoch` (its rank,
   // from the epoch's start): `plan` must be unstrided and start at 0; any other start is a
   // MixturePlan's (below).
+  // `stripes`: the world size the epoch's block order is arranged for, 0 = options().stripes
+  // (ignored without a block order).
   std::unique_ptr<EpochIterator> iterate(uint64_t epoch, uint64_t start_batch,
-                                         const BatchPlan& plan) const;
+                                         const BatchPlan& plan, uint64_t stripes = 0) const;
   // A mixture's batches as `plan` lays them out (plan.epoch() is the iteration's epoch): a plan
   // that starts anywhere (elastic resume, a new schedule). Batch b of the iteration is plan's
   // batch b. REQUIRES: options().mixture, plan not null with the loader's sizes, seed, shuffle
   // and batch_size; start_batch <= plan->num_batches() (InvalidArgument otherwise).
   std::unique_ptr<EpochIterator> iterate(std::shared_ptr<const MixturePlan> plan,
                                          uint64_t start_batch = 0) const;
+
+  // The blocks (shards, row groups: the block order's block numbers) that iterate(epoch,
+  // start_batch, plan, stripes) reads, each once, in the order of its first sample: what a
+  // remote source's fetcher downloads, in this order. Padding's blocks are included (the
+  // plan's wrapped positions). Empty without a block order. Cost: one BlockOrder::block_at per
+  // sample of the plan from start_batch on (BlockOrder::blocks_in_order). REQUIRES: as iterate.
+  std::vector<uint64_t> block_schedule(uint64_t epoch, uint64_t start_batch = 0) const;
+  std::vector<uint64_t> block_schedule(uint64_t epoch, uint64_t start_batch, const BatchPlan& plan,
+                                       uint64_t stripes = 0) const;
 
   LoaderStats stats() const;
 

@@ -87,10 +87,12 @@ class Source {
     uint64_t window = 1;
   };
   virtual Blocks blocks() const { return {}; }
-  // Samples that live in shards (tar files, token files): their sizes, consecutive samples
-  // summing to size(). A loader with shuffle="shards" visits them in a striped BlockOrder.
-  // Empty: the source has no shards.
-  virtual Blocks shards() const { return {}; }
+
+  // The sizes of the source's shards (consecutive samples, summing to size()): files or objects
+  // that a remote reader fetches whole (tar shards, token files). A loader with shuffle and
+  // LoaderOptions::shard_window > 0 visits them in a BlockOrder that keeps shard_window shards
+  // open per rank. Empty: the source has no shards (blocks() is then used, if any).
+  virtual std::vector<uint64_t> shards() const { return {}; }
 };
 
 }  // namespace stoker

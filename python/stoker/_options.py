@@ -95,7 +95,7 @@ class Options:
     them, defaults included). ``rank``/``world_size`` are resolved from the environment where
     not given (a producer that shards nothing resets them)."""
     batch_size: object
-    shuffle: object  # None (unspecified: no shuffle), True, False or "stratified"
+    shuffle: object  # None (unspecified: no shuffle), True, False, "stratified" or "shards"
     seed: int
     drop_last: bool
     num_workers: object
@@ -117,6 +117,8 @@ class Options:
     repeats: int = 1  # every sample this many times an epoch (repeated augmentation)
     batch_transform: object = None  # a batch_transforms.Spec, or None
     stratified: bool = False  # shuffle="stratified" or class_weights (set by check_order)
+    # shuffle="shards": shards a rank keeps open ("auto" or a positive int; shard_window())
+    shard_window: object = "auto"
 
     def python_given(self):
         """The Python-only options set to other than their defaults."""
@@ -132,7 +134,7 @@ class Options:
 def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
           memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
           gpu_prefetch_bytes, class_weights, labels, offload, python, repeats=1,
-          batch_transform=None):
+          batch_transform=None, shard_window="auto"):
     for key in python:
         if key not in PYTHON_ONLY:
             raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
@@ -159,6 +161,9 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
     if not is_int(repeats) or repeats < 1:
         raise ValueError(f"repeats must be a positive integer (each sample this many times an "
                          f"epoch), got {repeats!r}")
+    if shard_window != "auto" and not (is_int(shard_window) and shard_window >= 1):
+        raise ValueError(f'shard_window must be "auto" or a positive integer (shards each rank '
+                         f'keeps open), got {shard_window!r}')
     if offload is not None and repeats != 1:
         raise ValueError("repeats is not supported with offload yet: load without offload")
     spec = None
@@ -174,7 +179,8 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
                    cpu_budget=cpu_budget, device=resolved,
                    gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
                    class_weights=class_weights, labels=labels, offload=offload,
-                   python=python, repeats=repeats, batch_transform=spec)
+                   python=python, repeats=repeats, batch_transform=spec,
+                   shard_window=shard_window)
 
 
 def check_order(options, torch_semantics=False):
@@ -188,3 +194,14 @@ def check_order(options, torch_semantics=False):
         o.drop_last = bool(o.drop_last)
     elif not isinstance(o.drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {o.drop_last!r}")
+
+
+# shard_window="auto": shards each rank keeps open at once. Larger mixes more (docs/remote.md,
+# "Shuffle quality") at the cost of that many shards in flight per rank.
+AUTO_SHARD_WINDOW = 8
+
+
+def shard_window(options):
+    """The shard order's window: ``options.shard_window``, with "auto" resolved."""
+    w = options.shard_window
+    return AUTO_SHARD_WINDOW if w == "auto" else w

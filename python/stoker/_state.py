@@ -13,14 +13,22 @@ itself: the same batches, numbered as before. With ``repeats=k`` (repeated augme
 epoch's order has ``len(dataset) * k`` positions, a sample's k copies adjacent, and positions
 count them; the state records ``repeats``, which the loading loader must have too.
 
+A block order (``shuffle="shards"``, or a shuffled dataset in blocks such as Parquet row groups;
+include/stoker/block_order.h) adds ``"shard_window"`` (the blocks a rank keeps open, which the
+loading loader must have too) and ``"stripes"``: the world size the running epoch's order is
+arranged for. A loader of another world size finishes that epoch with the saved stripes, so that
+it reads exactly the rest of the epoch, and arranges the epochs after it for its own world size.
+States of versions 1 and 2 predate stripes: their block orders were unstriped (stripes 1).
+
 A mixture (``stoker.Mixture``, docs/mixtures.md) adds ``"mixture"``: the optimizer step of the
 next batch, each source's stream position there (``draws``), and where the epoch's running plan
 began (its step and draws) with a digest of the weights it used since. Loaded with the world
 size and weights that saved it, the saved plan resumes (the same batches); otherwise a plan starts
 at the saved point, every stream continuing exactly where it stopped.
 
-The loader (loader.py) keeps ``_next_epoch``, ``_start_batch`` and ``_next_start`` (where its next
-iteration begins), ``_mixture_carry`` (a mixture's: ``(epoch, start)`` where ``start`` is
+The loader (loader.py) keeps ``_next_epoch``, ``_start_batch``, ``_next_start`` and
+``_next_stripes`` (where its next iteration begins, and a block order's arrangement there: None
+for its own world size), ``_mixture_carry`` (a mixture's: ``(epoch, start)`` where ``start`` is
 ``(position, first_step, bases)`` or the plan of the epoch before, which ends where it starts)
 and ``_cursor`` (a :class:`Cursor`, shared with its running iterator); its producer says who
 orders the samples (``order_kind``) and, for a class-balanced order, the classes and weights.
@@ -30,11 +38,13 @@ from __future__ import annotations
 
 from . import _native
 
-VERSION = 2
-_READABLE = (1, 2)  # version 1: no "start" (always 0), no "order" (always the engine's)
+VERSION = 3
+# version 1: no "start" (always 0), no "order" (always the engine's); versions 1 and 2: no
+# "shard_window" and "stripes" (block orders were unstriped)
+_READABLE = (1, 2, 3)
 _MATCHING = ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "repeats",
-             "class_weights")
-_DEFAULTS = {"repeats": 1}  # what a state saved before the key existed had
+             "class_weights", "shard_window")
+_DEFAULTS = {"repeats": 1, "shard_window": 0}  # what a state saved before the key existed had
 
 
 class Cursor(list):
@@ -43,13 +53,14 @@ class Cursor(list):
     which the iteration's plan begins, and ``num_batches``, the plan's batch count (None when
     unknown: an IterableDataset without a length)."""
 
-    __slots__ = ("start", "num_batches", "mixture")
+    __slots__ = ("start", "num_batches", "mixture", "stripes")
 
-    def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None):
+    def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None, stripes=None):
         super().__init__((epoch, batch))
         self.start = start
         self.num_batches = num_batches
         self.mixture = mixture  # a mixture's _native.engine.MixturePlan
+        self.stripes = stripes  # a block order's arrangement (world size); None: the loader's
 
     def running(self):
         """Whether batches of this iteration remain to be delivered."""
@@ -106,19 +117,30 @@ def weights_state(loader):
     return [[label, w] for label, w in zip(producer.classes.labels, producer.weights)]
 
 
+def block_window(loader):
+    """Blocks a rank keeps open in the engine's block order (shuffle="shards", or a shuffled
+    dataset in blocks); 0 when the loader's order is not by blocks."""
+    return getattr(loader._producer, "block_window", 0)
+
+
 def config(loader):
     """What a state must match to be resumed by ``loader``."""
-    return {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
-            "drop_last": loader.drop_last, "num_samples": num_samples(loader.dataset),
-            "repeats": repeats(loader), "rank": loader.rank, "world_size": loader.world_size,
-            "order": order_kind(loader),
-            "class_weights": weights_state(loader)}
+    out = {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
+           "drop_last": loader.drop_last, "num_samples": num_samples(loader.dataset),
+           "repeats": repeats(loader), "rank": loader.rank, "world_size": loader.world_size,
+           "order": order_kind(loader),
+           "class_weights": weights_state(loader)}
+    window = block_window(loader)
+    if window:
+        out["shard_window"] = window
+    return out
 
 
 def begin(loader):
     """The cursor of the iteration that starts now, from the loader's pending resume point,
     which is then cleared (the iteration after it starts the next epoch)."""
     epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
+    stripes, loader._next_stripes = loader._next_stripes, None
     mixture = None
     if order_kind(loader) == "mixture":
         mixture = mixture_plan(loader, epoch)
@@ -135,7 +157,7 @@ def begin(loader):
             num_batches = None
     loader._next_epoch, loader._start_batch, loader._next_start = epoch + 1, 0, 0
     loader._resumed = False  # set_epoch starts epochs from their start again
-    loader._cursor = Cursor(epoch, batch, start, num_batches, mixture)
+    loader._cursor = Cursor(epoch, batch, start, num_batches, mixture, stripes)
     return loader._cursor
 
 
@@ -145,15 +167,21 @@ def save(loader):
         return _save_mixture(loader)
     cursor = loader._cursor
     if cursor is not None and cursor.running():
-        epoch, batch, start = cursor[0], cursor[1], getattr(cursor, "start", 0)
+        epoch, batch, start, stripes = cursor[0], cursor[1], cursor.start, cursor.stripes
     else:
         epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
-    return {"version": VERSION, "epoch": epoch, "batch": batch, "start": start, **config(loader)}
+        stripes = loader._next_stripes
+    state = {"version": VERSION, "epoch": epoch, "batch": batch, "start": start,
+             **config(loader)}
+    if block_window(loader):
+        state["stripes"] = stripes or loader.world_size
+    return state
 
 
 def load(loader, state):
-    """``loader.load_state_dict(state)``: (epoch, start batch, start position) of the loader's
-    next iteration. Raises ValueError for a state this loader cannot continue exactly."""
+    """``loader.load_state_dict(state)``: (epoch, start batch, start position, stripes) of the
+    loader's next iteration (stripes: a block order's arrangement, None for the loader's own).
+    Raises ValueError for a state this loader cannot continue exactly."""
     if not isinstance(state, dict) or state.get("version") not in _READABLE:
         raise ValueError(f"not a stoker.DataLoader state (version {VERSION}): {state!r}")
     mine = config(loader)
@@ -175,6 +203,12 @@ def load(loader, state):
             and (start == 0 or mine["order"] == "engine")):
         raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}, "
                          f"start={start!r}, world_size={old_world!r}")
+    stripes = None
+    if "shard_window" in mine:  # a block order: the epoch goes on with its arrangement
+        stripes = state.get("stripes", 1 if state["version"] < 3 else None)
+        if not (_is_int(stripes) and stripes >= 1):
+            raise ValueError(f"invalid stripes in state (the world size of the epoch's shard "
+                             f"order): {stripes!r}")
     if old_world == loader.world_size:
         if mine["order"] in ("engine", "stratified"):
             last = plan(loader, start).num_batches
@@ -185,7 +219,7 @@ def load(loader, state):
                 last = None
         if last is not None and batch > last:
             raise ValueError(f"invalid position in state: batch {batch} of an epoch of {last}")
-        return epoch, batch, start
+        return epoch, batch, start, stripes
     if mine["order"] != "engine":
         raise ValueError(
             f"the state was saved with world_size={old_world} and this loader has "
@@ -198,17 +232,20 @@ def load(loader, state):
                          f"{old.num_batches} (world_size={old_world})")
     reached = old.position_after(batch)
     if reached >= n:  # the old job finished the epoch
-        return epoch + 1, 0, 0
-    return epoch, 0, reached
+        return epoch + 1, 0, 0, None
+    return epoch, 0, reached, stripes
 
 
 def _check_matching(state, mine):
     for key in _MATCHING:
         saved = state.get(key, _DEFAULTS.get(key))
-        if saved != mine[key]:
+        if key == "shard_window" and "shard_window" not in state and state.get("version") < 3:
+            saved = mine.get(key, 0)  # a block order then had the source's window: the same
+        if saved != mine.get(key, _DEFAULTS.get(key)):
             raise ValueError(
                 f"the state was saved with {key}={saved!r} but this loader has "
-                f"{key}={mine[key]!r}; resuming would not reproduce the same batches")
+                f"{key}={mine.get(key, _DEFAULTS.get(key))!r}; resuming would not reproduce "
+                f"the same batches")
 
 
 # -- mixtures ---------------------------------------------------------------------------------------

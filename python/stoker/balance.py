@@ -20,7 +20,7 @@ from . import _native
 __all__ = ["SHUFFLE_MODES", "check_shuffle", "class_groups", "class_plan", "stratified_plan",
            "weights_for"]
 
-SHUFFLE_MODES = (False, True, "stratified")
+SHUFFLE_MODES = (False, True, "stratified", "shards")
 
 _NO_LABELS = (
     'shuffle="stratified" and class_weights need the class of every sample: pass labels= to the '
@@ -30,11 +30,13 @@ _NO_LABELS = (
 
 def check_shuffle(shuffle, class_weights):
     """Validates ``shuffle`` against ``class_weights``; True when the order is stratified."""
-    if not (isinstance(shuffle, bool) or (isinstance(shuffle, str) and shuffle == "stratified")):
-        raise ValueError(f'shuffle must be True, False or "stratified", got {shuffle!r}')
-    if class_weights is not None and shuffle is False:
-        raise ValueError('class_weights draw a stratified order: pass shuffle=True or '
-                         'shuffle="stratified" with them, not shuffle=False')
+    if not (isinstance(shuffle, bool) or (isinstance(shuffle, str)
+                                          and shuffle in ("stratified", "shards"))):
+        raise ValueError(f'shuffle must be True, False, "stratified" or "shards", got '
+                         f'{shuffle!r}')
+    if class_weights is not None and shuffle in (False, "shards"):
+        raise ValueError(f'class_weights draw a stratified order: pass shuffle=True or '
+                         f'shuffle="stratified" with them, not shuffle={shuffle!r}')
     return shuffle == "stratified" or class_weights is not None
 
 

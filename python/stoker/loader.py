@@ -64,7 +64,11 @@ class DataLoader:
         batch_size: samples per batch (Python datasets: None yields samples unbatched).
         shuffle: visit samples in a seeded random order, new for every epoch. "stratified":
             also hold every class in every batch (and every rank's batch) within one sample of
-            its share of the dataset; needs labels (below).
+            its share of the dataset; needs labels (below). "shards": for a dataset in shards
+            (remote storage: each shard a request), each rank reads about ``shard_window``
+            shards at a time, their samples shuffled together, every sample still once an
+            epoch (include/stoker/block_order.h; docs/remote.md, "Shuffle quality"). A dataset
+            whose ``default_shuffle`` is "shards" takes shuffle=True to mean it.
         seed: the seed of the order (and of per-sample randomness).
         drop_last: drop the final partial batch (and, across ranks, the uneven tail).
         num_workers: worker threads (Python datasets: processes); 0 produces batches on the
@@ -112,6 +116,9 @@ class DataLoader:
             that finishes each batch, or with a ``device`` on the GPU after the copy (the same
             parameters); one draw per batch from (seed, epoch, batch), so batches stay the same
             whatever num_workers, and on resume. docs/recipes.md says what runs where.
+        shard_window: with shuffle="shards", the shards each rank keeps open ("auto": 8). The
+            resume state records it (a state loads only with the same shard_window) and the
+            world size each epoch's shard order is arranged for.
         **python_options: torch's keywords for Python datasets (sampler, batch_sampler,
             collate_fn, worker_init_fn, timeout, persistent_workers, generator,
             multiprocessing_context, in_order, pin_memory_device) and Stoker's (worker_type,
@@ -126,12 +133,12 @@ class DataLoader:
                  memory_budget=None, rank=None, world_size=None, output="torch",
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
                  gpu_prefetch_bytes=None, class_weights=None, labels=None, offload=None,
-                 repeats=1, batch_transform=None, **python_options):
+                 repeats=1, batch_transform=None, shard_window="auto", **python_options):
         options = _options.parse(
             batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
             memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
             gpu_prefetch_bytes, class_weights, labels, offload, python_options, repeats,
-            batch_transform)
+            batch_transform, shard_window)
         producer = _make_producer(dataset, options)
         self._producer = producer
         self._options = options
@@ -150,6 +157,7 @@ class DataLoader:
         self._next_epoch = 0
         self._start_batch = 0
         self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
+        self._next_stripes = None  # a block order's arrangement there (None: world_size)
         self._mixture_carry = None  # a Mixture's: where its next epoch's plan starts (_state.py)
         self._resumed = False
         # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
@@ -229,6 +237,7 @@ class DataLoader:
         self._next_epoch = epoch
         self._start_batch = 0
         self._next_start = 0
+        self._next_stripes = None
 
     def __iter__(self):
         cursor = _state.begin(self)
@@ -278,7 +287,7 @@ class DataLoader:
             self.dataset.weights = weights
         resume = _state.load(self, state)
         self._cursor = None
-        self._next_epoch, self._start_batch, self._next_start = resume
+        self._next_epoch, self._start_batch, self._next_start, self._next_stripes = resume
         self._resumed = True
 
     def class_plan(self):

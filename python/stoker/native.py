@@ -30,11 +30,23 @@ class EngineOrdered:
         self.options = o
         self.seed = o.seed
         self.shuffle = False if o.shuffle is None else o.shuffle
+        # A dataset in remote shards declares default_shuffle = "shards": shuffle=True then
+        # means its shard order.
+        if self.shuffle is True and getattr(dataset, "default_shuffle", None) == "shards":
+            self.shuffle = "shards"
+        if o.shard_window != "auto" and self.shuffle != "shards":
+            raise ValueError(f'shard_window is for shuffle="shards", and this loader\'s order is '
+                             f"shuffle={self.shuffle!r}")
+        # Shards each rank keeps open (the engine's shard_window); 0: no shard order.
+        self.shard_window = _options.shard_window(o) if self.shuffle == "shards" else 0
         self.mixture = dataset if isinstance(dataset, Mixture) else None
         if self.mixture is not None and o.stratified:
             raise ValueError('shuffle="stratified" and class_weights balance classes; a Mixture '
                              "draws its sources by its own weights (Mixture(weights=...)): pass "
                              "shuffle=True or False")
+        if self.shuffle == "shards" and (self.mixture is not None or o.offload is not None):
+            raise ValueError('shuffle="shards" is not supported with a Mixture or offload yet: '
+                             "pass shuffle=True")
         if self.mixture is not None and o.offload is not None:
             raise ValueError("a Mixture cannot be offloaded to Ray yet: its batches are laid out "
                              "whole for the loader's ranks; load it without offload")
@@ -114,7 +126,7 @@ class NativeProducer(EngineOrdered):
                                      o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
                                      classes=self.classes, class_weights=self.weights,
                                      repeats=o.repeats, batch_transform=mixing,
-                                     **self._mixture_order())
+                                     shard_window=self.shard_window, **self._mixture_order())
         if self.loader.pinned:
             _feed.install_fence_provider()
         self.torch = o.torch_output
@@ -141,10 +153,25 @@ class NativeProducer(EngineOrdered):
     def num_batches(self):
         return len(self.loader)
 
-    def epoch_source(self, cursor_epoch, start_batch, plan=None):
+    @property
+    def block_window(self):
+        """Blocks (shards, row groups) a rank keeps open a window in the engine's block order;
+        0 when the samples are not ordered by blocks."""
+        return self.loader.shard_window
+
+    def epoch_source(self, cursor_epoch, start_batch, plan=None, stripes=0):
         """The engine's iterator over one epoch's batches (``plan``: a BatchPlan, or None for
-        the loader's own)."""
-        return self.loader.iterate(cursor_epoch, start_batch, plan)
+        the loader's own; ``stripes``: the world size a block order's epoch is arranged for, 0
+        for the loader's)."""
+        return self.loader.iterate(cursor_epoch, start_batch, plan, stripes)
+
+    def block_schedule(self, cursor):
+        """The blocks (shards) the iteration that ``cursor`` starts reads, in first-use order (a
+        uint64 array; empty without a block order): what a remote fetcher downloads."""
+        o = self.options
+        plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
+                                 cursor.start, o.repeats) if cursor.start else None
+        return self.loader.block_schedule(cursor[0], cursor[1], plan, cursor.stripes or 0)
 
     def _schedule_remote(self, cursor):
         """Tells a remote dataset's shard cache which shards this iteration reads, in order of
@@ -152,10 +179,8 @@ class NativeProducer(EngineOrdered):
         remote = getattr(self.dataset, "_remote", None)
         if remote is None:
             return
-        o = self.options
-        position = cursor.start + cursor[1] * o.batch_size * o.world_size
         block_shards = self.dataset._block_shards
-        blocks = self.loader.block_schedule(cursor[0], position) if hasattr(self.loader, "block_schedule") else []  # TEMP
+        blocks = [int(b) for b in self.block_schedule(cursor)]
         if not blocks:  # no shard order: every shard, in order
             blocks = range(len(block_shards))
         seen, order = set(), []
@@ -174,8 +199,8 @@ class NativeProducer(EngineOrdered):
         o = self.options
         plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
                                  cursor.start, o.repeats) if cursor.start else None
-        return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan), cursor, self.torch,
-                             self.single, self.assemble)
+        return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan, cursor.stripes or 0),
+                             cursor, self.torch, self.single, self.assemble)
 
     def copy_engine(self, device):
         if self._engine_factory is None:

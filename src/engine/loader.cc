@@ -39,6 +39,7 @@ LoaderOptions resolve(LoaderOptions o) {
   if (o.pin_memory == PinMemory::kOn && !cuda_available())
     throw InvalidArgument("pin_memory=True needs a CUDA device; none was found");
   if (o.repeats < 1) throw InvalidArgument("repeats must be a positive integer, got 0");
+  if (o.stripes == 0) o.stripes = o.world_size;
   return o;
 }
 
@@ -120,6 +121,11 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     throw InvalidArgument(
         "repeats is for the plain and block orders: a stratified order, class weights and a "
         "mixture lay out whole batches, and their draws are keyed by cycles of their own");
+  if (options.shard_window > 0 &&
+      (!options.shuffle || options.mixture || options.classes || !options.class_weights.empty()))
+    throw InvalidArgument(
+        "shuffle=\"shards\" (shard_window) is a shuffled order of its own: not with shuffle "
+        "off, a stratified order, class weights or a mixture");
   if (options.mixture) {
     if (options.classes || !options.class_weights.empty())
       throw InvalidArgument("a mixture cannot also be stratified or class-weighted");
@@ -143,16 +149,32 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
   } else if (!options.class_weights.empty()) {
     throw InvalidArgument("class_weights need the classes of the samples");
   } else if (options.shuffle) {
-    Source::Blocks b = source->blocks();
+    // A shard order visits the shards (else the blocks) with the loader's window; a source with
+    // blocks alone keeps its own window.
+    Source::Blocks b{options.shard_window > 0 ? source->shards() : std::vector<uint64_t>{}, 0};
+    const char* what = "shards";
+    if (b.sizes.empty()) {
+      b = source->blocks();
+      what = "blocks";
+      if (options.shard_window > 0) b.window = options.shard_window;
+    } else {
+      b.window = options.shard_window;
+    }
+    if (options.shard_window > 0 && b.sizes.empty())
+      throw InvalidArgument(
+          "shuffle=\"shards\" needs a source with shards (tar shards, token files, Parquet row "
+          "groups); this one has none: use shuffle=True");
     if (!b.sizes.empty()) {
       uint64_t total = 0;
       for (uint64_t size : b.sizes) total += size;
       if (total != source->size())
-        throw InvalidArgument("the source's blocks hold " + std::to_string(total) +
-                              " samples but it has " + std::to_string(source->size()));
+        throw InvalidArgument(std::string("the source's ") + what + " hold " +
+                              std::to_string(total) + " samples but it has " +
+                              std::to_string(source->size()));
       blocks = std::move(b);
     }
   }
+  options.shard_window = blocks ? blocks->window : 0;
   pool = BatchPool::create(
       std::max<size_t>(bytes, 1), options.memory_budget,
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
@@ -178,14 +200,17 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
 }
 
 EpochSamples Loader::State::epoch_samples(uint64_t epoch,
-                                          std::shared_ptr<const MixturePlan> mixture) const {
+                                          std::shared_ptr<const MixturePlan> mixture,
+                                          uint64_t stripes) const {
   EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch),
                        {},
                        {},
                        {},
                        epoch,
                        options.repeats};
-  if (blocks) samples.blocks.emplace(blocks->sizes, blocks->window, options.seed, epoch);
+  if (blocks)
+    samples.blocks.emplace(blocks->sizes, blocks->window, stripes > 0 ? stripes : options.stripes,
+                           options.seed, epoch);
   if (stratified) samples.stratified = stratified->epoch(epoch);
   if (options.mixture && !mixture) {
     const LoaderOptions& o = options;
@@ -341,6 +366,33 @@ std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::Sta
   return make_threaded_iterator(state, plan, std::move(samples), epoch, start_batch);
 }
 
+// Throws InvalidArgument for a plan the loader cannot iterate (Loader::iterate's REQUIRES).
+void check_plan(const Loader::State& state, const BatchPlan& plan) {
+  // Buffers hold batch_size samples of this source: a plan of other samples or batches would
+  // overrun them.
+  if (plan.num_samples() != state.plan.num_samples() ||
+      plan.batch_size() != state.options.batch_size)
+    throw InvalidArgument("the plan is for " + std::to_string(plan.num_samples()) +
+                          " samples in batches of " + std::to_string(plan.batch_size()) +
+                          ", the loader's epochs have " + std::to_string(state.plan.num_samples()) +
+                          " samples (" + std::to_string(state.options.repeats) +
+                          " times the source's) in batches of " +
+                          std::to_string(state.options.batch_size));
+  // A stratified order is laid out on the loader's own ranks and batches: its rows do not
+  // survive a resume with another world size (an elastic start).
+  if (state.stratified && plan.start() != 0)
+    throw InvalidArgument(
+        "a stratified or class-weighted order cannot resume with another world size: its batches "
+        "are laid out for the ranks that saved the state");
+  // A mixture's plan starts where its MixturePlan says (iterate(plan, start_batch)).
+  if (state.options.mixture && plan.start() != 0)
+    throw InvalidArgument(
+        "a mixture resumes with another world size from a MixturePlan that starts where the "
+        "saving job stopped (Loader::iterate(plan, start_batch))");
+  if (state.options.mixture && plan.is_strided())
+    throw InvalidArgument("a mixture's batches cannot be strided among producers");
+}
+
 }  // namespace
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
@@ -348,33 +400,41 @@ std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_ba
 }
 
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
-                                               const BatchPlan& plan) const {
-  // Buffers hold batch_size samples of this source: a plan of other samples or batches would
-  // overrun them.
-  if (plan.num_samples() != state_->plan.num_samples() ||
-      plan.batch_size() != state_->options.batch_size)
-    throw InvalidArgument(
-        "the plan is for " + std::to_string(plan.num_samples()) + " samples in batches of " +
-        std::to_string(plan.batch_size()) + ", the loader's epochs have " +
-        std::to_string(state_->plan.num_samples()) + " samples (" +
-        std::to_string(state_->options.repeats) + " times the source's) in batches of " +
-        std::to_string(state_->options.batch_size));
-  // A stratified order is laid out on the loader's own ranks and batches: its rows do not
-  // survive a resume with another world size (an elastic start).
-  if (state_->stratified && plan.start() != 0)
-    throw InvalidArgument(
-        "a stratified or class-weighted order cannot resume with another world size: its batches "
-        "are laid out for the ranks that saved the state");
-  // A mixture's plan starts where its MixturePlan says (iterate(plan, start_batch)).
-  if (state_->options.mixture && plan.start() != 0)
-    throw InvalidArgument(
-        "a mixture resumes with another world size from a MixturePlan that starts where the "
-        "saving job stopped (Loader::iterate(plan, start_batch))");
-  if (state_->options.mixture && plan.is_strided())
-    throw InvalidArgument("a mixture's batches cannot be strided among producers");
-  EpochSamples samples = state_->epoch_samples(epoch);
+                                               const BatchPlan& plan, uint64_t stripes) const {
+  check_plan(*state_, plan);
+  EpochSamples samples = state_->epoch_samples(epoch, nullptr, stripes);
   const BatchPlan batches = samples.mixture ? samples.mixture->batches() : plan;
   return start_iteration(state_, batches, std::move(samples), epoch, start_batch);
+}
+
+std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch) const {
+  return block_schedule(epoch, start_batch, state_->plan);
+}
+
+std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch,
+                                             const BatchPlan& plan, uint64_t stripes) const {
+  check_plan(*state_, plan);
+  if (start_batch > plan.num_batches())
+    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  const State& s = *state_;
+  if (!s.blocks) return {};
+  const EpochSamples samples = s.epoch_samples(epoch, nullptr, stripes);
+  std::vector<uint64_t> out;
+  std::vector<bool> seen(samples.blocks->num_blocks());
+  for (uint64_t b = start_batch; b < plan.num_batches() && out.size() < seen.size(); ++b) {
+    for (uint64_t k = b * plan.batch_size(); k < b * plan.batch_size() + plan.batch_length(b);
+         ++k) {
+      const uint64_t p = plan.global_position(k);
+      const uint64_t block = samples.blocks->block_at(
+          s.options.repeats > 1 ? repeated_position(p, s.options.repeats, epoch).position : p);
+      if (!seen[block]) {
+        seen[block] = true;
+        out.push_back(block);
+      }
+    }
+  }
+  return out;
 }
 
 std::unique_ptr<EpochIterator> Loader::iterate(std::shared_ptr<const MixturePlan> plan,

@@ -125,7 +125,8 @@ struct Loader::State {
   std::optional<StratifiedPlan> stratified;  // with options.classes
   // With options.mixture: the samples of each source delivered, one counter per source.
   std::unique_ptr<std::atomic<uint64_t>[]> mixture_samples;
-  std::optional<Source::Blocks> blocks;      // shuffled, unstratified, a source with blocks
+  // Shuffled, unstratified: the shards (shard_window) or blocks of the source and the window.
+  std::optional<Source::Blocks> blocks;
   std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
   std::vector<size_t> sample_bytes;          // bytes of one sample of each field
   std::vector<FieldSpec> fields;             // of a batch: the source's, then the transform's
@@ -138,9 +139,10 @@ struct Loader::State {
   // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
                                     Buffer buffer) const;
-  // The order of `epoch`; a mixture's follows `mixture`, or, when null, its default plan.
-  EpochSamples epoch_samples(uint64_t epoch,
-                             std::shared_ptr<const MixturePlan> mixture = nullptr) const;
+  // The order of `epoch`; a mixture's follows `mixture`, or, when null, its default plan. A
+  // block order is arranged for `stripes` ranks (0: options.stripes).
+  EpochSamples epoch_samples(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture = nullptr,
+                             uint64_t stripes = 0) const;
   // The samples of batch b of `plan` and, for an order of whole batches, the cycle of each draw,
   // which keys its randomness in place of the epoch (StratifiedEpoch::batch, MixturePlan::batch).
   // A stratified order follows the loader's own plan: `plan` is then that plan or a strided view

@@ -1,15 +1,26 @@
 #include "sources/faulty.h"
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "stoker/errors.h"
 
 namespace stoker {
 
-FaultySource::FaultySource(uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us)
-    : size_(size), width_(width), fail_(std::move(fail)), delay_us_(delay_us) {
+FaultySource::FaultySource(uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us,
+                           std::vector<uint64_t> shards)
+    : size_(size),
+      width_(width),
+      fail_(std::move(fail)),
+      delay_us_(delay_us),
+      shards_(std::move(shards)) {
   if (width < 1) throw InvalidArgument("width must be a positive integer");
+  uint64_t total = 0;
+  for (uint64_t s : shards_) total += s;
+  if (!shards_.empty() && total != size)
+    throw InvalidArgument("the shards hold " + std::to_string(total) + " samples, not " +
+                          std::to_string(size));
   fields_ = {{"value", kInt64, {width}}};
 }
 

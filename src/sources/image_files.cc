@@ -390,10 +390,10 @@ void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   if (got != m.size) throw IoError("cannot read " + path(i) + ": the tar shard was truncated");
 }
 
-Source::Blocks TarShardFiles::shards() const {
-  Source::Blocks b;  // a shard without samples is no block
+std::vector<uint64_t> TarShardFiles::shards() const {
+  std::vector<uint64_t> b;  // a shard without samples is no block
   for (const uint64_t n : shard_samples_)
-    if (n > 0) b.sizes.push_back(n);
+    if (n > 0) b.push_back(n);
   return b;
 }
 

@@ -515,10 +515,10 @@ std::vector<uint64_t> PackedTokenSource::samples_per_shard() const {
   return out;
 }
 
-Source::Blocks PackedTokenSource::shards() const {
-  Blocks b;  // a shard without samples is no block
+std::vector<uint64_t> PackedTokenSource::shards() const {
+  std::vector<uint64_t> b;  // a shard without samples is no block
   for (const uint64_t n : samples_per_shard())
-    if (n > 0) b.sizes.push_back(n);
+    if (n > 0) b.push_back(n);
   return b;
 }
 

@@ -314,7 +314,7 @@ def test_torch_subset_labels_are_the_inner_datasets():
 def test_invalid_arguments_say_what_is_wrong():
     labels = np.array([0, 0, 1, 1, 2], dtype=np.int64)
     ds = labelled(labels)
-    with pytest.raises(ValueError, match='shuffle must be True, False or "stratified"'):
+    with pytest.raises(ValueError, match='shuffle must be True, False, "stratified" or "shards"'):
         stoker.DataLoader(ds, shuffle="random")
     with pytest.raises(ValueError, match="shuffle=True or"):
         stoker.DataLoader(ds, class_weights="balanced")

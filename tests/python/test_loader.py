@@ -231,7 +231,7 @@ def test_rank_and_world_size_default_to_torchrun_environment(monkeypatch):
     (dict(num_workers="many"), "num_workers"),
     (dict(prefetch_factor=0), r'prefetch_factor must be "auto" or an integer in \[1, 64\]'),
     (dict(pin_memory="yes"), "pin_memory must be"),
-    (dict(shuffle=1), "shuffle must be True, False or \"stratified\""),
+    (dict(shuffle=1), "shuffle must be True, False, \"stratified\" or \"shards\""),
     (dict(seed=-1), "seed must be an integer"),
     (dict(rank=3, world_size=2), r"rank must be an integer in \[0, 2\)"),
     (dict(world_size=0), "world_size must be a positive integer"),

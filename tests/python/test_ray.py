@@ -295,6 +295,29 @@ def test_state_dict_moves_between_offload_and_local_loaders(loaders):
     assert_same_batches(list(off), list(elastic))
 
 
+def test_a_row_group_order_resumes_elastically_on_actors(loaders, tmp_path):
+    # A table's row groups are ordered for the world size (stripes): actors that resume a state
+    # of another world size keep the epoch's arrangement, as a local loader does.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "ids.parquet"
+    pq.write_table(pa.table({"id": np.arange(300, dtype=np.int64)}), path, row_group_size=20)
+    ds = stoker.TableDataset(str(path))
+    kw = dict(batch_size=8, shuffle=True, seed=2, output="numpy")
+    local = stoker.DataLoader(ds, **kw, rank=1, world_size=4)
+    it = iter(local)
+    for _ in range(2):
+        next(it)
+    state = local.state_dict()
+    assert state["stripes"] == 4
+    elastic = stoker.DataLoader(ds, **kw, rank=2, world_size=3)
+    elastic.load_state_dict(state)
+    off = loaders(ds, actors=1, **kw, rank=2, world_size=3)
+    off.load_state_dict(state)
+    assert off.state_dict()["stripes"] == 4
+    assert_same_batches(list(off), list(elastic))
+
+
 def test_on_error_raise_and_skip_as_local(loaders):
     ds = FaultyDataset(60, width=2, fail={5, 33})
     off = loaders(ds, batch_size=4, on_error="raise", output="numpy")

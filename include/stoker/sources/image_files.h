@@ -43,7 +43,7 @@ class ImageFiles {
   // Files that live in blocks (rows of a Parquet file): see Source::blocks().
   virtual Source::Blocks blocks() const { return {}; }
   // Files that live in shards (tar shards): see Source::shards().
-  virtual Source::Blocks shards() const { return {}; }
+  virtual std::vector<uint64_t> shards() const { return {}; }
 };
 
 class ImageFolderFiles final : public ImageFiles {
@@ -90,7 +90,7 @@ class TarShardFiles final : public ImageFiles {
   std::string path(uint64_t i) const override;
   void read(uint64_t i, std::vector<std::byte>& buffer) const override;
 
-  Source::Blocks shards() const override;
+  std::vector<uint64_t> shards() const override;
 
   size_t num_shards() const { return shards_.size(); }
   // The samples of the tar file at `path`, in member order (the index the first constructor

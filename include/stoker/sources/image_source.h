@@ -39,7 +39,7 @@ class ImageFilesSource : public Source {
     return out;
   }
   Blocks blocks() const override { return files_->blocks(); }
-  Blocks shards() const override { return files_->shards(); }
+  std::vector<uint64_t> shards() const override { return files_->shards(); }
   const ImageFiles& files() const { return *files_; }
 
  protected:

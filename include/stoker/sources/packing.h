@@ -108,7 +108,7 @@ class PackedTokenSource final : public Source {
   uint64_t size() const override { return size_; }
   // Concat packing over a TokenCorpus: a sample belongs to the shard holding its first token.
   // Empty otherwise (document packings reorder documents across shards).
-  Blocks shards() const override;
+  std::vector<uint64_t> shards() const override;
   // The samples of each of the corpus's shards, shards without any included (concat over a
   // TokenCorpus; empty otherwise).
   std::vector<uint64_t> samples_per_shard() const;

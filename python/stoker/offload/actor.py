@@ -123,13 +123,14 @@ class Producer:
     def ready(self):
         return os.getpid()
 
-    def open(self, stream, epoch, start, first, step):
+    def open(self, stream, epoch, start, first, step, stripes=0):
         """Stream ``stream``: batches first, first + step, ... of the epoch's plan that starts at
-        global position ``start``."""
+        global position ``start`` (a block order arranged for ``stripes`` ranks, 0: the
+        loader's world size)."""
         source = None
         if self.native:
             plan = _state.plan(self.loader, start).strided(first, step)
-            source = self.loader._producer.epoch_source(epoch, 0, plan)
+            source = self.loader._producer.epoch_source(epoch, 0, plan, stripes)
         self.streams[stream] = [source, epoch, start, first, step, 0]
 
     def close(self, stream):

@@ -213,6 +213,11 @@ class RayProducer(EngineOrdered):
         # A stratified or weighted order: the actors build the same one from the same labels.
         super().__init__(dataset, o)
         self.offload = o.offload
+        # A dataset in blocks (Parquet row groups), shuffled: the actors' engines visit it in a
+        # block order, whose arrangement the resume state records (_state.py).
+        blocks = dataset._source.blocks() if native and self.order_kind == "engine" and \
+            self.shuffle is not False else ([], 0)
+        self.block_window = blocks[1] if blocks[0] else 0
         self._torch = o.torch_output
         self._prefetch = _native.pydata.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" \
             else o.prefetch_factor
@@ -336,7 +341,8 @@ class _OffloadIterator:
     def _open(self, stream, actor):
         stream.actor = actor
         stream.pending.clear()
-        actor.open.remote(stream.id, self.epoch, self.start, stream.next_batch, stream.step)
+        actor.open.remote(stream.id, self.epoch, self.start, stream.next_batch, stream.step,
+                          self.cursor.stripes or 0)
         self._top_up(stream)
 
     def _top_up(self, stream):

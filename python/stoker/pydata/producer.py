@@ -182,6 +182,10 @@ class PythonProducer:
         validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
                  py["timeout"], py["persistent_workers"], prefetch_factor)
         _options.check_order(o, torch_semantics=True)
+        if o.shuffle == "shards" or o.shard_window != "auto":
+            raise ValueError('shuffle="shards" and shard_window order the shards of a Stoker '
+                             f'dataset that has them; {type(dataset).__name__} is a Python '
+                             'dataset: pass shuffle=True')
         drop_last = o.drop_last
         iterable = isinstance(dataset, IterableDataset)
         if o.on_error == "skip" and iterable:
