@@ -75,8 +75,8 @@ def test_tar_shards_from_s3_equal_local_batches(s3_env, shards, shuffle):
     assert remote.paths == urls and len(remote) == len(local) == 36
     assert remote.labels == local.labels
     assert remote.path(0) == urls[0] + ":" + local.path(0).split(":", 1)[1]
-    loader, got = epoch(remote, shuffle=shuffle, seed=3)
-    _, want = epoch(local, shuffle=shuffle, seed=3)
+    loader, got = epoch(remote, shuffle=shuffle, seed=3)  # True: the shard order, remote
+    _, want = epoch(local, shuffle="shards" if shuffle else False, seed=3)
     same(got, want)
     s = remote._remote.stats()
     assert s["fetched"] == 6 and s["failures"] == 0
@@ -151,7 +151,7 @@ def test_transient_faults_are_retried_and_deliver_every_sample_once(s3_env, shar
     proxy.reset_next, proxy.reset_after = 2, 1000
     proxy.truncate_next, proxy.truncate_after = 2, 5000
     _, got = epoch(ds, shuffle=True, seed=1)
-    _, want = epoch(stoker.TarShards(shards, transform=TRANSFORM), shuffle=True, seed=1)
+    _, want = epoch(stoker.TarShards(shards, transform=TRANSFORM), shuffle="shards", seed=1)
     same(got, want)
     assert proxy.faults >= 8
     assert ds._remote.stats()["failures"] == 0
@@ -215,7 +215,7 @@ def test_token_dataset_from_s3_equals_local(s3_env, tmp_path, eos):
     assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
     for shuffle in (False, True):
         _, got = epoch(remote, batch_size=16, shuffle=shuffle, seed=5)
-        _, want = epoch(local, batch_size=16, shuffle=shuffle, seed=5)
+        _, want = epoch(local, batch_size=16, shuffle="shards" if shuffle else False, seed=5)
         same(got, want)
 
 
@@ -258,3 +258,49 @@ def test_a_worker_process_rebuilds_a_remote_dataset_from_the_cache(s3_env, shard
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     out = out.stdout.split()
     assert out == [b"2", b"0"]
+
+
+# --- the shard order over remote shards ----------------------------------------------------------
+
+def test_remote_tar_shards_default_to_the_shard_order_and_equal_local(s3_env, shards):
+    upload(s3_env, "order", shards)
+    remote = stoker.TarShards("s3://order/*.tar", transform=TRANSFORM)
+    local = stoker.TarShards(shards, transform=TRANSFORM)
+    assert remote.default_shuffle == "shards" and local.default_shuffle is True
+    _, got = epoch(remote, shuffle=True, seed=9, shard_window=2)
+    _, want = epoch(local, shuffle="shards", seed=9, shard_window=2)
+    same(got, want)
+    _, full = epoch(local, shuffle=True, seed=9)
+    assert not all(np.array_equal(a[1], b[1]) for a, b in zip(got, full))  # not the full shuffle
+
+
+def test_elastic_resume_mid_epoch_with_a_cold_cache(s3_env, shards, tmp_path):
+    """Two ranks read half an epoch and save; three ranks on fresh nodes (empty caches) finish
+    it: every sample exactly once."""
+    upload(s3_env, "elastic", shards)
+
+    def rank_loader(rank, world, cache):
+        ds = stoker.TarShards("s3://elastic/*.tar", transform=T.Compose([T.CenterCrop(8),
+                              T.ToTensor()]), cache_dir=str(tmp_path / cache))
+        return ds, stoker.DataLoader(ds, batch_size=3, shuffle=True, seed=4, rank=rank,
+                                     world_size=world, shard_window=1, num_workers=1)
+
+    seen, states = [], []
+    for rank in range(2):
+        ds, loader = rank_loader(rank, 2, "node-a")
+        it = iter(loader)
+        for _ in range(3):
+            seen.append(next(it))
+        states.append(loader.state_dict())
+        del it
+    assert {**states[0], "rank": 0} == {**states[1], "rank": 0}
+    for rank in range(3):
+        ds, loader = rank_loader(rank, 3, f"node-b{rank}")
+        loader.load_state_dict(states[0])
+        seen.extend(loader)
+        assert ds._remote.stats()["bytes_fetched"] > 0  # a cold cache, filled
+    images = np.concatenate([np.asarray(x).reshape(len(y), -1) for x, y in seen])
+    local = stoker.TarShards(shards, transform=T.Compose([T.CenterCrop(8), T.ToTensor()]))
+    want = np.stack([np.asarray(local[i][0]).reshape(-1) for i in range(len(local))])
+    assert len(images) == len(want)
+    assert sorted(map(bytes, images)) == sorted(map(bytes, want))
