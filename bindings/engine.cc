@@ -3,10 +3,10 @@
 // The loader and its epoch iterator. Batches leave as zero-copy NumPy arrays or torch tensors (via
 // DLPack) that share one owner: the batch buffer returns to the pool when the last of them dies.
 //
-// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h, and the
-// block order of sources in shards, block_order.h): what the
-// Python fronts need to visit the same samples as the native loader, resume a state saved with
-// another world size, and share a rank's epoch among offload actors.
+// The epoch's order and how it is cut into a rank's batches (include/stoker/order.h; the block
+// order of sources in shards, block_order.h): what the Python fronts need to visit the same
+// samples as the native loader, resume a state saved with another world size, and share a rank's
+// epoch among offload actors.
 //
 // Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
 // plan itself for orders made outside the native loader (Python datasets).

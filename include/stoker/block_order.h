@@ -10,7 +10,7 @@
 // - the permuted blocks are taken `window * S` at a time (a window; the last may hold fewer), and
 //   window w's blocks are dealt to S groups: group g gets the window's permuted blocks
 //   [g * window, (g + 1) * window) (groups of the last window may hold fewer, or none);
-// - the window's positions [a_w, a_w+1) hold its samples. Class c of the window is its positions
+// - the window's positions [a_w, a_{w+1}) hold its samples. Class c of the window is its positions
 //   p with p % S == c (the GLOBAL position: class c is what rank c of an S-rank job reads); n_c of
 //   them, and m_g samples in group g. Each group's samples are permuted (a keyed permutation from
 //   (seed, e, w, g)). Class c's j-th position (in increasing order) holds, for j < min(m_c, n_c),
@@ -19,10 +19,10 @@
 //   class's size ([n_g, m_g), when m_g > n_g), concatenated by group, then permuted (keyed from
 //   (seed, e, w)). Deficit positions are numbered by class, then by j.
 // The windows' sizes match the groups' totals, so this is a bijection: an epoch visits every
-// sample exactly once. With blocks of equal size, n_c and m_g differ by at most a few samples, so
-// rank c of an S-rank job reads, within a window, group c's `window` blocks and a handful of
-// overflow samples: about `window` blocks open per rank, not window * S (in a last window that
-// is partly filled, ranks whose groups are short read the others' overflow). The blocks' runs are
+// sample exactly once. With blocks of equal size, a full window has n_c = m_c for every class:
+// rank c of an S-rank job reads exactly group c's `window` blocks, not window * S; sizes that
+// differ a little move a few overflow samples a window to other ranks (in a last window that is
+// partly filled, ranks whose groups are short read the others' overflow). The blocks' runs are
 // still windows, so a reader that keeps the blocks of two windows decodes each block once an
 // epoch. window * S >= the number of blocks gives one window.
 //
@@ -32,11 +32,11 @@
 // several classes, so it reads from several groups a window); an elastic resume keeps the S its
 // epoch started with (python/stoker/_state.py), later epochs take the new world size.
 //
-// Cost: position -> sample is O(log blocks); an epoch's order keeps O(blocks + S) numbers (the
-// permuted blocks and their runs, per window per group a permutation key and two counts), never a
-// per-sample array. The order depends only on (block sizes, window, S, seed, epoch), so resume
-// state stays (epoch, position) with S, ranks split positions as with EpochOrder (order.h), and
-// the batches are the same whatever the worker count.
+// Cost: position -> sample is O(log blocks + log S); an epoch's order keeps O(blocks + S) numbers
+// (the permuted blocks and their runs; per window and group a permutation and two prefix counts,
+// blocks / window + S of them), never a per-sample array. The order depends only on (block sizes,
+// window, S, seed, epoch), so resume state stays (epoch, position) with S, ranks split positions as
+// with EpochOrder (order.h), and the batches are the same whatever the worker count.
 //
 // Thread safety: immutable after construction, safe to share.
 #pragma once
@@ -77,8 +77,9 @@ class BlockOrder {
   // The distinct blocks that positions start + rank, start + rank + world_size, ... (those below
   // size(): one rank's share of an epoch resumed at `start`, without BatchPlan's padding) read,
   // in order of first use: what a fetcher of remote blocks downloads, in this order. Cost: one
-  // block_at per position, O((size() - start) / world_size * log blocks) time (about a second for
-  // 10M positions), O(blocks) memory. REQUIRES: world_size >= 1 (InvalidArgument otherwise).
+  // block_at per position, O((size() - start) / world_size * log blocks) time, O(blocks) memory:
+  // a walk over the rank's epoch, to be made once an epoch (or resume), not per batch.
+  // REQUIRES: world_size >= 1 (InvalidArgument otherwise).
   std::vector<uint64_t> blocks_in_order(uint64_t start, uint64_t rank, uint64_t world_size) const;
 
  private:

@@ -346,15 +346,15 @@ def _load_mixture(loader, state, mine):
     if old_world == loader.world_size and saved.get("weights") == m.fingerprint(first_step, step):
         # The same ranks and weights: the saved plan itself, the same batches.
         loader._mixture_carry = (epoch, (start, first_step, bases))
-        return epoch, batch, start
+        return epoch, batch, start, None
     # Another world size or other weights: a plan from the saved point, every stream going on
     # from where the saving job's ranks left it together.
     reached = old.position_after(batch)
     if reached >= n:
         loader._mixture_carry = (epoch + 1, (0, step, draws))
-        return epoch + 1, 0, 0
+        return epoch + 1, 0, 0, None
     loader._mixture_carry = (epoch, (reached, step, draws))
-    return epoch, 0, reached
+    return epoch, 0, reached, None
 
 
 _ORDERS = {"engine": "the engine (shuffle and seed)",

@@ -55,7 +55,7 @@ def test_every_dataset_and_option_gives_the_one_dataloader_class():
                     "prefetch_factor", "pin_memory", "memory_budget", "device"):
             assert key in s, (key, loader._producer)
         state = loader.state_dict()
-        assert state["version"] == 2 and state["epoch"] == 0
+        assert state["version"] == 3 and state["epoch"] == 0
 
 
 def test_options_checked_once_with_one_message_for_every_producer():
