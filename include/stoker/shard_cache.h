@@ -85,7 +85,8 @@ class ShardCache {
   const Shard& shard(uint32_t s) const { return shards_[s]; }
 
   // Readers. The mapping of shard s, fetching it first if needed. Throws IoError naming the URL
-  // when the fetch failed or the cache is closed. REQUIRES: s < size().
+  // when the fetch failed, the cache is closed, or the calling loader worker's stop token
+  // (reader_stop_token(), source.h) is triggered while it waits. REQUIRES: s < size().
   std::shared_ptr<const MappedFile> acquire(uint32_t s);
 
   // Planning. The shards to read next, in order of first use; replaces the previous schedule
@@ -129,7 +130,7 @@ class ShardCache {
   const std::vector<Shard> shards_;
   const uint64_t budget_;
   mutable std::mutex mu_;
-  std::condition_variable readers_cv_;
+  std::condition_variable_any readers_cv_;
   std::condition_variable fetchers_cv_;
   std::vector<Entry> entries_;
   std::deque<uint32_t> demand_;    // shards readers wait for, first in line

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,22 @@ struct SampleKey {
 class WorkerState {
  public:
   virtual ~WorkerState() = default;
+};
+
+// The stop token of the loader worker running on this thread: a source whose read() may block
+// for long (a remote shard waiting for its fetch) waits with it, so that an iterator torn down
+// mid-epoch does not wait on the network. A token that never stops on other threads.
+std::stop_token reader_stop_token();
+// Sets reader_stop_token() for the current thread while it lives (a loader worker's loop).
+class ReaderStopScope {
+ public:
+  explicit ReaderStopScope(std::stop_token token);
+  ~ReaderStopScope();
+  ReaderStopScope(const ReaderStopScope&) = delete;
+  ReaderStopScope& operator=(const ReaderStopScope&) = delete;
+
+ private:
+  std::stop_token previous_;
 };
 
 class Source {

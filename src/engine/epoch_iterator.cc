@@ -256,6 +256,7 @@ class ThreadedIterator final : public EpochIterator {
 
   void produce(int me) {
     const std::stop_token stop = stop_.get_token();
+    const ReaderStopScope reads_stop(stop);
     std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
     std::unique_lock lock(mu_);
     while (!stop.stop_requested()) {

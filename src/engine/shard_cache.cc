@@ -7,15 +7,26 @@
 
 #include "mapped_file.h"
 #include "stoker/errors.h"
+#include "stoker/source.h"
 
 namespace stoker {
 namespace {
+
+thread_local std::stop_token t_reader_stop;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
+
+std::stop_token reader_stop_token() { return t_reader_stop; }
+
+ReaderStopScope::ReaderStopScope(std::stop_token token) : previous_(std::move(t_reader_stop)) {
+  t_reader_stop = std::move(token);
+}
+
+ReaderStopScope::~ReaderStopScope() { t_reader_stop = std::move(previous_); }
 
 ShardCache::ShardCache(std::vector<Shard> shards, uint64_t budget)
     : shards_(std::move(shards)), budget_(budget), entries_(shards_.size()) {
@@ -49,7 +60,14 @@ std::shared_ptr<const MappedFile> ShardCache::acquire(uint32_t s) {
       fetchers_cv_.notify_all();
     }
     if (waited_since == 0) waited_since = now_seconds();
-    readers_cv_.wait(lock);
+    const std::stop_token stop = reader_stop_token();
+    readers_cv_.wait(lock, stop, [&] {
+      return closed_ || (e.state != State::kQueued && e.state != State::kFetching);
+    });
+    if (stop.stop_requested()) {
+      stats_.wait_seconds += now_seconds() - waited_since;
+      throw IoError("stopped while waiting for shard " + shards_[s].url + " (the loader closed)");
+    }
   }
   if (waited_since != 0) stats_.wait_seconds += now_seconds() - waited_since;
   return e.file;

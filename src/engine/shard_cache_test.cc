@@ -9,6 +9,7 @@
 
 #include "mapped_file.h"
 #include "stoker/errors.h"
+#include "stoker/source.h"
 #include "test_temp_dir.h"
 
 namespace stoker {
@@ -148,6 +149,26 @@ TEST(ShardCache, CloseWakesWaitingReadersAndFetchers) {
   EXPECT_TRUE(threw);
   EXPECT_FALSE(cache.next_request(10.0).has_value());
   EXPECT_TRUE(cache.closed());
+}
+
+TEST(ShardCache, AStoppedLoaderWorkerStopsWaiting) {
+  Fixture f({10});
+  ShardCache cache(f.shards, 1000);  // no fetcher: the reader would wait for ever
+  std::stop_source stop;
+  std::string message;
+  std::thread reader([&] {
+    const ReaderStopScope scope(stop.get_token());
+    try {
+      cache.acquire(0);
+    } catch (const IoError& e) {
+      message = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop.request_stop();
+  reader.join();
+  EXPECT_EQ(message, "stopped while waiting for shard s3://bucket/0.tar (the loader closed)");
+  EXPECT_FALSE(cache.closed());
 }
 
 TEST(ShardCache, ManyReadersOneFetchPerShard) {

@@ -18,7 +18,8 @@ RemoteNotFound (also a FileNotFoundError).
 from ._cache import FetchResult, cache_usage, evict, fetch_to_cache
 from ._errors import RemoteAuthError, RemoteError, RemoteNotFound
 from ._store import ObjectInfo, Store
-from ._urls import expand, is_url, local_path
+from ._expand import expand
+from ._urls import is_url, local_path
 
 __all__ = [
     "FetchResult",
