@@ -233,6 +233,16 @@ void register_tuning(nb::module_& m) {
         in.gpu_utilization = nb::cast<double>(f["gpu_utilization"]);
         in.gpu_memory_used = nb::cast<uint64_t>(f["gpu_memory_used"]);
         in.gpu_memory_total = nb::cast<uint64_t>(f["gpu_memory_total"]);
+        if (f.contains("network")) {
+          nb::dict n = nb::cast<nb::dict>(f["network"]);
+          in.network.present = true;
+          in.network.bytes_fetched = nb::cast<uint64_t>(n["bytes_fetched"]);
+          in.network.network_seconds = nb::cast<double>(n["network_seconds"]);
+          in.network.wait_seconds = nb::cast<double>(n["wait_seconds"]);
+          in.network.first_reads = nb::cast<uint64_t>(n["first_reads"]);
+          in.network.cache_hits = nb::cast<uint64_t>(n["cache_hits"]);
+          in.network.requests = nb::cast<uint64_t>(n["requests"]);
+        }
         Diagnosis d = diagnose(in);
         nb::dict out;
         out["verdict"] = d.verdict;

@@ -10,7 +10,10 @@
 //    (when figures exist) was busy less than gpu_busy_high of it. The limiting stage is
 //    "workers"; the action depends on whether the workers are CPU-bound (their CPU time close to
 //    their busy time: more cores, reduced-size decode, lighter augmentation, cache decoded data)
-//    or stalled (I/O: more workers, faster storage, caching).
+//    or stalled (I/O: more workers, faster storage, caching). When the dataset is remote and its
+//    workers spent more than network_wait_high of their busy time waiting for shards to arrive,
+//    the limiting stage is "network" (the action: a larger cache, more concurrent fetches, data
+//    closer to the job).
 // 3. compute-bound: otherwise. The pipeline is fine; speed up the model. A consumer that waited
 //    while the GPU stayed busy >= gpu_busy_high is compute-bound too: the host ran ahead of the
 //    GPU (kernels are queued asynchronously) and its waits overlapped queued GPU work. When the
@@ -45,6 +48,17 @@ struct StageFigures {
   double cpu_seconds = 0;    // CPU time (summed over threads)
 };
 
+// A remote dataset's shard traffic over the run (ShardCacheStats deltas).
+struct NetworkFigures {
+  bool present = false;         // the dataset is remote
+  uint64_t bytes_fetched = 0;   // downloaded
+  double network_seconds = 0;   // wall time with a fetch in flight
+  double wait_seconds = 0;      // worker time blocked waiting for a shard (summed)
+  uint64_t first_reads = 0;     // shards read for the first time in their schedule
+  uint64_t cache_hits = 0;      // of those, local when the schedule began
+  uint64_t requests = 0;        // object-store requests
+};
+
 struct DiagnosisInputs {
   double wall_seconds = 0;
   double consumer_wait_seconds = 0;  // consumer time blocked waiting for the next batch
@@ -61,6 +75,7 @@ struct DiagnosisInputs {
   bool gpu_present = false;
   double gpu_utilization = 0;                          // 0..1, mean over the run
   uint64_t gpu_memory_used = 0, gpu_memory_total = 0;  // peak used over the run
+  NetworkFigures network;
 };
 
 struct DiagnosisRules {
@@ -70,6 +85,7 @@ struct DiagnosisRules {
   double cpu_bound = 0.75;         // worker cpu/busy above which the workers are CPU-bound
   double gpu_busy_high = 0.90;     // GPU utilization at which the GPU is the limit
   double gpu_idle_low = 0.50;      // GPU utilization below which the GPU mostly waits
+  double network_wait_high = 0.30;  // worker busy time waiting for shards: the network limits
 };
 
 struct Diagnosis {

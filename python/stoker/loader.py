@@ -317,6 +317,9 @@ class DataLoader:
         packing = getattr(self.dataset, "_packing_stats", None)  # a packed TokenDataset
         if packing is not None:
             s["packing"] = packing()
+        remote = getattr(self.dataset, "_remote", None)  # shards streamed from object storage
+        if remote is not None:
+            s["remote"] = remote.stats()
         report = getattr(self.dataset, "_transform_report", None)  # an image dataset
         transforms = report() if report is not None else None
         if transforms is not None:

@@ -136,6 +136,20 @@ GpuFigures GpuSampler::stop() {
   return figures_;
 }
 
+static std::string network_figures(const NetworkFigures& n) {
+  char buf[240];
+  const double mb = static_cast<double>(n.bytes_fetched) / 1e6;
+  std::snprintf(buf, sizeof buf,
+                "network: %.1f MB fetched in %.2f s with a fetch in flight (%.1f MB/s), %llu "
+                "requests; cache hit rate %s of %llu shard reads",
+                mb, n.network_seconds, n.network_seconds > 0 ? mb / n.network_seconds : 0.0,
+                static_cast<unsigned long long>(n.requests),
+                n.first_reads ? pct(static_cast<double>(n.cache_hits) / n.first_reads).c_str()
+                              : "n/a",
+                static_cast<unsigned long long>(n.first_reads));
+  return buf;
+}
+
 Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
   Diagnosis d;
   const double wall = std::max(in.wall_seconds, 1e-9);
@@ -204,7 +218,18 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
       d.reasons.push_back("CPU utilization " + pct(util) + " averaged over " +
                           std::to_string(in.core_utilization.size()) + " cores");
     }
-    if (cpu_ratio < rules.cpu_bound) {
+    const NetworkFigures& net = in.network;
+    if (net.present) d.reasons.push_back(network_figures(net));
+    const double busy = workers ? workers->busy_seconds : 0;
+    if (net.present && busy > 0 && net.wait_seconds / busy > rules.network_wait_high) {
+      d.limiting_stage = "network";
+      d.reasons.push_back("workers spent " + pct(std::min(1.0, net.wait_seconds / busy)) +
+                          " of their busy time waiting for shards to arrive");
+      d.action =
+          "the network is the bottleneck: give the cache room for the whole dataset "
+          "(cache_budget) so that later epochs read local copies, fetch more shards at once "
+          "(more fetchers, larger parts), or run closer to the bucket";
+    } else if (cpu_ratio < rules.cpu_bound) {
       d.reasons.push_back("workers spent " + pct(1 - cpu_ratio) +
                           " of their busy time off-CPU (waiting on I/O)");
       d.action =
@@ -226,6 +251,7 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
   // 3. Compute.
   d.verdict = "compute-bound";
   d.limiting_stage = "consumer";
+  if (in.network.present) d.reasons.push_back(network_figures(in.network));
   if (const StageFigures* c = stage(in, "consumer")) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "consumer step: %.0f samples/s, busy %.0f%% of the time",

@@ -304,3 +304,32 @@ def test_elastic_resume_mid_epoch_with_a_cold_cache(s3_env, shards, tmp_path):
     want = np.stack([np.asarray(local[i][0]).reshape(-1) for i in range(len(local))])
     assert len(images) == len(want)
     assert sorted(map(bytes, images)) == sorted(map(bytes, want))
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+def test_diagnose_names_the_network_when_shards_arrive_slowly(s3_env, shards, fault_proxy,
+                                                              monkeypatch):
+    from stoker.tuning.diagnose import diagnose
+    upload(s3_env, "slow", shards)
+    proxy = fault_proxy(s3_env.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    ds = stoker.TarShards("s3://slow/*.tar", transform=TRANSFORM)
+    proxy.bandwidth = 400_000  # bytes/s: a shard (~150 KB) takes about a third of a second
+    loader = stoker.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+    report = diagnose(loader, seconds=2.0, warmup_batches=0)
+    assert report.verdict == "input-bound" and report.limiting_stage == "network", report.summary()
+    assert "the network is the bottleneck" in report.action
+    assert any(r.startswith("network: ") and "MB/s" in r for r in report.reasons)
+    net = report.figures["network"]
+    assert net["bytes_fetched"] > 0 and net["wait_seconds"] > 0
+
+
+def test_tune_reports_the_network_and_the_cache_hit_rate(s3_env, shards):
+    from stoker.tuning.tune import tune_loader
+    upload(s3_env, "tune", shards)
+    ds = stoker.TarShards("s3://tune/*.tar", transform=TRANSFORM)
+    result = tune_loader(ds, batch_size=6, max_workers=2, repeats=1, seconds=0.2, gpu=False)
+    net = result["network"]
+    assert net["bytes_fetched"] == sum(os.path.getsize(p) for p in shards)
+    assert net["first_reads"] >= 6 and 0 <= net["cache_hits"] <= net["first_reads"]

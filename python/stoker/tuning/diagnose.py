@@ -67,6 +67,18 @@ def _gpu_index(loader):
     return 0
 
 
+def network_figures(before, after):
+    """A remote dataset's shard traffic between two ``RemoteShards.stats()``: what the verdict
+    weighs (bytes, time with a fetch in flight, worker time waiting for shards, cache hits)."""
+    d = {k: after[k] - before[k] for k in ("bytes_fetched", "network_seconds", "wait_seconds",
+                                           "reuses", "ahead", "misses", "requests")}
+    return {"bytes_fetched": d["bytes_fetched"], "network_seconds": d["network_seconds"],
+            "wait_seconds": d["wait_seconds"], "requests": d["requests"],
+            "first_reads": d["reuses"] + d["ahead"] + d["misses"], "cache_hits": d["reuses"],
+            "bytes_per_second": d["bytes_fetched"] / d["network_seconds"]
+            if d["network_seconds"] > 0 else None}
+
+
 def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_batches=2):
     """Runs ``step_fn(batch)`` on the batches of ``loader`` (a ``stoker.DataLoader``, or any
     iterable of batches such as a torch DataLoader) for ``seconds`` (or ``max_batches``), and
@@ -88,6 +100,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     for _ in range(warmup_batches):
         step_fn(next_batch())
     s0 = native.stats() if native is not None else None
+    remote = getattr(getattr(loader, "dataset", None), "_remote", None)
+    r0 = remote.stats() if remote is not None else None
     sys0 = _native.tuning.read_system()
     gpu = _native.tuning.GpuSampler(_gpu_index(loader))
     wait = step = step_cpu = 0.0
@@ -139,6 +153,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
         "buffer_bytes_peak": peak, "memory_budget": budget,
         "process_pinned_bytes": _native.gpu.cuda_pinned_bytes(), **gpu_figures,
     }
+    if remote is not None:
+        figures["network"] = network_figures(r0, remote.stats())
     verdict = _native.tuning.diagnose(figures)
     report = Report(verdict)
     report.update(figures=figures, batches=batches, samples=samples,

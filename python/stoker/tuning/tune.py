@@ -136,6 +136,18 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
     gpu = _torch_cuda() if gpu is None else gpu
     knobs = knobs or default_knobs(max_workers, batch_sizes, batch_size, gpu=gpu)
     budget = _parse_bytes(memory_budget) if memory_budget is not None else 0
+    remote = getattr(dataset, "_remote", None)
+    before = remote.stats() if remote is not None else None
+    result = _tune_stoker(dataset, knobs, gpu, budget, batch_size, shuffle, seed, seconds,
+                          min_batches, repeats, time_budget, progress)
+    if remote is not None:  # a remote dataset: what the network gave while measuring
+        from .diagnose import network_figures
+        result["network"] = network_figures(before, remote.stats())
+    return result
+
+
+def _tune_stoker(dataset, knobs, gpu, budget, batch_size, shuffle, seed, seconds, min_batches,
+                 repeats, time_budget, progress):
     if gpu:
         measure = _gpu_measure(dataset, batch_size, shuffle, seed, budget, seconds, min_batches)
         sample_bytes = _sample_bytes_of(dataset)
@@ -445,6 +457,13 @@ def main(argv=None):
           f"{result['noise']:.1%}; {len({tuple(sorted((k, v) for k, v in pt.items() if k not in ('samples_per_s', 'repeat', 'seconds', 'memory_estimate'))) for pt in result['points']})} "
           f"configurations, {len(result['points'])} runs, {result['measuring_seconds']:.1f} s "
           f"measuring, {result['stopped']})")
+    if "network" in result:
+        n = result["network"]
+        rate = f"{n['bytes_per_second'] / 1e6:.1f} MB/s" if n["bytes_per_second"] else "n/a"
+        hits = f"{n['cache_hits'] / n['first_reads']:.0%}" if n["first_reads"] else "n/a"
+        print(f"network: {n['bytes_fetched'] / 1e6:.1f} MB fetched at {rate}, "
+              f"{n['requests']} requests, cache hit rate {hits} of {n['first_reads']} shard "
+              f"reads; workers waited {n['wait_seconds']:.1f} s for shards")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
