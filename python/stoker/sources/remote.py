@@ -114,6 +114,9 @@ class RemoteShards:
         self._threads = []
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, self.native.close)
+        # Now, not at the first schedule: a loader the front does not schedule (the tuner's bare
+        # loader) reads through the cache too, fetching on demand.
+        self.start()
 
     # -- metadata, at construction -------------------------------------------------------------
 
