@@ -14,8 +14,8 @@ import pytest
 import stoker
 from stoker import transforms as T
 from stoker.cli.sample_data import make_sample
-from stoker.sources.images import TAR_INDEX_SUFFIX, tar_index_document
-from stoker.sources.remote import RemoteIndexWarning
+from stoker.sources.images import tar_index_document
+from stoker.sources.remote import INDEX_SUFFIX, RemoteIndexWarning
 
 pytest.importorskip("obstore")
 pytest.importorskip("moto")
@@ -39,7 +39,7 @@ def upload(s3_server, bucket, paths, *, index=True, suffix=""):
         files[name] = open(p, "rb").read()
         if index and p.endswith(".tar"):
             members = stoker._native.remote.index_tar(p)
-            files[name + TAR_INDEX_SUFFIX] = json.dumps(
+            files[name + INDEX_SUFFIX] = json.dumps(
                 tar_index_document(os.path.getsize(p), members)).encode()
     s3_server.put(bucket, files)
     return [f"s3://{bucket}/{os.path.basename(p)}" for p in paths]
@@ -333,3 +333,31 @@ def test_tune_reports_the_network_and_the_cache_hit_rate(s3_env, shards):
     net = result["network"]
     assert net["bytes_fetched"] == sum(os.path.getsize(p) for p in shards)
     assert net["first_reads"] >= 6 and 0 <= net["cache_hits"] <= net["first_reads"]
+
+
+def test_stoker_index_writes_sidecars_local_and_remote(s3_env, shards, tmp_path):
+    from stoker.cli import main
+    local = []
+    for p in shards[:2]:  # local shards, indexed before their upload
+        dest = tmp_path / os.path.basename(p)
+        dest.write_bytes(open(p, "rb").read())
+        local.append(str(dest))
+    assert main(["index", str(tmp_path / "*.tar")]) == 0
+    assert json.load(open(local[0] + INDEX_SUFFIX))["samples"][0][0].endswith(".jpg")
+    upload(s3_env, "indexed", local + [p + INDEX_SUFFIX for p in local], index=False)
+    upload(s3_env, "indexed", shards[2:], index=False)
+    assert main(["index", "s3://indexed/train-{0002..0005}.tar"]) == 0  # remote: fetched, put
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = stoker.TarShards("s3://indexed/*.tar", transform=TRANSFORM)
+    assert ds._remote.stats()["bytes_fetched"] == 0 and len(ds) == 36
+    tokens = write_tokens(tmp_path, n_shards=2)
+    upload(s3_env, "indexed-tokens", tokens, index=False)
+    assert main(["index", "--eos", "7", "s3://indexed-tokens/*.bin"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        remote = stoker.TokenDataset("s3://indexed-tokens/tok-*.bin", seq_len=64, eos=7,
+                                     pack="document")
+    assert remote.num_documents == stoker.TokenDataset(tokens, seq_len=64, eos=7,
+                                                       pack="document").num_documents
+    assert main(["index", "s3://indexed-tokens/tok-000.bin"]) == 2  # no --eos: refused

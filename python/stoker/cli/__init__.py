@@ -21,6 +21,9 @@ def main(argv=None):
                         "Stoker's loader or a torch DataLoader (see tune --help)")
     sub.add_parser("diagnose", add_help=False,
                    help="is the loader or the model the bottleneck? (see diagnose --help)")
+    sub.add_parser("index", add_help=False,
+                   help="write the sidecar index of tar shards (or token files split at --eos), "
+                        "local or remote, so remote datasets start without downloading them")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["tune"]:
         from ..tuning.tune import main as tune_main
@@ -31,6 +34,9 @@ def main(argv=None):
     if argv[:1] == ["make-sample"]:
         from .sample_data import main as make_sample_main
         return make_sample_main(argv[1:])
+    if argv[:1] == ["index"]:
+        from .index import main as index_main
+        return index_main(argv[1:])
     if argv[:1] == ["stats"]:
         from ..tuning.stats import main as stats_main
         return stats_main(argv[1:])

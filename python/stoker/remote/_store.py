@@ -107,6 +107,19 @@ class Store:
         arrives shorter than asked is asked for again. A range past the object's end is an error."""
         return self._read(url, start, end)[0]
 
+    def write(self, url: str, data: bytes) -> None:
+        """Puts `data` as the object at `url` (one PUT; `stoker index` writes sidecars so)."""
+        location = parse(url)
+        if location.scheme in ("http", "https", "hf"):
+            raise ValueError(f"{url}: {location.scheme}:// is read-only here; write the file "
+                             "where the server serves it from")
+        path = self._path(url)
+        self._count(requests=1)
+        try:
+            _obstore().put(self._client, path, bytes(data))
+        except Exception as e:
+            raise self._failed(e, url) from e
+
     def list(self, prefix_url: str) -> list[str]:
         """The URLs of every object whose URL starts with `prefix_url` (a string prefix, not only
         a directory), in the store's order. http(s) has no listing: ValueError."""

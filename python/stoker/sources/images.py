@@ -22,7 +22,6 @@ from ..transforms import _compile
 from . import paths as _paths
 from . import remote as _remote_shards
 
-TAR_INDEX_SUFFIX = ".idx.json"  # a remote shard's sidecar index: `stoker index` writes it
 
 
 def tar_index_document(size, members):
@@ -41,7 +40,7 @@ def _remote_tar_index(remote):
     def one(shard):
         url = remote.urls[shard]
         try:
-            doc = json.loads(remote.read(url + TAR_INDEX_SUFFIX))
+            doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
         except _store.RemoteNotFound:
             doc = remote.load_derived(shard, "tar-index")
         if doc is not None and doc.get("size") == remote.sizes[shard] and \

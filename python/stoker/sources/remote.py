@@ -25,7 +25,10 @@ import weakref
 
 from .. import _native
 
-__all__ = ["RemoteShards", "default_cache_dir", "is_remote", "expand_shards"]
+__all__ = ["INDEX_SUFFIX", "RemoteShards", "default_cache_dir", "is_remote", "expand_shards"]
+
+# A shard's sidecar index, beside it: `stoker index` writes it (tar members; token documents).
+INDEX_SUFFIX = ".idx.json"
 
 _DEFAULT_FETCHERS = 8
 _DEFAULT_BUDGET_FRACTION = 0.5  # of the free disk under cache_dir

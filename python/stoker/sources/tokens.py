@@ -40,7 +40,6 @@ def _shards(paths):
     return shards
 
 
-TOKEN_INDEX_SUFFIX = ".idx.json"  # a remote flat shard's documents: `stoker index --eos` writes it
 _HEAD_BYTES = 4096  # enough for an llm.c header (1024) or a .npy header
 
 
@@ -98,7 +97,7 @@ def _remote_token_shards(shards, dtype, eos, need_documents):
             return (fmt, dtype, offset, tokens, [], [last_token])
         doc = None
         try:
-            doc = json.loads(shards.read(url + TOKEN_INDEX_SUFFIX))
+            doc = json.loads(shards.read(url + _remote_shards.INDEX_SUFFIX))
         except remote.RemoteNotFound:
             doc = shards.load_derived(i, f"token-index-{eos}")
         if not (doc and doc.get("size") == size and doc.get("eos") == eos):

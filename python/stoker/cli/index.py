@@ -1,0 +1,70 @@
+"""``stoker index SHARD...``: the sidecar index of each shard, written beside it.
+
+A remote dataset reads every shard's metadata at construction. Tar shards need the offsets of
+their members, which only a pass over the whole shard finds; token files split into documents at
+``--eos`` need their document ends, likewise. ``stoker index`` makes that pass once and writes
+``<shard>.idx.json`` beside the shard (a local file, or an object put next to a remote one), so
+that a dataset over the shards downloads nothing at construction. Without an index a dataset
+downloads and indexes the shard itself (RemoteIndexWarning) and keeps the index in its cache.
+
+  stoker index shards/train-*.tar                   local shards (e.g. before uploading them)
+  stoker index 's3://bucket/train-{0000..0127}.tar' remote ones: each is fetched, then indexed
+  stoker index --eos 50256 's3://bucket/tok-*.bin'  token files: their documents at token 50256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+
+def index_document(path, size, eos, dtype):
+    """The sidecar of the local shard at ``path`` (``size`` bytes)."""
+    from .. import _native
+    from ..sources.images import tar_index_document
+    from ..sources.tokens import token_index_document
+    if path.endswith(".tar"):
+        return tar_index_document(size, _native.remote.index_tar(path))
+    if eos is None:
+        raise ValueError(f"{path}: a token file needs --eos (its documents end after that id); "
+                         "tar shards need nothing")
+    return token_index_document(path, size, dtype, eos)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="stoker index", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("shards", nargs="+", help="shard paths, URLs or patterns")
+    p.add_argument("--eos", type=int, help="token files: the id that ends a document")
+    p.add_argument("--dtype", default="uint16", choices=("uint16", "uint32"),
+                   help="token files: their token type (default uint16)")
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a storage option of the remote store (repeatable)")
+    args = p.parse_args(argv)
+    from .. import remote
+    from ..sources.remote import INDEX_SUFFIX
+    options = dict(o.split("=", 1) for o in args.storage_option)
+    try:
+        shards = remote.expand(args.shards, options)
+        for shard in shards:
+            if remote.is_url(shard):
+                store = remote.Store.for_url(shard, options)
+                info = store.head(shard)
+                with tempfile.TemporaryDirectory(prefix="stoker-index-") as tmp:
+                    local = remote.fetch_to_cache(shard, info, tmp, store=store).path
+                    doc = index_document(local, info.size, args.eos, args.dtype)
+                store.write(shard + INDEX_SUFFIX, json.dumps(doc).encode())
+            else:
+                path = remote.local_path(shard)
+                doc = index_document(path, os.path.getsize(path), args.eos, args.dtype)
+                with open(path + INDEX_SUFFIX, "w", encoding="utf-8") as f:
+                    json.dump(doc, f)
+            print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
+                  f"{'samples' if 'samples' in doc else 'documents'}")
+    except (OSError, ValueError) as e:
+        print(f"stoker index: error: {e}", file=sys.stderr)
+        return 2
+    return 0
