@@ -361,3 +361,38 @@ def test_stoker_index_writes_sidecars_local_and_remote(s3_env, shards, tmp_path)
     assert remote.num_documents == stoker.TokenDataset(tokens, seq_len=64, eos=7,
                                                        pack="document").num_documents
     assert main(["index", "s3://indexed-tokens/tok-000.bin"]) == 2  # no --eos: refused
+
+
+# --- arrays and tables: copied into the cache, then read as local files ---------------------------
+
+def test_array_dataset_from_s3_npy(s3_env, tmp_path):
+    x = np.arange(600, dtype=np.float32).reshape(200, 3)
+    y = np.arange(200, dtype=np.int64) % 7
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    upload(s3_env, "arrays", [str(tmp_path / "x.npy"), str(tmp_path / "y.npy")])
+    remote = stoker.ArrayDataset("s3://arrays/x.npy", "s3://arrays/y.npy")
+    local = stoker.ArrayDataset(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
+    same(epoch(remote, batch_size=16, shuffle=True)[1], epoch(local, batch_size=16, shuffle=True)[1])
+    with pytest.raises(ValueError, match=r"exceed cache_budget=100 "):
+        stoker.ArrayDataset("s3://arrays/x.npy", cache_budget=100)
+
+
+def test_table_dataset_from_s3_parquet(s3_env, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    paths = []
+    for f in range(3):
+        t = pa.table({"x": np.arange(f * 100, f * 100 + 100, dtype=np.int64),
+                      "y": np.full(100, f, dtype=np.float32)})
+        paths.append(str(tmp_path / f"part-{f}.parquet"))
+        pq.write_table(t, paths[-1], row_group_size=25)
+    upload(s3_env, "tables", paths)
+    remote = stoker.TableDataset("s3://tables/part-*.parquet")
+    local = stoker.TableDataset(paths)
+    assert remote.urls == [f"s3://tables/part-{f}.parquet" for f in range(3)]
+    got = [b for b in stoker.DataLoader(remote, batch_size=32, shuffle=True, num_workers=1)]
+    want = [b for b in stoker.DataLoader(local, batch_size=32, shuffle=True, num_workers=1)]
+    for g, w in zip(got, want):
+        for key in w:
+            np.testing.assert_array_equal(np.asarray(g[key]), np.asarray(w[key]))

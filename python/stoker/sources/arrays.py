@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from .. import _native
+from . import remote as _remote
 
 _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
@@ -126,15 +127,30 @@ class ArrayDataset:
     copy-on-write mapping (``mode="r+"``, ``"c"``) is read as it is, without the guard: a row
     read past the end of its truncated file kills the process with SIGBUS.
 
+    A ``.npy`` URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``; docs/remote.md)
+    is copied into the local cache first (``cache_dir``, ``cache_budget``, ``storage_options``):
+    every sample reads every array, so the files must fit the cache budget together.
+
     ``targets`` (torchvision's name) is the class label array, which ``shuffle="stratified"`` and
     ``class_weights`` group samples by: the array named "label", "labels", "target", "targets"
     or "y" when ``names`` are given, else the last of two or more arrays if it is 1-D with an
     integer dtype, else None.
     """
 
-    def __init__(self, *arrays, names=None):
+    def __init__(self, *arrays, names=None, storage_options=None, cache_dir=None,
+                 cache_budget=None):
         if not arrays:
             raise ValueError("ArrayDataset needs at least one array")
+        self._remote_options = {"storage_options": storage_options, "cache_dir": cache_dir,
+                                "cache_budget": cache_budget}
+        self._given = arrays
+        remote = [i for i, a in enumerate(arrays) if isinstance(a, str) and _remote.is_remote(a)]
+        if remote:  # .npy URLs: copied into the local cache, then mapped as local files
+            _, local = _remote.stage([arrays[i] for i in remote], "ArrayDataset",
+                                     **self._remote_options)
+            arrays = list(arrays)
+            for i, path in zip(remote, local):
+                arrays[i] = path
         arrays_and_files = [_as_array(a, i) for i, a in enumerate(arrays)]
         self.arrays = tuple(a for a, _ in arrays_and_files)
         self._files = tuple(npy for _, npy in arrays_and_files)
@@ -161,8 +177,10 @@ class ArrayDataset:
         # Pickled (for a Ray offload actor, say) as its spec (_guarded_spec): mapped files are
         # mapped again where it is unpickled (readable at the same path there), any other array
         # travels as its data.
-        return functools.partial(ArrayDataset, names=self._names), tuple(
-            _guarded_spec(a, guard) for a, guard in zip(self.arrays, self._files))
+        return functools.partial(ArrayDataset, names=self._names, **self._remote_options), tuple(
+            given if isinstance(given, str) and _remote.is_remote(given) else
+            _guarded_spec(a, guard) for a, guard, given in zip(self.arrays, self._files,
+                                                              self._given))
 
     def __len__(self):
         return len(self.arrays[0])

@@ -253,6 +253,37 @@ def _fetch_requests(native, remote, infos, cache_dir, storage_options, part_size
         native.fetched(shard, r.path, r.hit, r.bytes, r.seconds)
 
 
+def stage(urls, what, *, storage_options=None, cache_dir=None, cache_budget=None):
+    """Local copies of remote files a dataset reads whole and at random (a table's row groups
+    all over its files, every .npy of an ArrayDataset for every sample), downloaded into the
+    cache now (concurrently; files already there are reused) and their paths, in order. They
+    must fit ``cache_budget`` together: ValueError naming the sizes otherwise."""
+    remote = _remote()
+    urls = remote.expand(urls, storage_options)
+    cache_dir = os.path.abspath(cache_dir or default_cache_dir())
+    os.makedirs(cache_dir, exist_ok=True)
+    budget = _check_budget("cache_budget", cache_budget) or int(
+        (shutil.disk_usage(cache_dir).free + remote.cache_usage(cache_dir))
+        * _DEFAULT_BUDGET_FRACTION)
+    stores = [remote.Store.for_url(u, storage_options) for u in urls]
+
+    def map_(fn, n):
+        if n <= 1:
+            return [fn(i) for i in range(n)]
+        with concurrent.futures.ThreadPoolExecutor(min(_METADATA_THREADS, n)) as pool:
+            return list(pool.map(fn, range(n)))
+
+    infos = map_(lambda i: stores[i].head(urls[i]), len(urls))
+    total = sum(info.size for info in infos)
+    if total > budget:
+        raise ValueError(f"{what} reads every one of its {len(urls)} remote files at random: "
+                         f"they are copied to the local cache first, and their {total} bytes "
+                         f"exceed cache_budget={budget} (cache_dir {cache_dir}); raise "
+                         f"cache_budget or give local paths")
+    return urls, map_(lambda i: remote.fetch_to_cache(urls[i], infos[i], cache_dir,
+                                                      store=stores[i]).path, len(urls))
+
+
 def block_shards_of(block_samples, shard_samples):
     """For blocks and shards both cut from the same samples (their sizes), the shards each
     block's samples lie in."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._extras import require
 from . import paths as _paths
+from . import remote as _remote_shards
 from .samples import read_sample
 from .images import _DEFAULT_MAX_PIXELS, _ImageDataset, rebuild_quietly
 
@@ -133,11 +134,21 @@ class TableDataset(_ImageDataset):
     ``shuffle_window`` (rows, default: about 256 MiB of the table's decoded data) and
     ``cache_bytes`` (decoded row groups kept, default two windows) tune shuffled Parquet reads:
     see the module's docstring. Errors name the file, row group and row (and the column).
+
+    Remote files (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://datasets/...`` URLs
+    and patterns; docs/remote.md) are copied into the local cache at construction
+    (``cache_dir``, ``cache_budget``, ``storage_options``), concurrently and once per node, then
+    read as local files: a shuffled table reads row groups from all its files, so they must fit
+    the cache budget together (ValueError naming the sizes otherwise).
     """
 
     def __init__(self, source, columns=None, image=None, transform=None, label=None, *,
                  max_length=None, pad_value=0, shuffle_window=None, cache_bytes=None,
-                 max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
+                 max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", storage_options=None,
+                 cache_dir=None, cache_budget=None):
+        self._remote_options = {"storage_options": storage_options, "cache_dir": cache_dir,
+                                "cache_budget": cache_budget}
+        self.urls = None  # remote files: their URLs (self.paths: the cached copies)
         pa = _pyarrow()
         arrow = _arrow_module()
         for name, value in (("shuffle_window", shuffle_window), ("cache_bytes", cache_bytes),
@@ -218,8 +229,14 @@ class TableDataset(_ImageDataset):
                 self._rows = source._indices.column(0).to_numpy().astype(np.int64)
                 rows = self._rows.tolist()
             source = source.data.table  # memory-mapped from its cache files, or in memory
+        if isinstance(source, (str, os.PathLike, list, tuple)) and \
+                _remote_shards.is_remote(source):
+            self.urls, self.paths = _remote_shards.stage(source, "TableDataset",
+                                                         **self._remote_options)
+            source = self.paths
         if isinstance(source, (str, os.PathLike, list, tuple)):
-            self.paths = _paths.expand(source, "table file", _TABLE_SUFFIXES)
+            if self.urls is None:
+                self.paths = _paths.expand(source, "table file", _TABLE_SUFFIXES)
             self._name = self.paths[0] if len(self.paths) == 1 else \
                 f"{self.paths[0]} and {len(self.paths) - 1} more"
             return _file_schema(pa, self.paths[0]), \
@@ -282,8 +299,9 @@ class TableDataset(_ImageDataset):
         kwargs = dict(columns=None if self.image is not None else self.columns, image=self.image,
                       transform=self.transform if self.image is not None else None,
                       label=self.label, max_length=self.max_length, pad_value=self.pad_value,
-                      shuffle_window=self.shuffle_window, cache_bytes=self.cache_bytes)
-        return _rebuild, (self.paths, kwargs)
+                      shuffle_window=self.shuffle_window, cache_bytes=self.cache_bytes,
+                      **self._remote_options)
+        return _rebuild, (self.urls or self.paths, kwargs)
 
     def _extra_repr(self):
         return [f"Table: {self._name}", f"Columns: {', '.join(self.columns)}"]
