@@ -103,6 +103,8 @@ SLOW_TESTS = {  # "module::function" (every parametrization) or "module::functio
     "test_faults.py::test_signal_while_the_native_consumer_waits_for_its_first_batch",
     "test_faults.py::test_signal_to_a_python_dataset_consumer_leaves_no_worker",
     "test_faults.py::test_parent_killed_leaves_no_worker_and_nothing_in_dev_shm",
+    # Worker processes by forkserver, each importing torch (~8 s).
+    "test_remote_datasets.py::test_a_python_transform_runs_in_clean_worker_processes",
 }
 
 

@@ -396,3 +396,22 @@ def test_table_dataset_from_s3_parquet(s3_env, tmp_path):
     for g, w in zip(got, want):
         for key in w:
             np.testing.assert_array_equal(np.asarray(g[key]), np.asarray(w[key]))
+
+
+class _Double:
+    def __call__(self, x):
+        return x * 2
+
+
+def test_a_python_transform_runs_in_clean_worker_processes(s3_env, shards):
+    """A remote dataset with a Python transform: its worker processes start by forkserver (the
+    fetcher threads and the client's runtime do not survive a fork) and read the node's cache."""
+    import torch
+    import torchvision.transforms.v2 as v2
+    upload(s3_env, "python", shards[:2])
+    transform = v2.Compose([v2.CenterCrop(16), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                            _Double()])
+    with pytest.warns(UserWarning, match="run in Python"):
+        ds = stoker.TarShards("s3://python/*.tar", transform=transform)
+    labels = [int(v) for _, y in stoker.DataLoader(ds, batch_size=4, num_workers=2) for v in y]
+    assert labels == stoker.TarShards(shards[:2]).labels

@@ -221,6 +221,10 @@ class PythonProducer:
                              'map-style dataset: not with an IterableDataset, a sampler, a '
                              'batch_sampler, shuffle="stratified" or class_weights')
         context = _context(py["multiprocessing_context"], num_workers)
+        if context is None and getattr(dataset, "_remote", None) is not None:
+            # A remote dataset's fetcher threads and its client's runtime do not survive a fork:
+            # its worker processes start clean and rebuild it (from the node's cache).
+            context = multiprocessing.get_context("forkserver")
         if isinstance(num_workers, int) and num_workers > 0:
             _warn_worker_count(num_workers)
         if _is_datapipe(dataset) and shuffle is not None:
