@@ -16,6 +16,9 @@
 #                libturbojpeg (apt), with numba; the last attempt's log: .venv-peers/ffcv.log
 #   llm          the peers of bench/bench_llm.py: Grain (packing, mix), LitData
 #                (CombinedStreamingDataset), megatron-core (its IndexedDataset reader)
+#   remote       the peers of bench/bench_remote.py, streaming from S3 (a local moto server):
+#                WebDataset 1.0.2, Mosaic Streaming 0.13.0, LitData 0.2.76, with boto3,
+#                Pillow and torchvision for their decode and transforms
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -87,6 +90,18 @@ env_llm() {
       megatron-core
 }
 
+env_remote() {
+  # Mosaic Streaming's metadata asks for torchvision (pip then swaps the CPU torch for PyPI's
+  # CUDA build) and the GCS, Azure, OCI and SFTP clients: it and LitData go in without
+  # dependencies (as in env_llm), with what their S3 readers and writers import. Mosaic 0.13.0
+  # needs numpy < 2.2 and xxhash < 4; its DataLoader imports transformers (< 5, whose own
+  # dependencies do not include torch).
+  torch_cpu && $PIP "numpy<2.2" psutil pillow boto3 webdataset==1.0.2 "transformers<5" &&
+    $PIP --no-deps torchvision==0.28.0 mosaicml-streaming==0.13.0 litdata==0.2.76 \
+      brotli python-snappy cramjam "xxhash<4" zstd catalogue tqdm lightning-utilities tifffile obstore \
+      filelock requests urllib3 idna certifi charset-normalizer
+}
+
 env_ffcv() {
   # FFCV 1.0.2's setup.py compiles libffcv against pkg-config's opencv4 and libturbojpeg (apt);
   # its Python side needs numba, OpenCV's bindings and torch (the CPU build). Its sdist's
@@ -111,7 +126,7 @@ apt_packages() {
   esac
 }
 
-ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm)
+ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote)
 if [ $# -gt 0 ]; then NAMES=("$@"); else NAMES=("${ALL[@]}"); fi
 for name in "${NAMES[@]}"; do
   case " ${ALL[*]} " in
