@@ -494,7 +494,9 @@ def resume_child(spec):
     with open(spec["state_file"], "rb") as f:
         state = pickle.load(f)
     if spec["loader"].startswith("stoker"):
-        import stoker  # noqa: F401  (imports are not the resume's cost)
+        import torch  # noqa: F401  (imports are not the resume's cost: the peers' import it too)
+
+        import stoker  # noqa: F401
     else:
         import_peer_libraries()
     say(mark="start")

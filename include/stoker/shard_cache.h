@@ -88,6 +88,11 @@ class ShardCache {
   // when the fetch failed, the cache is closed, or the calling loader worker's stop token
   // (reader_stop_token(), source.h) is triggered while it waits. REQUIRES: s < size().
   std::shared_ptr<const MappedFile> acquire(uint32_t s);
+  // As acquire(), for a read that follows at once: the mapping stays valid until this thread's
+  // next read() call on this cache or any other. The calling thread keeps the last few mappings
+  // it read (so most reads take no lock and touch no shared counter), which also keeps an
+  // evicted shard's mapping alive a while after its file is gone.
+  const MappedFile& read(uint32_t s);
 
   // Planning. The shards to read next, in order of first use; replaces the previous schedule
   // and resets failed shards (they are tried again). Shards outside it are fetched on demand.
@@ -129,6 +134,7 @@ class ShardCache {
 
   const std::vector<Shard> shards_;
   const uint64_t budget_;
+  const uint64_t id_;  // distinct for every cache of the process, for the readers' slots
   mutable std::mutex mu_;
   std::condition_variable_any readers_cv_;
   std::condition_variable fetchers_cv_;

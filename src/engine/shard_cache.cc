@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 
 #include "mapped_file.h"
@@ -13,6 +15,20 @@ namespace stoker {
 namespace {
 
 thread_local std::stop_token t_reader_stop;
+
+// The mappings a thread read last, by shard (direct-mapped), with the cache they came from.
+struct ReaderSlot {
+  uint64_t cache = 0;
+  uint32_t shard = 0;
+  uint32_t reads = 0;
+  std::shared_ptr<const MappedFile> file;
+};
+constexpr size_t kReaderSlots = 16;
+// One in this many reads of a kept mapping goes through acquire(), so that the cache still sees
+// which shards are in use (its eviction order) while most reads take no lock.
+constexpr uint32_t kRefreshEvery = 64;
+thread_local std::array<ReaderSlot, kReaderSlots> t_slots;
+std::atomic<uint64_t> g_next_cache_id{1};
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -29,7 +45,8 @@ ReaderStopScope::ReaderStopScope(std::stop_token token) : previous_(std::move(t_
 ReaderStopScope::~ReaderStopScope() { t_reader_stop = std::move(previous_); }
 
 ShardCache::ShardCache(std::vector<Shard> shards, uint64_t budget)
-    : shards_(std::move(shards)), budget_(budget), entries_(shards_.size()) {
+    : shards_(std::move(shards)), budget_(budget), id_(g_next_cache_id++),
+      entries_(shards_.size()) {
   if (budget == 0) throw InvalidArgument("ShardCache needs a budget of at least one byte");
   if (shards_.size() > UINT32_MAX) throw InvalidArgument("ShardCache takes at most 2^32 - 1 shards");
   stats_.shards = shards_.size();
@@ -71,6 +88,17 @@ std::shared_ptr<const MappedFile> ShardCache::acquire(uint32_t s) {
   }
   if (waited_since != 0) stats_.wait_seconds += now_seconds() - waited_since;
   return e.file;
+}
+
+const MappedFile& ShardCache::read(uint32_t s) {
+  ReaderSlot& slot = t_slots[s % kReaderSlots];
+  if (slot.cache == id_ && slot.shard == s && ++slot.reads % kRefreshEvery != 0)
+    return *slot.file;
+  slot.file = acquire(s);
+  slot.cache = id_;
+  slot.shard = s;
+  slot.reads = 0;
+  return *slot.file;
 }
 
 void ShardCache::schedule(std::vector<uint32_t> order) {

@@ -171,6 +171,24 @@ TEST(ShardCache, AStoppedLoaderWorkerStopsWaiting) {
   EXPECT_FALSE(cache.closed());
 }
 
+TEST(ShardCache, ReadKeepsTheThreadsMappingsAndStillRefreshesTheEvictionOrder) {
+  Fixture f({10, 20});
+  ShardCache cache(f.shards, 1000);
+  std::thread fetcher([&] { f.fetch_loop(cache); });
+  const MappedFile* first = &cache.read(1);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(&cache.read(1), first);  // the kept mapping
+  EXPECT_EQ(cache.read(0).bytes().size(), 10u);
+  EXPECT_EQ(cache.read(1).bytes().size(), 20u);
+  ShardCache other(f.shards, 1000);  // another cache's shard 1 is not this one's
+  std::thread other_fetcher([&] { f.fetch_loop(other); });
+  EXPECT_NE(&other.read(1), first);
+  cache.close();
+  other.close();
+  fetcher.join();
+  other_fetcher.join();
+  EXPECT_EQ(cache.stats().misses, 2u);
+}
+
 TEST(ShardCache, ManyReadersOneFetchPerShard) {
   Fixture f(std::vector<uint64_t>(16, 64));
   ShardCache cache(f.shards, 1 << 20);
@@ -180,7 +198,10 @@ TEST(ShardCache, ManyReadersOneFetchPerShard) {
   std::atomic<uint64_t> bytes = 0;
   for (int r = 0; r < 4; ++r)
     readers.emplace_back([&, r] {
-      for (uint32_t i = 0; i < 64; ++i) bytes += cache.acquire((i * 7 + r) % 16)->bytes().size();
+      for (uint32_t i = 0; i < 64; ++i) {
+        const uint32_t s = (i * 7 + r) % 16;
+        bytes += i % 2 ? cache.acquire(s)->bytes().size() : cache.read(s).bytes().size();
+      }
     });
   for (auto& t : readers) t.join();
   cache.close();

@@ -381,9 +381,9 @@ void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   const Member& m = members_[i];
   buffer.resize(m.size);
   if (cache_) {
-    const std::shared_ptr<const MappedFile> file = cache_->acquire(m.shard);
-    MemberCopy c{file->bytes().data() + m.offset, m.size, buffer.data()};
-    file->copy(copy_member, &c);
+    const MappedFile& file = cache_->read(m.shard);
+    MemberCopy c{file.bytes().data() + m.offset, m.size, buffer.data()};
+    file.copy(copy_member, &c);
     return;
   }
   const size_t got = pread_full(fds_[m.shard], buffer.data(), m.size, m.offset, path(i));

@@ -291,10 +291,10 @@ void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out
   const Shard& s = shards_[shard];
   const uint64_t first = doc_start_[d] + offset - s.first_token;
   if (cache_) {
-    const std::shared_ptr<const MappedFile> file = cache_->acquire(shard);
-    TokenCopy c{file->bytes().data() + s.data_offset + first * s.dtype.bytes(), count, s.dtype,
+    const MappedFile& file = cache_->read(shard);
+    TokenCopy c{file.bytes().data() + s.data_offset + first * s.dtype.bytes(), count, s.dtype,
                 out};
-    file->copy(copy_tokens, &c);
+    file.copy(copy_tokens, &c);
   } else {
     TokenCopy c{s.tokens + first * s.dtype.bytes(), count, s.dtype, out};
     s.file->copy(copy_tokens, &c);

@@ -31,6 +31,12 @@ __all__ = ["INDEX_SUFFIX", "RemoteShards", "default_cache_dir", "is_remote", "ex
 INDEX_SUFFIX = ".idx.json"
 
 _DEFAULT_FETCHERS = 8
+# Parts of a shard fetched at once: shards up to this size are one GET (fetchers overlap shards;
+# parts overlap within a shard only when it is larger), so few requests per GB.
+_DEFAULT_PART_SIZE = 64 << 20
+# URLs in one directory from which one listing (sizes and ETags of up to 1000 objects a request)
+# replaces a HEAD each.
+LIST_AT = 8
 _DEFAULT_BUDGET_FRACTION = 0.5  # of the free disk under cache_dir
 _METADATA_THREADS = 16
 
@@ -93,7 +99,7 @@ class RemoteShards:
     """
 
     def __init__(self, urls, *, storage_options=None, cache_dir=None, cache_budget=None,
-                 fetchers=None, part_size=8 << 20, concurrency=4):
+                 fetchers=None, part_size=_DEFAULT_PART_SIZE, concurrency=4, known=None):
         remote = _remote()
         self.urls = list(urls)
         if not self.urls:
@@ -110,7 +116,7 @@ class RemoteShards:
         self.part_size = part_size
         self.concurrency = concurrency
         self.stores = {}
-        self.infos = self._map(self._head, self.urls)
+        self.infos = self._infos(known or {})
         self.sizes = [info.size for info in self.infos]
         self.native = _native.remote.ShardCache(list(zip(self.urls, self.sizes)),
                                                 self.cache_budget)
@@ -132,6 +138,24 @@ class RemoteShards:
 
     def _head(self, url):
         return self.store(url).head(url)
+
+    def _infos(self, known):
+        """Every shard's size and ETag: from ``known`` (a listing the caller made), a listing of
+        its directory where many shards share one (a request per 1000 objects), else a HEAD each
+        (concurrently)."""
+        remote = _remote()
+        by_dir = {}
+        for url in self.urls:
+            if url not in known:
+                by_dir.setdefault(url.rpartition("/")[0] + "/", []).append(url)
+        known = dict(known)
+        for directory, urls in by_dir.items():
+            if len(urls) >= LIST_AT and remote._urls.parse(directory).scheme in ("s3", "gs",
+                                                                                   "az"):
+                known.update(self.store(directory).list_info(directory))
+        missing = [u for u in self.urls if u not in known]
+        known.update(zip(missing, self._map(self._head, missing)))
+        return [known[u] for u in self.urls]
 
     def _map(self, fn, items):
         """``[fn(x) for x in items]`` on a thread pool (requests overlap); the first error

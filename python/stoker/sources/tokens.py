@@ -44,26 +44,33 @@ _HEAD_BYTES = 4096  # enough for an llm.c header (1024) or a .npy header
 
 
 def _remote_shard_urls(urls, storage_options):
-    """The data URLs of remote token shards: a Megatron pair (named by its .idx, or a .bin with
-    an .idx beside it) by its .bin, each once; flat files as they are."""
+    """The data URLs of remote token shards (a Megatron pair, named by its .idx or its .bin, by
+    its .bin, each once; flat files as they are), and the URLs known to exist from a listing of
+    their directories where the store has one (None: unknown, probe each .idx)."""
     from .. import remote
+    by_dir = {}
+    for u in urls:
+        by_dir.setdefault(u.rpartition("/")[0] + "/", []).append(u)
+    listed = {}
+    try:
+        for directory, inside in by_dir.items():
+            if len(inside) < _remote_shards.LIST_AT:
+                raise ValueError("few shards: a listing could cost more than it saves")
+            listed.update(remote.Store.for_url(directory, storage_options).list_info(directory))
+    except ValueError:  # no listing (http, the Hub), or not worth one
+        listed = None
     out, seen = [], set()
     for url in urls:
         stem, suffix = os.path.splitext(url)
         if suffix == ".idx":
             url = stem + ".bin"
-        elif suffix == ".bin":
-            try:
-                remote.Store.for_url(url, storage_options).head(stem + ".idx")
-            except remote.RemoteNotFound:
-                pass
         if url not in seen:
             seen.add(url)
             out.append(url)
-    return out
+    return out, listed
 
 
-def _remote_token_shards(shards, dtype, eos, need_documents):
+def _remote_token_shards(shards, dtype, eos, need_documents, listed=None):
     """Per remote shard, (format, dtype, data offset, tokens, document ends, last tokens) for
     ``_native.remote.token_corpus``, from ranged reads (a flat file's header and last token; a
     Megatron .idx whole). Flat shards are one document each unless ``need_documents`` (document
@@ -75,7 +82,7 @@ def _remote_token_shards(shards, dtype, eos, need_documents):
     def one(i):
         url, size = shards.urls[i], shards.sizes[i]
         stem = url[:-4] if url.endswith(".bin") else None
-        if stem is not None:
+        if stem is not None and (listed is None or stem + ".idx" in listed):
             try:
                 idx = shards.read(stem + ".idx")
             except remote.RemoteNotFound:
@@ -89,12 +96,13 @@ def _remote_token_shards(shards, dtype, eos, need_documents):
                 return ("megatron", tdtype, offset, tokens, ends, [])
         head = shards.read(url, 0, min(size, _HEAD_BYTES))
         fmt, offset, tokens = _native.remote.token_file_layout(head, size, dtype, url)
-        width = 2 if dtype == "uint16" else 4
-        last = shards.read(url, offset + (tokens - 1) * width, offset + tokens * width) \
-            if tokens else b"\0" * width
-        last_token = int.from_bytes(last, "little")
         if not need_documents:
-            return (fmt, dtype, offset, tokens, [], [last_token])
+            if eos is None:  # the last token places separators only with eos
+                return (fmt, dtype, offset, tokens, [], [])
+            width = 2 if dtype == "uint16" else 4
+            last = shards.read(url, offset + (tokens - 1) * width, offset + tokens * width) \
+                if tokens else b"\0" * width
+            return (fmt, dtype, offset, tokens, [], [int.from_bytes(last, "little")])
         doc = None
         try:
             doc = json.loads(shards.read(url + _remote_shards.INDEX_SUFFIX))
@@ -248,11 +256,11 @@ class TokenDataset:
         self._remote = None
         self._remote_options = (storage_options, cache_dir, cache_budget)
         if column is None and _remote_shards.is_remote(path):
-            self.paths = _remote_shard_urls(_remote_shards.expand_shards(path, storage_options),
-                                            storage_options)
+            self.paths, listed = _remote_shard_urls(
+                _remote_shards.expand_shards(path, storage_options), storage_options)
             self._remote = _remote_shards.RemoteShards(
                 self.paths, storage_options=storage_options, cache_dir=cache_dir,
-                cache_budget=cache_budget)
+                cache_budget=cache_budget, known=listed)
         elif column is None:
             self.paths = _shards(path)
         self.path = self.paths[0] if len(self.paths) == 1 else self.paths
@@ -273,7 +281,8 @@ class TokenDataset:
             self.formats = ["table"]
         elif self._remote is not None:
             shards = _remote_token_shards(self._remote, dtype, eos,
-                                          need_documents=eos is not None and pack != "concat")
+                                          need_documents=eos is not None and pack != "concat",
+                                          listed=listed)
             self._corpus = _native.remote.token_corpus(self._remote.native, shards,
                                                        vocab_size or 0)
             self.formats = list(self._corpus.formats)
