@@ -112,6 +112,12 @@ bench-peers: install
 bench-images: bench-peers
 	$(PY) bench/bench_images.py
 
+# Remote shards on a local S3 (moto) behind a capped link: Stoker vs WebDataset, Mosaic Streaming,
+# LitData (their environment: bench/setup_peers.sh remote).
+bench-remote: install
+	bash bench/setup_peers.sh remote
+	$(PY) bench/bench_remote.py
+
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 

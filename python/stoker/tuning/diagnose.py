@@ -25,6 +25,7 @@ import time
 
 from .. import _native
 from ..native import NativeProducer
+from ..sources.remote import network_figures
 
 __all__ = ["Report", "diagnose", "main"]
 
@@ -65,18 +66,6 @@ def _gpu_index(loader):
     if torch is not None and torch.cuda.is_initialized():
         return torch.cuda.current_device()
     return 0
-
-
-def network_figures(before, after):
-    """A remote dataset's shard traffic between two ``RemoteShards.stats()``: what the verdict
-    weighs (bytes, time with a fetch in flight, worker time waiting for shards, cache hits)."""
-    d = {k: after[k] - before[k] for k in ("bytes_fetched", "network_seconds", "wait_seconds",
-                                           "reuses", "ahead", "misses", "requests")}
-    return {"bytes_fetched": d["bytes_fetched"], "network_seconds": d["network_seconds"],
-            "wait_seconds": d["wait_seconds"], "requests": d["requests"],
-            "first_reads": d["reuses"] + d["ahead"] + d["misses"], "cache_hits": d["reuses"],
-            "bytes_per_second": d["bytes_fetched"] / d["network_seconds"]
-            if d["network_seconds"] > 0 else None}
 
 
 def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_batches=2):

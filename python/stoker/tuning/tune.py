@@ -141,7 +141,7 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
     result = _tune_stoker(dataset, knobs, gpu, budget, batch_size, shuffle, seed, seconds,
                           min_batches, repeats, time_budget, progress)
     if remote is not None:  # a remote dataset: what the network gave while measuring
-        from .diagnose import network_figures
+        from ..sources.remote import network_figures
         result["network"] = network_figures(before, remote.stats())
     return result
 
