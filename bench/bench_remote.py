@@ -68,6 +68,7 @@ Usage (from the repository root, with the .venv that has stoker, moto and obstor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -271,14 +272,22 @@ def upload(s3, prefix, files, root=None):
 
 
 def upload_all(s3, tars, bins, wds_tokens, peer_dirs):
-    import stoker
-    from stoker.sources.images import tar_index_document
-    from stoker.sources.remote import INDEX_SUFFIX
+    from stoker.cli import main as stoker_cli
     upload(s3, "images", tars)
-    s3.put(BUCKET, {f"images/{os.path.basename(t)}{INDEX_SUFFIX}": json.dumps(
-        tar_index_document(os.path.getsize(t), stoker._native.remote.index_tar(t))).encode()
-        for t in tars})
     upload(s3, "tokens", bins)
+    # As a user would: `stoker index` over the uploaded shards writes each one's sidecar and the
+    # directory's manifest (sizes, ETags, indexes: one request at construction), straight from
+    # the server (not through the proxy).
+    saved = dict(os.environ)
+    os.environ.update(s3.env())
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            for pattern in (f"s3://{BUCKET}/images/*.tar", f"s3://{BUCKET}/tokens/*.bin"):
+                if stoker_cli(["index", pattern]) != 0:
+                    raise RuntimeError(f"stoker index {pattern} failed")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     upload(s3, "wds-tokens", wds_tokens)
     for (fmt, workload), d in peer_dirs.items():
         if os.path.isdir(d):

@@ -136,7 +136,7 @@ def test_shards_without_an_index_are_indexed_once_and_the_index_kept(s3_env, sha
 def test_wrong_credentials_fail_at_construction_naming_the_url(s3_env, shards, monkeypatch):
     upload(s3_env, "creds", shards[:1])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-    with pytest.raises(stoker.remote.RemoteAuthError, match="s3://creds/train-0000.tar"):
+    with pytest.raises(stoker.remote.RemoteAuthError, match="s3://creds/.*a credentials problem"):
         stoker.TarShards("s3://creds/train-0000.tar", transform=TRANSFORM)
 
 
@@ -360,7 +360,16 @@ def test_stoker_index_writes_sidecars_local_and_remote(s3_env, shards, tmp_path)
                                      pack="document")
     assert remote.num_documents == stoker.TokenDataset(tokens, seq_len=64, eos=7,
                                                        pack="document").num_documents
-    assert main(["index", "s3://indexed-tokens/tok-000.bin"]) == 2  # no --eos: refused
+    # The directories' manifests: one request gives every shard's size and index.
+    ds = stoker.TarShards("s3://indexed/*.tar", transform=TRANSFORM)
+    list(stoker.DataLoader(ds, batch_size=6, num_workers=1))
+    # the manifest, a HEAD and a sidecar for each of the 2 shards indexed locally, the 6 shards
+    assert ds._remote.stats()["requests"] == 1 + 2 + 2 + 6
+    assert main(["index", "s3://indexed-tokens/*.bin"]) == 0  # without --eos: the layouts
+    plain = stoker.TokenDataset("s3://indexed-tokens/tok-*.bin", seq_len=64)
+    assert plain._remote.stats()["requests"] == 1  # the manifest: no HEAD, no header read
+    same(epoch(plain, batch_size=8)[1], epoch(stoker.TokenDataset(tokens, seq_len=64),
+                                               batch_size=8)[1])
 
 
 # --- arrays and tables: copied into the cache, then read as local files ---------------------------

@@ -28,9 +28,6 @@ def index_document(path, size, eos, dtype):
     from ..sources.tokens import token_index_document
     if path.endswith(".tar"):
         return tar_index_document(size, _native.remote.index_tar(path))
-    if eos is None:
-        raise ValueError(f"{path}: a token file needs --eos (its documents end after that id); "
-                         "tar shards need nothing")
     return token_index_document(path, size, dtype, eos)
 
 
@@ -45,11 +42,13 @@ def main(argv=None):
                    help="a storage option of the remote store (repeatable)")
     args = p.parse_args(argv)
     from .. import remote
-    from ..sources.remote import INDEX_SUFFIX
+    from ..sources.remote import INDEX_SUFFIX, MANIFEST_NAME
     options = dict(o.split("=", 1) for o in args.storage_option)
+    manifests = {}  # directory -> {name: {"size", "etag", "index"}}
     try:
         shards = remote.expand(args.shards, options)
         for shard in shards:
+            directory, _, name = shard.rpartition("/")
             if remote.is_url(shard):
                 store = remote.Store.for_url(shard, options)
                 info = store.head(shard)
@@ -57,14 +56,46 @@ def main(argv=None):
                     local = remote.fetch_to_cache(shard, info, tmp, store=store).path
                     doc = index_document(local, info.size, args.eos, args.dtype)
                 store.write(shard + INDEX_SUFFIX, json.dumps(doc).encode())
+                etag = info.etag
             else:
                 path = remote.local_path(shard)
                 doc = index_document(path, os.path.getsize(path), args.eos, args.dtype)
                 with open(path + INDEX_SUFFIX, "w", encoding="utf-8") as f:
                     json.dump(doc, f)
+                etag = None  # a local file's ETag is the store's, once uploaded: sizes only
+            manifests.setdefault(directory, {})[name] = {"size": doc["size"], "etag": etag,
+                                                         "index": doc}
             print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
                   f"{'samples' if 'samples' in doc else 'documents'}")
+        for directory, entries in manifests.items():
+            _write_manifest(remote, directory + "/" + MANIFEST_NAME, entries, options)
+            print(f"{directory}/{MANIFEST_NAME}: {len(entries)} shards")
     except (OSError, ValueError) as e:
         print(f"stoker index: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _write_manifest(remote, where, entries, options):
+    """Merges ``entries`` into the manifest at ``where`` (a path or URL), creating it."""
+    if remote.is_url(where):
+        store = remote.Store.for_url(where, options)
+        try:
+            doc = json.loads(bytes(store.read(where)))
+        except remote.RemoteNotFound:
+            doc = {}
+    else:
+        where = remote.local_path(where)
+        try:
+            with open(where, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            doc = {}
+    shards = doc.get("shards", {}) if doc.get("format") == "stoker-index" else {}
+    shards.update(entries)
+    data = json.dumps({"format": "stoker-index", "version": 1, "shards": shards}).encode()
+    if remote.is_url(where):
+        store.write(where, data)
+    else:
+        with open(where, "wb") as f:
+            f.write(data)

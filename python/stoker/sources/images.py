@@ -39,10 +39,12 @@ def _remote_tar_index(remote):
 
     def one(shard):
         url = remote.urls[shard]
-        try:
-            doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
-        except _store.RemoteNotFound:
-            doc = remote.load_derived(shard, "tar-index")
+        doc = remote.index_entry(shard)  # the directory's manifest (`stoker index`)
+        if doc is None or doc.get("format") != "stoker-tar-index":
+            try:
+                doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
+            except _store.RemoteNotFound:
+                doc = remote.load_derived(shard, "tar-index")
         if doc is not None and doc.get("size") == remote.sizes[shard] and \
                 doc.get("format") == "stoker-tar-index":
             return [tuple(m) for m in doc["samples"]]

@@ -29,6 +29,9 @@ __all__ = ["INDEX_SUFFIX", "RemoteShards", "default_cache_dir", "is_remote", "ex
 
 # A shard's sidecar index, beside it: `stoker index` writes it (tar members; token documents).
 INDEX_SUFFIX = ".idx.json"
+# Every indexed shard of a directory in one file (size, ETag, index by name): `stoker index`
+# writes it, and a dataset reads it with one request instead of a HEAD and a sidecar a shard.
+MANIFEST_NAME = "_stoker_index.json"
 
 _DEFAULT_FETCHERS = 8
 # A shard is fetched in parts of this size, `_DEFAULT_CONCURRENCY` at a time: shards up to it are
@@ -137,7 +140,8 @@ class RemoteShards:
         """The client for ``url``'s bucket or host (shared by its shards)."""
         remote = _remote()
         s = remote.Store.for_url(url, self.storage_options)
-        self.stores[id(s)] = s
+        if id(s) not in self.stores:  # shared by datasets: count this one's requests from now
+            self.stores[id(s)] = (s, s.stats().get("requests", 0))
         return s
 
     def _head(self, url):
@@ -153,6 +157,15 @@ class RemoteShards:
             if url not in known:
                 by_dir.setdefault(url.rpartition("/")[0] + "/", []).append(url)
         known = dict(known)
+        self._index = {}
+        for directory in by_dir:  # the manifests: sizes, ETags and indexes, a request each
+            entries = self._manifest(directory)
+            for url in list(by_dir[directory]):
+                entry = entries.get(url[len(directory):])
+                if entry is not None:
+                    known[url] = remote.ObjectInfo(size=entry["size"], etag=entry.get("etag"))
+                    self._index[url] = entry.get("index")
+                    by_dir[directory].remove(url)
         for directory, urls in by_dir.items():
             if len(urls) >= LIST_AT and remote._urls.parse(directory).scheme in ("s3", "gs",
                                                                                    "az"):
@@ -160,6 +173,19 @@ class RemoteShards:
         missing = [u for u in self.urls if u not in known]
         known.update(zip(missing, self._map(self._head, missing)))
         return [known[u] for u in self.urls]
+
+    def _manifest(self, directory):
+        """``{name: entry}`` of the directory's manifest ({} without one)."""
+        remote = _remote()
+        try:
+            doc = json.loads(self.read(directory + MANIFEST_NAME))
+        except (remote.RemoteNotFound, ValueError):
+            return {}
+        return doc.get("shards", {}) if doc.get("format") == "stoker-index" else {}
+
+    def index_entry(self, shard):
+        """Shard ``shard``'s index from its directory's manifest, or None."""
+        return self._index.get(self.urls[shard])
 
     def _map(self, fn, items):
         """``[fn(x) for x in items]`` on a thread pool (requests overlap); the first error
@@ -232,7 +258,8 @@ class RemoteShards:
     def stats(self):
         """The cache's counters, with the clients' request counts and the derived rates."""
         s = self.native.stats()
-        requests = sum(store.stats().get("requests", 0) for store in self.stores.values())
+        requests = sum(store.stats().get("requests", 0) - before
+                       for store, before in self.stores.values())
         s["requests"] = requests
         s["cache_dir"] = self.cache_dir
         first = s["reuses"] + s["ahead"] + s["misses"]

@@ -81,6 +81,18 @@ def _remote_token_shards(shards, dtype, eos, need_documents, listed=None):
 
     def one(i):
         url, size = shards.urls[i], shards.sizes[i]
+        doc = shards.index_entry(i)
+        if doc and doc.get("format") == "stoker-token-index" and doc.get("size") == size and \
+                doc["layout"]["dtype"] == dtype and (not need_documents or doc["eos"] == eos):
+            # `stoker index` wrote it: layout and documents without a request of their own
+            layout = doc["layout"]
+            if need_documents or eos is not None:
+                ends, last = doc["ends"], doc["last_tokens"]
+                if not need_documents:
+                    ends, last = [], last[-1:]
+            else:
+                ends, last = [], []
+            return (layout["format"], dtype, layout["offset"], layout["tokens"], ends, last)
         stem = url[:-4] if url.endswith(".bin") else None
         if stem is not None and (listed is None or stem + ".idx" in listed):
             try:
@@ -133,14 +145,19 @@ def _token_block_shards(source, corpus, seq_len):
 
 
 def token_index_document(path, size, dtype, eos):
-    """The documents of the flat token file at ``path`` split after each ``eos``: a sidecar
-    index ``{"format", "size", "eos", "ends", "last_tokens"}``."""
+    """The flat token file at ``path``: its layout, and its documents split after each ``eos``
+    (one document without eos): a sidecar index ``{"format", "size", "layout", "eos", "ends",
+    "last_tokens"}``."""
+    with open(path, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+    fmt, offset, tokens = _native.remote.token_file_layout(head, size, dtype, path)
     corpus = _native.sources.TokenCorpus([path], dtype, split_at=eos)
-    n = corpus.num_documents
-    ends = [corpus.document_start(d + 1) for d in range(n)]
-    last = [int(corpus.document(d)[-1]) for d in range(n)]
-    return {"format": "stoker-token-index", "version": 1, "size": size, "eos": eos,
-            "ends": ends, "last_tokens": last}
+    ends = [corpus.document_start(d + 1) for d in range(corpus.num_documents)]
+    flat = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(tokens,))
+    last = [int(t) for t in flat[np.asarray(ends, dtype=np.int64) - 1]]
+    return {"format": "stoker-token-index", "version": 1, "size": size,
+            "layout": {"format": fmt, "dtype": dtype, "offset": offset, "tokens": tokens},
+            "eos": eos, "ends": ends, "last_tokens": last}
 
 
 def _column_documents(source, column, vocab_size):
