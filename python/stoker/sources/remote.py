@@ -154,8 +154,7 @@ class RemoteShards:
         remote = _remote()
         by_dir = {}
         for url in self.urls:
-            if url not in known:
-                by_dir.setdefault(url.rpartition("/")[0] + "/", []).append(url)
+            by_dir.setdefault(url.rpartition("/")[0] + "/", []).append(url)
         known = dict(known)
         self._index = {}
         for directory in by_dir:  # the manifests: sizes, ETags and indexes, a request each
@@ -163,9 +162,10 @@ class RemoteShards:
             for url in list(by_dir[directory]):
                 entry = entries.get(url[len(directory):])
                 if entry is not None:
-                    known[url] = remote.ObjectInfo(size=entry["size"], etag=entry.get("etag"))
+                    known.setdefault(url, remote.ObjectInfo(size=entry["size"],
+                                                            etag=entry.get("etag")))
                     self._index[url] = entry.get("index")
-                    by_dir[directory].remove(url)
+            by_dir[directory] = [u for u in by_dir[directory] if u not in known]
         for directory, urls in by_dir.items():
             if len(urls) >= LIST_AT and remote._urls.parse(directory).scheme in ("s3", "gs",
                                                                                    "az"):
