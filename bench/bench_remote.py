@@ -87,6 +87,7 @@ REPO = HERE.parent
 PEERS = REPO / ".venv-peers"
 TESTS = REPO / "tests" / "python"  # remote_servers.py: moto and the proxy
 sys.path.insert(0, str(HERE))
+from peak_rss import PeakPoll  # noqa: E402  (beside this file)
 
 BUCKET = "bench"
 SIZE = 64  # Resize(64), CenterCrop(56)
@@ -529,29 +530,6 @@ def dir_bytes(path):
     return total
 
 
-class CachePoll:
-    """The peak size of a cache directory, polled from this process."""
-
-    def __init__(self, path, interval=0.1):
-        self.path, self.interval, self.peak = path, interval, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, dir_bytes(self.path))
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, dir_bytes(self.path))
-
-
 def run_child(cmd, env, proxy, timeout, log):
     """Runs a child, snapshotting the proxy's (requests, bytes, time) at each mark it prints;
     returns (marks: name -> (message, snapshot)), or raises RuntimeError (its standard error is
@@ -592,7 +570,7 @@ def epochs(py, spec, env, proxy, args, log):
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir()
     try:
-        with CachePoll(cache) as poll:
+        with PeakPoll(lambda: dir_bytes(cache), interval=0.1) as poll:
             marks = run_child([py, __file__, "--child", json.dumps(spec | {"phase": "epochs"})],
                               env, proxy, args.timeout, log)
     except RuntimeError as e:

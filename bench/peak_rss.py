@@ -27,11 +27,12 @@ def tree_rss(pid):
     return total
 
 
-class PeakRSS:
-    """``with PeakRSS(pid) as rss: ...``; then ``rss.peak``: the largest summed RSS seen."""
+class PeakPoll:
+    """``with PeakPoll(measure) as p: ...``; then ``p.peak``: the largest ``measure()`` seen,
+    polled every ``interval`` seconds by a thread of this process and once more at the end."""
 
-    def __init__(self, pid, interval=0.01):
-        self.pid = pid
+    def __init__(self, measure, interval=0.01):
+        self.measure = measure
         self.interval = interval
         self.peak = 0
         self._stop = threading.Event()
@@ -39,7 +40,7 @@ class PeakRSS:
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss(self.pid))
+            self.peak = max(self.peak, self.measure())
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -49,6 +50,7 @@ class PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        self.peak = max(self.peak, self.measure())
 
 
 def run_measured(cmd, env=None, timeout=None):
@@ -58,7 +60,7 @@ def run_measured(cmd, env=None, timeout=None):
     RuntimeError is raised."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=timeout is not None)
-    with PeakRSS(proc.pid) as rss:
+    with PeakPoll(lambda: tree_rss(proc.pid)) as rss:
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -40,6 +40,7 @@ import torch
 from torch.utils.data._utils import worker as _torch_worker
 
 from .. import _native
+from .._process import pid_alive
 from . import batch_structure, seeding
 from .messages import STOP, BatchDone, InitFailed, StreamEnd, TaskFailed
 from .batch_maker import BatchMaker, ProducerConfig
@@ -169,18 +170,8 @@ def _die_with_parent(parent):
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:
         pass
-    if not _alive(parent):  # the parent died before prctl took effect
+    if not pid_alive(parent):  # the parent died before prctl took effect
         os._exit(0)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def worker_main(setup, task_conn, result_conn):
@@ -211,7 +202,7 @@ def worker_main(setup, task_conn, result_conn):
     while True:
         try:
             while not task_conn.poll(_PARENT_CHECK_S):
-                if not _alive(setup.parent_pid):
+                if not pid_alive(setup.parent_pid):
                     return 0
             raw = task_conn.recv_bytes()
         except (EOFError, OSError):

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from .._process import pid_alive
 from ._errors import RemoteError
 from ._store import ObjectInfo, Store
 
@@ -117,13 +118,7 @@ def _remove_dead_parts(final: str) -> None:
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return False  # ours: a previous, failed call of this process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _download(store: Store, url: str, info: ObjectInfo, part: str, part_size: int,
