@@ -5,6 +5,11 @@ PY     := $(VENV)/bin/python
 CMAKE  := $(VENV)/bin/cmake
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc)
+# Every build compiles through ccache where installed: `make test`'s second compile of the engine
+# with the same flags (install then cpp, cpp-asan then ext-asan) is then a cache hit (the script
+# says how).
+LAUNCHER := $(CURDIR)/tools/ccache.sh
+LAUNCH   := -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER)
 
 .PHONY: demo test check install wheel sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
@@ -18,7 +23,7 @@ $(DEPS): requirements.txt scripts/system-deps.sh
 # The Python package, built by scikit-build-core (incremental: build/{wheel_tag} is kept).
 install: $(DEPS)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
-	  -C cmake.define.STOKER_TESTING=ON .
+	  -C cmake.define.STOKER_TESTING=ON -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) .
 
 demo: install
 	$(VENV)/bin/stoker demo
@@ -30,7 +35,8 @@ demo: install
 wheel: $(DEPS)
 	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip wheel -q --no-build-isolation --no-deps \
-	  -C cmake.define.STOKER_TESTING=OFF -w build/wheel .
+	  -C cmake.define.STOKER_TESTING=OFF -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) \
+	  -w build/wheel .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/repair_wheel.sh build/wheel/stoker-*.whl dist
 
 # dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
@@ -41,7 +47,7 @@ sdist: $(DEPS)
 
 # C++ tests: a release build, an ASan/UBSan build and a TSan build.
 define cpp_build
-	$(CMAKE) -S . -B build/$(1) -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja \
+	$(CMAKE) -S . -B build/$(1) -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja $(LAUNCH) \
 	  -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=$(2) -DSTOKER_SANITIZE=$(3) > build/$(1).configure.log
 	$(CMAKE) --build build/$(1) -j $(JOBS)
 endef
@@ -61,7 +67,7 @@ cpp-tsan: $(DEPS)
 # The libFuzzer targets of fuzz/ (clang, ASan + UBSan, coverage), in build/fuzz.
 fuzz-build: $(DEPS)
 	@mkdir -p build
-	$(CMAKE) -S . -B build/fuzz -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja \
+	$(CMAKE) -S . -B build/fuzz -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja $(LAUNCH) \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF \
 	  -DSTOKER_FUZZ=ON -DSTOKER_SANITIZE=address$(,)undefined > build/fuzz.configure.log
 	$(CMAKE) --build build/fuzz -j $(JOBS)
@@ -81,7 +87,7 @@ ext-asan: $(DEPS)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
 	  --upgrade --target build/pyasan/site -C build-dir=build/pyasan/build \
 	  -C cmake.build-type=RelWithDebInfo -C cmake.define.STOKER_SANITIZE=address$(,)undefined \
-	  -C cmake.define.STOKER_TESTING=ON . \
+	  -C cmake.define.STOKER_TESTING=ON -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) . \
 	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
 
 # Everything: the release, ASan/UBSan and TSan C++ lanes, the fuzz smoke, the Python tests (slow
