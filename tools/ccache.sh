@@ -8,10 +8,22 @@
 # (hash_dir off), so the second compile of a file is a cache hit from the first tree. Depend mode
 # reads the headers from the compiler's own -MD output instead of running the preprocessor again.
 # The cache lives in build/ccache (make clean empties it).
-if command -v ccache >/dev/null 2>&1; then
-  root=$(cd "$(dirname "$0")/.." && pwd)
-  export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
-  export CCACHE_NOHASHDIR=1 CCACHE_DEPEND=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
-  exec ccache "$@"
+compiler=$1
+shift
+if ! command -v ccache >/dev/null 2>&1; then
+  exec "$compiler" "$@"
 fi
-exec "$@"
+# ccache keys on the compiler's name as well as its binary: CMake calls GCC `c++` in the C++
+# trees and scikit-build-core calls it `g++`. Where both names are the same compiler, one name.
+case $compiler in
+  c++ | */c++)
+    gxx=${compiler%c++}g++
+    if [ "$(readlink -f "$compiler")" = "$(readlink -f "$(command -v "$gxx")")" ]; then
+      compiler=$gxx
+    fi
+    ;;
+esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
+export CCACHE_NOHASHDIR=1 CCACHE_DEPEND=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
+exec ccache "$compiler" "$@"
