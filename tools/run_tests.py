@@ -130,6 +130,8 @@ def main(argv=None):
     # A test that hangs fails its lane (every stack dumped, the run ends) instead of holding CI
     # until its own limit.
     hang = [f"--timeout={PYTEST_TIMEOUT}", "--timeout-method=thread"]
+    # The slowest tests of each full lane, in the log: where `make test`'s 30 minutes go.
+    slowest = ["--durations=12", "--durations-min=3"]
     with tempfile.TemporaryDirectory() as tmp:
         for build, env in CPP_BUILDS[:1] if args.quick else CPP_BUILDS:
             report = os.path.join(tmp, f"ctest-{build}.xml")
@@ -151,7 +153,7 @@ def main(argv=None):
 
         report = os.path.join(tmp, "pytest.xml")
         add(run("Python", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *hang, f"--junitxml={report}"], report))
+                           *hang, *slowest, f"--junitxml={report}"], report))
 
         report = os.path.join(tmp, "pytest-asan.xml")
         env = {
@@ -175,7 +177,8 @@ def main(argv=None):
         # default fd capture would swallow when the process aborts.
         add(run("Python (ASan/UBSan extension, not slow)",
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                 "not slow", "--capture=sys", *hang, f"--junitxml={report}"], report, env))
+                 "not slow", "--capture=sys", *hang, *slowest, f"--junitxml={report}"],
+                report, env))
     return finish(totals)
 
 
