@@ -7,6 +7,8 @@
 #                                     # probes CUDA, runs every GPU test and both GPU benchmarks
 #                                     # in quick mode; logs and JSON under $OUT (default
 #                                     # build/gpu-check)
+#   bash tools/gpu_check.sh rehearse  # here: `run` with an interpreter that holds only what the
+#                                     # GPU machine has (below), linked from .venv
 #
 # `run` needs a Python with torch, torchvision, numpy, Pillow, nanobind, scikit-build-core, cmake
 # and ninja (GPU_CHECK_PYTHON, default python3): what the GPU machine has. The rest is carried:
@@ -154,8 +156,30 @@ EOF
   exit $status
 }
 
+# The GPU machine's Python, as far as this machine can play it: a venv whose site-packages links
+# only the packages the GPU machine is known to hold (and their dependencies) from .venv.
+# Anything else a GPU test needs must come from .gpu-deps, or the rehearsal fails as the GPU
+# machine would.
+rehearse() {
+  [ -d "$DEPS/wheels" ] || prepare || exit 1
+  local env=$ROOT/build/gpu-rehearsal-venv
+  rm -rf "$env"
+  "$ROOT/.venv/bin/python" -m venv --without-pip "$env" || exit 1
+  local from to
+  from=$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  to=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  local keep='^(torch|torchgen|functorch|torchvision|numpy|PIL|pillow|nanobind|scikit_build_core'
+  keep+='|cmake|ninja|nvidia|cuda|triton|typing_extensions|sympy|mpmath|networkx|jinja2'
+  keep+='|markupsafe|fsspec|filelock|setuptools|_distutils_hack|distutils-precedence|pathspec'
+  keep+='|packaging|pip)([-_.].*)?$'
+  for entry in $(ls "$from" | grep -E "$keep"); do ln -s "$from/$entry" "$to/$entry"; done
+  ln -s "$ROOT/.venv/bin/cmake" "$ROOT/.venv/bin/ninja" "$env/bin/"
+  GPU_CHECK_PYTHON=$env/bin/python OUT=${OUT:-$ROOT/build/gpu-rehearsal} run
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: bash tools/gpu_check.sh prepare|run" >&2; exit 2 ;;
+  rehearse) rehearse ;;
+  *) echo "usage: bash tools/gpu_check.sh prepare|run|rehearse" >&2; exit 2 ;;
 esac
