@@ -18,8 +18,6 @@
 // (run by its workers) or drawn and applied from Python (the GPU path draws the same parameters).
 //
 // hash_key of random.h, and the loader's limits.
-#include "stoker/loader.h"
-
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -29,17 +27,17 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdio>
-#include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
+#include "engine/block_order.h"
+#include "engine/epoch_draws.h"
+#include "engine/mixture.h"
 #include "stoker/batch_transform.h"
-#include "stoker/block_order.h"
 #include "stoker/errors.h"
-#include "stoker/mixture.h"
+#include "stoker/loader.h"
 #include "stoker/order.h"
 #include "stoker/random.h"
 #include "stoker/stratified_order.h"
@@ -170,29 +168,6 @@ MixtureOrder mixture_order(std::vector<uint64_t> sizes, const Schedule& schedule
   return order;
 }
 
-std::vector<uint64_t> mixture_batch(const MixturePlan& p, uint64_t b,
-                                    std::vector<uint64_t>* cycles = nullptr) {
-  if (b >= p.num_batches())
-    throw InvalidArgument("batch " + std::to_string(b) + " is out of range: the plan has " +
-                          std::to_string(p.num_batches()) + " batches");
-  std::vector<uint64_t> out(p.batches().batch_length(b));
-  if (cycles) cycles->resize(out.size());
-  p.batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
-  return out;
-}
-
-std::vector<uint64_t> indices(const BatchPlan& plan, bool shuffle, uint64_t seed, uint64_t epoch,
-                              uint64_t batch) {
-  if (batch >= plan.num_batches())
-    throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
-                          std::to_string(plan.num_batches()) + " batches");
-  std::vector<uint64_t> out(plan.batch_length(batch));
-  for (uint64_t s = 0; s < out.size(); ++s)
-    out[s] = plan.global_position(batch * plan.batch_size() + s);
-  EpochOrder(plan.num_samples(), shuffle, seed, epoch).map(out, out);
-  return out;
-}
-
 using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Positions = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using UInt64Array = nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>;
@@ -204,28 +179,9 @@ UInt64Array to_array(std::vector<uint64_t> values) {
   return UInt64Array(v->data(), {v->size()}, owner);
 }
 
-// (indices, cycles) of batch b of an epoch with `repeats` copies of every sample (order.h).
-std::pair<std::vector<uint64_t>, std::vector<uint64_t>> repeated_draws(const BatchPlan& plan,
-                                                                       bool shuffle, uint64_t seed,
-                                                                       uint64_t epoch,
-                                                                       uint64_t repeats,
-                                                                       uint64_t batch) {
-  if (batch >= plan.num_batches())
-    throw InvalidArgument("batch " + std::to_string(batch) + " is out of range: the plan has " +
-                          std::to_string(plan.num_batches()) + " batches");
-  if (repeats < 1 || plan.num_samples() % repeats != 0)
-    throw InvalidArgument("the plan's " + std::to_string(plan.num_samples()) +
-                          " positions are not repeats=" + std::to_string(repeats) +
-                          " copies of a dataset");
-  const EpochOrder order(plan.num_samples() / repeats, shuffle, seed, epoch);
-  std::vector<uint64_t> out(plan.batch_length(batch)), cycles(out.size());
-  for (uint64_t s = 0; s < out.size(); ++s) {
-    const RepeatedPosition r =
-        repeated_position(plan.global_position(batch * plan.batch_size() + s), repeats, epoch);
-    out[s] = order[r.position];
-    cycles[s] = r.cycle;
-  }
-  return {std::move(out), std::move(cycles)};
+// A batch's draws as Python takes them: (indices, cycles).
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> as_pair(Draws d) {
+  return {std::move(d.indices), std::move(d.cycles)};
 }
 
 BatchMix::Kind parse_mix_kind(const std::string& s) {
@@ -272,30 +228,6 @@ nb::object apply_batch_transform(const BatchTransform& t, const BatchMixParams& 
   const size_t shape[2] = {static_cast<size_t>(n), static_cast<size_t>(t.num_classes())};
   return nb::ndarray<nb::numpy, float, nb::ndim<2>>(soft->data(), 2, shape, owner).cast();
 }
-
-// A plan that keeps the order of the epoch last asked for, so that asking for an epoch's batches
-// one at a time makes the epoch's O(classes) state once.
-class CachedPlan {
- public:
-  explicit CachedPlan(StratifiedPlan plan) : plan_(std::move(plan)) {}
-
-  const StratifiedPlan& plan() const { return plan_; }
-
-  // The samples of batch b of `epoch`, and with `cycles` the cycle of each draw.
-  std::vector<uint64_t> batch(uint64_t epoch, uint64_t b, std::vector<uint64_t>* cycles = nullptr) {
-    std::vector<uint64_t> out(b < plan_.num_batches() ? plan_.batch_length(b) : 0);
-    if (cycles) cycles->resize(out.size());
-    std::lock_guard lock(mu_);
-    if (!epoch_ || epoch_->epoch() != epoch) epoch_ = plan_.epoch(epoch);
-    epoch_->batch(b, out, cycles ? std::span<uint64_t>(*cycles) : std::span<uint64_t>());
-    return out;
-  }
-
- private:
-  const StratifiedPlan plan_;
-  std::mutex mu_;
-  std::optional<StratifiedEpoch> epoch_;  // guarded by mu_
-};
 
 }  // namespace
 
@@ -427,42 +359,30 @@ void register_engine(nb::module_& m) {
       .def(
           "first_position",
           [](const BatchPlan& p, uint64_t b) {
-            if (b >= p.num_batches())
-              throw InvalidArgument("batch " + std::to_string(b) +
-                                    " is out of range: the plan has " +
-                                    std::to_string(p.num_batches()) + " batches");
+            check_batch(p, b);
             return p.first_position(b);
           },
           nb::arg("batch"),
           "Batch `batch`'s first global position, unwrapped: the key of its batch transform.")
-      .def("repeated_draws", &repeated_draws, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
-           nb::arg("repeats"), nb::arg("batch"),
-           "(indices, cycles) of batch `batch` of an epoch of `repeats` copies of every sample "
-           "(the plan is over their positions): a copy's randomness is keyed by its cycle.")
-      .def("indices", &indices, nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
-           nb::arg("batch"), "The sample indices of batch `batch` of the plan in `epoch`.");
-
-  m.def(
-      "plan_num_batches",
-      [](uint64_t n, uint64_t batch_size, bool drop_last, uint64_t rank, uint64_t world_size,
-         uint64_t start) {
-        return BatchPlan(n, batch_size, drop_last, rank, world_size, start).num_batches();
-      },
-      nb::arg("n"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
-      nb::arg("world_size"), nb::arg("start") = 0);
-
-  m.def(
-      "batch_indices",
-      [](uint64_t n, uint64_t batch_size, bool shuffle, uint64_t seed, uint64_t epoch,
-         bool drop_last, uint64_t rank, uint64_t world_size, uint64_t batch, uint64_t start) {
-        return indices(BatchPlan(n, batch_size, drop_last, rank, world_size, start), shuffle, seed,
-                       epoch, batch);
-      },
-      nb::arg("n"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"),
-      nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"), nb::arg("batch"),
-      nb::arg("start") = 0,
-      "The sample indices of batch `batch` of an epoch, exactly as the native loader visits them "
-      "(from global position `start` on, for an elastic resume).");
+      .def(
+          "repeated_draws",
+          [](const BatchPlan& p, bool shuffle, uint64_t seed, uint64_t epoch, uint64_t repeats,
+             uint64_t b) {
+            return as_pair(
+                EpochDraws::for_plan(p, shuffle, seed, epoch, repeats).batch(p, b, true));
+          },
+          nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"), nb::arg("repeats"),
+          nb::arg("batch"),
+          "(indices, cycles) of batch `batch` of an epoch of `repeats` copies of every sample "
+          "(the plan is over their positions): a copy's randomness is keyed by its cycle.")
+      .def(
+          "indices",
+          [](const BatchPlan& p, bool shuffle, uint64_t seed, uint64_t epoch, uint64_t b) {
+            return EpochDraws::for_plan(p, shuffle, seed, epoch).batch(p, b, false).indices;
+          },
+          nb::arg("shuffle"), nb::arg("seed"), nb::arg("epoch"), nb::arg("batch"),
+          "The sample indices of batch `batch` of the plan in `epoch`, exactly as the native "
+          "loader visits them (a plan from global position `start` on: an elastic resume).");
 
   nb::class_<BlockOrder>(m, "BlockOrder")
       .def(nb::new_([](std::vector<uint64_t> block_sizes, uint64_t window, uint64_t stripes,
@@ -472,7 +392,7 @@ void register_engine(nb::module_& m) {
            nb::arg("block_sizes"), nb::arg("window"), nb::arg("stripes"), nb::arg("seed"),
            nb::arg("epoch"),
            "An epoch's order of samples in blocks (shards) that keeps `window` blocks open per "
-           "rank of a `stripes`-rank job (include/stoker/block_order.h).")
+           "rank of a `stripes`-rank job (src/engine/block_order.h).")
       .def("__len__", &BlockOrder::size)
       .def_prop_ro("num_blocks", &BlockOrder::num_blocks)
       .def(
@@ -527,35 +447,36 @@ void register_engine(nb::module_& m) {
                    })
       .def_prop_ro("memory_bytes", &ClassGroups::memory_bytes);
 
-  nb::class_<CachedPlan>(m, "StratifiedPlan")
+  nb::class_<CachedStratifiedPlan>(m, "StratifiedPlan")
       .def(nb::new_([](std::shared_ptr<ClassGroups> classes, std::vector<double> weights,
                        uint64_t seed, uint64_t batch_size, bool drop_last, uint64_t rank,
                        uint64_t world_size) {
-             return std::make_shared<CachedPlan>(
-                 StratifiedPlan(std::move(classes), std::move(weights), seed, batch_size, drop_last,
-                                rank, world_size));
+             return std::make_shared<CachedStratifiedPlan>(std::move(classes), std::move(weights),
+                                                           seed, batch_size, drop_last, rank,
+                                                           world_size);
            }),
            nb::arg("classes"), nb::arg("class_weights"), nb::arg("seed"), nb::arg("batch_size"),
            nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"))
-      .def("__len__", [](const CachedPlan& p) { return p.plan().num_batches(); })
-      .def("batch_length", [](const CachedPlan& p, uint64_t b) { return p.plan().batch_length(b); })
+      .def("__len__", [](const CachedStratifiedPlan& p) { return p.plan().num_batches(); })
+      .def("batch_length",
+           [](const CachedStratifiedPlan& p, uint64_t b) { return p.plan().batch_length(b); })
       .def_prop_ro("class_draws",
-                   [](const CachedPlan& p) {
+                   [](const CachedStratifiedPlan& p) {
                      std::vector<uint64_t> v(p.plan().classes().num_classes());
                      for (uint32_t c = 0; c < v.size(); ++c) v[c] = p.plan().class_draws(c);
                      return v;
                    })
       .def(
           "batch_indices",
-          [](CachedPlan& p, uint64_t epoch, uint64_t b) { return p.batch(epoch, b); },
+          [](CachedStratifiedPlan& p, uint64_t epoch, uint64_t b) {
+            return p.batch(epoch, b, false).indices;
+          },
           nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
           "The sample indices of batch `batch` of an epoch, as the native loader visits them.")
       .def(
           "batch_draws",
-          [](CachedPlan& p, uint64_t epoch, uint64_t b) {
-            std::vector<uint64_t> cycles;
-            std::vector<uint64_t> indices = p.batch(epoch, b, &cycles);
-            return std::make_pair(std::move(indices), std::move(cycles));
+          [](CachedStratifiedPlan& p, uint64_t epoch, uint64_t b) {
+            return as_pair(p.batch(epoch, b, true));
           },
           nb::arg("epoch"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
           "(indices, cycles) of batch `batch`: a draw's randomness is keyed by (seed, cycle, "
@@ -575,7 +496,7 @@ void register_engine(nb::module_& m) {
            nb::arg("epoch"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
            nb::arg("world_size"), nb::arg("position") = 0, nb::arg("first_step") = 0,
            nb::arg("bases") = std::vector<uint64_t>{},
-           "Rank `rank`'s batches of a mixture epoch (include/stoker/mixture.h): `schedule` is "
+           "Rank `rank`'s batches of a mixture epoch (src/engine/mixture.h): `schedule` is "
            "[(first_step, weights), ...]; the plan starts at global position `position`, step "
            "`first_step`, with each source's stream at `bases`.")
       .def("__len__", &MixturePlan::num_batches)
@@ -597,15 +518,18 @@ void register_engine(nb::module_& m) {
       .def("batch_counts", &MixturePlan::batch_counts, nb::arg("batch"),
            nb::call_guard<nb::gil_scoped_release>())
       .def(
-          "batch_indices", [](const MixturePlan& p, uint64_t b) { return mixture_batch(p, b); },
+          "batch_indices",
+          [](std::shared_ptr<MixturePlan> p, uint64_t b) {
+            const BatchPlan& batches = p->batches();
+            return EpochDraws(std::move(p)).batch(batches, b, false).indices;
+          },
           nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
           "The global sample indices of batch `batch`, as the native loader visits them.")
       .def(
           "batch_draws",
-          [](const MixturePlan& p, uint64_t b) {
-            std::vector<uint64_t> cycles;
-            std::vector<uint64_t> indices = mixture_batch(p, b, &cycles);
-            return std::make_pair(std::move(indices), std::move(cycles));
+          [](std::shared_ptr<MixturePlan> p, uint64_t b) {
+            const BatchPlan& batches = p->batches();
+            return as_pair(EpochDraws(std::move(p)).batch(batches, b, true));
           },
           nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>(),
           "(indices, cycles) of batch `batch`: a draw's cycle is its source's own epoch.");

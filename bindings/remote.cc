@@ -1,4 +1,4 @@
-// stoker._native.remote: the shard cache of remote datasets (include/stoker/shard_cache.h) and the
+// stoker._native.remote: the shard cache of remote datasets (src/engine/shard_cache.h) and the
 // remote forms of the native sources that read through it. The network is the Python front's
 // (stoker/remote): its fetcher threads call next_request() and fetched() / failed().
 #include <nanobind/stl/optional.h>
@@ -9,10 +9,10 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "stoker/errors.h"
-#include "stoker/shard_cache.h"
 #include "engine/mapped_file.h"
+#include "engine/shard_cache.h"
 #include "sources/megatron.h"
+#include "stoker/errors.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/token_corpus.h"
 #include "stoker/sources/tokens.h"
@@ -63,20 +63,21 @@ TokenCorpus::Format format_of(const std::string& name) {
 
 void register_remote(nb::module_& m) {
   nb::class_<ShardCache>(m, "ShardCache")
-      .def(nb::new_([](const std::vector<std::pair<std::string, uint64_t>>& shards,
-                       uint64_t budget) {
-             std::vector<ShardCache::Shard> v;
-             v.reserve(shards.size());
-             for (const auto& [url, size] : shards) v.push_back({url, size});
-             return std::make_shared<ShardCache>(std::move(v), budget);
-           }),
+      .def(nb::new_(
+               [](const std::vector<std::pair<std::string, uint64_t>>& shards, uint64_t budget) {
+                 std::vector<ShardCache::Shard> v;
+                 v.reserve(shards.size());
+                 for (const auto& [url, size] : shards) v.push_back({url, size});
+                 return std::make_shared<ShardCache>(std::move(v), budget);
+               }),
            nb::arg("shards"), nb::arg("budget"), "shards: (url, size in bytes) pairs.")
       .def("__len__", &ShardCache::size)
       .def("schedule", &ShardCache::schedule, nb::arg("order"),
            nb::call_guard<nb::gil_scoped_release>())
       .def(
           "next_request",
-          [](ShardCache& c, double timeout) -> std::optional<std::tuple<uint32_t, std::string, uint64_t>> {
+          [](ShardCache& c,
+             double timeout) -> std::optional<std::tuple<uint32_t, std::string, uint64_t>> {
             std::optional<ShardCache::Request> r;
             {
               nb::gil_scoped_release release;
@@ -183,7 +184,8 @@ void register_remote(nb::module_& m) {
         for (auto& m : members) out.emplace_back(std::move(m.name), m.offset, m.size, m.label);
         return out;
       },
-      nb::arg("path"), "The samples of a local tar shard: (image member, data offset, size, label).");
+      nb::arg("path"),
+      "The samples of a local tar shard: (image member, data offset, size, label).");
 }
 
 }  // namespace stoker::python

@@ -12,11 +12,11 @@
 #include <chrono>
 
 #include "bindings.h"
-#include "stoker/diagnosis.h"
 #include "stoker/errors.h"
-#include "tuning/executor_policy.h"
 #include "stoker/memory.h"
-#include "stoker/tuner.h"
+#include "tuning/diagnosis.h"
+#include "tuning/executor_policy.h"
+#include "tuning/tuner.h"
 
 namespace stoker::python {
 namespace {
@@ -252,7 +252,7 @@ void register_tuning(nb::module_& m) {
         out["reasons"] = d.reasons;
         return out;
       },
-      nb::arg("figures"), "The verdict for the figures of a run (see stoker/diagnosis.h).");
+      nb::arg("figures"), "The verdict for the figures of a run (see src/tuning/diagnosis.h).");
 
   nb::class_<GpuSampler>(m, "GpuSampler",
                          "Samples a GPU's utilization and memory through NVML on a thread until "

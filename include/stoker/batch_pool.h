@@ -33,7 +33,19 @@
 namespace stoker {
 
 class BatchPool;
-class SharedArena;  // src/engine/shared_arena.h: batch buffers of Python-dataset workers
+
+// Memory a pool may carve its buffers from instead of the heap: one region, handed out front to
+// back and never taken back (the pool recycles what it carved). The engine's own is memory shared
+// with forked worker processes (Python datasets); a user may give any region that outlives the
+// pool's buffers. Thread safety: carve() may be called from several threads at once.
+class BufferMemory {
+ public:
+  virtual ~BufferMemory() = default;
+  // Bytes of the whole region.
+  virtual size_t size() const = 0;
+  // `bytes` (rounded up to 4096) of the unused tail, page aligned; nullptr when it does not fit.
+  virtual std::byte* carve(size_t bytes) = 0;
+};
 
 // Owning handle to one buffer; shared by everything that views it.
 using Buffer = std::shared_ptr<std::byte>;
@@ -44,12 +56,13 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   // buffer_bytes rounded up to 4096).
   static std::shared_ptr<BatchPool> create(size_t buffer_bytes, size_t budget_bytes,
                                            MemoryKind kind);
-  // As create(), with buffers carved from `arena` (shared with forked worker processes) instead
-  // of the heap. With kPinned, each buffer is page-locked (cuda::register_host) when it is first
-  // carved, and unlocked when the pool dies. REQUIRES: also (budget_bytes / buffer_bytes)
-  // buffers, each rounded up to 4096 bytes, fit in the arena.
+  // As create(), with buffers carved from `memory` (e.g. shared with forked worker processes)
+  // instead of the heap; the pool keeps `memory` alive. With kPinned, each buffer is page-locked
+  // (cuda::register_host) when it is first carved, and unlocked when the pool dies. REQUIRES:
+  // also (budget_bytes / buffer_bytes) buffers, each rounded up to 4096 bytes, fit in `memory`
+  // (InvalidArgument otherwise).
   static std::shared_ptr<BatchPool> create_shared(size_t buffer_bytes, size_t budget_bytes,
-                                                  std::shared_ptr<SharedArena> arena,
+                                                  std::shared_ptr<BufferMemory> memory,
                                                   MemoryKind kind = MemoryKind::kPageable);
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
@@ -71,8 +84,6 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   size_t buffer_bytes() const { return buffer_bytes_; }
   size_t capacity() const { return capacity_; }
   MemoryKind kind() const { return kind_; }
-  // The arena buffers come from; nullptr for heap buffers.
-  const std::shared_ptr<SharedArena>& arena() const { return arena_; }
   // True when every buffer the budget allows exists and is held (none free, none fenced): only
   // their holders can free one.
   bool exhausted() const;
@@ -104,7 +115,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   const size_t unit_bytes_;  // memory one buffer takes: buffer_bytes_, page-rounded when pinned
   const size_t capacity_;
   const MemoryKind kind_;
-  std::shared_ptr<SharedArena> arena_;  // set once by create_shared, before any buffer exists
+  std::shared_ptr<BufferMemory> arena_;  // set once by create_shared, before any buffer exists
   mutable std::mutex mu_;
   std::condition_variable_any available_;
   std::vector<std::byte*> free_;  // guarded by mu_

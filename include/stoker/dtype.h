@@ -1,4 +1,7 @@
 // Element types of sample fields, with DLPack's type codes so batches export without translation.
+//
+// Contract: DType is a plain value (bits a multiple of 8 for every type a source declares); the
+// constants are compile-time. Thread safety: values, safe to share.
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,9 @@
 // original exception as its cause. The Python bindings map each type to a Python exception class
 // (InvalidArgument -> ValueError, DecodeError -> stoker.DecodeError, SampleError ->
 // stoker.SampleError, BudgetExceeded -> stoker.MemoryBudgetError).
+//
+// Thread safety: exceptions are immutable after construction, safe to rethrow on another thread
+// (which is how a worker's failure reaches the consumer).
 #pragma once
 
 #include <cstdint>

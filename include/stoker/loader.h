@@ -49,7 +49,6 @@
 #include <string>
 #include <vector>
 
-#include "stoker/autotune.h"
 #include "stoker/batch_pool.h"
 #include "stoker/dtype.h"
 #include "stoker/order.h"
@@ -62,6 +61,25 @@ class ClassGroups;
 struct MixtureOrder;
 class MixturePlan;
 
+// One window of the online autotune controller (src/engine/autotune.h) as it saw it, and the
+// change it made: what stats() lists.
+struct AutotuneFigures {
+  double seconds = 0;                  // window length
+  double consumer_wait_fraction = 0;   // consumer time waiting for a batch / window
+  double worker_busy_fraction = 0;     // active workers' time producing / (workers x window)
+  double queue_occupancy = 0;          // ready batches ahead of the consumer / depth, averaged
+  double worker_blocked_fraction = 0;  // active workers' time blocked by the prefetch depth
+  double samples_per_s = 0;            // delivered in the window
+};
+
+struct AutotuneDecision {
+  double time_s = 0;  // since the loader was made
+  int workers_from = 0, workers_to = 0;
+  int prefetch_from = 0, prefetch_to = 0;
+  AutotuneFigures figures;
+  std::string reason;
+};
+
 enum class OnError { kRaise, kSkip };
 enum class PinMemory { kAuto, kOn, kOff };
 
@@ -72,7 +90,7 @@ struct LoaderOptions {
   bool drop_last = false;
   // threads; -1 = auto: cpu_budget threads, of which the online autotune controller keeps as many
   // active as pay, starting from what it learned on a loader over the same data in this process,
-  // else from the cores within cpu_budget (include/stoker/autotune.h); 0 = on the consumer's thread
+  // else from the cores within cpu_budget (src/engine/autotune.h); 0 = on the consumer's thread
   int num_workers = -1;
   // batches in flight per worker; -1 = auto, set by the autotune controller: starts at 2 per
   // worker, or, for batches over 4 MiB (which the workers fill together), at 1 batch in flight
@@ -160,8 +178,8 @@ struct LoaderStats {
   uint64_t pinned_bytes = 0;    // page-locked batch buffer memory that exists now
   uint64_t fenced_buffers = 0;  // released buffers waiting for a GPU copy of them to finish
   uint64_t memory_budget = 0;
-  uint64_t batch_bytes = 0;       // one buffer
-  double worker_cpu_seconds = 0;  // CPU time of worker threads producing batches
+  uint64_t batch_bytes = 0;            // one buffer
+  double worker_cpu_seconds = 0;       // CPU time of worker threads producing batches
   double batch_transform_seconds = 0;  // worker time spent in the batch transform
   // Online autotune (num_workers and/or prefetch_factor "auto"): the values in use now and the
   // controller's most recent decisions (bounded list, oldest first).

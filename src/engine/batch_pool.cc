@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/shared_arena.h"
 #include "gpu/cuda.h"
 #include "stoker/errors.h"
 
@@ -32,7 +31,7 @@ std::shared_ptr<BatchPool> BatchPool::create(size_t buffer_bytes, size_t budget_
 }
 
 std::shared_ptr<BatchPool> BatchPool::create_shared(size_t buffer_bytes, size_t budget_bytes,
-                                                    std::shared_ptr<SharedArena> arena,
+                                                    std::shared_ptr<BufferMemory> arena,
                                                     MemoryKind kind) {
   if (!arena || buffer_bytes == 0 ||
       budget_bytes / buffer_bytes * page_round(buffer_bytes) > arena->size())

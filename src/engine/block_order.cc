@@ -1,4 +1,4 @@
-#include "stoker/block_order.h"
+#include "engine/block_order.h"
 
 #include <algorithm>
 #include <string>

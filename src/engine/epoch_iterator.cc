@@ -6,8 +6,8 @@
 #include <stop_token>
 #include <thread>
 
-#include "loader_state.h"
-#include "stoker/diagnosis.h"
+#include "engine/loader_state.h"
+#include "engine/work_timer.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -25,24 +25,39 @@ constexpr uint64_t kAutotuneWindowBatches = 3;
 // kAutotuneWindowSeconds, and the controller must still get to act within it.
 constexpr double kAutotuneFastWindowSeconds = 0.05;
 constexpr uint64_t kAutotuneFastWindowBatches = 100;
-constexpr size_t kAutotuneLogged = 256;
 
-BudgetExceeded budget_error(const BatchPool& pool) {
-  return BudgetExceeded(
-      "memory_budget holds " + std::to_string(pool.capacity()) + " batch buffer(s) of " +
-      std::to_string(pool.buffer_bytes()) +
-      " bytes and the consumer holds all of them, so no batch can be produced: drop references "
-      "to earlier batches, or raise memory_budget");
-}
+// The consumer waits for a batch while it holds every buffer of the pool itself: only it can free
+// one, so after kStallLimit of that it is told so (BudgetExceeded) instead of hanging. Consumer
+// thread only.
+class StallCheck {
+ public:
+  // `stalled`: whether the consumer is in that state now; `since`: when it started waiting, if
+  // this is the first call that finds it so. Throws BudgetExceeded after kStallLimit of it.
+  void check(bool stalled, Clock::time_point since, const BatchPool& pool) {
+    if (!stalled) return reset();
+    if (!since_) since_ = since;
+    if (Clock::now() - *since_ < kStallLimit) return;
+    reset();
+    throw BudgetExceeded(
+        "memory_budget holds " + std::to_string(pool.capacity()) + " batch buffer(s) of " +
+        std::to_string(pool.buffer_bytes()) +
+        " bytes and the consumer holds all of them, so no batch can be produced: drop references "
+        "to earlier batches, or raise memory_budget");
+  }
+  void reset() { since_.reset(); }
+
+ private:
+  std::optional<Clock::time_point> since_;  // the consumer holds every buffer since then
+};
 
 // Batches produced on demand by the consumer's own thread: simple to debug, no concurrency.
 class InlineIterator final : public EpochIterator {
  public:
-  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochSamples order,
+  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochDraws draws,
                  uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
-        order_(std::move(order)),
+        draws_(std::move(draws)),
         epoch_(epoch),
         position_(start),
         worker_(st_->source->make_worker_state()) {}
@@ -53,21 +68,15 @@ class InlineIterator final : public EpochIterator {
     Buffer buffer = st_->pool->acquire_for(std::stop_token(), std::min(timeout, kStallLimit));
     if (!buffer) {
       // A fenced buffer (a GPU copy still reads it) comes back by itself: only buffers that the
-      // consumer holds, for kStallLimit, make this a budget error.
-      if (!st_->pool->exhausted()) {
-        stall_since_.reset();
-        return Status::kTimeout;
-      }
-      if (!stall_since_) stall_since_ = start;
-      if (Clock::now() - *stall_since_ < kStallLimit) return Status::kTimeout;
-      stall_since_.reset();
-      throw budget_error(*st_->pool);
+      // consumer holds make this a stall.
+      stall_.check(st_->pool->exhausted(), start, *st_->pool);
+      return Status::kTimeout;
     }
-    stall_since_.reset();
+    stall_.reset();
     auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
-    st_->fill(*batch, plan_, order_, worker_.get(), 0, batch->length);
-    st_->transform(*batch, plan_, order_);
-    st_->delivered(order_, *batch);
+    st_->fill(*batch, plan_, draws_, worker_.get(), 0, batch->length);
+    st_->transform(*batch, plan_, draws_);
+    st_->delivered(draws_, *batch);
     *out = std::move(batch);
     return Status::kBatch;
   }
@@ -78,11 +87,11 @@ class InlineIterator final : public EpochIterator {
  private:
   std::shared_ptr<Loader::State> st_;
   const BatchPlan plan_;
-  EpochSamples order_;
+  EpochDraws draws_;
   uint64_t epoch_;
   uint64_t position_;
   std::unique_ptr<WorkerState> worker_;
-  std::optional<Clock::time_point> stall_since_;  // the consumer holds every buffer since then
+  StallCheck stall_;
 };
 
 // Worker threads open batch numbers in order and fill them together, a chunk of samples at a
@@ -98,11 +107,11 @@ class InlineIterator final : public EpochIterator {
 // A finished batch goes to its slot in a ring, and the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
-  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochSamples order,
+  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochDraws draws,
                    uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
-        order_(std::move(order)),
+        draws_(std::move(draws)),
         epoch_(epoch),
         end_(plan_.num_batches()),
         autotune_(st_->autotune_workers || st_->autotune_prefetch),
@@ -157,7 +166,10 @@ class ThreadedIterator final : public EpochIterator {
     Slot& slot = ring_[next_deliver_ % ring_size_];
     if (failure_) std::rethrow_exception(failure_);
     while (!slot.ready) {
-      check_stall_locked();
+      // Nobody has claimed the batch while the pool is exhausted: every buffer is outside this
+      // iterator.
+      stall_.check(next_claim_ == next_deliver_ && st_->pool->exhausted(), Clock::now(),
+                   *st_->pool);
       if (gated_ && next_claim_ <= next_deliver_) st_->buffer_gate->force(this, next_deliver_);
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
       consumer_waiting_ = true;
@@ -171,7 +183,7 @@ class ThreadedIterator final : public EpochIterator {
         return Status::kTimeout;
       }
     }
-    stall_since_.reset();
+    stall_.reset();
     Slot taken = std::move(slot);
     slot = Slot{};
     ++next_deliver_;
@@ -182,7 +194,7 @@ class ThreadedIterator final : public EpochIterator {
     if (wake_workers) window_.notify_all();
     st_->consumer_wait_ns += waited;
     if (taken.error) std::rethrow_exception(taken.error);
-    st_->delivered(order_, *taken.batch);
+    st_->delivered(draws_, *taken.batch);
     *out = std::move(taken.batch);
     return Status::kBatch;
   }
@@ -193,11 +205,7 @@ class ThreadedIterator final : public EpochIterator {
   }
   uint64_t epoch() const override { return epoch_; }
 
-  std::vector<AutotuneDecision> drain_decisions() override {
-    std::vector<AutotuneDecision> out;
-    out.swap(new_decisions_);
-    return out;
-  }
+  std::vector<AutotuneDecision> drain_decisions() override { return new_decisions_.drain(); }
 
  private:
   // About this much work per chunk: far above the cost of taking one (a lock), far below a
@@ -326,21 +334,28 @@ class ThreadedIterator final : public EpochIterator {
     }
   }
 
+  // Runs a worker's `work` (no lock held): its wall time counts as busy in the autotune window,
+  // its CPU time in the loader's stats. *error gets what it threw. Returns the wall time.
+  template <typename Work>
+  int64_t timed(Work&& work, std::exception_ptr* error) {
+    const WorkTimer timer;
+    try {
+      work();
+    } catch (...) {
+      *error = std::current_exception();
+    }
+    const int64_t busy = timer.stop(st_->worker_cpu_ns);
+    busy_ns_ += busy;
+    return busy;
+  }
+
   // Fills one chunk (no lock held), then records it; the last chunk of a batch makes it ready,
   // after the batch transform when there is one.
   void fill_chunk(const Chunk& c, WorkerState* worker) {
     std::exception_ptr error;
     uint64_t failed_at = UINT64_MAX;
-    const auto started = Clock::now();
-    const int64_t cpu_started = thread_cpu_ns();
-    try {
-      st_->fill(*c.batch, plan_, order_, worker, c.begin, c.end, &failed_at);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    const int64_t busy = elapsed_ns(started);
-    busy_ns_ += busy;
-    st_->worker_cpu_ns += thread_cpu_ns() - cpu_started;
+    const int64_t busy = timed(
+        [&] { st_->fill(*c.batch, plan_, draws_, worker, c.begin, c.end, &failed_at); }, &error);
     std::shared_ptr<Batch> dropped;  // a failed batch's buffer goes back outside the lock
     bool wake_consumer = false;
     bool transform = false;  // this chunk completed a batch that the transform must finish
@@ -367,15 +382,7 @@ class ThreadedIterator final : public EpochIterator {
     }
     if (transform) {
       // Every sample is in: no other worker touches the batch, and the consumer waits for ready.
-      const auto started_transform = Clock::now();
-      const int64_t cpu_started_transform = thread_cpu_ns();
-      try {
-        st_->transform(*c.batch, plan_, order_);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      busy_ns_ += elapsed_ns(started_transform);
-      st_->worker_cpu_ns += thread_cpu_ns() - cpu_started_transform;
+      timed([&] { st_->transform(*c.batch, plan_, draws_); }, &error);
       std::lock_guard lock(mu_);
       Slot& slot = ring_[c.b % ring_size_];
       if (error) {
@@ -424,28 +431,14 @@ class ThreadedIterator final : public EpochIterator {
     depth_ = std::min(controller_->depth(), ring_size_);
     if (gated_) st_->buffer_gate->set_limit(depth_ + 1);
     st_->record_autotune(*d);
-    if (new_decisions_.size() < kAutotuneLogged) new_decisions_.push_back(*d);
+    new_decisions_.add(*d);
     park_.notify_all();
     window_.notify_all();
   }
 
-  // The consumer waits for a batch nobody has claimed while the pool is exhausted: every buffer
-  // is outside this iterator, so only the consumer can free one. Tell it instead of hanging.
-  void check_stall_locked() {
-    if (next_claim_ != next_deliver_ || !st_->pool->exhausted()) {
-      stall_since_.reset();
-      return;
-    }
-    if (!stall_since_) stall_since_ = Clock::now();
-    if (Clock::now() - *stall_since_ > kStallLimit) {
-      stall_since_.reset();
-      throw budget_error(*st_->pool);
-    }
-  }
-
   const std::shared_ptr<Loader::State> st_;
   const BatchPlan plan_;
-  const EpochSamples order_;
+  const EpochDraws draws_;
   const uint64_t epoch_;
   const uint64_t end_;
   const bool autotune_;
@@ -466,18 +459,18 @@ class ThreadedIterator final : public EpochIterator {
   int64_t window_wait_ns_ = 0;
   uint64_t window_samples_ = 0, window_batches_ = 0;
   double occupancy_sum_ = 0;
-  std::vector<AutotuneDecision> new_decisions_;  // consumer thread only; drained by bindings
-  std::condition_variable_any park_;             // inactive workers wait here
-  std::condition_variable_any window_;           // workers wait here for a batch number to claim
-  std::condition_variable ready_;                // the consumer waits here for its batch
-  std::vector<Slot> ring_;  // guarded by mu_; slot of batch b is b % ring_size_
-  uint64_t next_claim_;     // guarded by mu_; the next batch to open
-  uint64_t next_deliver_;   // guarded by mu_
-  uint64_t next_chunked_;   // guarded by mu_; open batches before it have every sample handed out
+  DecisionLog new_decisions_;           // consumer thread only; drained by bindings
+  std::condition_variable_any park_;    // inactive workers wait here
+  std::condition_variable_any window_;  // workers wait here for a batch number to claim
+  std::condition_variable ready_;       // the consumer waits here for its batch
+  std::vector<Slot> ring_;              // guarded by mu_; slot of batch b is b % ring_size_
+  uint64_t next_claim_;                 // guarded by mu_; the next batch to open
+  uint64_t next_deliver_;               // guarded by mu_
+  uint64_t next_chunked_;  // guarded by mu_; open batches before it have every sample handed out
   bool consumer_waiting_ = false;  // guarded by mu_; skips needless notifies
   int workers_waiting_ = 0;        // guarded by mu_
   std::exception_ptr failure_;     // guarded by mu_; a worker's failure outside any sample
-  std::optional<Clock::time_point> stall_since_;  // consumer thread only
+  StallCheck stall_;               // consumer thread only
 
   std::stop_source stop_;
   // Last member: threads are joined (in the destructor body) before anything they use is destroyed.
@@ -487,16 +480,16 @@ class ThreadedIterator final : public EpochIterator {
 }  // namespace
 
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    const BatchPlan& plan, EpochSamples samples,
+                                                    const BatchPlan& plan, EpochDraws draws,
                                                     uint64_t epoch, uint64_t start_batch) {
-  return std::make_unique<InlineIterator>(std::move(state), plan, std::move(samples), epoch,
+  return std::make_unique<InlineIterator>(std::move(state), plan, std::move(draws), epoch,
                                           start_batch);
 }
 
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      const BatchPlan& plan, EpochSamples samples,
+                                                      const BatchPlan& plan, EpochDraws draws,
                                                       uint64_t epoch, uint64_t start_batch) {
-  return std::make_unique<ThreadedIterator>(std::move(state), plan, std::move(samples), epoch,
+  return std::make_unique<ThreadedIterator>(std::move(state), plan, std::move(draws), epoch,
                                             start_batch);
 }
 

@@ -6,9 +6,9 @@
 #include <typeinfo>
 #include <vector>
 
-#include "gpu/cuda.h"
-#include "loader_state.h"
+#include "engine/loader_state.h"
 #include "engine/skip_policy.h"
+#include "gpu/cuda.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
@@ -16,8 +16,7 @@ namespace stoker {
 namespace {
 
 constexpr size_t kFieldAlign = 64;
-constexpr size_t kAutotuneListed = 200;               // autotune decisions remembered for stats()
-constexpr uint64_t kPrefetchAhead = 8;                // samples hinted ahead of the one being read
+constexpr uint64_t kPrefetchAhead = 8;  // samples hinted ahead of the one being read
 
 LoaderOptions resolve(LoaderOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
@@ -199,69 +198,45 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
   return batch;
 }
 
-EpochSamples Loader::State::epoch_samples(uint64_t epoch,
-                                          std::shared_ptr<const MixturePlan> mixture,
-                                          uint64_t stripes) const {
-  EpochSamples samples{EpochOrder(source->size(), options.shuffle, options.seed, epoch),
-                       {},
-                       {},
-                       {},
-                       epoch,
-                       options.repeats};
-  if (blocks)
-    samples.blocks.emplace(blocks->sizes, blocks->window, stripes > 0 ? stripes : options.stripes,
-                           options.seed, epoch);
-  if (stratified) samples.stratified = stratified->epoch(epoch);
-  if (options.mixture && !mixture) {
-    const LoaderOptions& o = options;
-    mixture = std::make_shared<const MixturePlan>(
-        *o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last, o.rank, o.world_size,
-        MixturePlan::epoch_start(*o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last,
-                                 o.world_size));
+EpochDraws Loader::State::epoch_draws(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture,
+                                      uint64_t stripes) const {
+  const LoaderOptions& o = options;
+  if (stratified) return EpochDraws(stratified->epoch(epoch));
+  if (o.mixture) {
+    if (!mixture)
+      mixture = std::make_shared<const MixturePlan>(
+          *o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last, o.rank, o.world_size,
+          MixturePlan::epoch_start(*o.mixture, o.seed, o.shuffle, epoch, o.batch_size, o.drop_last,
+                                   o.world_size));
+    return EpochDraws(std::move(mixture));
   }
-  samples.mixture = std::move(mixture);
-  return samples;
+  std::optional<BlockOrder> order;
+  if (blocks)
+    order.emplace(blocks->sizes, blocks->window, stripes > 0 ? stripes : o.stripes, o.seed, epoch);
+  return EpochDraws(source->size(), o.shuffle, o.seed, epoch, o.repeats, std::move(order));
 }
 
-void Loader::State::delivered(const EpochSamples& order, const Batch& batch) {
+void Loader::State::delivered(const EpochDraws& draws, const Batch& batch) {
   ++batches;
   samples += batch.length;
-  if (order.mixture) {
-    const std::vector<uint64_t> counts = order.mixture->batch_counts(batch.index);
+  if (draws.mixture()) {
+    const std::vector<uint64_t> counts = draws.mixture()->batch_counts(batch.index);
     for (size_t c = 0; c < counts.size(); ++c) mixture_samples[c] += counts[c];
   }
 }
 
-void Loader::State::batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
-                                  std::span<uint64_t> out, std::span<uint64_t> cycles) const {
-  if (samples.stratified) return samples.stratified->batch(plan.unstrided_batch(b), out, cycles);
-  if (samples.mixture) return samples.mixture->batch(b, out, cycles);
-  const uint64_t first = b * plan.batch_size();
-  for (uint64_t s = 0; s < out.size(); ++s) out[s] = plan.global_position(first + s);
-  samples.map(out, out);
-}
-
-void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples,
+void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& draws,
                          WorkerState* worker, uint64_t begin, uint64_t end, uint64_t* failed_at) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
-  std::vector<std::byte*> many;  // only for sources with more than 16 fields
+  std::vector<std::byte*> many;                    // only for sources with more than 16 fields
   const size_t nfields = source->fields().size();  // the batch transform's field is not read
   std::byte** slot = nfields <= 16 ? slots : (many.resize(nfields), many.data());
   const uint64_t n = end - begin;
   std::vector<uint64_t> indices(n);  // the range's samples, mapped at once
-  std::vector<uint64_t> cycles;      // whole batches' draws: they key their randomness
-  if (samples.whole_batches()) {
-    std::vector<uint64_t> all(batch.length), all_cycles(batch.length);
-    batch_indices(plan, samples, batch.index, all, all_cycles);
-    indices.assign(all.begin() + begin, all.begin() + end);
-    cycles.assign(all_cycles.begin() + begin, all_cycles.begin() + end);
-  } else {
-    const uint64_t first = batch.index * plan.batch_size() + begin;
-    for (uint64_t s = 0; s < n; ++s) indices[s] = plan.global_position(first + s);
-    if (samples.repeats > 1) cycles.resize(n);
-    samples.map(indices, indices, cycles);
-  }
+  // The draws' cycles, where they key the randomness in place of the epoch.
+  std::vector<uint64_t> cycles(draws.keyed_by_cycle() ? n : 0);
+  draws.draw(plan, batch.index, indices, cycles, begin);
   // Samples are visited in a random order: hint all of them, then each one kPrefetchAhead samples
   // early, so that many memory accesses are in flight at once instead of one miss at a time.
   source->prefetch_batch(indices);
@@ -281,7 +256,7 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochSamples
   read_ns += elapsed_ns(start);
 }
 
-void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochSamples& samples) {
+void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochDraws& draws) {
   const BatchTransform* t = options.batch_transform.get();
   if (t == nullptr) return;
   const auto start = std::chrono::steady_clock::now();
@@ -292,9 +267,8 @@ void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochSa
   try {
     t->apply(params, image, batch.fields[mix_fields.label], batch.fields.back());
   } catch (const LabelOutOfRange& e) {
-    std::vector<uint64_t> indices(batch.length);
-    batch_indices(plan, samples, batch.index, indices);
-    const uint64_t index = indices[e.row()];
+    uint64_t index = 0;
+    draws.draw(plan, batch.index, {&index, 1}, {}, e.row());
     transform_ns += elapsed_ns(start);
     throw SampleError(index, source->path(index), std::current_exception());
   }
@@ -311,10 +285,9 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
       throw SampleError(index, source->path(index), std::current_exception());
     skipped.record(index, source->path(index), std::current_exception());
   }
-  read_replacement(options.seed, epoch, index, source->size(), source->path(index),
-                   [&](uint64_t other) {
-                     source->read({options.seed, epoch, other}, slots, worker);
-                   });
+  read_replacement(
+      options.seed, epoch, index, source->size(), source->path(index),
+      [&](uint64_t other) { source->read({options.seed, epoch, other}, slots, worker); });
 }
 
 void Loader::State::record_autotune(const AutotuneDecision& d) {
@@ -322,8 +295,7 @@ void Loader::State::record_autotune(const AutotuneDecision& d) {
   std::lock_guard lock(autotune_mu);
   autotune_active = d.workers_to;
   autotune_prefetch_now = d.prefetch_to;
-  autotune_log.push_back(d);
-  if (autotune_log.size() > kAutotuneListed) autotune_log.pop_front();
+  autotune_log.add(d);
 }
 
 Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
@@ -342,13 +314,13 @@ bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned
 
 std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
   const State& s = *state_;
-  const EpochSamples samples = s.epoch_samples(epoch);
-  const BatchPlan& plan = samples.mixture ? samples.mixture->batches() : s.plan;
+  const EpochDraws draws = s.epoch_draws(epoch);
+  const BatchPlan& plan = draws.mixture() ? draws.mixture()->batches() : s.plan;
   std::vector<uint64_t> out;
   for (uint64_t b = 0; b < plan.num_batches(); ++b) {
     const size_t at = out.size();
     out.resize(at + plan.batch_length(b));
-    s.batch_indices(plan, samples, b, std::span<uint64_t>(out).subspan(at));
+    draws.draw(plan, b, std::span<uint64_t>(out).subspan(at));
   }
   return out;
 }
@@ -356,14 +328,14 @@ std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
 namespace {
 
 std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::State>& state,
-                                               const BatchPlan& plan, EpochSamples samples,
+                                               const BatchPlan& plan, EpochDraws draws,
                                                uint64_t epoch, uint64_t start_batch) {
   if (start_batch > plan.num_batches())
     throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
                           std::to_string(plan.num_batches()) + " batches per epoch)");
   if (state->options.num_workers == 0)
-    return make_inline_iterator(state, plan, std::move(samples), epoch, start_batch);
-  return make_threaded_iterator(state, plan, std::move(samples), epoch, start_batch);
+    return make_inline_iterator(state, plan, std::move(draws), epoch, start_batch);
+  return make_threaded_iterator(state, plan, std::move(draws), epoch, start_batch);
 }
 
 // Throws InvalidArgument for a plan the loader cannot iterate (Loader::iterate's REQUIRES).
@@ -402,9 +374,9 @@ std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_ba
 std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
                                                const BatchPlan& plan, uint64_t stripes) const {
   check_plan(*state_, plan);
-  EpochSamples samples = state_->epoch_samples(epoch, nullptr, stripes);
-  const BatchPlan batches = samples.mixture ? samples.mixture->batches() : plan;
-  return start_iteration(state_, batches, std::move(samples), epoch, start_batch);
+  EpochDraws draws = state_->epoch_draws(epoch, nullptr, stripes);
+  const BatchPlan batches = draws.mixture() ? draws.mixture()->batches() : plan;
+  return start_iteration(state_, batches, std::move(draws), epoch, start_batch);
 }
 
 std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch) const {
@@ -419,15 +391,13 @@ std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batc
                           std::to_string(plan.num_batches()) + " batches per epoch)");
   const State& s = *state_;
   if (!s.blocks) return {};
-  const EpochSamples samples = s.epoch_samples(epoch, nullptr, stripes);
+  const EpochDraws draws = s.epoch_draws(epoch, nullptr, stripes);
   std::vector<uint64_t> out;
-  std::vector<bool> seen(samples.blocks->num_blocks());
+  std::vector<bool> seen(draws.blocks()->num_blocks());
   for (uint64_t b = start_batch; b < plan.num_batches() && out.size() < seen.size(); ++b) {
     for (uint64_t k = b * plan.batch_size(); k < b * plan.batch_size() + plan.batch_length(b);
          ++k) {
-      const uint64_t p = plan.global_position(k);
-      const uint64_t block = samples.blocks->block_at(
-          s.options.repeats > 1 ? repeated_position(p, s.options.repeats, epoch).position : p);
+      const uint64_t block = draws.block_at(plan.global_position(k));
       if (!seen[block]) {
         seen[block] = true;
         out.push_back(block);
@@ -448,7 +418,7 @@ std::unique_ptr<EpochIterator> Loader::iterate(std::shared_ptr<const MixturePlan
         "the MixturePlan is for other sources, seed, shuffle or batch_size than the loader's");
   const uint64_t epoch = plan->epoch();
   const BatchPlan batches = plan->batches();
-  return start_iteration(state_, batches, state_->epoch_samples(epoch, std::move(plan)), epoch,
+  return start_iteration(state_, batches, state_->epoch_draws(epoch, std::move(plan)), epoch,
                          start_batch);
 }
 
@@ -474,7 +444,7 @@ LoaderStats Loader::stats() const {
     std::lock_guard lock(s.autotune_mu);
     out.active_workers = s.autotune_workers ? s.autotune_active : s.options.num_workers;
     out.prefetch_factor = s.autotune_prefetch ? s.autotune_prefetch_now : s.options.prefetch_factor;
-    out.autotune_decisions.assign(s.autotune_log.begin(), s.autotune_log.end());
+    out.autotune_decisions = s.autotune_log.list();
   }
   if (s.options.mixture)
     for (size_t c = 0; c < s.options.mixture->sizes.size(); ++c)

@@ -9,46 +9,38 @@
 #include <optional>
 #include <stop_token>
 
+#include "engine/autotune.h"
+#include "engine/block_order.h"
+#include "engine/epoch_draws.h"
+#include "engine/mixture.h"
 #include "engine/skip_policy.h"
 #include "stoker/batch_transform.h"
-#include "stoker/block_order.h"
 #include "stoker/loader.h"
-#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
 namespace stoker {
 
-// An epoch's order as an iterator keeps it: the plain permutation, the block-local one (a source
-// with blocks, shuffled), or one of the two that lay out whole batches: the stratified one or a
-// mixture's. With repeats, global positions are the repeated order's (order.h).
-struct EpochSamples {
-  EpochOrder order;
-  std::optional<BlockOrder> blocks;
-  std::optional<StratifiedEpoch> stratified;
-  std::shared_ptr<const MixturePlan> mixture;
-  uint64_t epoch = 0;
-  uint64_t repeats = 1;
+// Autotune decisions kept, the newest: for stats() and for the consumer's log (drain_decisions).
+inline constexpr size_t kAutotuneDecisionsKept = 200;
 
-  // Whether batches are laid out whole (batch_indices), not mapped from global positions.
-  bool whole_batches() const { return stratified || mixture; }
-
-  // out[i] = the sample at global position positions[i] (not for an order of whole batches);
-  // with repeats, cycles[i] (when not empty) = the cycle that keys its randomness. `out` may be
-  // `positions`. REQUIRES: equal sizes (cycles: or empty).
-  void map(std::span<const uint64_t> positions, std::span<uint64_t> out,
-           std::span<uint64_t> cycles = {}) const {
-    if (repeats > 1) {
-      for (size_t i = 0; i < positions.size(); ++i) {
-        const RepeatedPosition r = repeated_position(positions[i], repeats, epoch);
-        if (!cycles.empty()) cycles[i] = r.cycle;
-        out[i] = r.position;
-      }
-      positions = out;
-    }
-    if (blocks) return blocks->map(positions, out);
-    order.map(positions, out);
+// A list of autotune decisions bounded to the newest kAutotuneDecisionsKept: a loader's (stats())
+// and an iterator's not yet drained. Not thread-safe: its owner's lock guards it.
+class DecisionLog {
+ public:
+  void add(const AutotuneDecision& d) {
+    log_.push_back(d);
+    if (log_.size() > kAutotuneDecisionsKept) log_.pop_front();
   }
+  std::vector<AutotuneDecision> list() const { return {log_.begin(), log_.end()}; }
+  std::vector<AutotuneDecision> drain() {
+    std::vector<AutotuneDecision> out(log_.begin(), log_.end());
+    log_.clear();
+    return out;
+  }
+
+ private:
+  std::deque<AutotuneDecision> log_;
 };
 
 // Counts the buffers of a loader's batches that are out of its pool (being filled, ready, or held
@@ -127,9 +119,9 @@ struct Loader::State {
   std::unique_ptr<std::atomic<uint64_t>[]> mixture_samples;
   // Shuffled, unstratified: the shards (shard_window) or blocks of the source and the window.
   std::optional<Source::Blocks> blocks;
-  std::vector<size_t> field_offsets;         // byte offset of each field's array in a batch buffer
-  std::vector<size_t> sample_bytes;          // bytes of one sample of each field
-  std::vector<FieldSpec> fields;             // of a batch: the source's, then the transform's
+  std::vector<size_t> field_offsets;  // byte offset of each field's array in a batch buffer
+  std::vector<size_t> sample_bytes;   // bytes of one sample of each field
+  std::vector<FieldSpec> fields;      // of a batch: the source's, then the transform's
   // With options.batch_transform: the source's fields it reads (the soft labels are the last).
   BatchTransform::Fields mix_fields;
   std::shared_ptr<BatchPool> pool;
@@ -140,28 +132,22 @@ struct Loader::State {
   std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
                                     Buffer buffer) const;
   // The order of `epoch`; a mixture's follows `mixture`, or, when null, its default plan. A
-  // block order is arranged for `stripes` ranks (0: options.stripes).
-  EpochSamples epoch_samples(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture = nullptr,
-                             uint64_t stripes = 0) const;
-  // The samples of batch b of `plan` and, for an order of whole batches, the cycle of each draw,
-  // which keys its randomness in place of the epoch (StratifiedEpoch::batch, MixturePlan::batch).
-  // A stratified order follows the loader's own plan: `plan` is then that plan or a strided view
-  // of it; a mixture's follows its MixturePlan's (`plan` is MixturePlan::batches()).
-  // REQUIRES: out.size() == plan.batch_length(b); cycles empty or of the same size.
-  void batch_indices(const BatchPlan& plan, const EpochSamples& samples, uint64_t b,
-                     std::span<uint64_t> out, std::span<uint64_t> cycles = {}) const;
+  // block order is arranged for `stripes` ranks (0: options.stripes). A stratified order follows
+  // the loader's own plan (or a strided view of it), a mixture's its MixturePlan::batches().
+  EpochDraws epoch_draws(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture = nullptr,
+                         uint64_t stripes = 0) const;
   // Writes samples [begin, end) of `batch` (a batch of `plan`) into their slots (several threads
   // may fill disjoint ranges of one batch). Throws SampleError; *failed_at (if given) is then the
   // position in the batch of the sample that failed.
-  void fill(Batch& batch, const BatchPlan& plan, const EpochSamples& samples, WorkerState* worker,
+  void fill(Batch& batch, const BatchPlan& plan, const EpochDraws& draws, WorkerState* worker,
             uint64_t begin, uint64_t end, uint64_t* failed_at = nullptr);
 
   // Runs the batch transform (if any) on `batch`, a batch of `plan` whose samples are all read.
   // Throws SampleError for a label the transform has no class for.
-  void transform(Batch& batch, const BatchPlan& plan, const EpochSamples& samples);
+  void transform(Batch& batch, const BatchPlan& plan, const EpochDraws& draws);
 
-  // Counts a batch of `samples`' order delivered to the consumer.
-  void delivered(const EpochSamples& samples, const Batch& batch);
+  // Counts a batch of `draws`' order delivered to the consumer.
+  void delivered(const EpochDraws& draws, const Batch& batch);
 
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0};
@@ -179,9 +165,9 @@ struct Loader::State {
   std::string autotune_key;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   mutable std::mutex autotune_mu;
-  int autotune_active = 1;                    // guarded by autotune_mu
+  int autotune_active = 1;                             // guarded by autotune_mu
   int autotune_prefetch_now = kDefaultPrefetchFactor;  // guarded by autotune_mu
-  std::deque<AutotuneDecision> autotune_log;  // guarded by autotune_mu; bounded
+  DecisionLog autotune_log;                            // guarded by autotune_mu
   void record_autotune(const AutotuneDecision& d);
 
  private:
@@ -192,10 +178,10 @@ struct Loader::State {
 
 // Iterator factories (epoch_iterator.cc).
 std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
-                                                    const BatchPlan& plan, EpochSamples samples,
+                                                    const BatchPlan& plan, EpochDraws draws,
                                                     uint64_t epoch, uint64_t start_batch);
 std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
-                                                      const BatchPlan& plan, EpochSamples samples,
+                                                      const BatchPlan& plan, EpochDraws draws,
                                                       uint64_t epoch, uint64_t start_batch);
 
 inline int64_t elapsed_ns(std::chrono::steady_clock::time_point since) {

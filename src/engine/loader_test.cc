@@ -10,9 +10,9 @@
 #include <set>
 #include <thread>
 
+#include "engine/mixture.h"
 #include "sources/faulty.h"
 #include "stoker/errors.h"
-#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 #include "test_threads.h"

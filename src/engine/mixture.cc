@@ -1,4 +1,4 @@
-#include "stoker/mixture.h"
+#include "engine/mixture.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "stoker/mixture.h"
+#include "engine/mixture.h"
 
 #include <gtest/gtest.h>
 
@@ -231,8 +231,8 @@ TEST(MixturePlan, ResumesEveryStreamOnAnotherWorldSizeWithOtherWeights) {
                                  old_job.batch_size, old_job.drop_last, old_job.world);
     const MixturePlan old_plan = old_job.plan(before, 2, 0, s0);
     const uint64_t stop = rng() % (old_plan.num_batches() + 1);
-    std::vector<Draw> seen = draws_of(
-        old_job, [&](uint64_t r) { return old_job.plan(before, 2, r, s0); }, 0, stop);
+    std::vector<Draw> seen =
+        draws_of(old_job, [&](uint64_t r) { return old_job.plan(before, 2, r, s0); }, 0, stop);
     // The new job: another world size, other weights, from where the old one stopped.
     Job job = old_job;
     job.world = 1 + rng() % 5;
@@ -245,16 +245,16 @@ TEST(MixturePlan, ResumesEveryStreamOnAnotherWorldSizeWithOtherWeights) {
       ASSERT_EQ(
           p.num_batches(),
           BatchPlan(job.n(), job.batch_size, job.drop_last, 0, job.world, position).num_batches());
-      const std::vector<Draw> d = draws_of(
-          job, [&](uint64_t r) { return job.plan(after, 2, r, s1); }, 0, UINT64_MAX);
+      const std::vector<Draw> d =
+          draws_of(job, [&](uint64_t r) { return job.plan(after, 2, r, s1); }, 0, UINT64_MAX);
       seen.insert(seen.end(), d.begin(), d.end());
       bases = p.epoch_end();
       step += p.num_batches();
     }
     // And the next epoch, whole.
     const MixtureStart s2{0, step, bases};
-    const std::vector<Draw> d = draws_of(
-        job, [&](uint64_t r) { return job.plan(after, 3, r, s2); }, 0, UINT64_MAX);
+    const std::vector<Draw> d =
+        draws_of(job, [&](uint64_t r) { return job.plan(after, 3, r, s2); }, 0, UINT64_MAX);
     seen.insert(seen.end(), d.begin(), d.end());
     expect_streams(job, seen, job.plan(after, 3, 0, s2).epoch_end(), s0.bases);
   }

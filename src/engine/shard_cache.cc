@@ -1,4 +1,4 @@
-#include "stoker/shard_cache.h"
+#include "engine/shard_cache.h"
 
 #include <unistd.h>
 
@@ -45,10 +45,13 @@ ReaderStopScope::ReaderStopScope(std::stop_token token) : previous_(std::move(t_
 ReaderStopScope::~ReaderStopScope() { t_reader_stop = std::move(previous_); }
 
 ShardCache::ShardCache(std::vector<Shard> shards, uint64_t budget)
-    : shards_(std::move(shards)), budget_(budget), id_(g_next_cache_id++),
+    : shards_(std::move(shards)),
+      budget_(budget),
+      id_(g_next_cache_id++),
       entries_(shards_.size()) {
   if (budget == 0) throw InvalidArgument("ShardCache needs a budget of at least one byte");
-  if (shards_.size() > UINT32_MAX) throw InvalidArgument("ShardCache takes at most 2^32 - 1 shards");
+  if (shards_.size() > UINT32_MAX)
+    throw InvalidArgument("ShardCache takes at most 2^32 - 1 shards");
   stats_.shards = shards_.size();
   stats_.budget = budget;
 }
@@ -67,7 +70,8 @@ std::shared_ptr<const MappedFile> ShardCache::acquire(uint32_t s) {
   }
   double waited_since = 0;
   for (;;) {
-    if (closed_) throw IoError("cannot read shard " + shards_[s].url + ": the shard cache is closed");
+    if (closed_)
+      throw IoError("cannot read shard " + shards_[s].url + ": the shard cache is closed");
     if (e.state == State::kReady) break;
     if (e.state == State::kFailed)
       throw IoError("cannot fetch shard " + shards_[s].url + ": " + e.error);
@@ -92,8 +96,7 @@ std::shared_ptr<const MappedFile> ShardCache::acquire(uint32_t s) {
 
 const MappedFile& ShardCache::read(uint32_t s) {
   ReaderSlot& slot = t_slots[s % kReaderSlots];
-  if (slot.cache == id_ && slot.shard == s && ++slot.reads % kRefreshEvery != 0)
-    return *slot.file;
+  if (slot.cache == id_ && slot.shard == s && ++slot.reads % kRefreshEvery != 0) return *slot.file;
   slot.file = acquire(s);
   slot.cache = id_;
   slot.shard = s;
@@ -184,9 +187,8 @@ void ShardCache::fetched(uint32_t s, const std::string& local_path, bool hit, ui
   try {
     file = std::make_shared<const MappedFile>(local_path, "cached shard");
     if (file->bytes().size() != shards_[s].size)
-      error = "the cached file " + local_path + " holds " +
-              std::to_string(file->bytes().size()) + " bytes, the shard " +
-              std::to_string(shards_[s].size);
+      error = "the cached file " + local_path + " holds " + std::to_string(file->bytes().size()) +
+              " bytes, the shard " + std::to_string(shards_[s].size);
   } catch (const std::exception& x) {
     error = x.what();
   }

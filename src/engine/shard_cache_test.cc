@@ -1,4 +1,4 @@
-#include "stoker/shard_cache.h"
+#include "engine/shard_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -81,7 +81,8 @@ TEST(ShardCache, FetchesAheadInScheduleOrderWithinHalfTheBudget) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(cache.resident(), (std::vector<uint32_t>{3, 7, 9}));
-  for (uint32_t s : {7, 3, 9, 1, 0, 2, 4, 5, 6, 8}) ASSERT_EQ(cache.acquire(s)->bytes().size(), 100u);
+  for (uint32_t s : {7, 3, 9, 1, 0, 2, 4, 5, 6, 8})
+    ASSERT_EQ(cache.acquire(s)->bytes().size(), 100u);
   cache.close();
   fetcher.join();
   EXPECT_EQ(f.fetch_log, (std::vector<uint32_t>{7, 3, 9, 1, 0, 2, 4, 5, 6, 8}));
@@ -102,7 +103,7 @@ TEST(ShardCache, EvictsWhatWasReadLongestAgoAndUnlinksIt) {
   EXPECT_EQ(cache.resident(), (std::vector<uint32_t>{1, 2}));
   EXPECT_FALSE(fs::exists(f.dir.path("cache/0")));
   EXPECT_EQ(static_cast<char>(held->bytes()[99]), 'a');  // its mapping still reads
-  cache.acquire(0);  // fetched again
+  cache.acquire(0);                                      // fetched again
   cache.close();
   fetcher.join();
   EXPECT_EQ(f.fetch_log, (std::vector<uint32_t>{0, 1, 2, 0}));
@@ -120,7 +121,8 @@ TEST(ShardCache, AFailedFetchNamesTheUrlUntilTheNextSchedule) {
       cache.acquire(1);
       FAIL() << "no error";
     } catch (const IoError& e) {
-      EXPECT_EQ(std::string(e.what()), "cannot fetch shard s3://bucket/1.tar: HTTP 503 after 3 retries");
+      EXPECT_EQ(std::string(e.what()),
+                "cannot fetch shard s3://bucket/1.tar: HTTP 503 after 3 retries");
     }
   }
   EXPECT_EQ(std::count(f.fetch_log.begin(), f.fetch_log.end(), 1u), 1);  // failed once, kept

@@ -17,9 +17,11 @@
 #include <memory>
 #include <mutex>
 
+#include "stoker/batch_pool.h"
+
 namespace stoker {
 
-class SharedArena {
+class SharedArena final : public BufferMemory {
  public:
   // Reserves `bytes` (rounded up to 4096). Throws Error when the kernel refuses.
   static std::shared_ptr<SharedArena> create(size_t bytes);
@@ -32,12 +34,12 @@ class SharedArena {
   SharedArena& operator=(const SharedArena&) = delete;
 
   std::byte* base() const { return base_; }
-  size_t size() const { return size_; }
+  size_t size() const override { return size_; }
   int fd() const { return fd_; }
 
   // Hands out `bytes` (rounded up to 4096) of the unused tail; nullptr when it does not fit.
   // Carved memory is never returned to the arena (the pool that carved it recycles it).
-  std::byte* carve(size_t bytes);
+  std::byte* carve(size_t bytes) override;
   // Byte offset of `p` from base(). REQUIRES: p points into the arena.
   size_t offset_of(const std::byte* p) const { return static_cast<size_t>(p - base_); }
 

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "engine/mapped_file.h"
+#include "engine/shard_cache.h"
 #include "stoker/errors.h"
 
 namespace stoker {
@@ -150,7 +151,7 @@ bool parse_label(const std::string& s, int64_t* out) {
 
 std::vector<TarMember> index_tar(int fd, const std::string& shard) {
   std::vector<TarMember> members;
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0)
     throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
@@ -299,7 +300,7 @@ void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   // in open() forever (it does nothing to reads of a regular file).
   Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) throw IoError("cannot open " + p + ": " + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd.get(), &st) != 0) throw IoError("cannot stat " + p + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw IoError("cannot read " + p + ": not a regular file");
   const size_t n = static_cast<size_t>(st.st_size);

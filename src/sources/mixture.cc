@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/mixture.h"
 #include "stoker/errors.h"
-#include "stoker/mixture.h"
 
 namespace stoker {
 namespace {

@@ -5,10 +5,10 @@
 #include <numeric>
 #include <string>
 
+#include "engine/mixture.h"
 #include "sources/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/loader.h"
-#include "stoker/mixture.h"
 #include "stoker/random.h"
 #include "stoker/sources/array.h"
 

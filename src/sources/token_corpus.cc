@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/mapped_file.h"
+#include "engine/shard_cache.h"
 #include "megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/tokens.h"
@@ -177,8 +178,8 @@ TokenCorpus::TokenCorpus(std::shared_ptr<ShardCache> cache, std::vector<RemoteSh
   if (!cache_) throw InvalidArgument("TokenCorpus needs a shard cache");
   if (shards.empty()) throw InvalidArgument("TokenCorpus needs at least one shard, got none");
   if (shards.size() != cache_->size())
-    throw InvalidArgument("TokenCorpus: " + std::to_string(shards.size()) +
-                          " shards, a cache of " + std::to_string(cache_->size()));
+    throw InvalidArgument("TokenCorpus: " + std::to_string(shards.size()) + " shards, a cache of " +
+                          std::to_string(cache_->size()));
   shards_.reserve(shards.size());
   std::vector<std::vector<uint64_t>> ends(shards.size());
   bool known_last = true;
@@ -292,8 +293,7 @@ void TokenCorpus::read(uint64_t d, uint64_t offset, uint64_t count, int64_t* out
   const uint64_t first = doc_start_[d] + offset - s.first_token;
   if (cache_) {
     const MappedFile& file = cache_->read(shard);
-    TokenCopy c{file.bytes().data() + s.data_offset + first * s.dtype.bytes(), count, s.dtype,
-                out};
+    TokenCopy c{file.bytes().data() + s.data_offset + first * s.dtype.bytes(), count, s.dtype, out};
     file.copy(copy_tokens, &c);
   } else {
     TokenCopy c{s.tokens + first * s.dtype.bytes(), count, s.dtype, out};

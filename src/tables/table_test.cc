@@ -1,3 +1,5 @@
+#include "stoker/sources/table.h"
+
 #include <arrow/api.h>
 #include <arrow/c/bridge.h>
 #include <arrow/io/file.h>
@@ -14,12 +16,11 @@
 #include <set>
 #include <thread>
 
+#include "engine/block_order.h"
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
-#include "stoker/block_order.h"
 #include "stoker/errors.h"
 #include "stoker/loader.h"
-#include "stoker/sources/table.h"
 
 namespace stoker {
 namespace {
@@ -51,11 +52,11 @@ std::shared_ptr<arrow::Table> numbers(int n) {
     for (int k = 0; k < i % 7; ++k) EXPECT_TRUE(t_values->Append(i + k).ok());
     EXPECT_TRUE(flag.Append(i % 3 == 0).ok());
   }
-  auto schema = arrow::schema({arrow::field("id", arrow::int64()),
-                               arrow::field("x", arrow::float64()),
-                               arrow::field("v", arrow::fixed_size_list(arrow::float32(), 3)),
-                               arrow::field("tokens", arrow::list(arrow::int32())),
-                               arrow::field("flag", arrow::boolean())});
+  auto schema =
+      arrow::schema({arrow::field("id", arrow::int64()), arrow::field("x", arrow::float64()),
+                     arrow::field("v", arrow::fixed_size_list(arrow::float32(), 3)),
+                     arrow::field("tokens", arrow::list(arrow::int32())),
+                     arrow::field("flag", arrow::boolean())});
   return arrow::Table::Make(schema, {ok(id.Finish()), ok(x.Finish()), ok(v.Finish()),
                                      ok(tokens.Finish()), ok(flag.Finish())});
 }
@@ -240,8 +241,8 @@ TEST_F(Tables, TheCacheStaysWithinItsBytes) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      for (uint64_t i = t; i < 2000; i += 7) EXPECT_EQ(read(src, (i * 37) % 2000).at<int64_t>(0),
-                                                      static_cast<int64_t>((i * 37) % 2000));
+      for (uint64_t i = t; i < 2000; i += 7)
+        EXPECT_EQ(read(src, (i * 37) % 2000).at<int64_t>(0), static_cast<int64_t>((i * 37) % 2000));
     });
   for (auto& t : threads) t.join();
   const TableStats s = data->stats();
@@ -264,20 +265,23 @@ TEST_F(Tables, ImageColumnsAndLabels) {
   arrow::BinaryBuilder raw;
   auto bytes = std::make_shared<arrow::BinaryBuilder>();
   auto paths = std::make_shared<arrow::StringBuilder>();
-  auto hf_type = arrow::struct_({arrow::field("bytes", arrow::binary()),
-                                 arrow::field("path", arrow::utf8())});
+  auto hf_type =
+      arrow::struct_({arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
   arrow::StructBuilder hf(hf_type, arrow::default_memory_pool(), {bytes, paths});
   arrow::Int64Builder label;
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(raw.Append(reinterpret_cast<const uint8_t*>(images[i].data()),
-                           static_cast<int32_t>(images[i].size())).ok());
+                           static_cast<int32_t>(images[i].size()))
+                    .ok());
     ASSERT_TRUE(hf.Append().ok());
     if (i == 5) {  // bytes null: the image is the file at path
       ASSERT_TRUE(bytes->AppendNull().ok());
       ASSERT_TRUE(paths->Append(on_disk).ok());
     } else {
-      ASSERT_TRUE(bytes->Append(reinterpret_cast<const uint8_t*>(images[i].data()),
-                                static_cast<int32_t>(images[i].size())).ok());
+      ASSERT_TRUE(bytes
+                      ->Append(reinterpret_cast<const uint8_t*>(images[i].data()),
+                               static_cast<int32_t>(images[i].size()))
+                      .ok());
       ASSERT_TRUE(paths->Append("x.jpg").ok());
     }
     ASSERT_TRUE(label.Append(10 + i).ok());
@@ -327,8 +331,9 @@ std::string message_of(const std::function<void()>& f) {
 TEST_F(Tables, BadFilesAndColumnsSayWhatAndWhere) {
   write_parquet(*numbers(100), path("a.parquet"), 30);
   // A missing column names the file and the columns it has.
-  EXPECT_NE(message_of([&] { open_files({path("a.parquet")}, {"nope"}); })
-                .find("a.parquet has no column 'nope' (its columns: id, x, v, tokens, flag)"),
+  EXPECT_NE(message_of([&] {
+              open_files({path("a.parquet")}, {"nope"});
+            }).find("a.parquet has no column 'nope' (its columns: id, x, v, tokens, flag)"),
             std::string::npos);
   // A truncated file names the file.
   const auto size = fs::file_size(path("a.parquet"));
@@ -337,31 +342,33 @@ TEST_F(Tables, BadFilesAndColumnsSayWhatAndWhere) {
   const auto cut = message_of([&] { open_files({path("cut.parquet")}); });
   EXPECT_NE(cut.find("cut.parquet is not a readable Parquet file"), std::string::npos) << cut;
   std::ofstream(path("junk.parquet")) << "hello";
-  EXPECT_NE(message_of([&] { open_files({path("junk.parquet")}); })
-                .find("junk.parquet is neither a Parquet file nor an Arrow IPC file"),
+  EXPECT_NE(message_of([&] {
+              open_files({path("junk.parquet")});
+            }).find("junk.parquet is neither a Parquet file nor an Arrow IPC file"),
             std::string::npos);
   EXPECT_THROW(open_files({path("missing.parquet")}), IoError);
   // Files whose columns differ in type.
   auto other = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::utf8())}),
                                   {ok(arrow::StringBuilder().Finish())});
   write_parquet(*other, path("b.parquet"), 10);
-  const auto differ = message_of(
-      [&] { open_files({path("a.parquet"), path("b.parquet")}, {"id"}); });
+  const auto differ =
+      message_of([&] { open_files({path("a.parquet"), path("b.parquet")}, {"id"}); });
   EXPECT_NE(differ.find("b.parquet: column 'id' is string but"), std::string::npos) << differ;
   // A text column is not a batch field.
   auto text = arrow::Table::Make(arrow::schema({arrow::field("s", arrow::utf8())}),
                                  {ok(arrow::StringBuilder().Finish())});
   write_parquet(*text, path("t.parquet"), 10);
-  EXPECT_NE(message_of([&] { TableSource(open_files({path("t.parquet")}), {{"s"}}); })
-                .find("column 's' is string, which is text"),
+  EXPECT_NE(message_of([&] {
+              TableSource(open_files({path("t.parquet")}), {{"s"}});
+            }).find("column 's' is string, which is text"),
             std::string::npos);
 }
 
 TEST_F(Tables, NullsAndCorruptRowGroupsFailTheirSamplesOnly) {
   arrow::Int64Builder b;
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(i == 33 ? b.AppendNull().ok() : b.Append(i).ok());
-  auto table = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}),
-                                  {ok(b.Finish())});
+  auto table =
+      arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}), {ok(b.Finish())});
   write_parquet(*table, path("n.parquet"), 20);
   TableSource src(open_files({path("n.parquet")}), {{"id"}});
   EXPECT_EQ(read(src, 32).at<int64_t>(0), 32);
@@ -372,9 +379,8 @@ TEST_F(Tables, NullsAndCorruptRowGroupsFailTheirSamplesOnly) {
   // Row group 1's column chunk, from the footer: overwrite it.
   auto meta = parquet::ParquetFileReader::OpenFile(path("n.parquet"))->metadata();
   auto chunk = meta->RowGroup(1)->ColumnChunk(0);
-  const auto first = static_cast<size_t>(chunk->has_dictionary_page()
-                                              ? chunk->dictionary_page_offset()
-                                              : chunk->data_page_offset());
+  const auto first = static_cast<size_t>(
+      chunk->has_dictionary_page() ? chunk->dictionary_page_offset() : chunk->data_page_offset());
   for (size_t k = first; k < first + static_cast<size_t>(chunk->total_compressed_size()); ++k)
     bytes[k] = 'Z';
   f.seekp(0);

@@ -1,4 +1,4 @@
-#include "stoker/diagnosis.h"
+#include "tuning/diagnosis.h"
 
 #include <dlfcn.h>
 #include <time.h>
@@ -139,14 +139,14 @@ GpuFigures GpuSampler::stop() {
 static std::string network_figures(const NetworkFigures& n) {
   char buf[240];
   const double mb = static_cast<double>(n.bytes_fetched) / 1e6;
-  std::snprintf(buf, sizeof buf,
-                "network: %.1f MB fetched in %.2f s with a fetch in flight (%.1f MB/s), %llu "
-                "requests; cache hit rate %s of %llu shard reads",
-                mb, n.network_seconds, n.network_seconds > 0 ? mb / n.network_seconds : 0.0,
-                static_cast<unsigned long long>(n.requests),
-                n.first_reads ? pct(static_cast<double>(n.cache_hits) / n.first_reads).c_str()
-                              : "n/a",
-                static_cast<unsigned long long>(n.first_reads));
+  std::snprintf(
+      buf, sizeof buf,
+      "network: %.1f MB fetched in %.2f s with a fetch in flight (%.1f MB/s), %llu "
+      "requests; cache hit rate %s of %llu shard reads",
+      mb, n.network_seconds, n.network_seconds > 0 ? mb / n.network_seconds : 0.0,
+      static_cast<unsigned long long>(n.requests),
+      n.first_reads ? pct(static_cast<double>(n.cache_hits) / n.first_reads).c_str() : "n/a",
+      static_cast<unsigned long long>(n.first_reads));
   return buf;
 }
 
@@ -308,12 +308,6 @@ std::vector<double> core_utilization(const SystemSample& a, const SystemSample& 
     out.push_back(total > 0 ? std::clamp(busy / total, 0.0, 1.0) : 0.0);
   }
   return out;
-}
-
-int64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 }  // namespace stoker

@@ -1,4 +1,4 @@
-#include "stoker/diagnosis.h"
+#include "tuning/diagnosis.h"
 
 #include <gtest/gtest.h>
 
@@ -198,7 +198,6 @@ TEST(Diagnosis, ReadsTheSystem) {
   auto u = core_utilization(a, b);
   EXPECT_EQ(u.size(), a.core_total.size());
   for (double v : u) EXPECT_TRUE(v >= 0 && v <= 1);
-  EXPECT_GT(thread_cpu_ns(), 0);
 }
 
 }  // namespace

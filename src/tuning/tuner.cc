@@ -1,4 +1,4 @@
-#include "stoker/tuner.h"
+#include "tuning/tuner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "stoker/tuner.h"
+#include "tuning/tuner.h"
 
 #include <gtest/gtest.h>
 

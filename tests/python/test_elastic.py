@@ -34,7 +34,7 @@ def native_dataset(n):
 
 def epoch_order(n, shuffle, seed, epoch):
     """The epoch's global order: sample at each position."""
-    return _native.engine.batch_indices(n, n, shuffle, seed, epoch, False, 0, 1, 0) if n else []
+    return _native.engine.BatchPlan(n, n, False, 0, 1).indices(shuffle, seed, epoch, 0) if n else []
 
 
 def run_job(make, world, state, steps, rng):

@@ -48,7 +48,7 @@ def key(seed, cycle, i):
 
 def epoch_positions(n, k, shuffle, seed, epoch):
     """(sample, cycle) at each of the epoch's n * k global positions, from the engine's order."""
-    order = _native.engine.batch_indices(n, n, shuffle, seed, epoch, False, 0, 1, 0)
+    order = _native.engine.BatchPlan(n, n, False, 0, 1).indices(shuffle, seed, epoch, 0)
     return [(int(order[q // k]), epoch * k + q % k) for q in range(n * k)]
 
 
@@ -124,7 +124,7 @@ def test_each_copy_draws_the_augmentation_of_its_cycle(sample):
     labels = torch.cat([y for _, y in iter_epoch(loader, 1)])
     again = torch.cat([x for x, _ in iter_epoch(loader, 1)])
     assert torch.equal(images, again)  # a second iteration reproduces the copies
-    order = _native.engine.batch_indices(len(ds), len(ds), True, 4, 1, False, 0, 1, 0)
+    order = _native.engine.BatchPlan(len(ds), len(ds), False, 0, 1).indices(True, 4, 1, 0)
     # Copy r of sample i is the plain loader's sample i in epoch 1 * k + r.
     plain = stoker.DataLoader(ds, batch_size=len(ds), shuffle=False, seed=4, num_workers=2)
     by_cycle = {c: next(iter_epoch(plain, c))[0] for c in range(k, 2 * k)}

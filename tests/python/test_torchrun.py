@@ -166,7 +166,7 @@ def cluster(tmp_path):
 
 
 def test_two_nodes_then_a_killed_node_and_a_three_rank_resume(cluster, tmp_path):
-    order = _native.engine.batch_indices(N, N, True, SEED, 0, False, 0, 1, 0)
+    order = _native.engine.BatchPlan(N, N, False, 0, 1).indices(True, SEED, 0, 0)
 
     # 1. Two nodes, two ranks each: the epoch, every sample once.
     procs = cluster.start("full", [2, 2], free_port())

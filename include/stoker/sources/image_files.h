@@ -24,10 +24,13 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/shard_cache.h"
 #include "stoker/source.h"
 
 namespace stoker {
+
+// The cache of remote shards (src/engine/shard_cache.h): the Python front (stoker.remote) makes
+// it and gives it to the remote constructor below; a C++ user reads local files.
+class ShardCache;
 
 class ImageFiles {
  public:
@@ -109,7 +112,7 @@ class TarShardFiles final : public ImageFiles {
   void add_members(uint32_t shard, std::vector<TarMember> members);
 
   std::vector<std::string> shards_;
-  std::vector<int> fds_;                // local shards
+  std::vector<int> fds_;               // local shards
   std::shared_ptr<ShardCache> cache_;  // remote shards
   std::vector<Member> members_;
   std::vector<uint64_t> shard_samples_;

@@ -50,10 +50,13 @@
 #include <vector>
 
 #include "stoker/dtype.h"
-#include "stoker/shard_cache.h"
 #include "stoker/sources/documents.h"
 
 namespace stoker {
+
+// The cache of remote shards (src/engine/shard_cache.h): the Python front (stoker.remote) makes
+// it and gives it to the remote constructor below; a C++ user reads local files.
+class ShardCache;
 
 class TokenCorpus final : public DocumentSet {
  public:
@@ -70,8 +73,8 @@ class TokenCorpus final : public DocumentSet {
   // A remote shard: the cache's shard of the same number holds it.
   struct RemoteShard {
     Format format = Format::kRaw;
-    DType dtype;                // of its tokens
-    uint64_t data_offset = 0;   // bytes before the first token
+    DType dtype;               // of its tokens
+    uint64_t data_offset = 0;  // bytes before the first token
     uint64_t num_tokens = 0;
     std::vector<uint64_t> ends;  // its documents' ends, in tokens from its start; empty: one
     // Each document's last token, when known (packing with eos asks for them); empty: read
@@ -125,8 +128,8 @@ class TokenCorpus final : public DocumentSet {
   std::vector<Shard> shards_;
   std::shared_ptr<ShardCache> cache_;  // remote shards only
   std::vector<int64_t> last_tokens_;   // remote shards whose index has them: per document
-  std::vector<uint64_t> doc_start_;  // num_documents() + 1 positions, the last num_tokens()
-  std::vector<uint32_t> doc_shard_;  // per document
+  std::vector<uint64_t> doc_start_;    // num_documents() + 1 positions, the last num_tokens()
+  std::vector<uint32_t> doc_shard_;    // per document
   // buckets_[b]: the document holding position b << bucket_shift_; one more entry, the last
   // document, closes the last bucket.
   std::vector<uint64_t> buckets_;

@@ -1,11 +1,11 @@
 """The one place where a Python dataset's batch order is computed.
 
-Without a sampler or batch_sampler: the engine's order (EpochOrder and BatchPlan through
-``_native.engine.batch_indices``): the same indices a native dataset with the same settings
-visits, ``shuffle=True`` a seeded permutation of (seed, epoch), split across ranks as
-DistributedSampler splits it (with ``repeats``, a sample's copies at adjacent positions, each
-keyed by its cycle: ``BatchPlan.repeated_draws``); an epoch resumed with another world size
-(elastic, see _state.py) starts its plan at global position ``origin``. With
+Without a sampler or batch_sampler: the engine's order (``_native.engine.BatchPlan.indices``, the
+engine's one batch-draws routine, src/engine/epoch_draws.h): the same indices a native dataset
+with the same settings visits, ``shuffle=True`` a seeded permutation of (seed, epoch), split
+across ranks as DistributedSampler splits it (with ``repeats``, a sample's copies at adjacent
+positions, each keyed by its cycle: ``BatchPlan.repeated_draws``); an epoch resumed with another
+world size (elastic, see _state.py) starts its plan at global position ``origin``. With
 ``shuffle="stratified"`` or class weights: the engine's stratified order (``stratified``, a
 ``_native.engine.StratifiedPlan``, balance.py). With a ``sampler`` or ``batch_sampler``: theirs,
 exactly as torch iterates them (a fresh iterator each epoch). An IterableDataset has no order:
@@ -63,9 +63,12 @@ class BatchOrder:
             return len(self.sampler)
         if self.stratified is not None:
             return len(self.stratified)
-        return _native.engine.plan_num_batches(len(self.dataset) * self.repeats,
-                                               self.batch_size or 1, self.drop_last, self.rank,
-                                               self.world_size, origin)
+        return len(self._plan(origin))
+
+    def _plan(self, origin):
+        """The engine's plan of this rank's batches from global position ``origin`` on."""
+        return _native.engine.BatchPlan(len(self.dataset) * self.repeats, self.batch_size or 1,
+                                        self.drop_last, self.rank, self.world_size, origin)
 
     def batches(self, seed, epoch, start=0, origin=0):
         """(batch number, Draws) of the epoch from batch ``start`` on (of the plan that begins
@@ -83,15 +86,10 @@ class BatchOrder:
             for b in range(start, len(self.stratified)):
                 yield b, Draws(*self.stratified.batch_draws(epoch, b))
         elif self.repeats > 1:
-            plan = _native.engine.BatchPlan(len(self.dataset) * self.repeats,
-                                            self.batch_size or 1, self.drop_last, self.rank,
-                                            self.world_size, origin)
+            plan = self._plan(origin)
             for b in range(start, len(plan)):
                 yield b, Draws(*plan.repeated_draws(self.shuffle, seed, epoch, self.repeats, b))
         else:
-            n = len(self.dataset)
-            bs = self.batch_size or 1
-            for b in range(start, self.num_batches(origin)):
-                yield b, Draws(_native.engine.batch_indices(n, bs, self.shuffle, seed, epoch,
-                                                     self.drop_last, self.rank, self.world_size,
-                                                     b, origin))
+            plan = self._plan(origin)
+            for b in range(start, len(plan)):
+                yield b, Draws(plan.indices(self.shuffle, seed, epoch, b))

@@ -42,22 +42,22 @@ namespace stoker {
 class MappedFile;
 
 struct ShardCacheStats {
-  uint64_t shards = 0;            // in the dataset
-  uint64_t fetched = 0;           // shards downloaded by this cache's fetchers
-  uint64_t disk_hits = 0;         // fetches that found the shard complete on disk (another
-                                  // process, an earlier run)
+  uint64_t shards = 0;     // in the dataset
+  uint64_t fetched = 0;    // shards downloaded by this cache's fetchers
+  uint64_t disk_hits = 0;  // fetches that found the shard complete on disk (another
+                           // process, an earlier run)
   // First acquires of a shard in a schedule: local when the schedule began (a cache hit),
   // fetched ahead since (in time), or waited for.
   uint64_t reuses = 0;
   uint64_t ahead = 0;
   uint64_t misses = 0;
-  uint64_t failures = 0;          // failed fetches
-  uint64_t evictions = 0;         // shards deleted to stay in budget
-  uint64_t bytes_fetched = 0;     // downloaded over the network
-  double fetch_seconds = 0;       // summed over fetches (they overlap)
-  double network_seconds = 0;     // wall time with at least one fetch in flight
-  double wait_seconds = 0;        // summed over readers waiting in acquire()
-  uint64_t bytes_on_disk = 0;     // now
+  uint64_t failures = 0;       // failed fetches
+  uint64_t evictions = 0;      // shards deleted to stay in budget
+  uint64_t bytes_fetched = 0;  // downloaded over the network
+  double fetch_seconds = 0;    // summed over fetches (they overlap)
+  double network_seconds = 0;  // wall time with at least one fetch in flight
+  double wait_seconds = 0;     // summed over readers waiting in acquire()
+  uint64_t bytes_on_disk = 0;  // now
   uint64_t budget = 0;
   uint64_t peak_bytes_on_disk = 0;
 };
@@ -103,8 +103,7 @@ class ShardCache {
   std::optional<Request> next_request(double timeout_seconds);
   // Shard s is complete at local_path (mapped here; IoError if it cannot be: the shard fails).
   // `hit`: it was found complete on disk, not downloaded.
-  void fetched(uint32_t s, const std::string& local_path, bool hit, uint64_t bytes,
-               double seconds);
+  void fetched(uint32_t s, const std::string& local_path, bool hit, uint64_t bytes, double seconds);
   void failed(uint32_t s, const std::string& message);
   void close();
   bool closed() const;
@@ -119,7 +118,7 @@ class ShardCache {
     State state = State::kAbsent;
     std::shared_ptr<const MappedFile> file;
     std::string error;
-    uint64_t last_acquire = 0;  // a tick of acquire order; 0 = never
+    uint64_t last_acquire = 0;           // a tick of acquire order; 0 = never
     uint64_t schedule_pos = UINT64_MAX;  // in the current schedule
     bool seen = false;                   // acquired since the schedule began
     bool resident = false;               // local when the schedule began
@@ -139,14 +138,14 @@ class ShardCache {
   std::condition_variable_any readers_cv_;
   std::condition_variable fetchers_cv_;
   std::vector<Entry> entries_;
-  std::deque<uint32_t> demand_;    // shards readers wait for, first in line
-  std::vector<uint32_t> order_;    // the schedule
-  uint64_t progress_ = 0;          // schedule positions before this were all acquired once
-  uint64_t next_scheduled_ = 0;    // the next schedule position to consider fetching
+  std::deque<uint32_t> demand_;  // shards readers wait for, first in line
+  std::vector<uint32_t> order_;  // the schedule
+  uint64_t progress_ = 0;        // schedule positions before this were all acquired once
+  uint64_t next_scheduled_ = 0;  // the next schedule position to consider fetching
   uint64_t tick_ = 0;
-  uint64_t in_flight_ = 0;         // fetches handed out and not reported
+  uint64_t in_flight_ = 0;  // fetches handed out and not reported
   uint64_t in_flight_bytes_ = 0;
-  double flight_started_ = 0;      // steady seconds when in_flight_ went from 0 to 1
+  double flight_started_ = 0;  // steady seconds when in_flight_ went from 0 to 1
   bool closed_ = false;
   ShardCacheStats stats_;
 };

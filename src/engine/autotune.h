@@ -23,6 +23,9 @@
 // Memory: the buffers the depth needs, plus the consumer's and one being taken, never exceed the
 // pool's capacity (the memory budget).
 //
+// Internal to the engine: the loader runs it. The figures it decides on and the decisions it
+// makes (AutotuneFigures, AutotuneDecision) are stats() values, in include/stoker/loader.h.
+//
 // Thread safety: AutotuneController is not thread-safe; the iterator calls it from the consumer
 // thread, under its lock. AutotuneMemory is safe to use from any thread.
 #pragma once
@@ -32,27 +35,12 @@
 #include <optional>
 #include <string>
 
+#include "stoker/loader.h"
+
 namespace stoker {
 
 // The largest prefetch the controller may choose (per worker, or in all with shared_depth).
 inline constexpr int kAutotuneMaxPrefetch = 8;
-
-struct AutotuneFigures {
-  double seconds = 0;                  // window length
-  double consumer_wait_fraction = 0;   // consumer time waiting for a batch / window
-  double worker_busy_fraction = 0;     // active workers' time producing / (workers x window)
-  double queue_occupancy = 0;          // ready batches ahead of the consumer / depth, averaged
-  double worker_blocked_fraction = 0;  // active workers' time blocked by the prefetch depth
-  double samples_per_s = 0;            // delivered in the window
-};
-
-struct AutotuneDecision {
-  double time_s = 0;  // since the loader was made
-  int workers_from = 0, workers_to = 0;
-  int prefetch_from = 0, prefetch_to = 0;
-  AutotuneFigures figures;
-  std::string reason;
-};
 
 struct AutotuneLimits {
   bool tune_workers = true;

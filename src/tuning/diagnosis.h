@@ -50,13 +50,13 @@ struct StageFigures {
 
 // A remote dataset's shard traffic over the run (ShardCacheStats deltas).
 struct NetworkFigures {
-  bool present = false;         // the dataset is remote
-  uint64_t bytes_fetched = 0;   // downloaded
-  double network_seconds = 0;   // wall time with a fetch in flight
-  double wait_seconds = 0;      // worker time blocked waiting for a shard (summed)
-  uint64_t first_reads = 0;     // shards read for the first time in their schedule
-  uint64_t cache_hits = 0;      // of those, local when the schedule began
-  uint64_t requests = 0;        // object-store requests
+  bool present = false;        // the dataset is remote
+  uint64_t bytes_fetched = 0;  // downloaded
+  double network_seconds = 0;  // wall time with a fetch in flight
+  double wait_seconds = 0;     // worker time blocked waiting for a shard (summed)
+  uint64_t first_reads = 0;    // shards read for the first time in their schedule
+  uint64_t cache_hits = 0;     // of those, local when the schedule began
+  uint64_t requests = 0;       // object-store requests
 };
 
 struct DiagnosisInputs {
@@ -79,12 +79,12 @@ struct DiagnosisInputs {
 };
 
 struct DiagnosisRules {
-  double wait_high = 0.10;         // consumer wait fraction above which the run is input-bound
-  double memory_high = 0.90;       // fraction of a memory limit counted as "near"
-  double buffer_wait_high = 0.25;  // worker time waiting for buffers that signals memory limits
-  double cpu_bound = 0.75;         // worker cpu/busy above which the workers are CPU-bound
-  double gpu_busy_high = 0.90;     // GPU utilization at which the GPU is the limit
-  double gpu_idle_low = 0.50;      // GPU utilization below which the GPU mostly waits
+  double wait_high = 0.10;          // consumer wait fraction above which the run is input-bound
+  double memory_high = 0.90;        // fraction of a memory limit counted as "near"
+  double buffer_wait_high = 0.25;   // worker time waiting for buffers that signals memory limits
+  double cpu_bound = 0.75;          // worker cpu/busy above which the workers are CPU-bound
+  double gpu_busy_high = 0.90;      // GPU utilization at which the GPU is the limit
+  double gpu_idle_low = 0.50;       // GPU utilization below which the GPU mostly waits
   double network_wait_high = 0.30;  // worker busy time waiting for shards: the network limits
 };
 
@@ -155,8 +155,5 @@ class GpuSampler {
   // Last member: started after everything it uses, joined in stop().
   std::thread thread_;
 };
-
-// CPU time of the calling thread, in nanoseconds.
-int64_t thread_cpu_ns();
 
 }  // namespace stoker

@@ -1,4 +1,4 @@
-#include "stoker/autotune.h"
+#include "engine/autotune.h"
 
 #include <algorithm>
 #include <cstdio>
