@@ -14,6 +14,12 @@ void check_batch(const BatchPlan& plan, uint64_t b) {
                           std::to_string(plan.num_batches()) + " batches");
 }
 
+void check_start_batch(const BatchPlan& plan, uint64_t start_batch) {
+  if (start_batch > plan.num_batches())
+    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
+                          std::to_string(plan.num_batches()) + " batches per epoch)");
+}
+
 EpochDraws::EpochDraws(uint64_t num_samples, bool shuffle, uint64_t seed, uint64_t epoch,
                        uint64_t repeats, std::optional<BlockOrder> blocks)
     : order_(num_samples, shuffle, seed, epoch),

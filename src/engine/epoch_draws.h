@@ -39,6 +39,9 @@ namespace stoker {
 // Throws InvalidArgument unless b < plan.num_batches(): the check of every front that asks for a
 // batch by number.
 void check_batch(const BatchPlan& plan, uint64_t b);
+// Throws InvalidArgument unless start_batch <= plan.num_batches(): where an iteration may start
+// (at num_batches(), it yields nothing).
+void check_start_batch(const BatchPlan& plan, uint64_t start_batch);
 
 // One batch's draws: the samples in batch order and, where asked for, the cycle of each.
 struct Draws {

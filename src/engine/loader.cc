@@ -330,9 +330,7 @@ namespace {
 std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::State>& state,
                                                const BatchPlan& plan, EpochDraws draws,
                                                uint64_t epoch, uint64_t start_batch) {
-  if (start_batch > plan.num_batches())
-    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
-                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  check_start_batch(plan, start_batch);
   if (state->options.num_workers == 0)
     return make_inline_iterator(state, plan, std::move(draws), epoch, start_batch);
   return make_threaded_iterator(state, plan, std::move(draws), epoch, start_batch);
@@ -386,9 +384,7 @@ std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batc
 std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch,
                                              const BatchPlan& plan, uint64_t stripes) const {
   check_plan(*state_, plan);
-  if (start_batch > plan.num_batches())
-    throw InvalidArgument("start batch " + std::to_string(start_batch) + " is past the end (" +
-                          std::to_string(plan.num_batches()) + " batches per epoch)");
+  check_start_batch(plan, start_batch);
   const State& s = *state_;
   if (!s.blocks) return {};
   const EpochDraws draws = s.epoch_draws(epoch, nullptr, stripes);

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "engine/epoch_draws.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 
@@ -224,9 +225,7 @@ MixturePlan::Cursor MixturePlan::cursor_at(uint64_t row) const {
 }
 
 std::vector<uint64_t> MixturePlan::batch_counts(uint64_t b) const {
-  if (b >= num_batches())
-    throw InvalidArgument("batch " + std::to_string(b) + " is out of range: the plan has " +
-                          std::to_string(num_batches()) + " batches");
+  check_batch(plan_, b);
   Cursor cur = cursor_at(b * world_ + rank_);
   std::vector<uint64_t> counts;
   advance(cur, counts);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/epoch_draws.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"
 #include "stoker/random.h"
@@ -513,9 +514,7 @@ StratifiedEpoch::StratifiedEpoch(std::shared_ptr<const StratifiedPlan::Layout> l
 
 void StratifiedEpoch::batch(uint64_t b, std::span<uint64_t> out, std::span<uint64_t> cycles) const {
   const StratifiedPlan::Layout& l = *layout_;
-  if (b >= l.plan.num_batches())
-    throw InvalidArgument("batch " + std::to_string(b) + " is past the end (" +
-                          std::to_string(l.plan.num_batches()) + " batches per epoch)");
+  check_batch(l.plan, b);
   if (out.size() != l.plan.batch_length(b))
     throw InvalidArgument("StratifiedEpoch::batch: out has the wrong size");
   if (!cycles.empty() && cycles.size() != out.size())
