@@ -376,7 +376,7 @@ class EpochIterator:
         """The one place a finished batch is handed to the caller."""
         loader = self._loader
         self.delivered += 1
-        self.cursor[1] += 1
+        self.cursor.batch += 1
         loader._stats["batches"] += 1
         loader._stats["samples"] += samples
         if self.iterable and self.len_called is not None and self.delivered > self.len_called:
