@@ -13,17 +13,17 @@ What is read (the files come from ``git ls-files``):
 - the Makefile, the CMake files and the shell scripts: their ``#`` comments.
 
 What is a path: a run of ``[A-Za-z0-9_./-]`` ending in one of the extensions in ``EXTENSIONS``,
-not part of a URL or a longer word. One that holds a ``/`` must name a file (or a folder, for
-``dir/.../`` in prose it is still a file here) relative to the repository root, to the folder of
-the file that names it, or to one of the roots code is written against (``include/`` for
-``stoker/x.h``, ``python/`` for ``stoker/x.py``, ``src/`` for ``engine/x.cc``). A bare
-``name.ext`` must be the name of some file of the tree.
+not part of a URL, a longer word or a pattern. One that holds a ``/`` must name a file relative to
+the repository root, to the folder of the file that names it, or to one of ``CODE_ROOTS``, the
+folders code names files against (include/ for a header as it is included, python/ and
+python/stoker/ for the package's modules, src/ for the engine's folders). A bare ``name.ext`` must
+be the name of some file of the tree. Skipped: a token with a glob or a placeholder next to it
+(``*``, ``{``, ``<``, ``$``: a pattern), one that starts with a dot (a suffix such as
+``.idx.json``), one that git ignores (``build/...``: what builds and runs write).
 
-Not held, and why (``NOT_REPO_PATHS``): names that are not files of this repository: the user's
-files in examples (``data/train.bin`` is not in the list anyway; ``train.json``), files that code
-writes at run time (``_stoker_index.json``, ``results.json``), files of other projects
-(``torch/utils/data/dataloader.py``). Tokens with a glob or a placeholder (``*``, ``{``, ``<``,
-``$``) are patterns, not names, and are skipped.
+Not held (``NOT_REPO_PATHS``, each group with why): names that are not files of this repository:
+what code writes at run time, the user's own files and placeholders in examples, files of other
+projects and system headers.
 
 Run as a script (``python tests/python/test_named_paths.py``) it prints each stale reference.
 """
@@ -39,8 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 EXTENSIONS = ("h", "cc", "py", "md", "sh", "txt", "json", "toml", "cmake")
 
-# The roots code names files against: `#include "stoker/x.h"` (include/), `import stoker.x` and
-# `stoker/x.py` (python/), and the engine's folders by their own names (src/).
+# The folders code names files against: a header as it is included ("stoker/loader.h": include/),
+# the package's modules ("stoker/native.py": python/; "gpu/feed.py": python/stoker/), and the
+# engine's folders by their own names ("engine/loader.cc": src/).
 CODE_ROOTS = ("include", "python", "python/stoker", "src")
 
 # Names that look like paths but are not files of this repository. A token is matched whole.
