@@ -153,7 +153,7 @@ def commentary(path, text):
         return _python_comments(text)
     if path.endswith(".md"):
         return [(number, line) for number, line in enumerate(text.splitlines(), 1)]
-    if name in ("Makefile", "CMakeLists.txt") or path.endswith((".cmake", ".sh")) or path == ".ci/run":
+    if name in ("Makefile", "CMakeLists.txt", "run") or path.endswith((".cmake", ".sh")):
         return _hash_comments(text)
     return []
 
