@@ -45,14 +45,13 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from peak_rss import run_measured
+from harness import median_of, run_measured
 
 HERE = os.path.abspath(__file__)
 DATA = Path(__file__).resolve().parent / "data" / "tables"
@@ -332,7 +331,7 @@ def main():
         for config in configs:
             got = [r[config] for r in rounds if config in r]
             if got:
-                results[config] = {k: statistics.median(g[k] for g in got) for k in got[0]}
+                results[config] = median_of(got)
         print(f"\n== {part} ({samples} samples timed per run)")
         print(f"{'loader':>24} {'samples/s':>10} {'first batch':>12} {'peak RSS':>10}")
         for config in configs:
