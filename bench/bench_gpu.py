@@ -43,10 +43,8 @@ import torch
 import stoker
 from stoker import transforms as T
 
-from harness import write_json  # bench/harness.py, beside this file
+from harness import MEAN, STD, write_json  # bench/harness.py, beside this file
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 MiB = 1 << 20
 
 

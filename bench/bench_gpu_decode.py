@@ -42,13 +42,11 @@ from stoker import transforms as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gpu import image_root  # noqa: E402
-from harness import cpu_seconds, write_json  # noqa: E402
+from harness import MEAN, STD, cpu_seconds, write_json  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
 import gpu_emulation  # noqa: E402  (the emulated GPU stage of --cpu-smoke: a test double)
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 
 
 def train_transform():

@@ -56,12 +56,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import (PEERS, cores, cpu_seconds, emit, link_files, machine_line,  # noqa: E402
-                     median_of, peer_python, read_files, run_measured, samples_in,
-                     write_json)
+from harness import (MEAN, PEERS, STD, cores, cpu_seconds, emit, link_files,  # noqa: E402
+                     machine_line, median_of, peer_python, read_files, run_measured,
+                     samples_in, write_json)
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 BATCH = 64
 SHORT_BATCHES = 8  # the short epoch: a loader built for 8 batches
 

@@ -38,10 +38,8 @@ import stoker
 from stoker import transforms as T
 from stoker.cli.sample_data import default_sample_root, make_sample
 
-from harness import median_of, read_files, write_json  # bench/harness.py, beside this file
+from harness import MEAN, STD, median_of, read_files, write_json  # bench/harness.py
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 BATCH = 64
 GPUS, IMAGES_PER_GPU = 8, 3000  # the node of the paper model: 8 H100s, ResNet-50
 

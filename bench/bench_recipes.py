@@ -59,11 +59,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_images import dali_epoch, samples_of, steady  # noqa: E402  (after the path)
-from harness import (PEERS, cores, emit, link_files, machine_line, median_of,  # noqa: E402
-                     peer_python, read_files, run_measured, write_json)
+from harness import (MEAN, PEERS, STD, cores, emit, link_files, machine_line,  # noqa: E402
+                     median_of, peer_python, read_files, run_measured, write_json)
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 BATCH = 64
 TRAIN_CROP, VAL_RESIZE, VAL_CROP = 176, 232, 224
 ERASE_P = 0.1

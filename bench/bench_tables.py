@@ -51,12 +51,13 @@ from pathlib import Path
 
 import numpy as np
 
+import harness
 from harness import median_of, run_measured
 
 HERE = os.path.abspath(__file__)
 DATA = Path(__file__).resolve().parent / "data" / "tables"
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
+MEAN = np.array(harness.MEAN, np.float32)
+STD = np.array(harness.STD, np.float32)
 TOKEN_ROWS = 1_000_000
 SEQ = 64
 

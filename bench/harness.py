@@ -22,6 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / ".venv-peers"  # the peers' environments (bench/setup_peers.sh)
 
+# ImageNet's per-channel mean and standard deviation: every image benchmark normalizes with them.
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
