@@ -1,6 +1,7 @@
-"""What the benchmarks share, held once: the cores they may use, CPU time, the size of a batch,
-measurement children in fresh processes with their peak RSS, the median over repeats, the peers'
-interpreters and folders of links to a subset of the sample files.
+"""What the benchmarks share, held once: the cores they may use and the machine line they print,
+CPU time, the size of a batch, ImageNet's normalization, measurement children in fresh processes
+with their peak RSS, the median over repeats, the peers' interpreters, folders of links to a
+subset of the sample files, the page-cache warm-up and the ``--json`` file.
 
 Peak RSS is summed over a process tree (a measurement child and its workers) and polled from the
 parent: a sampler thread inside the measured process would take its GIL and slow what it
