@@ -4,7 +4,7 @@ A comment that says "see bindings/gpu.cc" after bindings/gpu.cc has gone sends t
 This test reads the places where the tree talks about itself and holds each path they name to a
 file of the tree. It reads files only (no ``import stoker``), so it runs without the extension.
 
-What is read (the files come from ``git ls-files``):
+What is read (the files come from ``git ls-files``, untracked ones not ignored included):
 - C++ (``.cc``, ``.h``) under src/ include/ bindings/ fuzz/ examples/: the ``//`` and ``/* */``
   comments;
 - Python under python/ bench/ tools/ tests/ fuzz/ scripts/: the ``#`` comments and the string
@@ -78,10 +78,12 @@ _PATH = re.compile(
 _PATTERN = re.compile(r"[*{}<>$]")
 
 
-def tracked_files():
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    return [p for p in out.splitlines() if p]
+def tree_files():
+    """The tree's files as they are on disk: tracked, or new and not ignored (a file being added
+    counts before ``git add``; one deleted does not, before ``git rm``)."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [p for p in out.splitlines() if p and os.path.isfile(os.path.join(ROOT, p))]
 
 
 _CPP_TOKEN = re.compile(r"""
@@ -193,7 +195,7 @@ def ignored_by_git(paths):
 def stale_references(named=None):
     """``path:line: token`` for each named path that is not a file of the tree; ``named``, a list,
     gets every (path, token) read."""
-    files = set(tracked_files())
+    files = set(tree_files())
     names = {os.path.basename(p) for p in files}
     stale = []
     for path in sorted(files):
