@@ -66,7 +66,7 @@ __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 # PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (image/decode.h)
+_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (stoker/image/decode.h)
 
 _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "
