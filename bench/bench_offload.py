@@ -114,8 +114,8 @@ def measure(dataset, config, cores, epochs, latency_samples):
     for _ in it:  # the rest of the warm-up epoch
         pass
     if config[0] == "offload":
-        assert len(loader._actors.ready) == config[1], "an actor did not start"
-    actors = list(loader._actors.pids.values()) if config[0] == "offload" else []
+        assert len(loader._producer._actors.ready) == config[1], "an actor did not start"
+    actors = list(loader._producer._actors.pids.values()) if config[0] == "offload" else []
     system = ray_system_pids(set(actors))
     me0, act0, sys0 = time.process_time(), cpu_of(actors), cpu_of(system)
     t0, n = time.perf_counter(), 0
@@ -138,7 +138,7 @@ def measure(dataset, config, cores, epochs, latency_samples):
         latencies.append(time.perf_counter() - t)
         del it  # local: joins its threads here, so the next sample starts idle; offload: ...
         if config[0] == "offload":  # ... wait until the actors are idle too
-            ray_get([a.ready.remote() for a in loader._actors.ready])
+            ray_get([a.ready.remote() for a in loader._producer._actors.ready])
     stats = loader.stats()
     if config[0] == "offload":
         loader.shutdown()
