@@ -48,7 +48,7 @@ from . import seeding
 from .batch_order import BatchOrder
 from .policy import Decision, ExecutorPolicy
 from .batch_maker import ProducerConfig
-from .scheduling import EpochIterator, PoolSession
+from .scheduling import PythonBatches, PoolSession
 from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 
 _MIN_SLOTS = 8
@@ -153,7 +153,7 @@ def _warn_worker_count(n):
 
 @dataclass
 class _Plan:
-    """What an epoch's iterator runs with (scheduling.EpochIterator)."""
+    """What an epoch's iterator runs with (scheduling.PythonBatches)."""
     iterable: bool
     order: BatchOrder | None
     seed: int
@@ -482,7 +482,7 @@ class PythonProducer(Producer):
         if self._iterable and start:
             raise ValueError("resuming an IterableDataset mid-epoch is not supported")
         self._next_epoch = epoch + 1
-        it = EpochIterator(self, epoch, start, self._plan(epoch, cursor.start), cursor)
+        it = PythonBatches(self, epoch, start, self._plan(epoch, cursor.start), cursor)
         self._last_iterator = weakref.ref(it)
         return it
 
