@@ -73,6 +73,8 @@ import torch.utils.data
 
 import stoker
 
+from harness import cores as usable_cores, samples_in  # bench/harness.py, beside this file
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TORCH_WORKERS = (0, 1, 2, 4)
 TOKEN_TARGET_RATIO = 5.0
@@ -274,12 +276,6 @@ def touch(batch):
     return first[0, 0]
 
 
-def samples_in(batch):
-    """Samples in a batch (the final batch of an epoch may be short)."""
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return first.shape[0]
-
-
 def wait_for_children(timeout=10.0):
     """Makes sure no worker process of a previous configuration is still alive."""
     me = psutil.Process()
@@ -461,7 +457,7 @@ def main(argv=None) -> int:
     # torch warns that num_workers=4 exceeds the cores it suggests; measuring that is the point.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     wanted = [w.strip() for w in args.workloads.split(",") if w.strip()]
 
     works = []

@@ -33,7 +33,6 @@ else synthetic JPEGs (500x375, quality 90) written once under ~/.cache/stoker/be
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,8 +43,8 @@ import torch
 import stoker
 from stoker import transforms as T
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+from harness import MEAN, STD, write_json  # bench/harness.py, beside this file
+
 MiB = 1 << 20
 
 
@@ -422,9 +421,7 @@ def main():
     if "diagnose" in sections:
         results["diagnose"] = run_diagnose(bench, args, root)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
+        write_json(args.json, results)
         print(f"wrote {args.json}")
     return 0
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
-import resource
 import sys
 import time
 
@@ -43,23 +41,17 @@ from stoker.gpu import decode as gpu_decode
 from stoker import transforms as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import synthetic_jpegs  # noqa: E402
+from bench_gpu import image_root  # noqa: E402
+from harness import MEAN, STD, cpu_seconds, write_json  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
 import gpu_emulation  # noqa: E402  (the emulated GPU stage of --cpu-smoke: a test double)
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 
 
 def train_transform():
     return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                       T.Normalize(MEAN, STD)])
-
-
-def cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def measure(name, batches, count, warmup, sync):
@@ -68,12 +60,13 @@ def measure(name, batches, count, warmup, sync):
     for _ in range(warmup):
         next(it)
     sync()
-    t0, c0, images = time.perf_counter(), cpu_seconds(), 0
+    # This process's CPU time: every pipeline here runs in it (threads, no worker processes).
+    t0, c0, images = time.perf_counter(), cpu_seconds(children=False), 0
     for _ in range(count):
         x, _ = next(it)
         images += x.shape[0]
     sync()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(children=False) - c0
     r = {"images_per_s": images / wall, "cpu_ms_per_image": 1000 * cpu / images,
          "cores_busy": cpu / wall, "images": images, "seconds": wall}
     print(f"  {name:16s} {r['images_per_s']:9.0f} img/s   {r['cpu_ms_per_image']:6.3f} CPU-ms/img"
@@ -153,20 +146,6 @@ def torchvision_gpu(root, args, device):
     return forever(epoch), None
 
 
-def image_root(args):
-    if args.data:
-        return args.data
-    try:
-        from stoker.cli.sample_data import default_sample_root, make_sample
-        make_sample(default_sample_root())
-        return os.path.join(default_sample_root(), "train")
-    except Exception as e:  # scikit-image missing (the GPU machine), or no photos
-        print(f"(built-in sample data unavailable: {type(e).__name__}: {e}; using synthetic "
-              f"JPEGs)")
-    return synthetic_jpegs(os.path.expanduser("~/.cache/stoker/bench-gpu-jpegs"),
-                           200 if args.quick or args.cpu_smoke else 2000)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", help="an ImageFolder tree (default: sample data or synthetic)")
@@ -232,8 +211,7 @@ def main():
     if args.cpu_smoke:
         print("(--cpu-smoke: every path ran; the figures mean nothing)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -44,53 +44,27 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PEERS = REPO / ".venv-peers"
 sys.path.insert(0, str(HERE))
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+from harness import (MEAN, PEERS, STD, cores, cpu_seconds, emit, link_files,  # noqa: E402
+                     machine_line, median_of, peer_python, read_files, run_measured,
+                     samples_in, write_json)
+
 BATCH = 64
 SHORT_BATCHES = 8  # the short epoch: a loader built for 8 batches
 
 
-def cores():
-    return len(os.sched_getaffinity(0))
-
-
 # ---- measurement, in the child process -------------------------------------------------------
-
-def cpu_seconds():
-    """CPU time of this process and of its children, living and reaped."""
-    import psutil
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        try:
-            c = child.cpu_times()
-            total += c.user + c.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def length_of(batch):
-    x = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return len(x)
-
 
 def steady(make_epoch, epochs):
     """Time to the first batch; then, after the rest of that warm-up epoch, images/s and CPU
@@ -105,7 +79,7 @@ def steady(make_epoch, epochs):
     cpu0, t0, n = cpu_seconds(), time.perf_counter(), 0
     for _ in range(epochs):
         for batch in make_epoch():
-            n += length_of(batch)
+            n += samples_in(batch)
     elapsed = time.perf_counter() - t0
     return {"images_per_s": n / elapsed, "cpu_ms_per_image": (cpu_seconds() - cpu0) / n * 1e3,
             "first_batch_s": first}
@@ -378,10 +352,7 @@ def child(spec, root, epochs, short_root, rebuilds, bound_seconds):
             "tfdata": lambda: tfdata_epochs(root),
         }[kind]()
         out = steady(make, epochs)
-    print(json.dumps(out), flush=True)
-    # The figures are out: skip interpreter teardown, where some peers' worker pools and
-    # threads (torchdata's process mapper, DALI) have been seen to abort or hang.
-    os._exit(0)
+    emit(out)
 
 
 # ---- the parent: environments, datasets, the table ------------------------------------------
@@ -390,10 +361,7 @@ def python_of(kind):
     """The interpreter for a configuration: Stoker's own (.venv), or its peer environment."""
     env = {"torchvision": "torchvision", "torchdata": "torchvision", "pillow-simd": "pillow-simd",
            "dali": "dali", "spdl": "spdl", "tfdata": "tfdata"}.get(kind)
-    if env is None:
-        return sys.executable
-    py = PEERS / env / "bin" / "python"
-    return str(py) if (PEERS / env / ".ok").exists() else None
+    return sys.executable if env is None else peer_python(env)
 
 
 def configurations(quick):
@@ -408,7 +376,6 @@ def configurations(quick):
 
 
 def measure(kind, arg, root, args, short_root=None):
-    from peak_rss import run_measured
     py = python_of(kind)
     if py is None:
         return {"error": "environment missing (make bench-peers)"}
@@ -426,12 +393,8 @@ def measure(kind, arg, root, args, short_root=None):
 
 def short_epoch_root(root, tmp):
     """A folder of symlinks to the first SHORT_BATCHES * BATCH files (same classes)."""
-    dst = Path(tmp) / "short"
-    for i, (path, _) in enumerate(samples_of(root)[:SHORT_BATCHES * BATCH]):
-        rel = Path(path).relative_to(root)
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(path, dst / rel)
-    return dst
+    return link_files([p for p, _ in samples_of(root)[:SHORT_BATCHES * BATCH]], root,
+                      Path(tmp) / "short")
 
 
 def run_dataset(profile, args):
@@ -439,9 +402,7 @@ def run_dataset(profile, args):
     from stoker.cli.sample_data import default_sample_root, make_sample
     manifest = make_sample(default_sample_root(profile), profile=profile)
     root = default_sample_root(profile) / "train"
-    for path, _ in samples_of(root):  # page cache: every loader reads from RAM
-        with open(path, "rb") as f:
-            f.read()
+    read_files(p for p, _ in samples_of(root))  # every loader reads from RAM
     f = manifest["files"]
     c = manifest["counts"]
     print(f"\n== {profile}: {c['images']} JPEGs in {root} (mean {f['width']['mean']:.0f}x"
@@ -464,17 +425,6 @@ def run_dataset(profile, args):
                 print(".", end="", flush=True)
     print()
     return report(profile, results)
-
-
-def median_of(runs):
-    ok = [r for r in runs if "error" not in r]
-    if not ok:
-        return {"error": runs[0]["error"]}
-    out = {k: statistics.median(r[k] for r in ok) for k in ok[0]}
-    if "images_per_s" in out:
-        out["images_per_s_min"] = min(r["images_per_s"] for r in ok)
-        out["images_per_s_max"] = max(r["images_per_s"] for r in ok)
-    return out
 
 
 def label(kind, arg):
@@ -569,12 +519,10 @@ def main():
     args.rebuilds = args.rebuilds if args.rebuilds is not None else (2 if args.quick else 4)
     args.bound_seconds = args.bound_seconds or (1.0 if args.quick else 4.0)
     args.peers = [x for x in args.peers.split(",") if x]
-    print(f"python {sys.version.split()[0]}; {cores()} usable cores; load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; peers from {PEERS}")
+    print(f"{machine_line()}; peers from {PEERS}")
     out = {p: run_dataset(p, args) for p in args.datasets.split(",")}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_json(args.json, out)
     return 0
 
 

@@ -54,12 +54,11 @@ from pathlib import Path
 
 import numpy as np
 
-from peak_rss import run_measured
+from harness import PEERS, REPO as ROOT, run_measured
 
 HERE = os.path.abspath(__file__)
-ROOT = Path(HERE).resolve().parent.parent
 DATA = ROOT / "bench" / "data" / "llm"
-PEER_PY = ROOT / ".venv-peers" / "llm" / "bin" / "python"
+PEER_PY = PEERS / "llm" / "bin" / "python"
 SEQ_LEN = 4096
 VOCAB = 50257
 MIX_WEIGHTS = (0.5, 0.3, 0.2)

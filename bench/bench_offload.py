@@ -24,7 +24,6 @@ Run it when the machine is quiet: `python bench/bench_offload.py` (`--quick`: a 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -39,8 +38,8 @@ import stoker
 from stoker import transforms as T
 from stoker.cli.sample_data import default_sample_root, make_sample
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+from harness import MEAN, STD, median_of, read_files, write_json  # bench/harness.py
+
 BATCH = 64
 GPUS, IMAGES_PER_GPU = 8, 3000  # the node of the paper model: 8 H100s, ResNet-50
 
@@ -115,8 +114,8 @@ def measure(dataset, config, cores, epochs, latency_samples):
     for _ in it:  # the rest of the warm-up epoch
         pass
     if config[0] == "offload":
-        assert len(loader._actors.ready) == config[1], "an actor did not start"
-    actors = list(loader._actors.pids.values()) if config[0] == "offload" else []
+        assert len(loader._producer._actors.ready) == config[1], "an actor did not start"
+    actors = list(loader._producer._actors.pids.values()) if config[0] == "offload" else []
     system = ray_system_pids(set(actors))
     me0, act0, sys0 = time.process_time(), cpu_of(actors), cpu_of(system)
     t0, n = time.perf_counter(), 0
@@ -139,7 +138,7 @@ def measure(dataset, config, cores, epochs, latency_samples):
         latencies.append(time.perf_counter() - t)
         del it  # local: joins its threads here, so the next sample starts idle; offload: ...
         if config[0] == "offload":  # ... wait until the actors are idle too
-            ray_get([a.ready.remote() for a in loader._actors.ready])
+            ray_get([a.ready.remote() for a in loader._producer._actors.ready])
     stats = loader.stats()
     if config[0] == "offload":
         loader.shutdown()
@@ -148,12 +147,6 @@ def measure(dataset, config, cores, epochs, latency_samples):
             "ray_system_cpu_ms_per_image": 1e3 * sys_ / n,
             "latency_ms": 1e3 * statistics.median(latencies), "cold_first_batch_s": cold,
             "batch_bytes": stats.get("batch_bytes") or stats.get("batch_bytes_peak", 0)}
-
-
-def median_runs(runs):
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]} | {
-        "images_per_s_min": min(r["images_per_s"] for r in runs),
-        "images_per_s_max": max(r["images_per_s"] for r in runs)}
 
 
 def paper_model(local, offload, jpeg_bytes, out_bytes):
@@ -197,9 +190,7 @@ def main():
     manifest = make_sample(default_sample_root())
     root = os.path.join(default_sample_root(), "train")
     images = jpeg_dataset(root)
-    for path, _ in images.samples:  # page cache: every loader reads from RAM
-        with open(path, "rb") as f:
-            f.read()
+    read_files(p for p, _ in images.samples)  # every loader reads from RAM
     files = manifest["files"]
     jpeg_bytes = files["bytes"]["mean"]
     print(f"stoker {stoker.__version__}, ray {ray.__version__}; {cores} usable cores; load "
@@ -217,7 +208,7 @@ def main():
                 runs[(work, c)].append(measure(ds, c, cores, epochs, latency_samples))
                 print(".", end="", flush=True)
     print()
-    res = {key: median_runs(r) for key, r in runs.items()}
+    res = {key: median_of(r) for key, r in runs.items()}
 
     head = (f"{'pipeline':<10} {'loader':<26} {'images/s':>9} {'(min-max)':>13} {'ms/batch':>9} "
             f"{'latency':>9} {'trainer CPU':>12} {'actors CPU':>11} {'Ray CPU':>9} "
@@ -269,9 +260,8 @@ def main():
           f"the actors read {model['storage_read_gbit_s']:,.1f} Gbit/s of JPEGs "
           f"({jpeg_bytes / 1024:.0f} KB each)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": {f"{w}:{c[0]}:{c[1]}": r for (w, c), r in res.items()},
-                       "paper_model": model, "cores": cores}, f, indent=2)
+        write_json(args.json, {"results": {f"{w}:{c[0]}:{c[1]}": r for (w, c), r in res.items()},
+                               "paper_model": model, "cores": cores})
     ray.shutdown()
     return 0 if all(checks) else 1
 

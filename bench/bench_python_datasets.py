@@ -3,7 +3,7 @@
 Two datasets: "heavy" (PIL JPEG decode + NumPy augmentation, CPU-bound) and "light" (returns
 small tensors). For each: both loaders at equal num_workers, each at its best num_workers, and
 Stoker's default (num_workers="auto"). Reports samples/s, time to first batch and peak RSS summed
-over the main process and its workers (polled every 10 ms from the parent: peak_rss.py). Each
+over the main process and its workers (polled every 10 ms from the parent: harness.py). Each
 measurement runs in a fresh subprocess; every configuration runs --repeat times, the rounds
 interleaved (so a slow spell of this shared machine hits all of them alike), and the median of
 each figure is shown.
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from peak_rss import run_measured
+from harness import median_of, run_measured
 
 HERE = os.path.abspath(__file__)
 
@@ -164,8 +164,7 @@ def main():
                 return run_child("stoker", which, w, python=args.baseline)
             return run_child(kind, which, w)
         rounds = [{(kind, w): child(kind, w) for w, kind in runs} for _ in range(args.repeat)]
-        results = {key: {f: statistics.median(r[key][f] for r in rounds)
-                         for f in rounds[0][key]} for key in rounds[0]}
+        results = {key: median_of([r[key] for r in rounds]) for key in rounds[0]}
         for w, kind in runs:
             r = results[(kind, w)]
             print(f"{w:>7} {kind:>7} {r['samples_s']:>10.0f} {r['first_s'] * 1e3:>10.0f}ms "

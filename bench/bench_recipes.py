@@ -48,25 +48,20 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import statistics
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PEERS = REPO / ".venv-peers"
 sys.path.insert(0, str(HERE))
 
-from bench_images import cores, dali_epoch, samples_of, steady  # noqa: E402  (after the path)
+from bench_images import dali_epoch, samples_of, steady  # noqa: E402  (after the path)
+from harness import (MEAN, PEERS, STD, cores, emit, link_files, machine_line,  # noqa: E402
+                     median_of, peer_python, read_files, run_measured, write_json)
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 BATCH = 64
 TRAIN_CROP, VAL_RESIZE, VAL_CROP = 176, 232, 224
 ERASE_P = 0.1
@@ -286,10 +281,7 @@ def child(spec, root, epochs, beton):
             after()
         except Exception:  # the figures (or the error) still go out
             traceback.print_exc()
-    print(json.dumps(out | notes), flush=True)
-    # The figures are out: skip interpreter teardown, where some peers' worker pools and
-    # threads (DALI, FFCV) have been seen to abort or hang.
-    os._exit(0)
+    emit(out | notes)
 
 
 # ---- the parent: environments, data, the table ----------------------------------------------
@@ -297,10 +289,7 @@ def child(spec, root, epochs, beton):
 def python_of(kind):
     """The interpreter for a configuration: this one (stoker, torch), or the peer's."""
     env = {"dali": "dali", "ffcv": "ffcv", "ffcv-write": "ffcv"}.get(kind)
-    if env is None:
-        return sys.executable
-    py = PEERS / env / "bin" / "python"
-    return str(py) if (PEERS / env / ".ok").exists() else None
+    return sys.executable if env is None else peer_python(env)
 
 
 def configurations(recipe, quick):
@@ -313,7 +302,6 @@ def configurations(recipe, quick):
 
 
 def measure(kind, recipe, arg, root, args, beton=""):
-    from peak_rss import run_measured
     py = python_of(kind)
     if py is None:
         return {"error": f"environment missing (bash bench/setup_peers.sh "
@@ -331,12 +319,7 @@ def subset_root(root, tmp, count):
     classes kept), for a smoke run."""
     samples = samples_of(root)
     step = max(1, len(samples) // count)
-    dst = Path(tmp) / "subset"
-    for path, _ in samples[::step][:count]:
-        rel = Path(path).relative_to(root)
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(path, dst / rel)
-    return dst
+    return link_files([p for p, _ in samples[::step][:count]], root, Path(tmp) / "subset")
 
 
 def run_dataset(profile, args):
@@ -346,9 +329,7 @@ def run_dataset(profile, args):
     full = default_sample_root(profile) / "train"
     with tempfile.TemporaryDirectory() as tmp:
         root = subset_root(full, tmp, args.images) if args.images else full
-        for path, _ in samples_of(root):  # page cache: every loader reads from RAM
-            with open(path, "rb") as f:
-                f.read()
+        read_files(p for p, _ in samples_of(root))  # every loader reads from RAM
         f = manifest["files"]
         c = manifest["counts"]
         print(f"\n== {profile}: {len(samples_of(root))} of {c['images']} JPEGs in {full} (mean "
@@ -392,20 +373,6 @@ def wanted(kind, args):
     return kind.startswith("stoker") or not args.peers or kind.split("-")[0] in args.peers
 
 
-def median_of(runs):
-    """The median of each figure over the repeats that worked (and the first one's notes)."""
-    ok = [r for r in runs if "error" not in r]
-    if not ok:  # the error, and what ran where when the loader got that far
-        return {k: v for k, v in runs[0].items() if k in ("error", "native", "python")}
-    out = dict(ok[0])
-    for k, v in ok[0].items():
-        if isinstance(v, (int, float)):
-            out[k] = statistics.median(r[k] for r in ok)
-    out["images_per_s_min"] = min(r["images_per_s"] for r in ok)
-    out["images_per_s_max"] = max(r["images_per_s"] for r in ok)
-    return out
-
-
 def label(kind, arg, recipe):
     if kind == "stoker-own":
         return f"stoker own RRC+flip+normalize {arg}"
@@ -418,7 +385,8 @@ def label(kind, arg, recipe):
 
 
 def report(profile, recipe, results):
-    res = {k: median_of(v) for k, v in results.items()}
+    # A configuration that failed keeps what ran where when the loader got that far.
+    res = {k: median_of(v, keep=("error", "native", "python")) for k, v in results.items()}
     print(f"\n   {recipe} recipe ({profile})")
     print(f"   {'loader':<44} {'images/s':>9} {'(min-max)':>13} {'CPU ms/img':>10} "
           f"{'peak RSS':>9} {'1st batch':>9}")
@@ -507,8 +475,7 @@ def main():
     for r in args.recipes:
         if r not in RECIPES:
             p.error(f"unknown recipe {r!r} (train, val)")
-    print(f"python {sys.version.split()[0]}; {cores()} usable cores; load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; peers from {PEERS}")
+    print(f"{machine_line()}; peers from {PEERS}")
     if "train" in args.recipes and wanted("dali", args):
         print("DALI CPU's pipeline, where it differs from torchvision's:")
         for line in DALI_NOTES:
@@ -519,8 +486,7 @@ def main():
             print(f"  - {line}")
     out = {d: run_dataset(d, args) for d in args.datasets.split(",")}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_json(args.json, out)
     return 0
 
 

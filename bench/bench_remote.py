@@ -83,11 +83,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PEERS = REPO / ".venv-peers"
-TESTS = REPO / "tests" / "python"  # remote_servers.py: moto and the proxy
 sys.path.insert(0, str(HERE))
-from peak_rss import PeakPoll  # noqa: E402  (beside this file)
+from harness import (PEERS, REPO, PeakPoll, cores, machine_line, peer_python,  # noqa: E402
+                     samples_in, write_json)
+
+TESTS = REPO / "tests" / "python"  # remote_servers.py: moto and the proxy
 
 BUCKET = "bench"
 SIZE = 64  # Resize(64), CenterCrop(56)
@@ -100,10 +100,6 @@ WDS_WINDOWS_PER_MEMBER = 8
 LOADERS = ("stoker-local", "stoker", "webdataset", "mosaic", "litdata")
 LABELS = {"stoker-local": "stoker, local files", "stoker": "stoker", "webdataset": "WebDataset",
           "mosaic": "Mosaic Streaming", "litdata": "LitData"}
-
-
-def cores():
-    return len(os.sched_getaffinity(0))
 
 
 # ---- data, made once and kept ----------------------------------------------------------------
@@ -452,11 +448,6 @@ def build(spec, state=None):
     return {"mosaic": _mosaic_loader, "litdata": _litdata_loader}[kind](spec, state)
 
 
-def count(batch):
-    x = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return len(x)
-
-
 def say(**kw):
     print(json.dumps(kw), flush=True)
 
@@ -472,7 +463,7 @@ def child(spec):
     for epoch in (1, 2):
         n = 0
         for batch in loader:
-            n += count(batch)
+            n += samples_in(batch)
         t1 = time.perf_counter()
         say(mark=f"epoch{epoch}", samples=n, seconds=t1 - t0)
         t0 = t1
@@ -585,7 +576,7 @@ def epochs(py, spec, env, proxy, args, log):
 
 
 def measure(kind, workload, spec, env, proxy, args, tmp):
-    py = sys.executable if kind.startswith("stoker") else peer_python()
+    py = sys.executable if kind.startswith("stoker") else peer_python("remote")
     if py is None:
         return {"error": "environment missing (bash bench/setup_peers.sh remote)"}
     spec = dict(spec, loader=kind, workload=workload, budget=args.budget,
@@ -634,11 +625,6 @@ def measure(kind, workload, spec, env, proxy, args, tmp):
         r["resume_s"] = None
         r["resume_error"] = str(e)
     return r
-
-
-def peer_python():
-    py = PEERS / "remote" / "bin" / "python"
-    return str(py) if (PEERS / "remote" / ".ok").exists() else None
 
 
 def wds_urls(s3_server, proxy_url, keys):
@@ -801,13 +787,12 @@ def main():
     from remote_servers import FaultProxy, S3Server
 
     import stoker
-    print(f"python {sys.version.split()[0]}; {cores()} usable cores; load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; stoker {stoker.__version__}; "
-          f"peers from {PEERS / 'remote'}", flush=True)
+    print(f"{machine_line()}; stoker {stoker.__version__}; peers from {PEERS / 'remote'}",
+          flush=True)
     t0 = time.perf_counter()
     tars, bins = make_data(data, args.quick)
     wds_tokens = wds_token_shards(bins, data / "wds-tokens")
-    py = peer_python()
+    py = peer_python("remote")
     peer_dirs = prepare_peer_formats(data, tars, bins, py) if py else {}
     sizes_of = {"images": sum(map(os.path.getsize, tars)),
                 "tokens": sum(map(os.path.getsize, bins))}
@@ -833,8 +818,7 @@ def main():
         proxy.stop()
         s3_server.stop()
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2, default=str)
+        write_json(args.json, out, default=str)
     return 0
 
 

@@ -35,7 +35,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -48,6 +47,8 @@ import torch.utils.data
 
 import stoker
 from stoker import _native
+
+from harness import write_json  # bench/harness.py, beside this file
 
 COST_TARGET = 2.0
 
@@ -245,9 +246,7 @@ def main(argv=None):
               f"{s['rare_draws_min']:>12} - {s['rare_draws_max']:<4} "
               f"{s['rare_per_batch']['sd']:>18.2f}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
+        write_json(args.json, results)
     return 0
 
 

@@ -45,19 +45,19 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from peak_rss import run_measured
+import harness
+from harness import median_of, run_measured
 
 HERE = os.path.abspath(__file__)
 DATA = Path(__file__).resolve().parent / "data" / "tables"
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
+MEAN = np.array(harness.MEAN, np.float32)
+STD = np.array(harness.STD, np.float32)
 TOKEN_ROWS = 1_000_000
 SEQ = 64
 
@@ -332,7 +332,7 @@ def main():
         for config in configs:
             got = [r[config] for r in rounds if config in r]
             if got:
-                results[config] = {k: statistics.median(g[k] for g in got) for k in got[0]}
+                results[config] = median_of(got)
         print(f"\n== {part} ({samples} samples timed per run)")
         print(f"{'loader':>24} {'samples/s':>10} {'first batch':>12} {'peak RSS':>10}")
         for config in configs:

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import cores  # noqa: E402  (beside this file)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 NOT_RECORDED = ("--quick", "--cpu-smoke", "--child", "--run-scenario", "--help", "-h")
@@ -93,9 +95,8 @@ def machine():
     cpu = _field("/proc/cpuinfo", "model name", ":") or platform.processor() or "unknown"
     mem = _field("/proc/meminfo", "MemTotal", ":")
     mem = f"{int(mem.split()[0]) / 2**20:.1f} GiB" if mem else "unknown"
-    usable = len(os.sched_getaffinity(0))
     return [
-        f"CPU: {cpu}; {usable} usable cores (of {os.cpu_count()})",
+        f"CPU: {cpu}; {cores()} usable cores (of {os.cpu_count()})",
         f"memory: {mem}",
         f"OS: {_os_name()}",
         f"GPU: {_gpus()}",

@@ -32,8 +32,8 @@ void register_testing(nb::module_& m);
 // image_op: the image-stage kernels on arrays, for tests (testing_image_ops.cc).
 void register_testing_image_ops(nb::module_& m);
 
-// A pipeline spec (the private list of tuples stoker/transforms.py writes) as transforms
-// (image.cc). Throws InvalidArgument for an unknown or invalid transform.
+// A pipeline spec (the private list of tuples the transforms' _specs() write, stoker/transforms/)
+// as transforms (image.cc). Throws InvalidArgument for an unknown or invalid transform.
 std::vector<image::Transform> parse_transforms(const nb::list& spec);
 // The pipeline of such a spec (image.cc).
 std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,

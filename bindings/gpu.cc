@@ -6,12 +6,12 @@
 // Fences on export. A pinned batch handed to torch can be the source of a copy that is queued but
 // not done when its last tensor dies (`x = x.to("cuda", non_blocking=True)` drops the CPU tensor
 // at once). The capsule that owns a batch calls fence_released_buffer() from its destructor (with
-// the GIL): it asks the Python front's fence provider (stoker/device.py) which streams may still
+// the GIL): it asks the Python front's fence provider (stoker/gpu/feed.py) which streams may still
 // read the buffer, records a CUDA event on each, and adds them to the buffer's pool as fences
 // (batch_pool.h), so the pool hands the buffer out again only when they have completed. The
 // provider is registered only when CUDA is in use; without it this costs a pointer check.
 //
-// GPU JPEG decode for the Python front (stoker/gpu_decode.py): the staging source the loader's
+// GPU JPEG decode for the Python front (stoker/gpu/decode.py): the staging source the loader's
 // workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
 // src/gpu/decode/; this file converts arguments and releases the GIL.
 #include <nanobind/ndarray.h>

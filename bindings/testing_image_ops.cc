@@ -1,6 +1,7 @@
 // stoker._native.testing.image_op: one image-stage operation (src/image/ops.h) on an HWC uint8
 // RGB array with explicit parameters, so that tests can hold every kernel against torchvision's
-// on the same pixels (tests/python/test_vision_ops.py). Test-only (STOKER_TESTING).
+// on the same pixels (tests/python/test_vision_color_ops.py, test_vision_warp_ops.py). Test-only
+// (STOKER_TESTING).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 

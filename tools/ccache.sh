@@ -7,7 +7,9 @@
 # Every path is absolute (CMake passes them so), and the build directory is left out of the hash
 # (hash_dir off), so the second compile of a file is a cache hit from the first tree. Depend mode
 # reads the headers from the compiler's own -MD output instead of running the preprocessor again.
-# The cache lives in build/ccache (make clean empties it).
+# The cache lives in build/ccache (make clean empties it). Paths under the checkout are hashed
+# relative to it (base_dir), so a second checkout (a git worktree) pointing CCACHE_DIR at the
+# first one's cache compiles nothing the first has compiled.
 compiler=$1
 shift
 if ! command -v ccache >/dev/null 2>&1; then
@@ -25,5 +27,6 @@ case $compiler in
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 export CCACHE_NOHASHDIR=1 CCACHE_DEPEND=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-4G}"
 exec ccache "$compiler" "$@"

@@ -1,10 +1,13 @@
-"""The options of a ``stoker.DataLoader``: parsed and checked once, with one set of defaults.
+"""The options of a ``stoker.DataLoader``: parsed, defaulted and checked once, into one immutable
+:class:`Options`.
 
-``parse`` turns the constructor's keywords into an :class:`Options` (every check that holds for
-every producer: seed, output, on_error, pin_memory, memory_budget, rank and world size, the GPU
-feed); ``check_order`` checks shuffle, class_weights and drop_last, when the producer says (a
-Python dataset's producer runs torch's own checks first, for torch's messages); each producer
-checks what only it constrains (native.py, pydata/producer.py, offload/producer.py).
+``parse`` holds every rule that does not depend on how the batches are made (seed, output,
+on_error, pin_memory, memory_budget, rank and world size, batch_size, the knobs, shuffle with
+class_weights and drop_last, repeats with the order, the GPU feed, batch_transform), each once,
+with one message for every producer. A Python dataset's producer runs torch's own checks first,
+with torch's messages (pydata/producer.py ``validate``, called by the loader before ``parse``).
+What a producer alone constrains (Python-only keywords, offload's limits) it checks itself, once.
+Rules the engine also needs for its C++ users are the engine's (loader.h): ``parse`` asks it.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ def knob(name, value, low, high):
     return value
 
 
+def auto(value):
+    """A checked knob as the engine takes it: -1 for "auto"."""
+    return -1 if value == "auto" else value
+
+
 def env_int(name, default):
     value = os.environ.get(name)
     if value is None or value == "":
@@ -89,11 +97,12 @@ def torch_available():
     return True
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Options:
-    """A loader's options as given, checked; ``python`` holds the Python-only keywords (all of
-    them, defaults included). ``rank``/``world_size`` are resolved from the environment where
-    not given (a producer that shards nothing resets them)."""
+    """A loader's options, checked; ``python`` holds the Python-only keywords (all of them,
+    defaults included). ``rank``/``world_size`` are resolved from the environment where not
+    given (a producer that shards nothing ignores them); ``order`` says who orders the samples
+    (``ORDERS``)."""
     batch_size: object
     shuffle: object  # None (unspecified: no shuffle), True, False, "stratified" or "shards"
     seed: int
@@ -114,11 +123,12 @@ class Options:
     labels: object
     offload: object
     python: dict
-    repeats: int = 1  # every sample this many times an epoch (repeated augmentation)
-    batch_transform: object = None  # a batch_transforms.Spec, or None
-    stratified: bool = False  # shuffle="stratified" or class_weights (set by check_order)
+    repeats: int  # every sample this many times an epoch (repeated augmentation)
+    batch_transform: object  # a batch_transforms.Spec, or None
+    stratified: bool  # shuffle="stratified" or class_weights
+    order: str  # one of ORDERS
     # shuffle="shards": shards a rank keeps open ("auto" or a positive int; shard_window())
-    shard_window: object = "auto"
+    shard_window: object
 
     def python_given(self):
         """The Python-only options set to other than their defaults."""
@@ -131,10 +141,38 @@ class Options:
         return self.output == "torch" and torch_available()
 
 
-def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
-          memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
-          gpu_prefetch_bytes, class_weights, labels, offload, python, repeats=1,
-          batch_transform=None, shard_window="auto"):
+# Who orders a loader's samples: the engine's plain order (EpochOrder + BatchPlan, or a block
+# order), its class-stratified or class-weighted order, a Mixture's weights, a sampler or
+# batch_sampler of the user's, or an IterableDataset's own stream.
+ORDERS = ("engine", "stratified", "mixture", "sampler", "iterable")
+
+REPEATS_ORDER = ('repeats is for the plain order (shuffle=True or False): not with '
+                 'shuffle="stratified", class_weights, a Mixture, a sampler, a batch_sampler or '
+                 'an IterableDataset, which order whole batches or streams by rules of their own')
+
+
+def order_of(dataset, kind, stratified, python):
+    """Who orders the samples of ``dataset`` read by producer ``kind``."""
+    if stratified:
+        return "stratified"
+    from .sources.mixture import Mixture
+    if isinstance(dataset, Mixture):
+        return "mixture"
+    if kind == "python":
+        from torch.utils.data import IterableDataset
+        if isinstance(dataset, IterableDataset):
+            return "iterable"
+        if python["sampler"] is not None or python["batch_sampler"] is not None:
+            return "sampler"
+    return "engine"
+
+
+def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor,
+          pin_memory, memory_budget, rank, world_size, output, on_error, cpu_budget, device,
+          gpu_prefetch, gpu_prefetch_bytes, class_weights, labels, offload, python, repeats,
+          batch_transform, shard_window):
+    """The :class:`Options` of a loader whose batches producer ``kind`` makes ("native",
+    "python" or "offload"); ValueError (TypeError for an unknown keyword) naming the option."""
     for key in python:
         if key not in PYTHON_ONLY:
             raise TypeError(f"DataLoader() got an unexpected keyword argument {key!r}")
@@ -172,6 +210,27 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
         if offload is not None:
             raise ValueError("batch_transform is not supported with offload yet: load without "
                              "offload")
+    if kind != "python":  # a Python dataset's were torch's checks, with torch's messages
+        if python_given := {k: v for k, v in python.items()
+                            if v is not PYTHON_ONLY[k] and v != PYTHON_ONLY[k]}:
+            if kind == "native":
+                raise ValueError(f"{next(iter(python_given))} is for Python datasets; native "
+                                 f"datasets order, batch and seed samples in the engine")
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        knob("prefetch_factor", prefetch_factor, 1, MAX_PREFETCH)
+        if kind == "native":
+            knob("num_workers", num_workers, 0, MAX_WORKERS)
+            if cpu_budget is not None:
+                knob("cpu_budget", cpu_budget, 1, MAX_WORKERS)
+    stratified = balance.check_shuffle(False if shuffle is None else shuffle, class_weights)
+    if kind == "python":
+        drop_last = bool(drop_last)  # any truth value, as torch takes it
+    elif not isinstance(drop_last, bool):
+        raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
+    order = order_of(dataset, kind, stratified, python)
+    if repeats != 1 and order != "engine":
+        raise ValueError(REPEATS_ORDER)
     return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
                    pin_memory=pin_memory, memory_budget=budget, rank=rank,
@@ -180,20 +239,7 @@ def parse(batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pi
                    gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
                    class_weights=class_weights, labels=labels, offload=offload,
                    python=python, repeats=repeats, batch_transform=spec,
-                   shard_window=shard_window)
-
-
-def check_order(options, torch_semantics=False):
-    """Checks shuffle, class_weights and drop_last (a producer calls it: a Python dataset after
-    torch's own checks, whose messages come first) and notes whether the order is stratified.
-    With ``torch_semantics`` (Python datasets), drop_last is any truth value, as torch takes it."""
-    o = options
-    o.stratified = balance.check_shuffle(False if o.shuffle is None else o.shuffle,
-                                         o.class_weights)
-    if torch_semantics:
-        o.drop_last = bool(o.drop_last)
-    elif not isinstance(o.drop_last, bool):
-        raise ValueError(f"drop_last must be True or False, got {o.drop_last!r}")
+                   stratified=stratified, order=order, shard_window=shard_window)
 
 
 # shard_window="auto": shards each rank keeps open at once. Larger mixes more (docs/remote.md,

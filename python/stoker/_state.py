@@ -26,15 +26,18 @@ began (its step and draws) with a digest of the weights it used since. Loaded wi
 size and weights that saved it, the saved plan resumes (the same batches); otherwise a plan starts
 at the saved point, every stream continuing exactly where it stopped.
 
-The loader (loader.py) keeps ``_next_epoch``, ``_start_batch``, ``_next_start`` and
-``_next_stripes`` (where its next iteration begins, and a block order's arrangement there: None
-for its own world size), ``_mixture_carry`` (a mixture's: ``(epoch, start)`` where ``start`` is
-``(position, first_step, bases)`` or the plan of the epoch before, which ends where it starts)
-and ``_cursor`` (a :class:`Cursor`, shared with its running iterator); its producer says who
-orders the samples (``order_kind``) and, for a class-balanced order, the classes and weights.
+The position is one typed value. :class:`Position` is where an iteration starts (the epoch, the
+batches of its plan already delivered, the plan's start, a block order's stripes, a mixture's
+carried start); the loader holds the pending one, which ``set_epoch`` and ``load_state_dict``
+replace. :class:`Cursor` is a running iteration's progress, owned by its iterator, which advances
+``cursor.batch`` as it delivers; the loader keeps a reference to the latest one only to answer
+``state_dict()``. ``begin``, ``save`` and ``load`` are the only functions that turn one into the
+other, and none of them writes the loader.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from . import _native
 
@@ -47,24 +50,70 @@ _MATCHING = ("seed", "shuffle", "batch_size", "drop_last", "num_samples", "repea
 _DEFAULTS = {"repeats": 1, "shard_window": 0}  # what a state saved before the key existed had
 
 
-class Cursor(list):
-    """``[epoch, batches delivered]`` of one iteration, shared by a loader and its iterator (so
-    the loader holds no reference to the iterator), with ``start``, the global position at
-    which the iteration's plan begins, and ``num_batches``, the plan's batch count (None when
-    unknown: an IterableDataset without a length)."""
+@dataclasses.dataclass(frozen=True)
+class MixtureStart:
+    """Where a mixture's plan of ``epoch`` starts: the global position (an elastic resume), the
+    optimizer step of its first batch and each source's stream position (draws) there."""
+    epoch: int
+    position: int
+    first_step: int
+    bases: tuple
 
-    __slots__ = ("start", "num_batches", "mixture", "stripes")
+    @classmethod
+    def after(cls, plan, epoch):
+        """The start of ``epoch``, which follows ``plan`` (the epoch before, run to its end)."""
+        return cls(epoch, 0, plan.first_step + plan.num_batches,
+                   tuple(plan.draws_after(plan.num_batches)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where the loader's next iteration starts: ``epoch``, the batches of its plan already
+    delivered (``batch``), the global position the plan starts at (``start``: 0 unless resumed
+    with another world size), a block order's arrangement (``stripes``: the world size the epoch
+    is laid out for, None for the loader's own) and a mixture's carried start (``mixture``, used
+    when its epoch is the one that starts). ``resumed``: made by ``load_state_dict``, so that a
+    ``set_epoch`` of the same epoch keeps it."""
+    epoch: int = 0
+    batch: int = 0
+    start: int = 0
+    stripes: int | None = None
+    mixture: MixtureStart | None = None
+    resumed: bool = False
+
+    def for_epoch(self, epoch):
+        """``set_epoch(epoch)``: the start of ``epoch``, keeping a resumed position inside it and
+        a mixture's carried epoch start (not a loaded point inside an epoch)."""
+        if self.resumed and epoch == self.epoch:
+            return self
+        carry = self.mixture if self.mixture is not None and self.mixture.position == 0 else None
+        return Position(epoch, mixture=carry)
+
+
+class Cursor:
+    """One iteration's progress, owned by its iterator: ``batch`` counts the batches of the plan
+    delivered (the iterator advances it), from ``start`` (the plan's global start position) to
+    ``num_batches`` (None when unknown: an IterableDataset without a length). ``mixture`` is a
+    mixture's MixturePlan of the epoch; ``stripes`` a block order's arrangement (None: the
+    loader's world size)."""
+
+    __slots__ = ("epoch", "batch", "start", "num_batches", "mixture", "stripes")
 
     def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None, stripes=None):
-        super().__init__((epoch, batch))
+        self.epoch = epoch
+        self.batch = batch
         self.start = start
         self.num_batches = num_batches
-        self.mixture = mixture  # a mixture's _native.engine.MixturePlan
-        self.stripes = stripes  # a block order's arrangement (world size); None: the loader's
+        self.mixture = mixture
+        self.stripes = stripes
 
     def running(self):
         """Whether batches of this iteration remain to be delivered."""
-        return self.num_batches is None or self[1] < self.num_batches
+        return self.num_batches is None or self.batch < self.num_batches
+
+    def __repr__(self):
+        return (f"Cursor(epoch={self.epoch}, batch={self.batch}, start={self.start}, "
+                f"num_batches={self.num_batches})")
 
 
 def _is_int(x):
@@ -96,7 +145,7 @@ def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0, repeat
 
 def repeats(loader):
     """Copies of every sample an epoch (1 unless the loader repeats samples)."""
-    return getattr(loader, "repeats", 1)
+    return loader.repeats
 
 
 def plan(loader, start=0, world_size=None, rank=None):
@@ -120,7 +169,7 @@ def weights_state(loader):
 def block_window(loader):
     """Blocks a rank keeps open in the engine's block order (shuffle="shards", or a shuffled
     dataset in blocks); 0 when the loader's order is not by blocks."""
-    return getattr(loader._producer, "block_window", 0)
+    return loader._producer.block_window
 
 
 def config(loader):
@@ -137,15 +186,14 @@ def config(loader):
 
 
 def begin(loader):
-    """The cursor of the iteration that starts now, from the loader's pending resume point,
-    which is then cleared (the iteration after it starts the next epoch)."""
-    epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
-    stripes, loader._next_stripes = loader._next_stripes, None
-    mixture = None
+    """``(cursor, pending)``: the cursor of the iteration that starts now at the loader's pending
+    position, and the position after it (the next epoch's start)."""
+    at = loader._next
+    start, mixture, after = at.start, None, None
     if order_kind(loader) == "mixture":
-        mixture = mixture_plan(loader, epoch)
+        mixture = mixture_plan(loader, at)
         start, num_batches = mixture.position, mixture.num_batches
-        loader._mixture_carry = (epoch + 1, mixture)  # the next epoch starts where this one ends
+        after = MixtureStart.after(mixture, at.epoch + 1)  # the next epoch starts where this ends
     elif start:
         num_batches = plan(loader, start).num_batches
     elif order_kind(loader) == "iterable":
@@ -155,10 +203,8 @@ def begin(loader):
             num_batches = len(loader)
         except TypeError:  # an IterableDataset without __len__
             num_batches = None
-    loader._next_epoch, loader._start_batch, loader._next_start = epoch + 1, 0, 0
-    loader._resumed = False  # set_epoch starts epochs from their start again
-    loader._cursor = Cursor(epoch, batch, start, num_batches, mixture, stripes)
-    return loader._cursor
+    cursor = Cursor(at.epoch, at.batch, start, num_batches, mixture, at.stripes)
+    return cursor, Position(at.epoch + 1, mixture=after)
 
 
 def save(loader):
@@ -167,10 +213,10 @@ def save(loader):
         return _save_mixture(loader)
     cursor = loader._cursor
     if cursor is not None and cursor.running():
-        epoch, batch, start, stripes = cursor[0], cursor[1], cursor.start, cursor.stripes
+        epoch, batch, start, stripes = cursor.epoch, cursor.batch, cursor.start, cursor.stripes
     else:
-        epoch, batch, start = loader._next_epoch, loader._start_batch, loader._next_start
-        stripes = loader._next_stripes
+        at = loader._next
+        epoch, batch, start, stripes = at.epoch, at.batch, at.start, at.stripes
     state = {"version": VERSION, "epoch": epoch, "batch": batch, "start": start,
              **config(loader)}
     if block_window(loader):
@@ -179,8 +225,7 @@ def save(loader):
 
 
 def load(loader, state):
-    """``loader.load_state_dict(state)``: (epoch, start batch, start position, stripes) of the
-    loader's next iteration (stripes: a block order's arrangement, None for the loader's own).
+    """``loader.load_state_dict(state)``: the :class:`Position` of the loader's next iteration.
     Raises ValueError for a state this loader cannot continue exactly."""
     if not isinstance(state, dict) or state.get("version") not in _READABLE:
         raise ValueError(f"not a stoker.DataLoader state (version {VERSION}): {state!r}")
@@ -219,7 +264,7 @@ def load(loader, state):
                 last = None
         if last is not None and batch > last:
             raise ValueError(f"invalid position in state: batch {batch} of an epoch of {last}")
-        return epoch, batch, start, stripes
+        return Position(epoch, batch, start, stripes, resumed=True)
     if mine["order"] != "engine":
         raise ValueError(
             f"the state was saved with world_size={old_world} and this loader has "
@@ -232,8 +277,8 @@ def load(loader, state):
                          f"{old.num_batches} (world_size={old_world})")
     reached = old.position_after(batch)
     if reached >= n:  # the old job finished the epoch
-        return epoch + 1, 0, 0, None
-    return epoch, 0, reached, stripes
+        return Position(epoch + 1, resumed=True)
+    return Position(epoch, 0, reached, stripes, resumed=True)
 
 
 def _check_matching(state, mine):
@@ -250,41 +295,38 @@ def _check_matching(state, mine):
 
 # -- mixtures ---------------------------------------------------------------------------------------
 
-def mixture_start(loader, epoch):
-    """``(position, first_step, bases)`` where the loader's plan of ``epoch`` starts: the carried
-    one (a loaded state, or the end of the epoch before), else as if every epoch before ran whole
-    with these weights and world size."""
-    carry = loader._mixture_carry
-    if carry is not None and carry[0] == epoch:
-        start = carry[1]
-        if isinstance(start, tuple):
-            return start
-        return 0, start.first_step + start.num_batches, start.draws_after(start.num_batches)
-    m, p = loader.dataset, loader._producer
-    steps = epoch * plan(loader).num_batches
+def mixture_start(loader, at):
+    """The :class:`MixtureStart` of the loader's plan for position ``at``: the carried one (a
+    loaded state, or the end of the epoch before), else as if every epoch before ran whole with
+    these weights and world size."""
+    if at.mixture is not None and at.mixture.epoch == at.epoch:
+        return at.mixture
+    m = loader.dataset
+    steps = at.epoch * plan(loader).num_batches
     first, bases = _native.engine.mixture_epoch_start(
-        m.sizes, m.phases(0, steps), loader.seed, p.shuffle is not False, epoch,
+        m.sizes, m.phases(0, steps), loader.seed, loader.shuffle is not False, at.epoch,
         loader.batch_size, loader.drop_last, loader.world_size)
-    return 0, first, bases
+    return MixtureStart(at.epoch, 0, first, tuple(bases))
 
 
-def mixture_plan(loader, epoch):
-    """The loader's rank's MixturePlan of ``epoch`` (from its pending start)."""
-    m, p = loader.dataset, loader._producer
-    position, first_step, bases = mixture_start(loader, epoch)
-    steps = plan(loader, position).num_batches
+def mixture_plan(loader, at):
+    """The loader's rank's MixturePlan of the epoch that position ``at`` starts."""
+    m = loader.dataset
+    start = mixture_start(loader, at)
+    steps = plan(loader, start.position).num_batches
     return _native.engine.MixturePlan(
-        m.sizes, m.phases(first_step, steps), loader.seed, p.shuffle is not False, epoch,
-        loader.batch_size, loader.drop_last, loader.rank, loader.world_size, position,
-        first_step, bases)
+        m.sizes, m.phases(start.first_step, steps), loader.seed, loader.shuffle is not False,
+        at.epoch, loader.batch_size, loader.drop_last, loader.rank, loader.world_size,
+        start.position, start.first_step, list(start.bases))
 
 
 def mixture_point(loader):
     """``(epoch, batch, plan)`` of the next batch: the running iteration's, or the pending one."""
     cursor = loader._cursor
     if cursor is not None and cursor.running() and cursor.mixture is not None:
-        return cursor[0], cursor[1], cursor.mixture
-    return loader._next_epoch, loader._start_batch, mixture_plan(loader, loader._next_epoch)
+        return cursor.epoch, cursor.batch, cursor.mixture
+    at = loader._next
+    return at.epoch, at.batch, mixture_plan(loader, at)
 
 
 def mixture_stats(loader, samples):
@@ -345,16 +387,17 @@ def _load_mixture(loader, state, mine):
                          f"{old.num_batches} (world_size={old_world})")
     if old_world == loader.world_size and saved.get("weights") == m.fingerprint(first_step, step):
         # The same ranks and weights: the saved plan itself, the same batches.
-        loader._mixture_carry = (epoch, (start, first_step, bases))
-        return epoch, batch, start, None
+        return Position(epoch, batch, start,
+                        mixture=MixtureStart(epoch, start, first_step, tuple(bases)),
+                        resumed=True)
     # Another world size or other weights: a plan from the saved point, every stream going on
     # from where the saving job's ranks left it together.
     reached = old.position_after(batch)
     if reached >= n:
-        loader._mixture_carry = (epoch + 1, (0, step, draws))
-        return epoch + 1, 0, 0, None
-    loader._mixture_carry = (epoch, (reached, step, draws))
-    return epoch, 0, reached, None
+        return Position(epoch + 1, mixture=MixtureStart(epoch + 1, 0, step, tuple(draws)),
+                        resumed=True)
+    return Position(epoch, 0, reached, mixture=MixtureStart(epoch, reached, step, tuple(draws)),
+                    resumed=True)
 
 
 _ORDERS = {"engine": "the engine (shuffle and seed)",

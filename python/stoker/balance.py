@@ -41,7 +41,8 @@ def check_shuffle(shuffle, class_weights):
 
 
 def _dataset_labels(dataset):
-    source = getattr(dataset, "_source", None)
+    from .sources.base import StokerDataset
+    source = dataset._source if isinstance(dataset, StokerDataset) else None
     if isinstance(source, _native.sources.Source):
         native = source.labels()  # image folders and tar shards: from their index, no decode
         if native is not None:

@@ -1,48 +1,48 @@
 """``stoker.DataLoader``: the one front of every dataset and every option.
 
-The constructor parses and checks the options once (_options.py), then hands them to one of three
-producers, chosen by the dataset and ``offload``:
+The constructor checks the options once (_options.py ``parse``, after torch's own checks for a
+Python dataset), then hands the immutable ``Options`` to one of three producers (_producer.py
+declares what the front reads of them), chosen by the dataset and ``offload``:
 
-- native.py, :class:`NativeProducer`: a Stoker dataset, read by the C++ engine's threads;
+- native.py, :class:`NativeProducer`: a Stoker dataset (sources/base.py ``StokerDataset``), read
+  by the C++ engine's threads;
 - pydata/producer.py, :class:`PythonProducer`: any Python (torch) dataset, in worker processes;
 - offload/producer.py, :class:`RayProducer`: either kind, on Ray actors.
 
-A producer is an object with this protocol (nothing else of it is used here):
-
-- ``order_kind``: who orders the samples ("engine", "stratified", "mixture", "sampler",
-  "iterable");
-- ``num_batches()``: len(loader) (TypeError where the dataset has no length);
-- ``batches(cursor)``: an iterator (with ``__len__``) over the CPU batches of the iteration that
-  ``cursor`` (an _state.Cursor) starts, keeping ``cursor[1]`` at the batches it delivered;
-- ``knobs()``: the resolved num_workers, prefetch_factor, pin_memory and memory_budget;
-- ``stats()``: its counters (at least batches, samples, skipped, skipped_samples);
-- ``copy_engine(device)``: the engine that copies its batches to a GPU (None: torch's copy);
-- ``device_mixing`` (optional): a batch transform to run on the GPU after the copy
-  (gpu/batch_transform.py's DeviceMixing), or None.
-
-The loader builds the plan (class balance; the resume state of _state.py), wraps whatever the
-producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU (with the producer's
-``device_mixing`` around it), and builds ``stats()`` and ``state_dict()`` in one place.
+Each iteration starts at the loader's pending ``_state.Position`` and runs with a
+``_state.Cursor`` that its iterator owns and advances (_state.py: the resume state). The loader
+wraps whatever the producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU (with
+the producer's ``device_mixing`` and ``device_output`` around it), and builds ``stats()`` and
+``state_dict()`` in one place.
 """
 
 from __future__ import annotations
 
 from . import _native, _options, _state, balance
 from .gpu import feed as _feed
-from .native import NativeProducer, is_native
+from .native import NativeProducer
+from .sources.base import StokerDataset, is_native
 
 # The attributes torch freezes once a loader is made.
 _FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                       "persistent_workers")
 
 
-def _make_producer(dataset, options):
-    if options.offload is not None:
-        make = getattr(options.offload, "_producer", None)
+def _producer_kind(dataset, offload):
+    """Which producer makes the batches: "offload" (Ray actors), "native" (a Stoker dataset, the
+    engine's threads) or "python" (any other dataset, worker processes)."""
+    if offload is not None:
+        return "offload"
+    return "python" if dataset is not None and not is_native(dataset) else "native"
+
+
+def _make_producer(kind, dataset, options):
+    if kind == "offload":  # an offload makes its producer (offload/producer.py RayOffload)
+        make = getattr(options.offload, "make_producer", None)
         if make is None:
             raise TypeError(f"offload must be a stoker.RayOffload, got {options.offload!r}")
-        return make(dataset, options)  # RayProducer (offload/producer.py)
-    if dataset is not None and not is_native(dataset):
+        return make(dataset, options)
+    if kind == "python":
         from .pydata.producer import PythonProducer  # imports torch: only when needed
         return PythonProducer(dataset, options)
     return NativeProducer(dataset, options)
@@ -134,12 +134,17 @@ class DataLoader:
                  on_error="raise", cpu_budget=None, device=None, gpu_prefetch="auto",
                  gpu_prefetch_bytes=None, class_weights=None, labels=None, offload=None,
                  repeats=1, batch_transform=None, shard_window="auto", **python_options):
+        kind = _producer_kind(dataset, offload)
+        if kind == "python":  # torch's own checks first, with torch's messages
+            from .pydata.producer import validate
+            validate(dataset, batch_size, shuffle, python_options, drop_last, num_workers,
+                     prefetch_factor)
         options = _options.parse(
-            batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, pin_memory,
-            memory_budget, rank, world_size, output, on_error, cpu_budget, device, gpu_prefetch,
-            gpu_prefetch_bytes, class_weights, labels, offload, python_options, repeats,
-            batch_transform, shard_window)
-        producer = _make_producer(dataset, options)
+            dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor,
+            pin_memory, memory_budget, rank, world_size, output, on_error, cpu_budget, device,
+            gpu_prefetch, gpu_prefetch_bytes, class_weights, labels, offload, python_options,
+            repeats, batch_transform, shard_window)
+        producer = _make_producer(kind, dataset, options)
         self._producer = producer
         self._options = options
         set_ = object.__setattr__  # the attributes torch freezes after __init__
@@ -154,14 +159,9 @@ class DataLoader:
         self._device = options.device
         self._engine = None  # the GPU copy engine (one copy stream), made at the first iteration
         self._gpu_stats = {}
-        self._next_epoch = 0
-        self._start_batch = 0
-        self._next_start = 0  # global position the next epoch's plan starts at (elastic resume)
-        self._next_stripes = None  # a block order's arrangement there (None: world_size)
-        self._mixture_carry = None  # a Mixture's: where its next epoch's plan starts (_state.py)
-        self._resumed = False
-        # _state.Cursor of the latest iteration; shared with its iterator, so the loader holds
-        # no reference to the iterator (dropping it stops its threads).
+        self._next = _state.Position()  # where the next iteration starts
+        # The latest iteration's _state.Cursor, owned by its iterator: read for state_dict(), so
+        # the loader holds no reference to the iterator (dropping it stops its threads).
         self._cursor = None
         self._initialized = True
 
@@ -196,24 +196,24 @@ class DataLoader:
 
     @property
     def multiprocessing_context(self):
-        return getattr(self._producer, "context", None)
+        return self._producer.context
 
     @property
     def _iterator(self):
         """The latest iterator while workers persist (as torch keeps it); setting None stops
         them."""
-        return getattr(self._producer, "persistent_iterator", lambda: None)()
+        return self._producer.persistent_iterator()
 
     @_iterator.setter
     def _iterator(self, value):
-        if value is None and hasattr(self._producer, "stop_workers"):
+        if value is None:
             self._producer.stop_workers()
 
     @property
     def _auto_collation(self):
         """Whether samples are batched (torch's name): False only for a Python dataset read
         with batch_size=None."""
-        return getattr(self._producer, "_auto_collation", True)
+        return self._producer.auto_collation
 
     @property
     def _order_kind(self):
@@ -228,33 +228,25 @@ class DataLoader:
         (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
         if not _options.is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        if self._resumed and epoch == self._next_epoch:
-            return
-        carry = self._mixture_carry
-        if carry is not None and isinstance(carry[1], tuple) and carry[1][0] != 0:
-            self._mixture_carry = None  # a loaded point inside an epoch: not its start
-        self._resumed = False
-        self._next_epoch = epoch
-        self._start_batch = 0
-        self._next_start = 0
-        self._next_stripes = None
+        self._next = self._next.for_epoch(epoch)
 
     def __iter__(self):
-        cursor = _state.begin(self)
+        cursor, self._next = _state.begin(self)
+        self._cursor = cursor
         batches = self._producer.batches(cursor)
         if self._device is None:
             return batches
         if self._engine is None:
-            self._engine = self._producer.copy_engine(self._device) or \
+            self._engine = self._producer.copy_stage(self._device) or \
                 _feed.CudaCopyEngine(self._device)
         engine = self._engine
-        mixing = getattr(self._producer, "device_mixing", None)  # a batch transform, on the GPU
+        mixing = self._producer.device_mixing  # a batch transform, on the GPU
         if mixing is not None:
             batches, engine = mixing.tag(batches, cursor), mixing.engine(engine)
         feed = _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
                                 self._options.gpu_prefetch_bytes, engine=engine,
                                 cursor=cursor, stats=self._gpu_stats)
-        output = getattr(self._producer, "device_output", None)  # ToTensor on the GPU
+        output = self._producer.device_output  # ToTensor on the GPU
         if output is not None:
             feed = output.finish(feed, tagged=mixing is not None)
         return feed if mixing is None else mixing.finish(feed)
@@ -285,10 +277,8 @@ class DataLoader:
                 raise ValueError("load_state_dict(weights=...) is for a loader of a "
                                  "stoker.Mixture")
             self.dataset.weights = weights
-        resume = _state.load(self, state)
+        self._next = _state.load(self, state)
         self._cursor = None
-        self._next_epoch, self._start_batch, self._next_start, self._next_stripes = resume
-        self._resumed = True
 
     def class_plan(self):
         """For a stratified or weighted loader, one dict a class: ``label``, ``samples``,
@@ -314,16 +304,16 @@ class DataLoader:
         for key in ("batches", "samples", "skipped"):
             s.setdefault(key, 0)
         s.setdefault("skipped_samples", [])
-        packing = getattr(self.dataset, "_packing_stats", None)  # a packed TokenDataset
-        if packing is not None:
-            s["packing"] = packing()
-        remote = getattr(self.dataset, "_remote", None)  # shards streamed from object storage
-        if remote is not None:
-            s["remote"] = remote.stats()
-        report = getattr(self.dataset, "_transform_report", None)  # an image dataset
-        transforms = report() if report is not None else None
-        if transforms is not None:
-            s["transforms"] = transforms  # which transforms ran natively, which in Python
+        ds = self.dataset
+        if isinstance(ds, StokerDataset):
+            packing = ds._packing_stats()  # a packed TokenDataset
+            if packing is not None:
+                s["packing"] = packing
+            if ds._remote is not None:  # shards streamed from object storage
+                s["remote"] = ds._remote.stats()
+            transforms = ds._transform_report()  # an image dataset
+            if transforms is not None:
+                s["transforms"] = transforms  # which transforms ran natively, which in Python
         s.update(self._producer.knobs())
         s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)

@@ -8,19 +8,14 @@ import gc
 import warnings
 
 from . import _native, _options, _state, balance
+from ._producer import Producer
 from .errors import MemoryBudgetError
 from .gpu import feed as _feed
+from .sources.base import StokerDataset
 from .sources.mixture import Mixture
 
 
-def is_native(dataset):
-    """A Stoker dataset (read by the engine), including one that cannot be batched as made (an
-    ImageFolder without a transform: the native producer explains why)."""
-    return (isinstance(getattr(dataset, "_source", None), _native.sources.Source)
-            or getattr(dataset, "_unbatchable", None) is not None)
-
-
-class EngineOrdered:
+class EngineOrdered(Producer):
     """What a producer whose samples the engine orders (native, Ray) tells the front: the
     shuffle, the class-balanced plan's classes and weights, a mixture, and torch's attributes."""
 
@@ -28,11 +23,12 @@ class EngineOrdered:
         o = options
         self.dataset = dataset
         self.options = o
-        self.seed = o.seed
+        self._seed = o.seed
         self.shuffle = False if o.shuffle is None else o.shuffle
         # A dataset in remote shards declares default_shuffle = "shards": shuffle=True then
         # means its shard order.
-        if self.shuffle is True and getattr(dataset, "default_shuffle", None) == "shards":
+        if self.shuffle is True and isinstance(dataset, StokerDataset) and \
+                dataset.default_shuffle == "shards":
             self.shuffle = "shards"
         if o.shard_window != "auto" and self.shuffle != "shards":
             raise ValueError(f'shard_window is for shuffle="shards", and this loader\'s order is '
@@ -53,14 +49,11 @@ class EngineOrdered:
         self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
         self.weights = balance.weights_for(self.classes, o.class_weights) \
             if o.stratified else []
-        self.order_kind = "stratified" if self.classes is not None else \
-            "mixture" if self.mixture is not None else "engine"
-        self.repeats = o.repeats
-        if o.repeats != 1 and self.order_kind != "engine":
-            raise ValueError(
-                'repeats is for the plain order (shuffle=True or False): shuffle="stratified", '
-                "class_weights and a Mixture lay out whole batches and key their draws by "
-                "cycles of their own")
+        self.order_kind = o.order
+
+    @property
+    def seed(self):
+        return self._seed
 
     def attributes(self):
         o = self.options
@@ -68,38 +61,35 @@ class EngineOrdered:
                 "drop_last": o.drop_last, "rank": o.rank, "world_size": o.world_size,
                 "sampler": None, "batch_sampler": None, "persistent_workers": False}
 
+    def plan(self, start=0):
+        """The engine's BatchPlan of this rank from global position ``start`` on."""
+        o = self.options
+        return _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
+                                 start, o.repeats)
+
 
 class NativeProducer(EngineOrdered):
-    """Batches of a native dataset (see loader.py for the producer protocol)."""
+    """Batches of a Stoker dataset, made by the engine's threads (_producer.py states the
+    protocol)."""
 
     def __init__(self, dataset, options):
-        source = getattr(dataset, "_source", None)
-        if source is None and getattr(dataset, "_unbatchable", None):
-            raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
-        if not isinstance(source, _native.sources.Source):
+        if not isinstance(dataset, StokerDataset) or not dataset._native:
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
-                f"TokenDataset, ImageFolder, TarShards, TableDataset), or a Python one with __getitem__, "
-                f"got {type(dataset).__name__}")
+                f"TokenDataset, ImageFolder, TarShards, TableDataset), or a Python one with "
+                f"__getitem__, got {type(dataset).__name__}")
+        if dataset._source is None:
+            raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
         o = options
-        _options.check_order(o)
-        for key in o.python_given():
-            raise ValueError(f"{key} is for Python datasets; native datasets order, batch "
-                             f"and seed samples in the engine")
-        if not _options.is_int(o.batch_size) or o.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
-        workers = _options.knob("num_workers", o.num_workers, 0, _options.MAX_WORKERS)
-        prefetch = _options.knob("prefetch_factor", o.prefetch_factor, 1, _options.MAX_PREFETCH)
+        source = dataset._source
         pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
         if pin == "on" and not _native.gpu.cuda_available():
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
                           stacklevel=4)
             pin = "off"
-        cpu_budget = 0 if o.cpu_budget is None else \
-            _options.knob("cpu_budget", o.cpu_budget, 1, _options.MAX_WORKERS)
-        # A dataset that decodes on the GPU (decode="cuda") brings its own copy engine.
-        self._engine_factory = getattr(dataset, "_device_engine", None)
-        if self._engine_factory is not None and o.device is None:
+        cpu_budget = 0 if o.cpu_budget is None else o.cpu_budget
+        # A dataset that decodes on the GPU (decode="cuda") brings its own copy stage.
+        if dataset._decodes_on_gpu and o.device is None:
             raise ValueError(f"{type(dataset).__name__}(decode=\"cuda\") decodes into GPU "
                              f"batches: pass device=\"cuda\" to the DataLoader")
         if o.device is not None and _native.gpu.cuda_available():
@@ -107,32 +97,28 @@ class NativeProducer(EngineOrdered):
         super().__init__(dataset, o)
         # device="cuda": an image transform that ends in a float ToTensor (and Normalize) has
         # the workers write uint8 and converts on the GPU after the copy (gpu/output.py).
-        self.device_output = None
-        if o.device is not None and self._engine_factory is None:
-            variant = getattr(dataset, "_device_output", lambda: None)()
+        if o.device is not None and not dataset._decodes_on_gpu:
+            variant = dataset._device_output()
             if variant is not None:
                 source, self.device_output = variant
-        self.device_mixing = None
         mixing = _batch_transform(dataset, o.batch_transform)
         if mixing is not None and o.device is not None:
             from .gpu.batch_transform import DeviceMixing
             self.device_mixing = DeviceMixing(
-                mixing, o.seed, dataset._cpu_source.image_layout, dataset._shape,
-                lambda cursor: _state.batch_plan(dataset, o.batch_size, o.drop_last, o.rank,
-                                                 o.world_size, cursor.start, o.repeats))
+                mixing, o.seed, dataset._cpu_source.image_layout,
+                tuple(dataset._cpu_source.image_shape), lambda cursor: self.plan(cursor.start))
             mixing = None
-        self.loader = _native.engine.Loader(source, o.batch_size, self.shuffle is not False, o.seed,
-                                     o.drop_last, workers, prefetch, pin, o.memory_budget,
-                                     o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
-                                     classes=self.classes, class_weights=self.weights,
-                                     repeats=o.repeats, batch_transform=mixing,
-                                     shard_window=self.shard_window, **self._mixture_order())
+        self.loader = _native.engine.Loader(
+            source, o.batch_size, self.shuffle is not False, o.seed, o.drop_last,
+            _options.auto(o.num_workers), _options.auto(o.prefetch_factor), pin,
+            o.memory_budget, o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
+            classes=self.classes, class_weights=self.weights, repeats=o.repeats,
+            batch_transform=mixing, shard_window=self.shard_window, **self._mixture_order())
         if self.loader.pinned:
             _feed.install_fence_provider()
         self.torch = o.torch_output
-        self.single = len(source.field_names) == 1
-        # A dataset whose batches are not the fields as a tuple (a table's dict of columns).
-        self.assemble = getattr(dataset, "_assemble_batch", None)
+        # A batch as the dataset makes it from the engine's fields (a table's dict of columns).
+        self.assemble = dataset._assemble_batch
         if mixing is not None:  # the engine appends the soft labels to the source's fields
             names = list(source.field_names)
             self.assemble = functools.partial(_mixed_batch, names.index("image"), len(names))
@@ -159,24 +145,22 @@ class NativeProducer(EngineOrdered):
         0 when the samples are not ordered by blocks."""
         return self.loader.shard_window
 
-    def epoch_source(self, cursor_epoch, start_batch, plan=None, stripes=0):
+    def epoch_source(self, epoch, start_batch, plan=None, stripes=0):
         """The engine's iterator over one epoch's batches (``plan``: a BatchPlan, or None for
         the loader's own; ``stripes``: the world size a block order's epoch is arranged for, 0
         for the loader's)."""
-        return self.loader.iterate(cursor_epoch, start_batch, plan, stripes)
+        return self.loader.iterate(epoch, start_batch, plan, stripes)
 
     def block_schedule(self, cursor):
         """The blocks (shards) the iteration that ``cursor`` starts reads, in first-use order (a
         uint64 array; empty without a block order): what a remote fetcher downloads."""
-        o = self.options
-        plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
-                                 cursor.start, o.repeats) if cursor.start else None
-        return self.loader.block_schedule(cursor[0], cursor[1], plan, cursor.stripes or 0)
+        plan = self.plan(cursor.start) if cursor.start else None
+        return self.loader.block_schedule(cursor.epoch, cursor.batch, plan, cursor.stripes or 0)
 
     def _schedule_remote(self, cursor):
         """Tells a remote dataset's shard cache which shards this iteration reads, in order of
         first use, so that they are fetched ahead (sources/remote.py)."""
-        remote = getattr(self.dataset, "_remote", None)
+        remote = self.dataset._remote
         if remote is None:
             return
         block_shards = self.dataset._block_shards
@@ -194,27 +178,22 @@ class NativeProducer(EngineOrdered):
     def batches(self, cursor):
         self._schedule_remote(cursor)
         if cursor.mixture is not None:
-            return NativeBatches(self.loader.iterate_mixture(cursor.mixture, cursor[1]), cursor,
-                                 self.torch, self.single, self.assemble)
-        o = self.options
-        plan = _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
-                                 cursor.start, o.repeats) if cursor.start else None
-        return NativeBatches(self.epoch_source(cursor[0], cursor[1], plan, cursor.stripes or 0),
-                             cursor, self.torch, self.single, self.assemble)
+            native = self.loader.iterate_mixture(cursor.mixture, cursor.batch)
+        else:
+            plan = self.plan(cursor.start) if cursor.start else None
+            native = self.epoch_source(cursor.epoch, cursor.batch, plan, cursor.stripes or 0)
+        return NativeBatches(native, cursor, self.torch, self.assemble)
 
-    def copy_engine(self, device):
-        if self._engine_factory is None:
+    def copy_stage(self, device):
+        if not self.dataset._decodes_on_gpu:
             return None
-        return self._engine_factory(device, self.options.on_error)
+        return self.dataset._copy_stage(device, self.options.on_error)
 
     def stats(self):
         s = self.loader.stats()
         if self.device_output is not None:
             s["device_output"] = self.device_output.describe()
         return s
-
-    def shutdown(self):
-        pass  # the engine's threads stop with their iterator
 
 
 def _mixed_batch(image, soft_label, fields):
@@ -227,16 +206,16 @@ def _batch_transform(dataset, spec):
     None without one; ValueError where the dataset's batches are not (images, labels)."""
     if spec is None:
         return None
-    image_source = getattr(dataset, "_cpu_source", None)
+    image_source = dataset._cpu_source
     if not isinstance(image_source, _native.sources.ImageSource) or \
             isinstance(dataset, Mixture):
         raise ValueError(f"batch_transform={spec.name} mixes batches of (images, labels): it is "
                          f"for ImageFolder, TarShards and TableDataset(image=..., label=...), "
                          f"got {type(dataset).__name__}")
-    if getattr(dataset, "image", None) is not None and getattr(dataset, "label", "") is None:
+    if dataset._images is not None and getattr(dataset, "label", "") is None:
         raise ValueError(f"batch_transform={spec.name} needs labels: this TableDataset has "
                          f"images but no label column (TableDataset(..., label=...))")
-    if spec.mixes_images and dataset._dtype == "uint8":
+    if spec.mixes_images and image_source.image_dtype == "uint8":
         raise ValueError(f"batch_transform={spec.name}: MixUp blends images, which uint8 cannot "
                          f"hold (torchvision's MixUp fails on uint8 too): make float images, "
                          f'e.g. ToTensor(dtype="float32"), or use CutMix alone')
@@ -244,22 +223,22 @@ def _batch_transform(dataset, spec):
 
 
 class NativeBatches:
-    """One iteration's batches from the engine; ``cursor[1]`` follows the batches delivered."""
+    """One iteration's batches from the engine; it owns ``cursor`` and keeps ``cursor.batch`` at
+    the batches delivered."""
 
-    __slots__ = ("_native", "_cursor", "_torch", "_single", "_assemble")
+    __slots__ = ("_native", "_cursor", "_torch", "_assemble")
 
-    def __init__(self, native, cursor, torch, single, assemble=None):
+    def __init__(self, native, cursor, torch, assemble):
         self._native = native
         self._cursor = cursor
         self._torch = torch
-        self._single = single
         self._assemble = assemble
 
     def __iter__(self):
         return self
 
     def __len__(self):
-        return self._cursor.num_batches - self._cursor[1]
+        return self._cursor.num_batches - self._cursor.batch
 
     def __next__(self):
         if self._native is None:
@@ -276,7 +255,5 @@ class NativeBatches:
             raise
         finally:
             if self._native is not None:
-                self._cursor[1] = self._native.position  # a failed batch counts as consumed
-        if self._assemble is not None:
-            return self._assemble(fields)
-        return fields[0] if self._single else fields
+                self._cursor.batch = self._native.position  # a failed batch counts as consumed
+        return self._assemble(fields)

@@ -1,6 +1,6 @@
 // on_error="skip": the one rule by which a failed sample is replaced and remembered. The native
-// loader (loader.cc), the GPU JPEG decoder (image/gpu/batch_decoder.cc) and the Python-dataset
-// engine (python/sample_fetcher.cc) all follow it through this header.
+// loader (loader.cc), the GPU JPEG decoder (src/gpu/decode/batch_decoder.cc) and the
+// Python-dataset engine (src/pydata/sample_fetcher.cc) all follow it through this header.
 //
 // The rule:
 // - A sample that fails is replaced by the first of its candidates that reads. The candidates of

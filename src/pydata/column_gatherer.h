@@ -1,8 +1,8 @@
 // The columns of a batch of Python samples (internal to Stoker's Python-dataset engine).
 //
 // The batch tree, defined here once (its tags are exported as _native.pydata.TREE_TAGS, which
-// python/stoker/batch_structure.py builds and reads trees with): batch_structure.flatten describes
-// a batch, or sample 0 of one, as a tree of tuples, each led by its tag:
+// python/stoker/pydata/batch_structure.py builds and reads trees with): batch_structure.flatten
+// describes a batch, or sample 0 of one, as a tree of tuples, each led by its tag:
 //   (kTensorLeaf, k, torch dtype, shape)          tensor leaf k (array leaf k of the batch)
 //   (kNdarrayLeaf, k, NumPy dtype str, shape)     NumPy array leaf k (array leaf k)
 //   (kObjectLeaf, k, type)                        object leaf k: anything else (str, int, ...)

@@ -1,8 +1,9 @@
 // Per-sample seeding of the interpreter's three global generators by writing their states in
-// place (internal to Stoker's Python-dataset engine). This file and python/stoker/rng_fields.py
-// are the only code that touches other libraries' private memory; rng_fields.py locates the
-// fields below in this process, verifies them against the public getstate()/get_state(), and
-// falls back to the public setstate()/set_state() calls when anything does not match.
+// place (internal to Stoker's Python-dataset engine). This file and
+// python/stoker/pydata/rng_fields.py are the only code that touches other libraries' private
+// memory; rng_fields.py locates the fields below in this process, verifies them against the
+// public getstate()/get_state(), and falls back to the public setstate()/set_state() calls when
+// anything does not match.
 //
 // Layouts relied on (each located and verified at start-up, never assumed):
 // - Python's `random` module instance (CPython Modules/_randommodule.c RandomObject):

@@ -28,8 +28,8 @@
 namespace stoker::python {
 
 // Each array leaf of a batch starts at a multiple of this many bytes in its buffer (a cache line:
-// workers writing neighbouring leaves never share one). python/stoker/batch_structure.py reads it
-// from _native.pydata.LEAF_ALIGNMENT.
+// workers writing neighbouring leaves never share one). python/stoker/pydata/batch_structure.py
+// reads it from _native.pydata.LEAF_ALIGNMENT.
 inline constexpr size_t kLeafAlignment = 64;
 
 // One buffer of a SharedPool, held by the consumer while a worker fills it.

@@ -9,9 +9,10 @@ does (``shuffle="shards"``).
 """
 
 from stoker import _native
+from stoker.sources.base import StokerDataset
 
 
-class FaultyDataset:
+class FaultyDataset(StokerDataset):
     def __init__(self, size, width=1, fail=(), delay_us=0, shards=()):
         self._spec = (size, width, tuple(sorted(fail)), delay_us, tuple(shards))
         self._source = _native.testing.FaultySource(size, width, set(fail), delay_us,

@@ -6,6 +6,7 @@ from stoker import DataLoader
 from stoker.gpu.decode import _torch_dtype, merge_stats
 from stoker.gpu.feed import DeviceFeed
 from stoker import _native
+from stoker.sources.base import StokerDataset
 
 
 class CpuCopyEngine:
@@ -56,7 +57,7 @@ class EmulatedDecodeEngine:
         return {"gpu_decode": self.decoder.stats(), "gpu_batches_ahead_bytes": 0}
 
 
-class _Staged:
+class _Staged(StokerDataset):
     """A decode="cuda" dataset seen as its staging source (raw staged batches)."""
 
     def __init__(self, dataset):

@@ -253,7 +253,7 @@ def test_the_gpu_path_gives_the_cpu_paths_batches(sample):
         device = load(ds)
         device._device, device._engine = "fake-gpu", CpuCopyEngine()
         device._producer.device_mixing = gpu_mix.DeviceMixing(
-            native, device.seed, layout, ds._shape,
+            native, device.seed, layout, tuple(ds._cpu_source.image_shape),
             lambda cursor: _state.plan(device, cursor.start))
         for epoch in (0, 1):
             cpu.set_epoch(epoch)

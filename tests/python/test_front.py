@@ -151,3 +151,100 @@ def test_python_datasets_get_torchs_messages_first_and_its_truthy_drop_last():
     with pytest.raises(ValueError, match="drop_last must be True or False"):
         stoker.DataLoader(stoker.ArrayDataset(np.arange(4)), drop_last=1)
     assert stoker.DataLoader(MapStyle(), batch_size=None, num_workers=0)._auto_collation is False
+
+
+# ---- one rule, one place --------------------------------------------------------------------------
+
+def test_options_are_one_immutable_value():
+    loader = stoker.DataLoader(stoker.ArrayDataset(np.arange(4)), batch_size=2)
+    import dataclasses
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loader._options.batch_size = 3
+    assert loader._options.order == "engine" and loader._options.stratified is False
+
+
+def test_each_shared_rule_has_one_message_for_every_producer():
+    # repeats: the plain order only, whoever produces (the engine refuses it too, for C++ users)
+    arrays = stoker.ArrayDataset(np.arange(6), np.arange(6) % 2)
+    mixture = stoker.Mixture({"a": stoker.ArrayDataset(np.arange(6)),
+                              "b": stoker.ArrayDataset(np.arange(6))})
+    for dataset, kw in ((arrays, dict(shuffle="stratified")), (mixture, {}),
+                        (MapStyle(), dict(sampler=list(range(6)))),
+                        (MapStyle(), dict(shuffle=True, class_weights="balanced",
+                                          labels=[0, 1] * 3)),
+                        (Stream(), {})):
+        with pytest.raises(ValueError, match=r"^repeats is for the plain order \(shuffle=True or "
+                                             r"False\): not with shuffle=\"stratified\""):
+            stoker.DataLoader(dataset, batch_size=2, repeats=2, **kw)
+    # batch_size: one message for every producer the engine orders (a Python dataset: torch's)
+    for kw in ({}, dict(offload=stoker.RayOffload()) if importlib.util.find_spec("ray") else {}):
+        with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got 0$"):
+            stoker.DataLoader(arrays, batch_size=0, **kw)
+    with pytest.raises(ValueError, match=r"^batch_size should be a positive integer value"):
+        stoker.DataLoader(MapStyle(), batch_size=0)
+
+
+def _attributes_read(path, owner):
+    """Names ``X`` read as ``<owner>.X`` in the module at ``path`` (``owner``: a dotted name such
+    as ``self._producer``)."""
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == owner:
+            names.add(node.attr)
+    return names
+
+
+def test_the_front_reads_only_what_the_protocols_declare():
+    from stoker._producer import Producer
+    from stoker.sources.base import StokerDataset
+    front = {"loader.py": ["self._producer", "loader._producer"],
+             "_state.py": ["loader._producer", "p"],
+             "tuning/diagnose.py": ["producer"]}
+    for module, owners in front.items():
+        for owner in owners:
+            for name in _attributes_read(os.path.join(PACKAGE, module), owner):
+                assert hasattr(Producer, name) or name in ("loader",), (module, owner, name)
+    datasets = {"loader.py": ["ds"], "native.py": ["dataset", "self.dataset"],
+                "sources/mixture.py": ["ds"], "balance.py": ["dataset"],
+                "offload/producer.py": ["dataset"], "pydata/producer.py": ["dataset"]}
+    for module, owners in datasets.items():
+        for owner in owners:
+            for name in _attributes_read(os.path.join(PACKAGE, module), owner):
+                if name.startswith("_") and not name.startswith("__"):
+                    assert hasattr(StokerDataset, name), (module, owner, name)
+
+
+def test_no_probing_for_private_names():
+    # getattr/hasattr on a private name is a member nobody declared; the exceptions read other
+    # libraries' objects (torchvision's transforms, NumPy's memmap, torch's C module, a
+    # namedtuple's fields, a Hugging Face dataset's indices, sys on free-threaded builds) or an
+    # attribute Stoker sets on exceptions it raises. Dunders are Python's own protocols.
+    allowed = {"_fill", "_labels_getter", "_mmap", "_cuda_getCurrentRawStream", "_stoker_index",
+               "_initialized", "_fields", "_indices", "_is_gil_enabled"}
+    found = []
+    for folder, _, files in os.walk(PACKAGE):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(folder, f)
+            for node in ast.walk(ast.parse(open(path).read())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                        node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and \
+                        isinstance(node.args[1], ast.Constant) and \
+                        str(node.args[1].value).startswith("_") and \
+                        not str(node.args[1].value).startswith("__") and \
+                        node.args[1].value not in allowed:
+                    found.append(f"{os.path.relpath(path, PACKAGE)}:{node.lineno} "
+                                 f"{node.args[1].value}")
+    assert not found, found
+
+
+def test_every_stoker_dataset_is_a_stoker_dataset_and_a_table_is_not_an_image_dataset():
+    from stoker.sources.base import StokerDataset
+    from stoker.sources.images import _ImageDataset
+    for cls in (stoker.ArrayDataset, stoker.TokenDataset, stoker.ImageFolder, stoker.TarShards,
+                stoker.Mixture):
+        assert issubclass(cls, StokerDataset), cls
+    tables = pytest.importorskip("stoker.sources.tables")
+    assert issubclass(tables.TableDataset, StokerDataset)
+    assert not issubclass(tables.TableDataset, _ImageDataset)

@@ -228,19 +228,19 @@ def test_native_datasets_travel_as_their_spec(tmp_path, images):
 
 
 def test_an_actor_refuses_a_dataset_that_differs_where_it_is_rebuilt(images, tmp_path):
-    from stoker.offload.actor import Producer, fingerprint
+    from stoker.offload.actor import BatchActor, fingerprint
 
     aug = T.Compose([T.CenterCrop(16), T.ToTensor()])
     ds = stoker.ImageFolder(images / "train", transform=aug)
     config = {"fingerprint": fingerprint(ds), "threads": 1, "python": {},
               "loader": dict(batch_size=2, shuffle=False, seed=0, drop_last=False, rank=0,
                              world_size=1, on_error="raise", memory_budget=None)}
-    Producer(ds, config)  # the same files: fine
+    BatchActor(ds, config)  # the same files: fine
     other = tmp_path / "train"
     os.makedirs(other / "a")
     os.symlink(ds.samples[0][0], other / "a" / "x.jpg")
     with pytest.raises(RuntimeError, match="readable at the same paths"):
-        Producer(stoker.ImageFolder(other, transform=aug), config)
+        BatchActor(stoker.ImageFolder(other, transform=aug), config)
 
 
 class Augmenting:

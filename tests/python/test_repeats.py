@@ -263,9 +263,9 @@ def test_repeats_is_refused_where_it_cannot_hold(sample):
                               "b": stoker.ArrayDataset(np.arange(6))})
     with pytest.raises(ValueError, match=r"repeats is for the plain order"):
         stoker.DataLoader(mixture, batch_size=2, repeats=2)
-    with pytest.raises(ValueError, match=r"repeats is for the engine's order"):
+    with pytest.raises(ValueError, match=r"repeats is for the plain order"):
         stoker.DataLoader(Keys(8), batch_size=2, repeats=2, sampler=list(range(8)))
-    with pytest.raises(ValueError, match=r"repeats is for the engine's order"):
+    with pytest.raises(ValueError, match=r"repeats is for the plain order"):
         stoker.DataLoader(Keys(8), batch_size=2, repeats=2, shuffle="stratified",
                           labels=[0, 1] * 4)
 
@@ -273,5 +273,5 @@ def test_repeats_is_refused_where_it_cannot_hold(sample):
         def __iter__(self):
             return iter(range(4))
 
-    with pytest.raises(ValueError, match=r"repeats is for the engine's order"):
+    with pytest.raises(ValueError, match=r"repeats is for the plain order"):
         stoker.DataLoader(Stream(), batch_size=2, repeats=2)

@@ -104,16 +104,16 @@ class FakeClock:
         self.cpu += cpu
 
 
-class PacedLoader:
-    """A loader's batches, each taking `wait` seconds of the fake clock to arrive. Keeps the
-    loader's `_producer` so that diagnose reads the engine's own figures."""
+class PacedLoader(stoker.DataLoader):
+    """A loader whose batches each take `wait` seconds of the fake clock to arrive (a
+    stoker.DataLoader, so that diagnose reads the engine's own figures)."""
 
-    def __init__(self, loader, clock, wait):
-        self._producer = loader._producer
-        self.loader, self.clock, self.wait = loader, clock, wait
+    def __init__(self, dataset, clock, wait, **kwargs):
+        super().__init__(dataset, **kwargs)
+        self.clock, self.wait = clock, wait
 
     def __iter__(self):
-        for batch in self.loader:
+        for batch in super().__iter__():
             self.clock.advance(self.wait)
             yield batch
 
@@ -126,9 +126,9 @@ def clock(monkeypatch):
 
 
 def diagnose_paced(clock, wait, step):
-    loader = stoker.DataLoader(FaultyDataset(100_000), batch_size=4, num_workers=2,
-                               output="numpy")
-    return stoker.diagnose(PacedLoader(loader, clock, wait),
+    loader = PacedLoader(FaultyDataset(100_000), clock, wait, batch_size=4, num_workers=2,
+                         output="numpy")
+    return stoker.diagnose(loader,
                            lambda batch: clock.advance(step, cpu=step), seconds=1.0)
 
 

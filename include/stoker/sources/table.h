@@ -71,7 +71,7 @@ struct TableStats {
   uint64_t cache_bytes = 0;   // the cache's limit
 };
 
-// The data of a table: its blocks, columns and cache. Opaque: see table.cc.
+// The data of a table: its blocks, columns and cache. Opaque: see src/tables/table_data.h.
 class TableData {
  public:
   static std::shared_ptr<const TableData> open(TableSpec spec);

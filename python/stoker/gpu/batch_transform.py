@@ -111,8 +111,8 @@ class _Tagged:
     def __init__(self, mixing, batches, cursor):
         self._mixing = mixing
         self._batches = batches
-        self._epoch = cursor[0]
-        self._next = cursor[1]
+        self._epoch = cursor.epoch
+        self._next = cursor.batch
         self._plan = mixing.plan_of(cursor)
 
     def __iter__(self):

@@ -278,7 +278,7 @@ class DeviceFeed:
         self._queued_bytes -= entry.nbytes
         self._fill()  # copies queued now run while the consumer works on this batch
         if self._cursor is not None and entry.position is not None:
-            self._cursor[1] = entry.position
+            self._cursor.batch = entry.position
         if entry.error is not None:
             raise entry.error
         self._engine.hand_over(entry.batch, entry.event)
@@ -322,4 +322,4 @@ class DeviceFeed:
         self._last_bytes = nbytes
 
     def _position(self):
-        return self._cursor[1] if self._cursor is not None else None
+        return self._cursor.batch if self._cursor is not None else None

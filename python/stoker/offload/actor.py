@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _state
 from .._tree import tree_leaves, tree_map
-from ..native import is_native
+from ..sources.base import is_native
 
 
 class _Tensor:
@@ -93,7 +93,7 @@ def fingerprint(dataset):
     return len(dataset), h.hexdigest()
 
 
-class Producer:
+class BatchActor:
     """The body of a Ray actor: the batches of one loader configuration, by streams."""
 
     def __init__(self, dataset, config):

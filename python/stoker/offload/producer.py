@@ -32,13 +32,13 @@ import itertools
 import time
 import warnings
 
-from .. import _native, _state, balance
-from .. import _options
+from .. import _native, balance
 from .._options import is_int
 from .._extras import require
 from ..errors import WorkerError
-from ..native import EngineOrdered, is_native
-from .actor import Producer, fingerprint, nbytes, unpack, unpack_error
+from ..native import EngineOrdered
+from ..sources.base import is_native
+from .actor import BatchActor, fingerprint, nbytes, unpack, unpack_error
 
 _POLL_S = 0.5  # ray.get waits this long at a time, so that Ctrl-C is seen
 _SLOW_START_S = 30.0  # waiting this long for actors to start: warn
@@ -80,8 +80,9 @@ class RayOffload:
         return (f"RayOffload(actors={self.actors}, cpus_per_actor={self.cpus_per_actor}, "
                 f"address={self.address!r})")
 
-    def _producer(self, dataset, options):
-        """The producer of a DataLoader given ``offload=self`` (loader.py)."""
+    def make_producer(self, dataset, options):
+        """The producer of a ``stoker.DataLoader(dataset, offload=self)`` (the offload protocol:
+        loader.py calls it with the parsed options)."""
         return RayProducer(dataset, options)
 
     def _connect(self):
@@ -106,7 +107,7 @@ class _Actors:
         self.ray = offload._connect()
         self.offload = offload
         # "control": close() runs on its own thread, at once, even while requests are queued.
-        self.remote = self.ray.remote(concurrency_groups={"control": 1})(Producer).options(
+        self.remote = self.ray.remote(concurrency_groups={"control": 1})(BatchActor).options(
             num_cpus=offload.cpus_per_actor, max_restarts=0, max_task_retries=0,
             scheduling_strategy="SPREAD")
         self.dataset_ref = self.ray.put(dataset)
@@ -175,16 +176,13 @@ class _Actors:
 
 
 class RayProducer(EngineOrdered):
-    """Batches made by Ray actors (see the module's docstring; loader.py states the producer
+    """Batches made by Ray actors (see the module's docstring; _producer.py states the producer
     protocol)."""
 
     def __init__(self, dataset, options):
         o = options
-        if not isinstance(o.offload, RayOffload):
-            raise TypeError(f"offload must be a stoker.RayOffload, got {o.offload!r}")
-        _options.check_order(o)
         native = is_native(dataset)
-        if native and getattr(dataset, "_unbatchable", None):
+        if native and dataset._unbatchable:
             raise ValueError(dataset._unbatchable)
         if not native:
             from torch.utils.data import IterableDataset
@@ -207,9 +205,6 @@ class RayProducer(EngineOrdered):
         if o.pin_memory is True:
             raise ValueError("pin_memory=True is not supported with offload: batches arrive in "
                              "Ray's object store")
-        if not is_int(o.batch_size) or o.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {o.batch_size!r}")
-        _options.knob("prefetch_factor", o.prefetch_factor, 1, _options.MAX_PREFETCH)
         # A stratified or weighted order: the actors build the same one from the same labels.
         super().__init__(dataset, o)
         self.offload = o.offload
@@ -243,11 +238,6 @@ class RayProducer(EngineOrdered):
                 "prefetch_factor": self._prefetch, "pin_memory": False,
                 "memory_budget": self._budget}
 
-    def plan(self, start=0):
-        o = self.options
-        return _state.batch_plan(self.dataset, o.batch_size, o.drop_last, o.rank, o.world_size,
-                                 start)
-
     def num_batches(self):
         return self.plan().num_batches
 
@@ -255,9 +245,6 @@ class RayProducer(EngineOrdered):
         if self._actors is None:
             self._actors = _Actors(self.offload, self.dataset, self._config)
         return _OffloadIterator(self, cursor)
-
-    def copy_engine(self, device):
-        return None
 
     def shutdown(self):
         """Stops the actors now (they also stop when the loader is garbage collected). The next
@@ -301,25 +288,25 @@ _stream_ids = itertools.count()
 
 
 class _OffloadIterator:
-    def __init__(self, loader, cursor):
-        self.loader = loader
+    def __init__(self, producer, cursor):
+        self.producer = producer
         self.cursor = cursor
-        self.actors = loader._actors
+        self.actors = producer._actors
         self.ray = self.actors.ray
-        self.epoch = cursor[0]
+        self.epoch = cursor.epoch
         self.start = cursor.start
         self.end = cursor.num_batches
-        self.plan = loader.plan(self.start)
+        self.plan = producer.plan(self.start)
         self.failures = {}  # batch number -> actors it killed in a row
-        self.done = cursor[1] >= self.end
+        self.done = cursor.batch >= self.end
         self.streams = []
         if self.done:
             return
         self.actors.promote(block=True)
-        count = min(len(self.actors.ready), self.end - cursor[1])
-        self.first = cursor[1]
+        count = min(len(self.actors.ready), self.end - cursor.batch)
+        self.first = cursor.batch
         for k in range(count):
-            stream = _Stream(next(_stream_ids), cursor[1] + k, count, self.end)
+            stream = _Stream(next(_stream_ids), cursor.batch + k, count, self.end)
             self.streams.append(stream)
             self._open(stream, self.actors.ready[k])
 
@@ -327,16 +314,16 @@ class _OffloadIterator:
         return self
 
     def __len__(self):
-        return self.end - self.cursor[1]
+        return self.end - self.cursor.batch
 
     def _depth(self):
         """Batches a stream may have in flight: prefetch_factor, fewer when all streams' would
         not fit in memory_budget."""
-        size = self.loader._stats["batch_bytes"]
+        size = self.producer._stats["batch_bytes"]
         if not size:
-            return 1 if self.loader._stats["batches"] == 0 else self.loader._prefetch
-        fit = self.loader._budget // (size * max(1, len(self.streams)))
-        return max(1, min(self.loader._prefetch, fit))
+            return 1 if self.producer._stats["batches"] == 0 else self.producer._prefetch
+        fit = self.producer._budget // (size * max(1, len(self.streams)))
+        return max(1, min(self.producer._prefetch, fit))
 
     def _open(self, stream, actor):
         stream.actor = actor
@@ -351,8 +338,8 @@ class _OffloadIterator:
             stream.pending.append((stream.actor.next.remote(stream.id), stream.next_batch))
             stream.next_batch += stream.step
         in_flight = sum(len(s.pending) for s in self.streams)
-        if in_flight > self.loader._stats["in_flight_peak"]:
-            self.loader._stats["in_flight_peak"] = in_flight
+        if in_flight > self.producer._stats["in_flight_peak"]:
+            self.producer._stats["in_flight_peak"] = in_flight
 
     def _failed(self, stream, error):
         """The actor of ``stream`` died (or the batch's object was lost): its streams start
@@ -361,8 +348,8 @@ class _OffloadIterator:
         b = stream.pending[0][1]
         self.failures[b] = self.failures.get(b, 0) + 1
         died = isinstance(error, ray.exceptions.RayActorError)
-        self.loader._stats["actor_failures"] += died
-        if self.failures[b] > self.loader.offload.max_retries:
+        self.producer._stats["actor_failures"] += died
+        if self.failures[b] > self.producer.offload.max_retries:
             self._finish()
             raise WorkerError(f"batch {b} of epoch {self.epoch}: the Ray actors producing it died "
                               f"{self.failures[b]} times in a row (last: {error})") from error
@@ -375,7 +362,7 @@ class _OffloadIterator:
             orphans = [stream]
         alive = [a for a in self.actors.ready if a != dead]
         for s in orphans:
-            self.loader._stats["retries"] += len(s.pending)
+            self.producer._stats["retries"] += len(s.pending)
             s.next_batch = s.pending[0][1] if s.pending else s.next_batch
             s.pending.clear()
             s.actor = None
@@ -386,11 +373,11 @@ class _OffloadIterator:
     def __next__(self):
         if self.done:
             raise StopIteration
-        if self.cursor[1] >= self.end:
+        if self.cursor.batch >= self.end:
             self._finish()
             raise StopIteration
         ray = self.ray
-        b = self.cursor[1]
+        b = self.cursor.batch
         stream = self.streams[(b - self.first) % len(self.streams)]
         cpu0, t0 = time.process_time(), time.perf_counter()
         while True:
@@ -406,22 +393,22 @@ class _OffloadIterator:
         self.failures.pop(b, None)
         kind, got, payload, skipped = reply
         assert got == b, (got, b)
-        st = self.loader._stats
-        self.cursor[1] += 1
+        st = self.producer._stats
+        self.cursor.batch += 1
         for text in skipped:
             st["skipped"] += 1
-            self.loader._skipped_samples.append(text)
+            self.producer._skipped_samples.append(text)
         if kind == "error":
             st["consumer_cpu_s"] += time.process_time() - cpu0
             raise unpack_error(payload)
-        batch = unpack(payload, self.loader._torch)
+        batch = unpack(payload, self.producer._torch)
         st["batches"] += 1
         st["samples"] += self.plan.batch_length(b)
         if not st["batch_bytes"]:
             st["batch_bytes"] = nbytes(payload)
         st["consumer_wait_s"] += time.perf_counter() - t0
         st["consumer_cpu_s"] += time.process_time() - cpu0
-        if self.cursor[1] >= self.end:
+        if self.cursor.batch >= self.end:
             self._finish()
         return batch
 

@@ -40,13 +40,15 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import BatchSampler, IterableDataset
 
-from .. import _native, _options, balance
+from .. import _native, balance
+from .._producer import Producer
+from ..sources.base import StokerDataset
 from ..gpu import feed as _feed
 from . import seeding
 from .batch_order import BatchOrder
 from .policy import Decision, ExecutorPolicy
 from .batch_maker import ProducerConfig
-from .scheduling import EpochIterator, PoolSession
+from .scheduling import PythonBatches, PoolSession
 from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 
 _MIN_SLOTS = 8
@@ -71,9 +73,12 @@ def _is_datapipe(dataset):
     return isinstance(dataset, IterDataPipe)
 
 
-def validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
-             timeout, persistent_workers, prefetch_factor):
-    """torch.utils.data.DataLoader's argument checks, with its messages."""
+def validate(dataset, batch_size, shuffle, python, drop_last, num_workers, prefetch_factor):
+    """torch.utils.data.DataLoader's argument checks, with its messages (``python``: the
+    Python-only keywords given; the loader calls this before ``_options.parse``)."""
+    sampler, batch_sampler = python.get("sampler"), python.get("batch_sampler")
+    timeout = python.get("timeout", 0)
+    persistent_workers = python.get("persistent_workers", False)
     if isinstance(dataset, IterableDataset):
         if not _is_datapipe(dataset) and shuffle not in (False, None):
             raise ValueError(f"DataLoader with IterableDataset: expected unspecified shuffle "
@@ -148,7 +153,7 @@ def _warn_worker_count(n):
 
 @dataclass
 class _Plan:
-    """What an epoch's iterator runs with (scheduling.EpochIterator)."""
+    """What an epoch's iterator runs with (scheduling.PythonBatches)."""
     iterable: bool
     order: BatchOrder | None
     seed: int
@@ -165,8 +170,8 @@ class _Plan:
     origin: int  # the global position the epoch's plan starts at (an elastic resume)
 
 
-class PythonProducer:
-    """Batches of a Python dataset (see the module docstring; loader.py states the producer
+class PythonProducer(Producer):
+    """Batches of a Python dataset (see the module docstring; _producer.py states the
     protocol)."""
 
     def __init__(self, dataset, options):
@@ -179,9 +184,6 @@ class PythonProducer:
             raise TypeError(
                 f"stoker.DataLoader needs a dataset: a Stoker dataset (ArrayDataset, "
                 f"TokenDataset), or a Python one with __getitem__, got {type(dataset).__name__}")
-        validate(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last, num_workers,
-                 py["timeout"], py["persistent_workers"], prefetch_factor)
-        _options.check_order(o, torch_semantics=True)
         if o.shuffle == "shards" or o.shard_window != "auto":
             raise ValueError('shuffle="shards" and shard_window order the shards of a Stoker '
                              f'dataset that has them; {type(dataset).__name__} is a Python '
@@ -215,13 +217,8 @@ class PythonProducer:
                              f"datasets (ImageFolder, TarShards, TableDataset), whose batches the "
                              f"engine makes; for a Python dataset, apply torchvision's MixUp or "
                              f"CutMix to each batch (in collate_fn or the training loop)")
-        if o.repeats != 1 and (iterable or sampler is not None or batch_sampler is not None
-                               or stratified):
-            raise ValueError('repeats is for the engine\'s order (shuffle=True or False) of a '
-                             'map-style dataset: not with an IterableDataset, a sampler, a '
-                             'batch_sampler, shuffle="stratified" or class_weights')
         context = _context(py["multiprocessing_context"], num_workers)
-        if context is None and getattr(dataset, "_remote", None) is not None:
+        if context is None and isinstance(dataset, StokerDataset) and dataset._remote is not None:
             # A remote dataset's fetcher threads and its client's runtime do not survive a fork:
             # its worker processes start clean and rebuild it (from the node's cache).
             context = multiprocessing.get_context("forkserver")
@@ -282,8 +279,7 @@ class PythonProducer:
             else (None, [])
         if plan is not None:
             self.shuffle = shuffle_arg
-        self.order_kind = ("stratified" if plan is not None else "iterable" if iterable
-                           else "sampler" if user_order else "engine")
+        self.order_kind = o.order
         self._order = None if iterable else BatchOrder(
             dataset, batch_size, shuffle, drop_last, rank, world_size,
             batch_sampler=batch_sampler, sampler=sampler if batch_sampler is None else None,
@@ -342,8 +338,9 @@ class PythonProducer:
     def shutdown(self):
         self.stop_workers()
 
-    def copy_engine(self, device):
-        return None
+    @property
+    def auto_collation(self):
+        return self._auto_collation
 
     # -- which executor ----------------------------------------------------------------------------
 
@@ -481,11 +478,11 @@ class PythonProducer:
     __len__ = num_batches  # the epoch iterator's len() when the length is the dataset's
 
     def batches(self, cursor):
-        epoch, start = cursor
+        epoch, start = cursor.epoch, cursor.batch
         if self._iterable and start:
             raise ValueError("resuming an IterableDataset mid-epoch is not supported")
         self._next_epoch = epoch + 1
-        it = EpochIterator(self, epoch, start, self._plan(epoch, cursor.start), cursor)
+        it = PythonBatches(self, epoch, start, self._plan(epoch, cursor.start), cursor)
         self._last_iterator = weakref.ref(it)
         return it
 

@@ -1,6 +1,6 @@
 """One epoch of a Python dataset's batches: dispatch, wait, order, deliver.
 
-An ``EpochIterator`` takes batches from the epoch's order (batch_order.py) and has them produced by
+A ``PythonBatches`` (one epoch's batches of a Python dataset) takes batches from the epoch's order (batch_order.py) and has them produced by
 its worker pool (workers.py) and, when its plan says so, by the training process itself:
 
 - ``num_workers=0``: every batch here, when it is asked for (torch's num_workers=0).
@@ -85,10 +85,10 @@ def _close_epoch(session, pending, owned):
         pending.clear()
 
 
-class EpochIterator:
-    def __init__(self, loader, epoch, start, plan, cursor):
-        self._loader = loader  # the PythonProducer
-        self.cursor = cursor  # the loader's [epoch, batches delivered] (_state.Cursor)
+class PythonBatches:
+    def __init__(self, producer, epoch, start, plan, cursor):
+        self._producer = producer  # the PythonProducer
+        self.cursor = cursor  # this iteration's _state.Cursor: it advances cursor.batch
         self.epoch = epoch
         self.plan = plan
         self.iterable = plan.iterable
@@ -108,7 +108,7 @@ class EpochIterator:
         self.policy = plan.policy if plan.measure else None
         self.measured = False  # the first batch was timed by chunks
         self.delivered = 0
-        self.len_called = loader._IterableDataset_len_called
+        self.len_called = producer._IterableDataset_len_called
         self._finalizer = weakref.finalize(self, _close_epoch, self.session, self.pending,
                                            self.owned)
         if self.session is not None:
@@ -129,13 +129,13 @@ class EpochIterator:
         return self
 
     def __len__(self):
-        return len(self._loader) if self.length is None else self.length - self.delivered
+        return len(self._producer) if self.length is None else self.length - self.delivered
 
     # -- producing here ---------------------------------------------------------------------------
 
-    def _producer(self):
+    def _local_maker(self):
         if self.local is None:
-            self.local = BatchMaker(self._loader.dataset, self.plan.config)
+            self.local = BatchMaker(self._producer.dataset, self.plan.config)
         return self.local
 
     def _pull(self):
@@ -165,7 +165,7 @@ class EpochIterator:
                 self.measured = True
                 batch = self._produce_measured(b, draws)
             else:
-                batch = self._producer().produce_here(self.epoch, draws, b)
+                batch = self._local_maker().produce_here(self.epoch, draws, b)
         except Exception as e:
             state.error = e
             return state
@@ -184,7 +184,7 @@ class EpochIterator:
         """The epoch's first batch here, in timed chunks: the policy may start workers (for the
         batches after this one) from the first two chunks' pace, after a thread trial if the
         dataset allows one."""
-        p = self._producer()
+        p = self._local_maker()
         n = len(draws)
         chunk = -(-n // 16)
         bounds = [(k, min(k + chunk, n)) for k in range(0, n, chunk)]
@@ -217,7 +217,7 @@ class EpochIterator:
     def _thread_trial(self, mine, theirs, b):
         """Two threads fetch a chunk each side by side: (samples in order, wall seconds a
         sample)."""
-        helper = BatchMaker(self._loader.dataset, self.plan.config, seed_samples=False)
+        helper = BatchMaker(self._producer.dataset, self.plan.config, seed_samples=False)
         out, errors = [], []
 
         def run():
@@ -229,7 +229,7 @@ class EpochIterator:
         thread = threading.Thread(target=run)
         thread.start()
         try:
-            got = self._producer().fetch(self.epoch, mine, b)
+            got = self._local_maker().fetch(self.epoch, mine, b)
         finally:
             thread.join()
         seconds = (time.perf_counter() - t0) / (len(mine) + len(theirs))
@@ -241,8 +241,8 @@ class EpochIterator:
     def _decide(self, decision):
         if decision.kind == "stay":
             return
-        self.session = self._loader._start_workers(decision, self.epoch)
-        self.owned = not self._loader.persistent_workers
+        self.session = self._producer._start_workers(decision, self.epoch)
+        self.owned = not self._producer.persistent_workers
         self.active = list(range(self.session.pool.size))
         self.policy = None
         self._finalizer.detach()
@@ -260,7 +260,7 @@ class EpochIterator:
         if self.session is None:
             return
         while not self.exhausted and self.active and \
-                self._in_flight() < self._loader._prefetch_now() * len(self.active):
+                self._in_flight() < self._producer._prefetch_now() * len(self.active):
             nxt = self._pull()
             if nxt is None:
                 break
@@ -270,7 +270,7 @@ class EpochIterator:
             shared = self.session.shared_pool
             lease = shared.acquire(0) if shared is not None else None
             slot = Slot(lease.offset, shared.buffer_bytes) if lease is not None else None
-            tid = self._loader._new_task_id()
+            tid = self._producer._new_task_id()
             self.pending[tid] = _Pending(b, w, lease)
             self.session.pool.submit(w, Task(tid, self.epoch, b, draws, slot,
                                              self.plan.stream_seed))
@@ -308,17 +308,17 @@ class EpochIterator:
         if isinstance(answer, TaskFailed):
             raise to_exception(answer.error)
         assert isinstance(answer, BatchDone)
-        self._loader._note_batch_bytes(answer.batch.slot_bytes)
+        self._producer._note_batch_bytes(answer.batch.slot_bytes)
         if self.session.shared_pool is not None and any(
                 isinstance(leaf, batch_structure.InlineLeaf) for leaf in answer.batch.leaves):
-            self._loader._stats["pickled_batches"] += 1
+            self._producer._stats["pickled_batches"] += 1
         return batch_structure.decode(answer.batch, self.session.shared_pool, p.lease), \
             answer.samples
 
     def _count_skipped(self, records):
         for index, text in records:
-            self._loader._stats["skipped"] += 1
-            self._loader._skipped_samples.append(f"sample {index}: {text}")
+            self._producer._stats["skipped"] += 1
+            self._producer._skipped_samples.append(f"sample {index}: {text}")
 
     def _next(self):
         waited = 0.0
@@ -341,7 +341,7 @@ class EpochIterator:
                     return state.batch, state.samples
                 if self.local is not None:
                     self._count_skipped(self.local.take_skipped())
-                self.pending[self._loader._new_task_id()] = state
+                self.pending[self._producer._new_task_id()] = state
                 continue
             if not self.pending:
                 raise StopIteration
@@ -374,16 +374,16 @@ class EpochIterator:
 
     def _deliver(self, batch, samples):
         """The one place a finished batch is handed to the caller."""
-        loader = self._loader
+        producer = self._producer
         self.delivered += 1
-        self.cursor[1] += 1
-        loader._stats["batches"] += 1
-        loader._stats["samples"] += samples
+        self.cursor.batch += 1
+        producer._stats["batches"] += 1
+        producer._stats["samples"] += samples
         if self.iterable and self.len_called is not None and self.delivered > self.len_called:
-            text = (f"Length of IterableDataset {loader.dataset} was reported to be "
+            text = (f"Length of IterableDataset {producer.dataset} was reported to be "
                     f"{self.len_called} (when accessing len(dataloader)), but {self.delivered} "
                     f"samples have been fetched. ")
-            if loader._has_workers():
+            if producer._has_workers():
                 text += ("For multiprocessing data-loading, this could be caused by not properly "
                          "configuring the IterableDataset replica at each worker. Please see "
                          "https://pytorch.org/docs/stable/data.html#torch.utils.data."
@@ -392,7 +392,7 @@ class EpochIterator:
         if self.plan.pin_device is not None:
             from torch.utils.data._utils.pin_memory import pin_memory
             batch = pin_memory(batch, self.plan.pin_device)
-        if loader.output == "numpy":
+        if producer.output == "numpy":
             batch = _to_numpy(batch)
         return batch
 

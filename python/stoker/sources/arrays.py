@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _native
 from . import remote as _remote
+from .base import StokerDataset
 
 _SUPPORTED_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
@@ -112,7 +113,7 @@ def _map_again(path, dtype, shape, offset, strides):
     return np.ndarray(shape, np.dtype(dtype), buffer=whole, offset=offset, strides=strides)
 
 
-class ArrayDataset:
+class ArrayDataset(StokerDataset):
     """Samples are rows of NumPy arrays: sample ``i`` is ``(arrays[0][i], arrays[1][i], ...)``.
 
     Arrays may be memory-mapped (``np.load(path, mmap_mode="r")``, or just the ``.npy`` path, which

@@ -20,6 +20,7 @@ from .. import _native
 from ..gpu import decode as gpu_decode
 from ..transforms import _compile
 from . import paths as _paths
+from .base import StokerDataset
 from . import remote as _remote_shards
 
 
@@ -65,7 +66,7 @@ __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 # PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (image/decode.h)
+_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (stoker/image/decode.h)
 
 _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "
@@ -98,40 +99,45 @@ def _check_max_pixels(max_pixels):
     return max_pixels
 
 
-class _ImageDataset:
-    """What ImageFolder and TarShards share: the native files, the transform and the source."""
+class ImageSamples:
+    """Encoded images decoded and transformed: natively where the transform has a native form, the
+    rest in Python. What ImageFolder, TarShards and TableDataset(image=...) hold (as the
+    dataset's ``_images``; sources/base.py says what the loader reads of it).
 
-    _compiled = None  # the compiled transform (transforms/_compile.py); None without one
+    ``files``: the engine's files (ImageFolderFiles, TarShardFiles, a table's image column);
+    ``name``: the dataset's class name, for messages."""
 
-    def _init_source(self, files, transform, max_pixels, decode="cpu", paths=None):
-        self._files = files
+    def __init__(self, name, files, transform, max_pixels, decode="cpu", paths=None):
+        self.files = files
         self.transform = transform
         self.max_pixels = _check_max_pixels(max_pixels)
         self.decode = gpu_decode.check_decode(decode)
         if decode == "cuda":
             gpu_decode.require_gpu_decode()
-        self._compiled = None
+        self.compiled = None  # the compiled transform (transforms/_compile.py)
+        self.source = self.cpu_source = self.unbatchable = None
         if transform is None:
-            self._unbatchable = _NO_TRANSFORM.format(name=type(self).__name__)
+            self.unbatchable = _NO_TRANSFORM.format(name=name)
             return
-        compiled = self._compiled = _compile.compile_transform(transform)
+        compiled = self.compiled = _compile.compile_transform(transform)
         if compiled.python:
             # Some of it runs in Python: the dataset is then a Python one to the loader (worker
             # processes; per-sample seeding keeps batches identical whatever the workers).
             if decode == "cuda":
                 raise ValueError(f"decode=\"cuda\" needs a transform that runs natively; "
                                  f"{compiled.python_names[0]} runs in Python")
-            self._prefix = _native.image.ImagePrefix(compiled.specs, self.max_pixels)
-            self._python_input = _compile.python_input_kind(compiled.python)
+            self.prefix = _native.image.ImagePrefix(compiled.specs, self.max_pixels)
+            self.python_input = _compile.python_input_kind(compiled.python)
             self._notice(compiled)
             return
         specs = compiled.specs
-        self._source = self._cpu_source = _native.sources.ImageSource(files, specs, max_pixels)
-        self._shape = tuple(self._source.image_shape)
-        self._dtype = self._source.image_dtype
+        self.source = self.cpu_source = _native.sources.ImageSource(files, specs, max_pixels)
         if decode == "cuda":  # the loader's workers stage batches for the GPU stage
-            self._source = gpu_decode.staging_source(files, specs, max_pixels, paths)
-            self._device_engine = self._gpu_decode_engine  # the DataLoader's copy engine
+            self.source = gpu_decode.staging_source(files, specs, max_pixels, paths)
+
+    @property
+    def decodes_on_gpu(self):
+        return self.decode == "cuda" and self.source is not None
 
     def _notice(self, compiled):
         """The one-line notice of a transform that runs in Python, with its cost on the first
@@ -139,13 +145,13 @@ class _ImageDataset:
         if _quiet:
             return
         cost = ""
-        if len(self) > 0:
+        if len(self.files) > 0:
             try:
-                data = self._files.read(0)
+                data = self.files.read(0)
                 t0 = time.perf_counter()
-                image = self._prefix.run(data, 0)
+                image = self.prefix.run(data, 0)
                 t1 = time.perf_counter()
-                self._run_python(image)
+                self.run_python(image)
                 t2 = time.perf_counter()
                 cost = _compile.describe_cost((t1 - t0) * 1e3, (t2 - t1) * 1e3)
             except Exception:  # a bad first sample: the notice goes without figures
@@ -157,26 +163,34 @@ class _ImageDataset:
             f"worker processes{cost}; natively: {native}. stats()['transforms'] says what ran "
             f"where.", PythonTransformWarning, stacklevel=4)
 
-    def _run_python(self, image):
+    def run_python(self, image):
         """The Python part of the transform on the native part's HWC uint8 image."""
-        if self._python_input == "tensor":
+        if self.python_input == "tensor":
             import torch
             from torchvision import tv_tensors
             x = tv_tensors.Image(torch.from_numpy(image).permute(2, 0, 1))
         else:
             from PIL import Image
             x = Image.fromarray(image)
-        for t in self._compiled.python:
+        for t in self.compiled.python:
             x = t(x)
         return x
 
-    def _device_output(self):
+    def item(self, i):
+        """Sample ``i``'s transformed image (drawn with seed 0, epoch 0, this index)."""
+        if self.compiled.python:
+            return self.run_python(self.prefix.run(self.files.read(i), _sample_key()))
+        image_bytes, _ = self.cpu_source.sample(i, 0, 0)
+        return _as_array(image_bytes, self.cpu_source.image_dtype,
+                         tuple(self.cpu_source.image_shape))
+
+    def device_output(self):
         """For ``device="cuda"``: ``(uint8 source, gpu.output.DeviceOutput)`` when the transform
         ends in a float ToTensor (and Normalize) that can run on the GPU after the copy (see
         stoker/gpu/output.py), else None."""
         from ..gpu.output import DeviceOutput
         from ..transforms import Normalize, ToTensor
-        c = self._compiled
+        c = self.compiled
         if c is None or c.python or self.decode == "cuda":
             return None
         k = len(c.native)
@@ -190,29 +204,28 @@ class _ImageDataset:
         norm = tail[1] if len(tail) > 1 else None
         specs = [s for t in c.native[:k] for s in t._specs()]
         specs.append(("ToTensor", {"dtype": "uint8", "layout": to_tensor.layout, "scale": True}))
-        source = _native.sources.ImageSource(self._files, specs, self.max_pixels)
+        source = _native.sources.ImageSource(self.files, specs, self.max_pixels)
         return source, DeviceOutput(to_tensor.dtype, to_tensor.scale,
                                     None if norm is None else norm.mean,
                                     None if norm is None else norm.std, to_tensor.layout)
 
-    def _transform_report(self):
+    def transform_report(self):
         """What ran natively and what in Python, for ``stats()["transforms"]``."""
-        return None if self._compiled is None else self._compiled.report()
+        return None if self.compiled is None else self.compiled.report()
 
-    def _gpu_decode_engine(self, device, on_error):
-        return gpu_decode.GpuDecodeEngine(device, self._source, on_error)
+    def copy_stage(self, device, on_error):
+        """The GPU decode stage of a ``decode="cuda"`` dataset (the DataLoader's copy stage)."""
+        return gpu_decode.GpuDecodeEngine(device, self.source, on_error)
+
+
+class _ImageDataset(StokerDataset):
+    """What ImageFolder and TarShards share: ``(image, label)`` samples of their files."""
 
     def __len__(self):
         return len(self._files)
 
     def _index(self, index):
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"index must be an integer, got {type(index).__name__}")
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} samples")
-        return i
+        return _check_index(index, len(self))
 
     def __getitem__(self, index):
         """``(image, label)``: the transformed image (drawn with seed 0, epoch 0, this index) as
@@ -221,10 +234,7 @@ class _ImageDataset:
         label = self._files.label(i)
         if self.transform is None:
             return self._decode(i), label
-        if self._compiled.python:
-            return self._run_python(self._prefix.run(self._files.read(i), _sample_key())), label
-        image_bytes, _ = self._cpu_source.sample(i, 0, 0)
-        return _as_array(image_bytes, self._dtype, self._shape), label
+        return self._images.item(i), label
 
     def _decode(self, i):
         return _native.image.decode_file(self._files.read(i), self.max_pixels)
@@ -235,6 +245,16 @@ class _ImageDataset:
         if self.transform is not None:
             lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
         return "\n".join(lines)
+
+
+def _check_index(index, n):
+    """``index`` (negative ones from the end) checked against ``n`` samples."""
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise TypeError(f"index must be an integer, got {type(index).__name__}")
+    i = int(index) + n if index < 0 else int(index)
+    if not 0 <= i < n:
+        raise IndexError(f"index {index} out of range for {n} samples")
+    return i
 
 
 def _sample_key():
@@ -275,8 +295,9 @@ class ImageFolder(_ImageDataset):
         self.samples = self.make_dataset(self.root, self.class_to_idx)
         self.targets = [s[1] for s in self.samples]
         self.imgs = self.samples
-        self._init_source(_native.sources.ImageFolderFiles(self.samples), transform, max_pixels, decode,
-                          [p for p, _ in self.samples])
+        files = _native.sources.ImageFolderFiles(self.samples)
+        self._set_images(ImageSamples(type(self).__name__, files, transform, max_pixels, decode,
+                                      [p for p, _ in self.samples]))
 
     @staticmethod
     def find_classes(directory):
@@ -341,7 +362,6 @@ class TarShards(_ImageDataset):
 
     def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", *,
                  storage_options=None, cache_dir=None, cache_budget=None):
-        self._remote = None
         if _remote_shards.is_remote(paths):
             self.paths = _remote_shards.expand_shards(paths, storage_options)
             self._remote = _remote_shards.RemoteShards(
@@ -357,7 +377,7 @@ class TarShards(_ImageDataset):
         self._remote_options = (storage_options, cache_dir, cache_budget)
         self.labels = list(files.labels)
         self.targets = self.labels
-        self._init_source(files, transform, max_pixels, decode)
+        self._set_images(ImageSamples(type(self).__name__, files, transform, max_pixels, decode))
 
     @property
     def default_shuffle(self):

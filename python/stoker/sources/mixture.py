@@ -15,9 +15,10 @@ import math
 import numbers
 
 from .. import _native
+from .base import StokerDataset
 
 
-class Mixture:
+class Mixture(StokerDataset):
     """Stoker datasets of any kind (tokens, arrays, images, tables) as one dataset whose batches
     mix them by weight.
 
@@ -47,17 +48,18 @@ class Mixture:
         for name, ds in datasets.items():
             if not isinstance(name, str):
                 raise ValueError(f"Mixture source names must be strings, got {name!r}")
-            if getattr(ds, "_unbatchable", None) and getattr(ds, "_source", None) is None:
-                raise ValueError(f"Mixture source {name!r}: {ds._unbatchable}")
-            source = getattr(ds, "_source", None)
-            if not isinstance(source, _native.sources.Source):
+            if not isinstance(ds, StokerDataset) or (ds._source is None
+                                                      and ds._unbatchable is None):
                 raise TypeError(f"Mixture source {name!r} must be a Stoker dataset (ArrayDataset, "
                                 f"TokenDataset, ImageFolder, TarShards, TableDataset), got "
                                 f"{type(ds).__name__}")
-            if getattr(ds, "_device_engine", None) is not None:
+            if ds._source is None:
+                raise ValueError(f"Mixture source {name!r}: {ds._unbatchable}")
+            source = ds._source
+            if ds._decodes_on_gpu:
                 raise ValueError(f'Mixture source {name!r} decodes on the GPU (decode="cuda"); '
                                  f"a Mixture reads its sources on the CPU")
-            if getattr(ds, "_text", None):
+            if ds._text:
                 raise ValueError(f"Mixture source {name!r} has text columns, which a batch looks "
                                  f"up by sample index in its own table; mix tables of tensor "
                                  f"columns")
@@ -66,10 +68,8 @@ class Mixture:
         self.names = list(datasets)
         self.sizes = [len(s) for s in sources]
         self._source = _native.sources.MixtureSource(sources, self.names)
-        first = self.datasets[self.names[0]]
-        assemble = getattr(first, "_assemble_batch", None)
-        if assemble is not None:
-            self._assemble_batch = assemble  # a table's dict batches (the fields are the same)
+        # A batch is assembled as the first source's (a table's dict: the fields are the same).
+        self._assemble_batch = self.datasets[self.names[0]]._assemble_batch
         self.weights = weights
 
     # -- weights ----------------------------------------------------------------------------------

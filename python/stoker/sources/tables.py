@@ -21,11 +21,13 @@ import os
 
 import numpy as np
 
+from .. import _native
 from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
 from .samples import read_sample
-from .images import _DEFAULT_MAX_PIXELS, _ImageDataset, rebuild_quietly
+from .base import StokerDataset
+from .images import _DEFAULT_MAX_PIXELS, ImageSamples, _check_index, rebuild_quietly
 
 __all__ = ["TableDataset"]
 
@@ -110,7 +112,7 @@ def _batchable(pa, t):
     return _numeric(pa, t)
 
 
-class TableDataset(_ImageDataset):
+class TableDataset(StokerDataset):
     """Rows of a table as samples.
 
     ``source``: a ``.parquet`` / Arrow IPC (``.arrow``) file, a directory of them, a glob, or a
@@ -203,7 +205,7 @@ class TableDataset(_ImageDataset):
             self._field_names = list(self._source.field_names)
         else:
             files = arrow.TableImageFiles(self._data, image, label or "")
-            self._init_source(files, transform, max_pixels, decode)
+            self._set_images(ImageSamples(type(self).__name__, files, transform, max_pixels, decode))
 
     def _read_text(self, pa, source):
         """The text columns, whole, as Arrow arrays (the table's own memory for an in-memory or
@@ -274,7 +276,7 @@ class TableDataset(_ImageDataset):
 
     def _assemble_batch(self, fields):
         """A loader's batch: a dict of the columns' tensors (image tables: as ImageFolder)."""
-        if self.image is not None:
+        if self.image is not None:  # the engine's image files have a label field regardless
             return fields if self.label else fields[0]
         out = dict(zip(self._field_names, fields))
         if self._text:
@@ -282,15 +284,18 @@ class TableDataset(_ImageDataset):
         return out
 
     def __getitem__(self, index):
+        i = _check_index(index, len(self))
         if self.image is not None:
-            sample = super().__getitem__(index)
-            return sample if self.label else sample[0]
-        i = self._index(index)
+            image = self._decode(i) if self.transform is None else self._images.item(i)
+            return (image, self._files.label(i)) if self.label else image
         out = dict(zip(self._field_names, read_sample(self._source, i)))
         if self._text:
             texts = self._texts(np.array([out.pop(_INDEX_FIELD)], np.int64))
             out.update({c: v[0] for c, v in texts.items()})
         return out
+
+    def _decode(self, i):
+        return _native.image.decode_file(self._files.read(i), self.max_pixels)
 
     def __reduce__(self):
         if not self.paths:
@@ -307,11 +312,11 @@ class TableDataset(_ImageDataset):
         return [f"Table: {self._name}", f"Columns: {', '.join(self.columns)}"]
 
     def __repr__(self):
-        if self.image is not None:
-            return super().__repr__()
-        return "\n".join([f"Dataset {type(self).__name__}",
-                          f"    Number of datapoints: {len(self)}"]
-                         + [f"    {line}" for line in self._extra_repr()])
+        lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}"]
+        lines += [f"    {line}" for line in self._extra_repr()]
+        if self.image is not None and self.transform is not None:
+            lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
+        return "\n".join(lines)
 
 
 def _rebuild(paths, kwargs):

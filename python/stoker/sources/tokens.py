@@ -13,6 +13,7 @@ from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
 from .samples import read_sample
+from .base import StokerDataset
 
 PACK_MODES = ("concat", "document", "best_fit")
 _TOKEN_SUFFIXES = (".bin", ".npy", ".idx")
@@ -205,7 +206,7 @@ def _check_int(name, value, low, none_ok=False):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-class TokenDataset:
+class TokenDataset(StokerDataset):
     """Token ids for LLM training: windows or packed sequences over one or many shards.
 
     ``path``: a token file, a Megatron dataset (the prefix of its ``.bin``/``.idx`` pair, or

@@ -24,7 +24,9 @@ import sys
 import time
 
 from .. import _native
+from ..loader import DataLoader
 from ..native import NativeProducer
+from ..sources.base import StokerDataset
 from ..sources.remote import network_figures
 
 __all__ = ["Report", "diagnose", "main"]
@@ -59,7 +61,7 @@ def _length(batch):
 def _gpu_index(loader):
     """The CUDA device whose NVML figures describe the run: the loader's, else torch's current
     device (without initializing CUDA), else 0."""
-    device = getattr(loader, "_device", None)
+    device = loader._device if isinstance(loader, DataLoader) else None
     if device is not None:
         return device.index
     torch = sys.modules.get("torch")
@@ -73,7 +75,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     iterable of batches such as a torch DataLoader) for ``seconds`` (or ``max_batches``), and
     returns a :class:`Report`. ``step_fn=None`` is a consumer that does nothing (the fastest)."""
     step_fn = step_fn or (lambda batch: None)
-    producer = getattr(loader, "_producer", None)
+    stoker_loader = isinstance(loader, DataLoader)
+    producer = loader._producer if stoker_loader else None
     # The engine's own stage figures, for a loader of a native dataset.
     native = producer.loader if isinstance(producer, NativeProducer) else None
     it = iter(loader)
@@ -89,7 +92,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     for _ in range(warmup_batches):
         step_fn(next_batch())
     s0 = native.stats() if native is not None else None
-    remote = getattr(getattr(loader, "dataset", None), "_remote", None)
+    remote = loader.dataset._remote if stoker_loader and \
+        isinstance(loader.dataset, StokerDataset) else None
     r0 = remote.stats() if remote is not None else None
     sys0 = _native.tuning.read_system()
     gpu = _native.tuning.GpuSampler(_gpu_index(loader))

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import _native
 from .. import balance
+from ..sources.base import StokerDataset
 from ..sources.images import ImageFolder, TarShards
 from ..sources.tables import TableDataset
 from ..loader import DataLoader
@@ -32,7 +33,9 @@ from .datasets import add_dataset_arguments, open_dataset, where as describe_whe
 __all__ = ["channel_stats", "class_mix", "main"]
 
 
-class _StatsDataset:
+class _StatsDataset(StokerDataset):
+    """Every image of a dataset of images, read as its channel sums (no transform)."""
+
     def __init__(self, dataset):
         self._source = _native.sources.ChannelStatsSource(dataset._files, dataset.max_pixels)
 

@@ -22,6 +22,7 @@ import sys
 import time
 
 from .. import _native
+from ..sources.base import StokerDataset
 from .datasets import add_dataset_arguments
 
 __all__ = ["tune_loader", "tune_torch", "write_plot", "print_table", "main"]
@@ -136,7 +137,7 @@ def tune_loader(dataset=None, *, batch_size=64, batch_sizes=None, memory_budget=
     gpu = _torch_cuda() if gpu is None else gpu
     knobs = knobs or default_knobs(max_workers, batch_sizes, batch_size, gpu=gpu)
     budget = _parse_bytes(memory_budget) if memory_budget is not None else 0
-    remote = getattr(dataset, "_remote", None)
+    remote = dataset._remote if isinstance(dataset, StokerDataset) else None
     before = remote.stats() if remote is not None else None
     result = _tune_stoker(dataset, knobs, gpu, budget, batch_size, shuffle, seed, seconds,
                           min_batches, repeats, time_budget, progress)
