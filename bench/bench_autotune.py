@@ -2,7 +2,7 @@
 
 Static configurations (num_workers x prefetch_factor) are measured first, then the autotuned
 loader (num_workers and prefetch_factor "auto": it starts at the usable cores within the CPU
-budget, include/stoker/autotune.h, and the controller moves from there) runs for
+budget, src/engine/autotune.h, and the controller moves from there) runs for
 `--seconds`; its throughput is tracked over a sliding 1 s window. Reported: the time at which the
 window first reaches >= 90% of the best static throughput (target <= 10 s), and the controller's
 decisions. The best static configuration is measured again after the autotuned run and the mean

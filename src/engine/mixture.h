@@ -1,8 +1,8 @@
 // Weighted mixtures: batches drawn from several sources in given proportions, each source walked
 // through an exactly-once order of its own.
 //
-// The sources lie end to end (MixtureSource, sources/mixture.h): source c's local sample j is
-// global sample offset_c + j, offset_c = n_0 + ... + n_{c-1}, N = n_0 + ... + n_{C-1}.
+// The sources lie end to end (MixtureSource, include/stoker/sources/mixture.h): source c's local
+// sample j is global sample offset_c + j, offset_c = n_0 + ... + n_{c-1}, N = n_0 + ... + n_{C-1}.
 //
 // Epochs. A mixture epoch has exactly the batches of a plain BatchPlan over N samples (same
 // num_batches(), batch_length(), padding and drop_last rule), so len(loader) is that of the sources
