@@ -290,6 +290,7 @@ void register_engine(nb::module_& m) {
       .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
       .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
       .def_prop_ro("pinned", &Loader::pinned)
+      .def_prop_ro("pin_unavailable", &Loader::pin_unavailable)
       .def_prop_ro(
           "shard_window", [](const Loader& l) { return l.options().shard_window; },
           "Blocks a rank keeps open a window in the block order in use; 0: no block order.")
@@ -338,6 +339,22 @@ void register_engine(nb::module_& m) {
 
   m.def("usable_cores", &usable_cores, "Cores this process may run on.");
   m.def("physical_memory_bytes", &physical_memory_bytes);
+  // The option rules every producer shares (loader.h): the front asks them once, in
+  // _options.parse, so that each rule and its message live in the engine.
+  m.def(
+      "check_repeats",
+      [](uint64_t repeats, const std::string& order) {
+        const SampleOrder o = order == "engine"       ? SampleOrder::kPlain
+                              : order == "stratified" ? SampleOrder::kStratified
+                              : order == "mixture"    ? SampleOrder::kMixture
+                                                      : SampleOrder::kExternal;
+        check_repeats(repeats, o);
+      },
+      nb::arg("repeats"), nb::arg("order"),
+      "InvalidArgument unless `repeats` copies of every sample fit the order (\"engine\", "
+      "\"stratified\", \"mixture\", \"sampler\" or \"iterable\").");
+  m.def("resolve_memory_budget", &resolve_memory_budget, nb::arg("memory_budget"),
+        "The batch buffers' bytes: memory_budget, or half of physical memory for 0.");
 
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def(nb::init<uint64_t, uint64_t, bool, uint64_t, uint64_t, uint64_t>(), nb::arg("n"),

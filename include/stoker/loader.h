@@ -129,6 +129,23 @@ struct LoaderOptions {
   uint64_t stripes = 0;
 };
 
+// The rules on a loader's options that every front applies (the Loader applies them to its
+// LoaderOptions; the Python front asks them for every producer, Python datasets and Ray offload
+// included, so that each rule and its message live here once). Each throws InvalidArgument.
+
+// Who orders an epoch's samples: the engine's plain (or block) order, its stratified or
+// class-weighted order, a mixture's weights, or an order the engine does not make (a user's
+// sampler, a stream's own).
+enum class SampleOrder { kPlain, kStratified, kMixture, kExternal };
+// repeats >= 1, and repeats > 1 only in the plain order: the others lay out whole batches (or
+// streams) and key their draws by cycles of their own.
+void check_repeats(uint64_t repeats, SampleOrder order);
+// The bytes batch buffers may take: `memory_budget`, or half of physical memory for 0 ("auto").
+uint64_t resolve_memory_budget(uint64_t memory_budget);
+// Whether batch buffers are pinned: kAuto pins when a CUDA device is present; kOn without one
+// falls back to pageable memory (as torch does) and sets *unavailable, which a front reports.
+bool resolve_pinned(PinMemory pin_memory, bool* unavailable);
+
 // Hard caps on the tunables: an unbounded knob is a bug waiting for a large machine.
 inline constexpr int kMaxWorkers = 256;
 inline constexpr int kMaxPrefetchFactor = 64;
@@ -212,6 +229,8 @@ class Loader {
   const LoaderOptions& options() const;
   const Source& source() const;
   bool pinned() const;
+  // pin_memory = kOn was asked without a CUDA device, so the buffers are pageable.
+  bool pin_unavailable() const;
 
   // The samples that iterate(epoch) reads, batch after batch (without reading them); with
   // repeats, each copy.

@@ -7,7 +7,10 @@ class_weights and drop_last, repeats with the order, the GPU feed, batch_transfo
 with one message for every producer. A Python dataset's producer runs torch's own checks first,
 with torch's messages (pydata/producer.py ``validate``, called by the loader before ``parse``).
 What a producer alone constrains (Python-only keywords, offload's limits) it checks itself, once.
-Rules the engine also needs for its C++ users are the engine's (loader.h): ``parse`` asks it.
+Rules the engine also needs for its C++ users live in the engine (include/stoker/loader.h:
+``check_repeats``, ``resolve_memory_budget``, ``resolve_pinned``); ``parse`` and the producers
+ask it, and its InvalidArgument reaches the user as ValueError. Here only what is Python's: a
+value's type (an int, not a bool or a float) before it crosses.
 """
 
 from __future__ import annotations
@@ -146,11 +149,6 @@ class Options:
 # batch_sampler of the user's, or an IterableDataset's own stream.
 ORDERS = ("engine", "stratified", "mixture", "sampler", "iterable")
 
-REPEATS_ORDER = ('repeats is for the plain order (shuffle=True or False): not with '
-                 'shuffle="stratified", class_weights, a Mixture, a sampler, a batch_sampler or '
-                 'an IterableDataset, which order whole batches or streams by rules of their own')
-
-
 def order_of(dataset, kind, stratified, python):
     """Who orders the samples of ``dataset`` read by producer ``kind``."""
     if stratified:
@@ -229,8 +227,7 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     elif not isinstance(drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
     order = order_of(dataset, kind, stratified, python)
-    if repeats != 1 and order != "engine":
-        raise ValueError(REPEATS_ORDER)
+    _native.engine.check_repeats(repeats, order)  # the engine's rule (loader.h)
     return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
                    pin_memory=pin_memory, memory_budget=budget, rank=rank,

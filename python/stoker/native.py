@@ -83,10 +83,6 @@ class NativeProducer(EngineOrdered):
         o = options
         source = dataset._source
         pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
-        if pin == "on" and not _native.gpu.cuda_available():
-            warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
-                          stacklevel=4)
-            pin = "off"
         cpu_budget = 0 if o.cpu_budget is None else o.cpu_budget
         # A dataset that decodes on the GPU (decode="cuda") brings its own copy stage.
         if dataset._decodes_on_gpu and o.device is None:
@@ -114,6 +110,9 @@ class NativeProducer(EngineOrdered):
             o.memory_budget, o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
             classes=self.classes, class_weights=self.weights, repeats=o.repeats,
             batch_transform=mixing, shard_window=self.shard_window, **self._mixture_order())
+        if self.loader.pin_unavailable:  # the engine fell back to pageable memory (loader.h)
+            warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
+                          stacklevel=4)
         if self.loader.pinned:
             _feed.install_fence_provider()
         self.torch = o.torch_output

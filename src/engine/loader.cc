@@ -32,12 +32,12 @@ LoaderOptions resolve(LoaderOptions o) {
   if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
   if (o.num_workers == -1) o.num_workers = o.cpu_budget;
   if (o.prefetch_factor == -1) o.prefetch_factor = kDefaultPrefetchFactor;
-  if (o.memory_budget == 0) o.memory_budget = physical_memory_bytes() / 2;
-  if (o.pin_memory == PinMemory::kAuto)
-    o.pin_memory = cuda_available() ? PinMemory::kOn : PinMemory::kOff;
-  if (o.pin_memory == PinMemory::kOn && !cuda_available())
-    throw InvalidArgument("pin_memory=True needs a CUDA device; none was found");
-  if (o.repeats < 1) throw InvalidArgument("repeats must be a positive integer, got 0");
+  o.memory_budget = resolve_memory_budget(o.memory_budget);
+  bool unavailable = false;
+  o.pin_memory = resolve_pinned(o.pin_memory, &unavailable) ? PinMemory::kOn : PinMemory::kOff;
+  check_repeats(o.repeats, o.mixture                                         ? SampleOrder::kMixture
+                           : o.classes || !o.class_weights.empty() ? SampleOrder::kStratified
+                                                                    : SampleOrder::kPlain);
   if (o.stripes == 0) o.stripes = o.world_size;
   return o;
 }
@@ -79,11 +79,33 @@ std::string autotune_key_of(const Source& source, const LoaderOptions& o) {
 
 }  // namespace
 
+void check_repeats(uint64_t repeats, SampleOrder order) {
+  if (repeats < 1)
+    throw InvalidArgument(
+        "repeats must be a positive integer (each sample this many times an epoch), got 0");
+  if (repeats > 1 && order != SampleOrder::kPlain)
+    throw InvalidArgument(
+        "repeats is for the plain order (shuffle=True or False): not with shuffle=\"stratified\", "
+        "class_weights, a Mixture, a sampler, a batch_sampler or an IterableDataset, which order "
+        "whole batches or streams by rules of their own");
+}
+
+uint64_t resolve_memory_budget(uint64_t memory_budget) {
+  return memory_budget != 0 ? memory_budget : physical_memory_bytes() / 2;
+}
+
+bool resolve_pinned(PinMemory pin_memory, bool* unavailable) {
+  const bool cuda = pin_memory != PinMemory::kOff && cuda_available();
+  if (unavailable) *unavailable = pin_memory == PinMemory::kOn && !cuda;
+  return cuda;
+}
+
 Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
     : source(std::move(src)),
       options(resolve(opts)),
       plan(epoch_positions(*source, options), options.batch_size, options.drop_last, options.rank,
            options.world_size) {
+  pin_unavailable = opts.pin_memory == PinMemory::kOn && options.pin_memory != PinMemory::kOn;
   autotune_workers = opts.num_workers == -1 && options.num_workers > 1;
   autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
   autotune_prefetch_now = options.prefetch_factor;
@@ -116,10 +138,6 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
     if (autotune_workers) autotune_active = start.workers;
     if (autotune_prefetch) autotune_prefetch_now = start.prefetch;
   }
-  if (options.repeats > 1 && (options.mixture || options.classes || !options.class_weights.empty()))
-    throw InvalidArgument(
-        "repeats is for the plain and block orders: a stratified order, class weights and a "
-        "mixture lay out whole batches, and their draws are keyed by cycles of their own");
   if (options.shard_window > 0 &&
       (!options.shuffle || options.mixture || options.classes || !options.class_weights.empty()))
     throw InvalidArgument(
@@ -311,6 +329,7 @@ uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank
 const LoaderOptions& Loader::options() const { return state_->options; }
 const Source& Loader::source() const { return *state_->source; }
 bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
+bool Loader::pin_unavailable() const { return state_->pin_unavailable; }
 
 std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
   const State& s = *state_;

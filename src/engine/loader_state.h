@@ -158,6 +158,8 @@ struct Loader::State {
 
   // Online autotune: which knobs were "auto", and the controller's values, carried from one
   // iterator (epoch) to the next and, under autotune_key, to the next loader on the same data.
+  // pin_memory = kOn was asked without a CUDA device: the buffers are pageable (resolve_pinned).
+  bool pin_unavailable = false;
   bool autotune_workers = false, autotune_prefetch = false;
   bool autotune_shared_depth = false;  // large batches: prefetch = batches in flight, all workers
   // With autotune_shared_depth: the depth's window counts the consumer's buffers too.

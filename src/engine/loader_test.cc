@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/mixture.h"
+#include "gpu/cuda.h"
 #include "sources/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"
@@ -782,8 +783,7 @@ TEST(LoaderRepeats, RejectsWhatItCannotHonour) {
     Loader(std::make_shared<KeySource>(10), o);
     ADD_FAILURE() << "repeats with a stratified order";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("repeats is for the plain and block orders"),
-              std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("repeats is for the plain order"), std::string::npos);
   }
   o.classes = nullptr;
   o.mixture =
@@ -792,6 +792,38 @@ TEST(LoaderRepeats, RejectsWhatItCannotHonour) {
   o.mixture = nullptr;
   o.repeats = uint64_t{1} << 62;
   EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);  // overflow
+}
+
+// The option rules every front asks (loader.h): one home, one message each.
+TEST(LoaderRules, RepeatsOnlyInThePlainOrder) {
+  EXPECT_NO_THROW(check_repeats(1, SampleOrder::kExternal));
+  EXPECT_NO_THROW(check_repeats(3, SampleOrder::kPlain));
+  EXPECT_THROW(check_repeats(0, SampleOrder::kPlain), InvalidArgument);
+  for (SampleOrder o : {SampleOrder::kStratified, SampleOrder::kMixture, SampleOrder::kExternal})
+    EXPECT_THROW(check_repeats(2, o), InvalidArgument);
+}
+
+TEST(LoaderRules, MemoryBudgetAutoIsHalfOfPhysicalMemory) {
+  EXPECT_EQ(resolve_memory_budget(12345), 12345u);
+  EXPECT_EQ(resolve_memory_budget(0), physical_memory_bytes() / 2);
+  LoaderOptions o;
+  EXPECT_EQ(Loader(std::make_shared<KeySource>(4), o).options().memory_budget,
+            physical_memory_bytes() / 2);
+}
+
+TEST(LoaderRules, PinningWithoutCudaFallsBackAndSaysSo) {
+  bool unavailable = true;
+  EXPECT_FALSE(resolve_pinned(PinMemory::kOff, &unavailable));
+  EXPECT_FALSE(unavailable);
+  EXPECT_EQ(resolve_pinned(PinMemory::kAuto, &unavailable), cuda_available());
+  EXPECT_FALSE(unavailable);
+  EXPECT_EQ(resolve_pinned(PinMemory::kOn, &unavailable), cuda_available());
+  EXPECT_EQ(unavailable, !cuda_available());
+  LoaderOptions o;
+  o.pin_memory = PinMemory::kOn;
+  Loader loader(std::make_shared<KeySource>(4), o);  // never throws: torch warns and goes on
+  EXPECT_EQ(loader.pinned(), cuda_available());
+  EXPECT_EQ(loader.pin_unavailable(), !cuda_available());
 }
 
 }  // namespace

@@ -216,7 +216,7 @@ class RayProducer(EngineOrdered):
         self._torch = o.torch_output
         self._prefetch = _native.pydata.DEFAULT_PREFETCH_FACTOR if o.prefetch_factor == "auto" \
             else o.prefetch_factor
-        self._budget = o.memory_budget or _native.engine.physical_memory_bytes() // 2
+        self._budget = _native.engine.resolve_memory_budget(o.memory_budget)
         loader_kw = dict(batch_size=o.batch_size, shuffle=self.shuffle, seed=o.seed,
                          drop_last=o.drop_last, rank=o.rank, world_size=o.world_size,
                          on_error=o.on_error, memory_budget=o.memory_budget or None)

@@ -271,7 +271,7 @@ class PythonProducer(Producer):
         self._num_workers_arg = num_workers
         self._prefetch_arg = None if prefetch_factor in ("auto", None) else prefetch_factor
         self._prefetch_auto = _AUTO_PREFETCH
-        self._budget = o.memory_budget or _native.engine.physical_memory_bytes() // 2
+        self._budget = _native.engine.resolve_memory_budget(o.memory_budget)
         plan = balance.stratified_plan(dataset, shuffle_arg, o.class_weights, o.labels,
                                        self.seed, batch_size, drop_last, rank, world_size) \
             if stratified else None
