@@ -146,7 +146,7 @@ def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_librari
     with zipfile.ZipFile(wheel) as z:
         native = [n for n in z.namelist() if n.startswith("stoker/_native")
                   and n.endswith(".so")]
-        assert len(native) == 1 and b"emulated" not in z.read(native[0]), native
+        assert len(native) == 1 and b"EmulatedBackend" not in z.read(native[0]), native
 
     # The decodes: PNG exact; JPEG as Pillow decodes it (libjpeg, rounding in chroma upsampling).
     png = np.load(data / "a.png.npy")
