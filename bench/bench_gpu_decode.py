@@ -84,7 +84,7 @@ def forever(make_epoch):
 
 def stoker_gpu(root, args, device):
     if args.cpu_smoke:  # the decode="cuda" path with its GPU stage emulated on the CPU
-        with gpu_decode.emulation():
+        with gpu_emulation.emulation():
             ds = stoker.ImageFolder(root, transform=train_transform(), decode="cuda")
         loader = gpu_emulation.emulated_loader(ds, batch_size=args.batch_size, shuffle=True)
         return forever(lambda e: loader), loader

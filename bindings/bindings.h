@@ -42,11 +42,16 @@ std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
 // A whole file's bytes (image.cc).
 std::vector<std::byte> read_whole_file(const std::string& path);
 
-// Turns an item of the fence provider's list into a fence, or returns nullptr when the item is
-// not one it makes (then the item must be a (device, stream handle) pair). Installed by the
-// testing module for its FakeCopy; production code knows no fake fence (gpu.cc).
-using FenceFactory = std::unique_ptr<Fence> (*)(nb::handle item);
-void set_fence_factory(FenceFactory factory);
+// The fences' one seam for tests (gpu.cc): set only by the testing module (testing.cc), so a
+// wheel, which has no testing module, never has one. Production code knows no fake fence.
+struct FenceTestHooks {
+  // Turns an item of the fence provider's list into a fence (testing.FakeCopy), or returns nullptr
+  // when the item is not one it makes (then the item must be a (device, stream handle) pair).
+  std::unique_ptr<Fence> (*make_fence)(nb::handle item) = nullptr;
+  // Fence pageable buffers too, so that the recycling protocol runs without CUDA.
+  bool pageable = false;
+};
+void set_fence_test_hooks(const FenceTestHooks* hooks);
 
 // For the destructor of a capsule that owns exported batch memory (GIL held): records the fences
 // a pinned buffer needs before its pool may reuse it (gpu.cc). Call it before dropping the last

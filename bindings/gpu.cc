@@ -6,14 +6,18 @@
 // Fences on export. A pinned batch handed to torch can be the source of a copy that is queued but
 // not done when its last tensor dies (`x = x.to("cuda", non_blocking=True)` drops the CPU tensor
 // at once). The capsule that owns a batch calls fence_released_buffer() from its destructor (with
-// the GIL): it asks the Python front's fence provider (stoker/gpu/feed.py) which streams may still
-// read the buffer, records a CUDA event on each, and adds them to the buffer's pool as fences
-// (batch_pool.h), so the pool hands the buffer out again only when they have completed. The
-// provider is registered only when CUDA is in use; without it this costs a pointer check.
+// the GIL): it asks the Python front's fence provider (stoker/gpu/feed.py) which streams may
+// still read the buffer, records a CUDA event on each, and adds them to the buffer's pool as
+// fences (stoker/batch_pool.h), so the pool hands the buffer out again only when they have
+// completed. The provider is registered only when CUDA is in use; without it this costs a pointer
+// check.
 //
 // GPU JPEG decode for the Python front (stoker/gpu/decode.py): the staging source the loader's
-// workers run, and the GPU stage the copy engine calls once per batch. Engine logic lives in
+// workers run, and the GPU stage the copy stage calls once per batch. The decode logic lives in
 // src/gpu/decode/; this file converts arguments and releases the GIL.
+//
+// Test doubles are not here: the testing module (testing.cc) adds fake fences and pageable
+// fencing through set_fence_test_hooks, and a GpuBatchDecoder on the CPU emulation.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
@@ -34,17 +38,18 @@ namespace stoker::python {
 namespace {
 
 // The front's fence provider: provider(active CUDA devices) -> iterable of (device, stream handle)
-// pairs, or of the testing module's fakes (fence_factory turns those into fences). A strong
-// reference, until set_fence_provider(None) (the front does
-// that at exit, before modules are torn down).
+// pairs, or of the testing module's fakes (test_hooks turns those into fences). A strong
+// reference, until set_fence_provider(None) (the front does that at exit, before modules are torn
+// down).
 PyObject* fence_provider = nullptr;
-bool fence_pageable = false;  // tests: fence pageable buffers too
-FenceFactory fence_factory = nullptr;
+const FenceTestHooks* test_hooks = nullptr;  // null but in a STOKER_TESTING build's tests
 
 void add_fences(BatchPool& pool, const std::byte* buffer, const std::vector<int>& devices) {
   nb::object items = nb::borrow(fence_provider)(devices);
   for (nb::handle item : items) {
-    if (std::unique_ptr<Fence> fake = fence_factory ? fence_factory(item) : nullptr) {
+    std::unique_ptr<Fence> fake =
+        test_hooks && test_hooks->make_fence ? test_hooks->make_fence(item) : nullptr;
+    if (fake) {
       pool.add_fence(buffer, std::move(fake));
     } else {
       auto [device, stream] = nb::cast<std::pair<int, uint64_t>>(item);
@@ -115,11 +120,11 @@ void decode_batch(GpuBatchDecoder& dec, HostArray payload, HostArray labels, Hos
 
 }  // namespace
 
-void set_fence_factory(FenceFactory factory) { fence_factory = factory; }
+void set_fence_test_hooks(const FenceTestHooks* hooks) { test_hooks = hooks; }
 
 void fence_released_buffer(BatchPool& pool, const std::byte* buffer) {
   if (fence_provider == nullptr) return;
-  if (pool.kind() != MemoryKind::kPinned && !fence_pageable) return;
+  if (pool.kind() != MemoryKind::kPinned && !(test_hooks && test_hooks->pageable)) return;
   nb::error_scope keep;  // an exception may be on its way out through the dying tensor
   const std::vector<int> devices = cuda::active_devices();
   bool fenced = false;
@@ -156,16 +161,14 @@ void register_gpu(nb::module_& m) {
 
   m.def(
       "set_fence_provider",
-      [](nb::object provider, bool pageable) {
+      [](nb::object provider) {
         Py_XDECREF(fence_provider);
         fence_provider = provider.is_none() ? nullptr : provider.release().ptr();
-        fence_pageable = fence_provider != nullptr && pageable;
       },
-      nb::arg("provider").none(), nb::arg("pageable") = false,
-      "Registers provider(devices) -> [(device, stream handle) | testing.FakeCopy, ...], called "
-      "(with the GIL) when the last array of a pinned batch dies: a fence is recorded for each "
-      "item, and the buffer is reused only once all have completed. pageable=True (tests) fences "
-      "pageable batches too. None unregisters.");
+      nb::arg("provider").none(),
+      "Registers provider(devices) -> [(device, stream handle), ...], called (with the GIL) when "
+      "the last array of a pinned batch dies: a fence is recorded for each item, and the buffer "
+      "is reused only once all have completed. None unregisters.");
 
   m.def("cuda_device_count", &cuda::device_count);
   m.def("cuda_set_host_device", &cuda::set_host_device, nb::arg("device"),
@@ -207,16 +210,13 @@ void register_gpu(nb::module_& m) {
       .def(
           "__init__",
           [](GpuBatchDecoder* self, std::shared_ptr<GpuDecodeSource> source, int device,
-             const std::string& on_error, const std::vector<std::string>& library_dirs,
-             bool emulate, std::vector<uint64_t> reject) {
+             const std::string& on_error, const std::vector<std::string>& library_dirs) {
             const OnError e = parse_on_error(on_error);
-            const image::gpu::DecodeDevice d{device, library_dirs, emulate, std::move(reject)};
+            const image::gpu::DecodeDevice d{device, library_dirs};
             nb::gil_scoped_release release;  // NVRTC compiles for about a second
             new (self) GpuBatchDecoder(std::move(source), d, e);
           },
-          nb::arg("source"), nb::arg("device"), nb::arg("on_error"), nb::arg("library_dirs"),
-          nb::arg("emulate") = false, nb::arg("reject") = std::vector<uint64_t>{},
-          "emulate=True runs the stage on the CPU (tests): images/labels are host addresses.")
+          nb::arg("source"), nb::arg("device"), nb::arg("on_error"), nb::arg("library_dirs"))
       .def("decode", &decode_batch, nb::arg("payload"), nb::arg("labels"), nb::arg("records"),
            nb::arg("images"), nb::arg("out_labels"), nb::arg("stream"),
            "Queues the batch's decode on `stream` into the device addresses images/out_labels.")

@@ -1,7 +1,8 @@
 // The testing wing (stoker._native.testing): test doubles and benchmark helpers, compiled only
 // with STOKER_TESTING=ON (never in a plain wheel). Production code knows none of these types: the
-// fence provider turns what it does not recognize into fences through set_fence_factory, which
-// this module installs for FakeCopy.
+// fence provider turns what it does not recognize into fences through the test hooks this module
+// installs (set_fence_test_hooks: FakeCopy, pageable fencing), and the emulated GPU decoder is a
+// production GpuBatchDecoder on the test-only CPU backend (gpu/decode/emulated_backend.h).
 //
 // Also here: bindings of production functions that only tests and bench/ call, as oracles
 // (position_key, random_resized_crop_box, classify_jpeg), and the decode-only throughput bound of
@@ -11,6 +12,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "bindings.h"
+#include "gpu/decode/emulated_backend.h"
 #include "gpu/decode/gpu_decode.h"
 #include "pydata/sample_fetcher.h"
 #include "sources/faulty.h"
@@ -34,7 +37,7 @@ namespace stoker::python {
 namespace {
 
 // A fence whose completion a test controls. With a source and a destination it is a copy of a
-// fake copy engine: complete() copies the bytes first, as a DMA that runs late reads the buffer
+// fake copy stage: complete() copies the bytes first, as a DMA that runs late reads the buffer
 // only when it runs. A pool destroyed while it is pending drops it (wait() copies nothing: the
 // destination may be gone).
 struct FakeCopyState {
@@ -72,6 +75,8 @@ std::unique_ptr<Fence> fake_fence(nb::handle item) {
   if (!nb::isinstance<FakeCopy>(item)) return nullptr;
   return std::make_unique<FakeCopyFence>(nb::cast<FakeCopy&>(item).state);
 }
+
+FenceTestHooks fence_hooks{&fake_fence, false};
 
 nb::dict decode_only(const std::vector<std::string>& paths, int threads, double min_seconds) {
   if (threads < 1) throw InvalidArgument("threads must be a positive integer");
@@ -125,7 +130,7 @@ nb::dict decode_only(const std::vector<std::string>& paths, int threads, double 
 }  // namespace
 
 void register_testing(nb::module_& m) {
-  set_fence_factory(&fake_fence);
+  set_fence_test_hooks(&fence_hooks);
   nb::class_<FakeCopy>(m, "FakeCopy",
                        "A fence for tests that completes when complete() is called; given "
                        "addresses, complete() first copies nbytes from src to dst (a fake DMA).")
@@ -141,6 +146,24 @@ void register_testing(nb::module_& m) {
       .def("complete", &FakeCopy::complete)
       .def_prop_ro("completed", [](const FakeCopy& f) { return f.state->done.load(); })
       .def_prop_ro("polls", [](const FakeCopy& f) { return f.state->polls.load(); });
+
+  m.def(
+      "fence_pageable_buffers", [](bool on) { fence_hooks.pageable = on; }, nb::arg("on"),
+      "on=True: the fence provider fences pageable batches too, so the recycling protocol runs "
+      "without CUDA; False: pinned ones only, as in the product.");
+
+  m.def(
+      "emulated_gpu_decoder",
+      [](std::shared_ptr<image::gpu::GpuDecodeSource> source, bool skip,
+         std::vector<uint64_t> reject) {
+        return std::make_unique<image::gpu::GpuBatchDecoder>(
+            std::move(source), image::gpu::make_emulated_backend(std::move(reject)),
+            skip ? OnError::kSkip : OnError::kRaise);
+      },
+      nb::arg("source"), nb::arg("skip") = false, nb::arg("reject") = std::vector<uint64_t>{},
+      "A gpu.GpuBatchDecoder whose device is emulated on the CPU: images/labels are host "
+      "addresses, the stream is ignored. skip: on_error=\"skip\" (else \"raise\"); `reject`: "
+      "sample indices whose \"GPU\" decode fails.");
 
   nb::class_<FaultySource, Source>(m, "FaultySource")
       .def(nb::new_([](uint64_t size, int64_t width, std::set<uint64_t> fail, int64_t delay_us,

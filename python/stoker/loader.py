@@ -157,7 +157,7 @@ class DataLoader:
         self.repeats = repeats
         self.batch_transform = batch_transform
         self._device = options.device
-        self._engine = None  # the GPU copy engine (one copy stream), made at the first iteration
+        self._copy_stage = None  # the GPU copy stage (one copy stream), made at the first iteration
         self._gpu_stats = {}
         self._next = _state.Position()  # where the next iteration starts
         # The latest iteration's _state.Cursor, owned by its iterator: read for state_dict(), so
@@ -236,15 +236,15 @@ class DataLoader:
         batches = self._producer.batches(cursor)
         if self._device is None:
             return batches
-        if self._engine is None:
-            self._engine = self._producer.copy_stage(self._device) or \
-                _feed.CudaCopyEngine(self._device)
-        engine = self._engine
+        if self._copy_stage is None:
+            self._copy_stage = self._producer.copy_stage(self._device) or \
+                _feed.CopyStage(self._device)
+        stage = self._copy_stage
         mixing = self._producer.device_mixing  # a batch transform, on the GPU
         if mixing is not None:
-            batches, engine = mixing.tag(batches, cursor), mixing.engine(engine)
+            batches, stage = mixing.tag(batches, cursor), mixing.stage(stage)
         feed = _feed.DeviceFeed(batches, self._device, self._options.gpu_prefetch,
-                                self._options.gpu_prefetch_bytes, engine=engine,
+                                self._options.gpu_prefetch_bytes, stage=stage,
                                 cursor=cursor, stats=self._gpu_stats)
         output = self._producer.device_output  # ToTensor on the GPU
         if output is not None:
@@ -317,8 +317,8 @@ class DataLoader:
         s.update(self._producer.knobs())
         s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)
-        if hasattr(self._engine, "add_stats"):  # a GPU decode stage counts its skips too
-            self._engine.add_stats(s)
+        if hasattr(self._copy_stage, "add_stats"):  # a GPU decode stage counts its skips too
+            self._copy_stage.add_stats(s)
         return s
 
     def shutdown(self):

@@ -180,7 +180,7 @@ using cuda::internal::ContextGuard;
 
 bool capture_error(CUresult rc) { return rc >= kCaptureErrorFirst && rc <= kCaptureErrorLast; }
 
-// Stoker's driver calls run on its own threads (workers, the copy engine, a dying tensor's
+// Stoker's driver calls run on its own threads (workers, the copy stage, a dying tensor's
 // thread) and touch no capturing stream. While a user captures a CUDA graph (torch.cuda.graph
 // captures in the global mode), the driver would refuse such "potentially unsafe" calls on every
 // thread and invalidate the capture; relaxed mode on this thread, for the scope, allows them.

@@ -1,18 +1,35 @@
 """The decode="cuda" path with its GPU stage emulated on the CPU, for tests and
 ``bench/bench_gpu_decode.py --cpu-smoke`` (never part of the package): the same staging, the same
-stage logic, the kernels' own code over host memory, libjpeg for nvJPEG."""
+stage logic, the kernels' own code over host memory, libjpeg for nvJPEG. Its native half is
+``_native.testing.emulated_gpu_decoder`` (built only with STOKER_TESTING=ON)."""
 
 from stoker import DataLoader
+from stoker.gpu import decode as gpu_decode
 from stoker.gpu.decode import _torch_dtype, merge_stats
 from stoker.gpu.feed import DeviceFeed
 from stoker import _native
 from stoker.sources.base import StokerDataset
 
 
-class CpuCopyEngine:
-    """The copy-engine protocol (gpu/feed.py) with the "device" being the CPU: copies are
-    clones. For the device paths' logic (batch transforms on the device, the output conversion)
-    without a GPU."""
+class emulation:
+    """Within the block, decode="cuda" datasets can be made without a GPU (the dataset's check
+    for CUDA, nvJPEG and NVRTC is skipped); they can then be read through emulated_loader() (a
+    DataLoader(device="cuda") still needs CUDA)."""
+
+    def __enter__(self):
+        self._check = gpu_decode.require_gpu_decode
+        gpu_decode.require_gpu_decode = lambda: None
+        return self
+
+    def __exit__(self, *exc):
+        gpu_decode.require_gpu_decode = self._check
+        return False
+
+
+class CpuCopyStage:
+    """The copy-stage protocol (gpu/feed.py's CopyStage) with the "device" being the CPU: copies
+    are clones. For the device paths' logic (batch transforms on the device, the output
+    conversion) without a GPU."""
 
     def default_cap(self):
         return 1 << 40
@@ -25,8 +42,8 @@ class CpuCopyEngine:
         pass
 
 
-class EmulatedDecodeEngine:
-    """The same copy-engine protocol with the GPU stage emulated on the CPU (its kernels' own code
+class EmulatedDecodeStage:
+    """The same copy-stage protocol with the GPU stage emulated on the CPU (its kernels' own code
     over host memory, libjpeg for nvJPEG): for tests and ``bench_gpu_decode.py --cpu-smoke``.
     Batches are CPU tensors. ``reject``: sample indices whose "GPU" decode fails."""
 
@@ -35,8 +52,8 @@ class EmulatedDecodeEngine:
         self.torch = torch
         self.shape = tuple(source.output_shape)
         self.dtype = _torch_dtype(torch, source.output_dtype)
-        self.decoder = _native.gpu.GpuBatchDecoder(source, 0, on_error, [], emulate=True,
-                                               reject=list(reject))
+        self.decoder = _native.testing.emulated_gpu_decoder(source, skip=on_error == "skip",
+                                                            reject=list(reject))
 
     def default_cap(self):
         return 1 << 40
@@ -74,18 +91,18 @@ def emulated_loader(dataset, reject=(), **loader_kwargs):
     if getattr(dataset, "decode", "cpu") != "cuda":
         raise ValueError('emulated_loader needs a dataset made with decode="cuda"')
     loader = DataLoader(_Staged(dataset), **loader_kwargs)
-    engine = EmulatedDecodeEngine(dataset._source, loader.on_error, reject)
+    stage = EmulatedDecodeStage(dataset._source, loader.on_error, reject)
 
     class _Emulated:
         def __iter__(self):
-            return DeviceFeed(iter(loader), None, engine=engine, cursor=None)
+            return DeviceFeed(iter(loader), None, stage=stage, cursor=None)
 
         def __len__(self):
             return len(loader)
 
         def stats(self):
             s = loader.stats()
-            merge_stats(s, engine.stats())
+            merge_stats(s, stage.stats())
             return s
 
     return _Emulated()

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stoker  # noqa: E402
-from gpu_emulation import CpuCopyEngine  # noqa: E402
+from gpu_emulation import CpuCopyStage  # noqa: E402
 from stoker import _native, _state  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
@@ -43,7 +43,7 @@ def load(ds, **kw):
 
 
 def drawn(loader, batch_transform, layout, epoch, b):
-    """The parameters the engine draws for batch b of the loader's epoch."""
+    """The parameters the C++ engine draws for batch b of the loader's epoch."""
     native = B.parse(batch_transform).native(layout)
     plan = _state.plan(loader)
     return native.draw(loader.seed, epoch, plan.first_position(b), *SIZE)
@@ -248,10 +248,10 @@ def test_the_gpu_path_gives_the_cpu_paths_batches(sample):
             got_images, got_soft = gpu_mix.mix_batch(raw.clone(), labels, params, CLASSES,
                                                      layout)
             assert torch.equal(got_images, images) and torch.equal(got_soft, soft), (dtype, b)
-        # The whole device path (tag, copy engine, feed, mix after hand-over), with the feed
+        # The whole device path (tag, copy stage, feed, mix after hand-over), with the feed
         # pulling batches ahead: the cursor it rewinds must not shift the batch keys.
         device = load(ds)
-        device._device, device._engine = "fake-gpu", CpuCopyEngine()
+        device._device, device._copy_stage = "fake-gpu", CpuCopyStage()
         device._producer.device_mixing = gpu_mix.DeviceMixing(
             native, device.seed, layout, tuple(ds._cpu_source.image_shape),
             lambda cursor: _state.plan(device, cursor.start))
@@ -278,7 +278,7 @@ def test_the_gpu_path_checks_labels_on_the_cpu():
     batches = iter([(torch.zeros(3, 3, 2, 2), torch.tensor([0, 1, 3])),
                     (torch.zeros(3, 3, 2, 2), torch.tensor([2, 4, 1]))])
     cursor = _state.Cursor(0, 0, 0, 2)
-    feed = DeviceFeed(mixing.tag(batches, cursor), None, engine=mixing.engine(CpuCopyEngine()))
+    feed = DeviceFeed(mixing.tag(batches, cursor), None, stage=mixing.stage(CpuCopyStage()))
     out = mixing.finish(feed)
     images, soft = next(out)
     assert soft.shape == (3, 4)

@@ -53,7 +53,7 @@ def to_255(x):
 
 
 def emulated_dataset(cls, *args, **kwargs):
-    with gpu_decode.emulation():
+    with gpu_emulation.emulation():
         return cls(*args, decode="cuda", **kwargs)
 
 
@@ -73,7 +73,7 @@ def test_decode_cpu_is_the_default_and_changes_nothing(sample):
     a = stoker.ImageFolder(root, transform=train_transform())
     b = stoker.ImageFolder(root, transform=train_transform(), decode="cpu")
     assert a.decode == b.decode == "cpu"
-    assert not hasattr(b, "_device_engine")
+    assert not b._decodes_on_gpu and b._copy_stage(None, "raise") is None
     for x, y in zip(stoker.DataLoader(a, batch_size=8, seed=2, shuffle=True),
                     stoker.DataLoader(b, batch_size=8, seed=2, shuffle=True)):
         assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
@@ -343,7 +343,7 @@ def test_gpu_path_matches_its_emulation_bit_for_bit_on_exactly_decodable_files(t
                 tmp_path / f"c{c}" / f"{i}.jpg", quality=100)
     t = train_transform()
     ds = stoker.ImageFolder(str(tmp_path), transform=t, decode="cuda")
-    with gpu_decode.emulation():
+    with gpu_emulation.emulation():
         em = stoker.ImageFolder(str(tmp_path), transform=t, decode="cuda")
     kw = dict(batch_size=8, shuffle=True, seed=2, num_workers=1)
     for (x, y), (ex, ey) in zip(gpu_batches(ds, **kw), gpu_emulation.emulated_loader(em, **kw)):

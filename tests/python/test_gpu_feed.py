@@ -1,5 +1,5 @@
 """The GPU feed without a GPU: the device= argument, the copy stage's ordering and bounds, and the
-pinned-buffer recycling protocol, driven by a fake copy engine whose copies run when the test says
+pinned-buffer recycling protocol, driven by a fake copy stage whose copies run when the test says
 (tests/python/test_gpu.py runs the same on a real GPU)."""
 
 import collections
@@ -81,9 +81,9 @@ def test_stats_report_pinned_memory():
     assert s["fenced_buffers"] == 0
 
 
-# ---- the copy stage with a fake engine -------------------------------------------------------------
+# ---- the copy stage, faked ------------------------------------------------------------------------
 
-class ListEngine:
+class ListStage:
     """Copies instantly; records what it was asked to do."""
 
     def __init__(self, nbytes=100):
@@ -123,38 +123,38 @@ class CountingSource:
 
 @pytest.mark.parametrize("depth", [0, 1, 2, 5])
 def test_feed_copies_depth_batches_ahead_of_the_consumer(depth):
-    source, engine = CountingSource(10), ListEngine()
-    feed = DeviceFeed(source, None, depth, engine=engine)
+    source, stage = CountingSource(10), ListStage()
+    feed = DeviceFeed(source, None, depth, stage=stage)
     got = []
     for b in feed:
         got.append(b[1])
         # Copies for the next `depth` batches are queued before this one is handed over.
         assert source.pulled == min(10, len(got) + depth)
     assert got == list(range(10))
-    copies = [b for op, b in engine.log if op == "copy"]
-    handed = [b for op, b in engine.log if op == "hand_over"]
+    copies = [b for op, b in stage.log if op == "copy"]
+    handed = [b for op, b in stage.log if op == "hand_over"]
     assert copies == handed == list(range(10))
     # Every batch is copied before it is handed over, and handed over in order.
     for b in range(10):
-        assert engine.log.index(("copy", b)) < engine.log.index(("hand_over", b))
+        assert stage.log.index(("copy", b)) < stage.log.index(("hand_over", b))
     with pytest.raises(StopIteration):
         next(feed)
 
 
 def test_feed_bounds_the_gpu_memory_of_batches_copied_ahead():
-    source, engine = CountingSource(10), ListEngine(nbytes=100)
-    feed = DeviceFeed(source, None, 8, 250, engine=engine)  # room for two batches ahead
+    source, stage = CountingSource(10), ListStage(nbytes=100)
+    feed = DeviceFeed(source, None, 8, 250, stage=stage)  # room for two batches ahead
     next(feed)
     assert source.pulled == 3
     next(feed)
     assert source.pulled == 4
-    small = DeviceFeed(CountingSource(10), None, 8, 50, engine=ListEngine(nbytes=100))
+    small = DeviceFeed(CountingSource(10), None, 8, 50, stage=ListStage(nbytes=100))
     next(small)
     assert small._source.pulled == 1  # one batch exceeds the cap: copied only when asked for
 
 
 def test_feed_raises_an_error_at_its_batchs_turn_then_goes_on():
-    feed = DeviceFeed(CountingSource(6, fail_at={2, 3}), None, 2, engine=ListEngine())
+    feed = DeviceFeed(CountingSource(6, fail_at={2, 3}), None, 2, stage=ListStage())
     assert next(feed)[1] == 0 and next(feed)[1] == 1
     with pytest.raises(KeyError, match="batch 2"):
         next(feed)
@@ -164,7 +164,7 @@ def test_feed_raises_an_error_at_its_batchs_turn_then_goes_on():
 
 
 def test_feed_len_counts_batches_not_yet_yielded():
-    feed = DeviceFeed(CountingSource(5), None, 2, engine=ListEngine())
+    feed = DeviceFeed(CountingSource(5), None, 2, stage=ListStage())
     assert len(feed) == 5
     next(feed)
     assert len(feed) == 4
@@ -183,7 +183,7 @@ def test_feed_does_not_defer_interrupts():
                 raise BaseInterrupt
             return super().__next__()
 
-    feed = DeviceFeed(Interrupted(5), None, 3, engine=ListEngine())
+    feed = DeviceFeed(Interrupted(5), None, 3, stage=ListStage())
     with pytest.raises(BaseInterrupt):
         next(feed)
 
@@ -192,7 +192,7 @@ def test_feed_maps_nested_batches_and_passes_other_leaves_through():
     Pair = collections.namedtuple("Pair", "x y")
     moved = []
 
-    class TensorEngine(ListEngine):
+    class TensorStage(ListStage):
         def copy(self, batch):
             out = tree_map(lambda t: moved.append(t) or t + 1, batch,
                                              torch.Tensor)
@@ -202,17 +202,17 @@ def test_feed_maps_nested_batches_and_passes_other_leaves_through():
             pass
 
     batch = {"a": Pair(torch.zeros(2), "name"), "b": [torch.ones(1), 3], "c": (torch.ones(1),)}
-    out = next(DeviceFeed(iter([batch]), None, 1, engine=TensorEngine()))
+    out = next(DeviceFeed(iter([batch]), None, 1, stage=TensorStage()))
     assert isinstance(out["a"], Pair) and out["a"].y == "name" and torch.equal(out["a"].x,
                                                                               torch.ones(2))
     assert out["b"][1] == 3 and torch.equal(out["b"][0], torch.full((1,), 2.0))
     assert isinstance(out["c"], tuple) and len(moved) == 3
 
 
-# ---- the recycling protocol, end to end through the engine's pool ---------------------------------
+# ---- the recycling protocol, end to end through the C++ engine's pool -----------------------------
 
-class FakeDmaEngine:
-    """A copy engine whose copies run late: copy() queues a FakeCopy that reads the CPU buffer
+class FakeDmaStage:
+    """A copy stage whose copies run late: copy() queues a FakeCopy that reads the CPU buffer
     only when it completes, which is when the consumer is handed the batch (as a DMA queued behind
     busy GPU work runs long after the CPU tensor was dropped)."""
 
@@ -237,14 +237,16 @@ class FakeDmaEngine:
 @pytest.fixture
 def pageable_fences():
     """Fences for pageable buffers too, so the protocol runs without CUDA."""
-    _native.gpu.set_fence_provider(stoker_device._fence_streams, pageable=True)
+    _native.gpu.set_fence_provider(stoker_device._fence_streams)
+    _native.testing.fence_pageable_buffers(True)
     yield
+    _native.testing.fence_pageable_buffers(False)
     _native.gpu.set_fence_provider(stoker_device._fence_streams if stoker_device._installed else None)
 
 
 def fake_gpu_loader(ds, **kw):
     loader = stoker.DataLoader(ds, **kw)
-    loader._device, loader._engine = "fake-gpu", FakeDmaEngine()  # the feed, on a fake engine
+    loader._device, loader._copy_stage = "fake-gpu", FakeDmaStage()  # the feed, on a fake stage
     return loader
 
 
@@ -263,7 +265,7 @@ def test_a_buffer_is_not_rewritten_before_its_late_copy_has_read_it(pageable_fen
         assert len(got) == len(want) == 16
         for b, (g, w) in enumerate(zip(got, want)):
             assert torch.equal(g, w), f"epoch {epoch} batch {b}: a later batch overwrote it"
-    assert loader._engine.completed == 48
+    assert loader._copy_stage.completed == 48
     s = loader.stats()
     assert s["buffer_bytes_peak"] <= 6 * batch_bytes
     assert s["gpu_batches"] == 48 and s["gpu_bytes"] == 48 * batch_bytes
@@ -324,7 +326,7 @@ def test_a_failing_fence_provider_is_reported_and_the_buffer_still_recycled(page
 
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
-    _native.gpu.set_fence_provider(broken, pageable=True)
+    _native.gpu.set_fence_provider(broken)
     loader = stoker.DataLoader(row_dataset(16), batch_size=4, num_workers=0)
     got = []
     for b in loader:  # each batch dies while the next is produced
@@ -406,13 +408,13 @@ def test_python_dataset_shared_buffers_are_fenced_like_native_ones(pageable_fenc
     batch (the buffers' fences are recorded when the last view of a batch dies)."""
     loader = stoker.DataLoader(RowDataset(), batch_size=4, num_workers=2, worker_type="process",
                                gpu_prefetch=2)
-    loader._device, loader._engine = "fake-gpu", FakeDmaEngine()
+    loader._device, loader._copy_stage = "fake-gpu", FakeDmaStage()
     for epoch in range(2):
         got = list(loader)
         assert [int(g[0, 0]) for g in got] == list(range(0, 48, 4))
         for b, g in enumerate(got):
             assert torch.equal(g, expected(range(4 * b, 4 * b + 4))), f"batch {b} overwritten"
-    assert loader._engine.completed == 24
+    assert loader._copy_stage.completed == 24
     assert loader.stats()["fenced_buffers"] == 0
 
 

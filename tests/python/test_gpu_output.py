@@ -1,6 +1,6 @@
 """device="cuda" with an image pipeline that ends in a float ToTensor (and Normalize): uint8
 over the copy, the conversion on the device (stoker/gpu/output.py). No GPU here: the
-conversion's torch code runs on CPU tensors, and the loader's device path with a copy engine
+conversion's torch code runs on CPU tensors, and the loader's device path with a copy stage
 whose "device" is the CPU; both must give the CPU path's batches bit for bit."""
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stoker  # noqa: E402
-from gpu_emulation import CpuCopyEngine  # noqa: E402
+from gpu_emulation import CpuCopyStage  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
 from stoker.cli.sample_data import make_sample  # noqa: E402
@@ -83,7 +83,7 @@ def test_the_device_path_gives_the_cpu_paths_batches(sample, monkeypatch, mixed)
     want = [(x.clone(), y.clone()) for x, y in stoker.DataLoader(ds, **kw)]
     monkeypatch.setattr(_feed, "resolve_device", lambda device: FakeDevice())
     loader = stoker.DataLoader(ds, device="cuda", **kw)
-    loader._engine = CpuCopyEngine()
+    loader._copy_stage = CpuCopyStage()
     got = [(x.clone(), y.clone()) for x, y in loader]
     assert len(got) == len(want)
     for (a, la), (b, lb) in zip(got, want):

@@ -59,6 +59,9 @@ CLEAN_ROOM = textwrap.dedent("""
         "file": stoker.__file__, "version": stoker.__version__, "metadata": version("stoker"),
         "ldd": ldd, "mapped": mapped, "batches": [[list(s), y] for s, y in batches],
         "tokens": first, "cuda": stoker.cuda_available(),
+        "testing": hasattr(stoker._native, "testing"),
+        "gpu_signatures": stoker._native.gpu.GpuBatchDecoder.__init__.__doc__ +
+        stoker._native.gpu.set_fence_provider.__doc__,
     }))
 """)
 
@@ -135,6 +138,15 @@ def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_librari
     image_libs = [os.path.realpath(p) for p in seen["mapped"] if "libjpeg" in p or "libpng" in p]
     assert image_libs and all(p.startswith(libs + "/") for p in image_libs), image_libs
     assert not any("libcuda" in p or "libnvjpeg" in p for p in seen["mapped"]), seen["mapped"]
+    # No test doubles (STOKER_TESTING=OFF): no testing module, no test-only arguments on the GPU
+    # bindings, and no emulated GPU decode backend compiled in.
+    assert not seen["testing"]
+    for arg in ("emulate", "reject", "pageable"):
+        assert arg not in seen["gpu_signatures"], seen["gpu_signatures"]
+    with zipfile.ZipFile(wheel) as z:
+        native = [n for n in z.namelist() if n.startswith("stoker/_native")
+                  and n.endswith(".so")]
+        assert len(native) == 1 and b"EmulatedBackend" not in z.read(native[0]), native
 
     # The decodes: PNG exact; JPEG as Pillow decodes it (libjpeg, rounding in chroma upsampling).
     png = np.load(data / "a.png.npy")

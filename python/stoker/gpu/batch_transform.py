@@ -3,7 +3,7 @@ runs on the GPU, after the copy, on the batch as the loader made it.
 
 Why there: the copy then moves the images once, as the workers wrote them (a CPU mix would only
 add a pass over every batch on the host), and the blend is one kernel on the device. The
-parameters are not drawn here: for each CPU batch, before its copy, the engine's own function
+parameters are not drawn here: for each CPU batch, before its copy, the C++ engine's own function
 (``_native.engine.BatchTransform.draw``, keyed by (seed, epoch, the batch's first global
 position), as the CPU path keys them) draws them, so the GPU batches equal the CPU path's
 batches, parameter for parameter. The labels are checked on the CPU there too (a GPU check would
@@ -12,8 +12,8 @@ make the host wait for the device).
 The pieces, around the feed of gpu/feed.py:
 
 - :meth:`DeviceMixing.tag`: the CPU batches, each as ``(batch, params)``;
-- :meth:`DeviceMixing.engine`: a copy engine that copies ``batch`` with the loader's engine and
-  carries ``params`` past it (so a GPU decode engine sees its own batches);
+- :meth:`DeviceMixing.stage`: a copy stage that copies ``batch`` with the loader's copy stage and
+  carries ``params`` past it (so a GPU decode stage sees its own batches);
 - :meth:`DeviceMixing.finish`: the feed's GPU batches, transformed by :func:`mix_batch` on the
   consumer's current stream after the feed handed them over: ``(images, soft_labels)``.
 
@@ -88,8 +88,8 @@ class DeviceMixing:
     def tag(self, batches, cursor):
         return _Tagged(self, batches, cursor)
 
-    def engine(self, engine):
-        return _TaggedEngine(engine)
+    def stage(self, stage):
+        return _TaggedStage(stage)
 
     def finish(self, feed):
         return _Mixed(self, feed)
@@ -104,7 +104,7 @@ class DeviceMixing:
 
 
 class _Tagged:
-    """The CPU batches as (batch, params), batch b of the iteration keyed as the engine keys it.
+    """The CPU batches as (batch, params), batch b of the iteration keyed as the C++ engine keys it.
     Its own count of batches: the feed rewinds the cursor to what the consumer has, while it
     pulls ahead."""
 
@@ -135,13 +135,14 @@ class _Tagged:
         return batch, self._mixing.params(self._epoch, self._plan, b)
 
 
-class _TaggedEngine:
-    """Copies the batch of a (batch, params) pair with the loader's engine; params ride along."""
+class _TaggedStage:
+    """Copies the batch of a (batch, params) pair with the loader's copy stage; params ride
+    along."""
 
     def __init__(self, inner):
         self._inner = inner
 
-    def __getattr__(self, name):  # default_cap, fences, stats, ...: the loader's engine's
+    def __getattr__(self, name):  # default_cap, fences, stats, ...: the loader's copy stage's
         return getattr(self._inner, name)
 
     def copy(self, tagged):

@@ -23,9 +23,9 @@ import os
 import weakref
 
 from .. import _native
-from .feed import CudaCopyEngine
+from .feed import CopyStage
 
-__all__ = ["DECODE_CHOICES", "GpuDecodeEngine", "check_decode", "library_dirs",
+__all__ = ["DECODE_CHOICES", "GpuDecodeStage", "check_decode", "library_dirs",
            "require_gpu_decode", "staging_source"]
 
 DECODE_CHOICES = ("cpu", "cuda")
@@ -80,29 +80,9 @@ def library_dirs(search_path=None):
     return out
 
 
-_emulating = False  # set by emulation(): datasets made for emulated_loader only
-
-
-class emulation:
-    """Test/smoke only: within the block, decode="cuda" datasets can be made without a GPU; they
-    can then be read through emulated_loader() (a DataLoader(device="cuda") still needs CUDA)."""
-
-    def __enter__(self):
-        global _emulating
-        self._previous, _emulating = _emulating, True
-        return self
-
-    def __exit__(self, *exc):
-        global _emulating
-        _emulating = self._previous
-        return False
-
-
 def require_gpu_decode():
     """Raises RuntimeError naming what decode="cuda" lacks here: CUDA (driver, device), nvJPEG or
-    NVRTC. Returns (libnvjpeg path, libnvrtc path)."""
-    if _emulating:
-        return None
+    NVRTC. Returns (libnvjpeg path, libnvrtc path). A dataset made with decode="cuda" calls it."""
     if not _native.gpu.cuda_available():
         raise RuntimeError(
             'decode="cuda" needs CUDA and nvJPEG, but CUDA is not available: no NVIDIA driver '
@@ -135,17 +115,17 @@ def payload_file_bytes(files, paths=None):
 def staging_source(files, spec, max_pixels, paths=None):
     """The native staging source of a decode="cuda" dataset."""
     return _native.gpu.GpuDecodeSource(files, spec, max_pixels, payload_file_bytes(files, paths),
-                                   DEFAULT_DECODE_BUFFER_BYTES)
+                                       DEFAULT_DECODE_BUFFER_BYTES)
 
 
 def _torch_dtype(torch, name):
     return getattr(torch, _DTYPES[name])
 
 
-class GpuDecodeEngine(CudaCopyEngine):
-    """The copy engine of a decode="cuda" loader: each staged batch is decoded on the GPU, into
+class GpuDecodeStage(CopyStage):
+    """The copy stage of a decode="cuda" loader: each staged batch is decoded on the GPU, into
     tensors allocated on the copy stream (torch's caching allocator owns them); the rest of the
-    copy-stage protocol (events, hand-over, fences of the staged buffer) is CudaCopyEngine's."""
+    copy-stage protocol (events, hand-over, fences of the staged buffer) is CopyStage's."""
 
     def __init__(self, device, source, on_error):
         super().__init__(device)
@@ -153,7 +133,8 @@ class GpuDecodeEngine(CudaCopyEngine):
         self.shape = tuple(source.output_shape)
         self.dtype = _torch_dtype(torch, source.output_dtype)
         with torch.cuda.device(device):
-            self.decoder = _native.gpu.GpuBatchDecoder(source, device.index, on_error, library_dirs())
+            self.decoder = _native.gpu.GpuBatchDecoder(source, device.index, on_error,
+                                                       library_dirs())
         self._ahead = {}  # id(images) -> (weakref, bytes): decoded, not handed over yet
 
     def copy(self, batch):
@@ -184,14 +165,14 @@ class GpuDecodeEngine(CudaCopyEngine):
         return merge_stats(stats, self.stats())
 
 
-def merge_stats(stats, engine_stats):
+def merge_stats(stats, stage_stats):
     """Adds the GPU stage's figures to a loader's stats(): its skips count with the loader's."""
-    g = engine_stats.get("gpu_decode")
+    g = stage_stats.get("gpu_decode")
     if g is None:
         return stats
     stats["gpu_decode"] = g
     stats["skipped"] = stats.get("skipped", 0) + g["skipped"]
     stats["skipped_samples"] = list(stats.get("skipped_samples", [])) + g["skipped_samples"]
-    ahead = engine_stats.get("gpu_batches_ahead_bytes", 0)
+    ahead = stage_stats.get("gpu_batches_ahead_bytes", 0)
     stats["gpu_memory_bytes"] = g["device_bytes"] + ahead
     return stats

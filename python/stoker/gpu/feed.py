@@ -18,8 +18,8 @@ stream ``s``, do what any torch tensor needs: ``s.wait_stream(torch.cuda.current
 ``x.record_stream(s)``.
 
 Fences (``install_fence_provider``). When the last tensor of a pinned Stoker batch dies, the
-engine asks :func:`_fence_streams` which CUDA streams may still read the buffer, records a CUDA
-event on each, and reuses the buffer only once they have completed (``cuEventQuery``, no
+C++ engine asks :func:`_fence_streams` which CUDA streams may still read the buffer, records a
+CUDA event on each, and reuses the buffer only once they have completed (``cuEventQuery``, no
 synchronize). The streams are, unless the copy stage names its own copy stream for the batch it
 drops: the current stream of every device this process uses (``x.to("cuda",
 non_blocking=True)`` queues the copy on the destination device's current stream), and the copy
@@ -40,8 +40,7 @@ import weakref
 from .. import _native
 from .._tree import tree_map
 
-__all__ = ["DeviceFeed", "CudaCopyEngine", "resolve_device", "install_fence_provider",
-           "fenced_on"]
+__all__ = ["DeviceFeed", "CopyStage", "resolve_device", "install_fence_provider", "fenced_on"]
 
 MAX_GPU_PREFETCH = 64
 AUTO_GPU_PREFETCH = 2  # double buffering: one batch copying while the consumer uses another
@@ -50,7 +49,7 @@ AUTO_CAP_FRACTION = 10  # default gpu_prefetch_bytes: a tenth of the device's me
 # ---- fences --------------------------------------------------------------------------------------
 
 _local = threading.local()
-_copy_streams = {}  # id(engine) -> (device index, raw stream handle) of every live copy engine
+_copy_streams = {}  # id(stage) -> (device index, raw stream handle) of every live CopyStage
 _copy_streams_lock = threading.Lock()
 _installed = False
 
@@ -61,9 +60,9 @@ def _current_raw_stream(torch, device):
 
 
 def _fence_streams(devices):
-    """The engine's fence provider: (device, stream handle) pairs whose queued work must finish
-    before a pinned buffer whose last tensor just died may be rewritten. ``devices``: the CUDA
-    devices whose primary context is active in this process."""
+    """The fence provider of the C++ engine's batch pools: (device, stream handle) pairs whose
+    queued work must finish before a pinned buffer whose last tensor just died may be rewritten.
+    ``devices``: the CUDA devices whose primary context is active in this process."""
     override = getattr(_local, "items", None)
     if override is not None:
         return override
@@ -91,8 +90,8 @@ def install_fence_provider():
 
 class fenced_on:
     """Within the block, a pinned batch whose last tensor dies is fenced on exactly ``items``
-    ((device, stream handle) pairs, or ``_native.testing.FakeCopy`` objects in tests) instead of the
-    default streams: the copy stage drops a CPU batch inside it, naming its copy stream."""
+    ((device, stream handle) pairs, or ``_native.testing.FakeCopy`` objects in tests) instead of
+    the default streams: the copy stage drops a CPU batch inside it, naming its copy stream."""
 
     def __init__(self, items):
         self.items = list(items)
@@ -156,8 +155,12 @@ def resolve_prefetch(gpu_prefetch):
 
 # ---- the copy stage ------------------------------------------------------------------------------
 
-class CudaCopyEngine:
-    """Copies batches to one CUDA device on a stream of its own (torch.cuda)."""
+class CopyStage:
+    """Copies batches to one CUDA device on a stream of its own (torch.cuda).
+
+    The copy-stage protocol, which :class:`DeviceFeed` drives (GPU decode's stage and the tests'
+    fakes implement it too): ``default_cap()``, ``copy(batch) -> (GPU batch, event, bytes,
+    fences)`` and ``hand_over(GPU batch, event)``."""
 
     def __init__(self, device):
         import torch
@@ -237,7 +240,7 @@ class DeviceFeed:
             batch when it is asked for).
         prefetch_bytes: GPU memory those batches may take together (None: a tenth of the
             device's memory); fewer are copied ahead when they would exceed it.
-        engine: the copy engine (CudaCopyEngine(device) when None; tests pass a fake one).
+        stage: the copy stage (CopyStage(device) when None; tests pass a fake one).
         cursor: the loader's [epoch, batches delivered]: set to the position of each batch when
             it is yielded (not when it is pulled ahead), so state_dict() resumes after the last
             batch the consumer got.
@@ -246,12 +249,12 @@ class DeviceFeed:
     An exception raised while a batch is pulled is raised when that batch's turn comes.
     """
 
-    def __init__(self, batches, device, prefetch="auto", prefetch_bytes=None, *, engine=None,
+    def __init__(self, batches, device, prefetch="auto", prefetch_bytes=None, *, stage=None,
                  cursor=None, stats=None):
         self._source = batches
-        self._engine = engine if engine is not None else CudaCopyEngine(device)
+        self._stage = stage if stage is not None else CopyStage(device)
         self._depth = resolve_prefetch(prefetch)
-        self._cap = prefetch_bytes if prefetch_bytes is not None else self._engine.default_cap()
+        self._cap = prefetch_bytes if prefetch_bytes is not None else self._stage.default_cap()
         self._cursor = cursor
         self._stats = stats if stats is not None else {}
         self._queue = collections.deque()
@@ -281,7 +284,7 @@ class DeviceFeed:
             self._cursor.batch = entry.position
         if entry.error is not None:
             raise entry.error
-        self._engine.hand_over(entry.batch, entry.event)
+        self._stage.hand_over(entry.batch, entry.event)
         self._stats["gpu_batches"] += 1
         self._stats["gpu_bytes"] += entry.nbytes
         return entry.batch
@@ -309,9 +312,9 @@ class DeviceFeed:
             return
         position = self._position()
         try:
-            gpu, event, nbytes, fences = self._engine.copy(cpu)
-        except Exception as e:  # an engine that fails a batch (GPU decode): at its turn, too
-            with fenced_on(getattr(self._engine, "fences", ())):
+            gpu, event, nbytes, fences = self._stage.copy(cpu)
+        except Exception as e:  # a stage that fails a batch (GPU decode): at its turn, too
+            with fenced_on(getattr(self._stage, "fences", ())):
                 del cpu  # work queued before the failure may still read the buffer
             self._queue.append(_Entry(None, None, 0, e, position))
             return

@@ -215,7 +215,7 @@ class ImageSamples:
 
     def copy_stage(self, device, on_error):
         """The GPU decode stage of a ``decode="cuda"`` dataset (the DataLoader's copy stage)."""
-        return gpu_decode.GpuDecodeEngine(device, self.source, on_error)
+        return gpu_decode.GpuDecodeStage(device, self.source, on_error)
 
 
 class _ImageDataset(StokerDataset):

@@ -1,6 +1,7 @@
-// Internal: what the GPU stage (batch_decoder.cc) asks of a device. Two implementations: nvJPEG +
-// NVRTC kernels on a CUDA device (nvjpeg_backend.cc), and an emulation on the CPU that runs the
-// kernels' own code (emulated_backend.cc) so that the stage's logic is tested without a GPU.
+// Internal: what the GPU stage (batch_decoder.cc) asks of a device. The product's one
+// implementation is nvJPEG + NVRTC kernels on a CUDA device (nvjpeg_backend.cc); the tests add an
+// emulation on the CPU that runs the kernels' own code (emulated_backend.h, never in a wheel), so
+// that the stage's logic is tested without a GPU.
 //
 // One batch is begin(stream) ... end(); everything in between is queued on that stream in call
 // order. Pointers called "device" are device memory for nvJPEG, host memory for the emulation.
@@ -17,7 +18,7 @@
 namespace stoker::image::gpu {
 
 struct JpegJob {
-  uint64_t index = 0;               // the sample (for the emulation's rejections)
+  uint64_t index = 0;               // the sample (the emulation rejects chosen indices)
   const std::byte* data = nullptr;  // host (the staged batch's pinned payload slot)
   size_t bytes = 0;
   uint8_t* dst = nullptr;  // device: height rows of `pitch` bytes, interleaved RGB

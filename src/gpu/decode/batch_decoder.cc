@@ -252,9 +252,7 @@ GpuBatchDecoder::GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
 
 GpuBatchDecoder::GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
                                  const DecodeDevice& device, OnError on_error)
-    : GpuBatchDecoder(std::move(source),
-                      device.emulate ? make_emulated_backend(device.reject)
-                                     : make_nvjpeg_backend(device.device, device.library_dirs),
+    : GpuBatchDecoder(std::move(source), make_nvjpeg_backend(device.device, device.library_dirs),
                       on_error) {}
 
 GpuBatchDecoder::~GpuBatchDecoder() = default;

@@ -14,6 +14,7 @@
 
 #include "gpu/decode/backend.h"
 #include "gpu/decode/dynlib.h"
+#include "gpu/decode/emulated_backend.h"
 #include "image/test_images.h"
 #include "gpu/cuda.h"
 #include "stoker/errors.h"

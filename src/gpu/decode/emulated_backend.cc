@@ -1,16 +1,33 @@
-// The CPU emulation of the GPU stage's device (backend.h): host memory for device memory, libjpeg
-// for nvJPEG, and the kernels' own thread functions run by render_reference. Everything the GPU
-// stage decides (chunks, descriptors, fallbacks, errors, replacement) runs as it does on a GPU.
-#include <algorithm>
+// The CPU emulation of the GPU stage's device (emulated_backend.h): host memory for device
+// memory, libjpeg for nvJPEG, and the kernels' own thread functions run on the host. Everything
+// the GPU stage decides (chunks, descriptors, fallbacks, errors, replacement) runs as it does on a
+// GPU.
+#include "gpu/decode/emulated_backend.h"
+
 #include <cstring>
 #include <set>
 
-#include "backend.h"
+#include "gpu/decode/render.h"
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 
 namespace stoker::image::gpu {
 namespace {
+
+namespace k = internal::k;
+
+// One render launch on the host, in the GPU's order (all coefficient threads, then all
+// horizontal-pass threads, then all vertical-pass threads).
+void render_reference(const k::KParams& p, int32_t max_rows) {
+  for (int32_t s = 0; s < p.n; ++s)
+    for (int32_t i = 0; i < p.out_w + p.out_h; ++i) k::k_coeff_thread(p, s, i);
+  for (int32_t s = 0; s < p.n; ++s)
+    for (int32_t r = 0; r < max_rows; ++r)
+      for (int32_t x = 0; x < p.out_w; ++x) k::k_hpass_thread(p, s, r, x);
+  for (int32_t s = 0; s < p.n; ++s)
+    for (int32_t y = 0; y < p.out_h; ++y)
+      for (int32_t x = 0; x < p.out_w; ++x) k::k_vpass_thread(p, s, y, x);
+}
 
 class EmulatedBackend final : public DecodeBackend {
  public:
@@ -54,9 +71,7 @@ class EmulatedBackend final : public DecodeBackend {
     }
   }
 
-  void render(const internal::k::KParams& p, int32_t max_rows) override {
-    internal::render_reference(p, max_rows);
-  }
+  void render(const k::KParams& p, int32_t max_rows) override { render_reference(p, max_rows); }
   void end() override {}
 
   uint64_t device_bytes() const override { return arena_.size() + table_.size(); }

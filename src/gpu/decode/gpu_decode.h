@@ -160,7 +160,7 @@ struct StagedBatch {
 };
 
 struct GpuDecodeStats {
-  std::string backend;  // "hardware", "gpu_hybrid" or "emulated"
+  std::string backend;  // "hardware" or "gpu_hybrid" (the tests' emulation: "emulated")
   uint64_t batches = 0;
   std::array<uint64_t, kNumRoutes> routes{};         // samples by route (kGpuFailed: recovered)
   uint64_t hardware_samples = 0;                     // decoded by the hardware decoder
@@ -172,8 +172,8 @@ struct GpuDecodeStats {
   double host_seconds = 0;                           // time in decode(), on the calling thread
 };
 
-// The GPU work, behind an interface: nvJPEG + NVRTC kernels on a device, or an emulation on the
-// CPU that runs the same kernel code (kernels.h) over host memory, for tests without a GPU.
+// The GPU work, behind an interface (backend.h): nvJPEG + NVRTC kernels on a device; the tests
+// put an emulation on the CPU behind it (emulated_backend.h).
 class DecodeBackend;
 
 // REQUIRES for the factories: the source outlives nothing; the decoder keeps it.
@@ -187,17 +187,10 @@ std::unique_ptr<DecodeBackend> make_nvjpeg_backend(int device,
 // Error saying which is missing and what was tried.
 std::pair<std::string, std::string> find_gpu_decode_libraries(
     const std::vector<std::string>& library_dirs);
-// The CPU emulation (tests, bench --cpu-smoke): "device" memory is host memory, streams are
-// ignored, JPEGs are decoded by libjpeg. `reject` lists sample indices whose decode it reports as
-// failed (a GPU decoder refusing a file the CPU takes).
-std::unique_ptr<DecodeBackend> make_emulated_backend(std::vector<uint64_t> reject = {});
-
 // Which device a GpuBatchDecoder drives.
 struct DecodeDevice {
   int device = 0;                         // CUDA ordinal
   std::vector<std::string> library_dirs;  // see make_nvjpeg_backend
-  bool emulate = false;                   // make_emulated_backend(reject) instead
-  std::vector<uint64_t> reject;
 };
 
 class GpuBatchDecoder {
@@ -205,6 +198,7 @@ class GpuBatchDecoder {
   // Throws as make_nvjpeg_backend when the device cannot be used.
   GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source, const DecodeDevice& device,
                   OnError on_error);
+  // On any backend (the tests' emulated one).
   GpuBatchDecoder(std::shared_ptr<const GpuDecodeSource> source,
                   std::unique_ptr<DecodeBackend> backend, OnError on_error);
   ~GpuBatchDecoder();

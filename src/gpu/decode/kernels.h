@@ -2,11 +2,12 @@
 //
 // NVRTC compiles this file at run time for the GPU (its text is embedded in the library by CMake:
 // kernel_source.cc), with --fmad=false so that no multiply-add is fused; the host compiler
-// compiles the very same functions for the CPU reference (render.cc), which the tests run against
-// the CPU pipeline. The arithmetic is Pillow's (resample.cc): double-precision triangle weights
-// normalized and rounded to 22-bit fixed point, int32 accumulation, each pass rounded to 8 bits;
-// then the CPU pipeline's per-value output table. With IEEE double add/mul/div on both sides and
-// no contraction, the GPU computes the CPU's bytes from the same decoded pixels.
+// compiles the very same functions (render.h) for the CPU reference of the tests' emulated backend
+// (emulated_backend.cc), which they run against the CPU pipeline. The arithmetic is Pillow's
+// (src/image/resample.cc): double-precision triangle weights normalized and rounded to 22-bit
+// fixed point, int32 accumulation, each pass rounded to 8 bits; then the CPU pipeline's per-value
+// output table. With IEEE double add/mul/div on both sides and no contraction, the GPU computes
+// the CPU's bytes from the same decoded pixels.
 //
 // Plain C++ without headers (NVRTC has no standard library here): the host includes this file
 // inside a namespace after <cstdint>; NVRTC defines __CUDACC_RTC__.

@@ -37,15 +37,4 @@ void vertical_rows(const k::KAxis& y, int32_t* lo, int32_t* rows) {
   *rows = f1 + n1 - f0 > 0 ? f1 + n1 - f0 : 0;
 }
 
-void render_reference(const k::KParams& p, int32_t max_rows) {
-  for (int32_t s = 0; s < p.n; ++s)
-    for (int32_t i = 0; i < p.out_w + p.out_h; ++i) k::k_coeff_thread(p, s, i);
-  for (int32_t s = 0; s < p.n; ++s)
-    for (int32_t r = 0; r < max_rows; ++r)
-      for (int32_t x = 0; x < p.out_w; ++x) k::k_hpass_thread(p, s, r, x);
-  for (int32_t s = 0; s < p.n; ++s)
-    for (int32_t y = 0; y < p.out_h; ++y)
-      for (int32_t x = 0; x < p.out_w; ++x) k::k_vpass_thread(p, s, y, x);
-}
-
 }  // namespace stoker::image::gpu::internal

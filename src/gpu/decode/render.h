@@ -1,6 +1,6 @@
-// Internal: the host side of the GPU decode's kernels (kernels.h): their text for NVRTC, the
-// descriptors the host builds, and the CPU reference that runs the kernels' own thread functions
-// over host memory (tests, the emulated backend).
+// Internal: the host side of the GPU decode's kernels (kernels.h): their text for NVRTC and the
+// descriptors the host builds. The kernels' thread functions also compile here for the host: the
+// emulated backend (emulated_backend.h, tests only) runs them over host memory.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +22,5 @@ k::KAxis kernel_axis(const StagedAxis& a);
 
 // The window rows the vertical pass of axis `y` reads: [*lo, *lo + *rows).
 void vertical_rows(const k::KAxis& y, int32_t* lo, int32_t* rows);
-
-// Runs the three kernels of one render launch on the host, in the GPU's order (all coefficient
-// threads, then all horizontal-pass threads, then all vertical-pass threads).
-void render_reference(const k::KParams& p, int32_t max_rows);
 
 }  // namespace stoker::image::gpu::internal

@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpu/decode/gpu_decode.h"
 #include "image/geometry.h"
 #include "render.h"
 #include "stoker/errors.h"
-#include "gpu/decode/gpu_decode.h"
 #include "stoker/random.h"
 
 namespace stoker::image::gpu {
@@ -55,7 +55,8 @@ GpuDecodeSource::GpuDecodeSource(std::shared_ptr<const ImageFiles> files,
         "ToTensor and Normalize; the other transforms (colour, blur, warps, auto-augment, "
         "erasing, vertical flips) need decode=\"cpu\"");
   }
-  OutputTable out = image::output_table(transforms_);  // as the CPU pipeline's (pipeline.cc)
+  // As the CPU pipeline's (src/image/pipeline.cc).
+  OutputTable out = image::output_table(transforms_);
   dtype_ = out.dtype;
   layout_ = out.layout;
   table_ = std::move(out.table);
