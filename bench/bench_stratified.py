@@ -3,7 +3,7 @@
 
 What is measured
 ----------------
-1. Cost per index. The engine's own epoch order (``Loader.epoch_indices``: the indices a loader
+1. Cost per index. The engine's own epoch order (``Engine.epoch_indices``: the indices a loader
    reads, computed as its workers compute them, without reading samples) for the plain shuffle
    (``shuffle=True``: a keyed Feistel permutation) and for ``shuffle="stratified"`` (and
    ``class_weights="balanced"``), over the same labels, batch size and seed. Time of a whole
@@ -69,8 +69,8 @@ def label_sets(quick):
 
 def native_loader(labels, batch_size, shuffle, groups=None, weights=()):
     source = _native.sources.ArraySource([labels], ["label"])
-    return _native.engine.Loader(source, batch_size, shuffle, 0, True, 0, -1, "off", 0, 0, 1, "raise",
-                          classes=groups, class_weights=list(weights))
+    return _native.engine.Engine(source, batch_size, shuffle, 0, True, 0, -1, "off", 0, 0, 1, "raise",
+                                 classes=groups, class_weights=list(weights))
 
 
 def cost_per_index(quick):

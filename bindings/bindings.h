@@ -13,7 +13,7 @@
 #include "stoker/fence.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/image/transforms.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker::python {
 

@@ -8,13 +8,13 @@
 // samples as the native loader, resume a state saved with another world size, and share a rank's
 // epoch among offload actors.
 //
-// Class-stratified orders: the samples grouped by class (ClassGroups, given to Loader), and the
+// Class-stratified orders: the samples grouped by class (ClassGroups, given to Engine), and the
 // plan itself for orders made outside the native loader (Python datasets).
 //
 // Weighted mixtures: the plan of one iteration (mixture.h), made by the front from the schedule
-// and the resume state, and given to Loader.iterate_mixture.
+// and the resume state, and given to Engine.iterate_mixture.
 //
-// Batch transforms (batch_transform.h): MixUp, CutMix and a random choice of them, given to Loader
+// Batch transforms (batch_transform.h): MixUp, CutMix and a random choice of them, given to Engine
 // (run by its workers) or drawn and applied from Python (the GPU path draws the same parameters).
 //
 // hash_key of random.h, and the loader's limits.
@@ -37,7 +37,7 @@
 #include "engine/mixture.h"
 #include "stoker/batch_transform.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/order.h"
 #include "stoker/random.h"
 #include "stoker/stratified_order.h"
@@ -133,7 +133,7 @@ OnError parse_on_error(const std::string& s) {
   throw InvalidArgument("on_error must be \"raise\" or \"skip\", got \"" + s + "\"");
 }
 
-nb::dict stats_dict(const LoaderStats& s) {
+nb::dict stats_dict(const EngineStats& s) {
   nb::dict d;
   d["batches"] = s.batches;
   d["samples"] = s.samples;
@@ -242,7 +242,7 @@ void register_engine(nb::module_& m) {
       .def_prop_ro("position", &EpochIterator::position)
       .def_prop_ro("epoch", &EpochIterator::epoch);
 
-  nb::class_<Loader>(m, "Loader")
+  nb::class_<Engine>(m, "Engine")
       .def(nb::new_([](std::shared_ptr<Source> source, uint64_t batch_size, bool shuffle,
                        uint64_t seed, bool drop_last, int num_workers, int prefetch_factor,
                        const std::string& pin_memory, uint64_t memory_budget, uint64_t rank,
@@ -251,7 +251,7 @@ void register_engine(nb::module_& m) {
                        std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule,
                        uint64_t repeats, std::shared_ptr<BatchTransform> batch_transform,
                        uint64_t shard_window, uint64_t stripes) {
-             LoaderOptions o;
+             EngineOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
              o.seed = seed;
@@ -273,7 +273,7 @@ void register_engine(nb::module_& m) {
              o.batch_transform = std::move(batch_transform);
              o.shard_window = shard_window;
              o.stripes = stripes;
-             return std::make_shared<Loader>(std::move(source), o);
+             return std::make_shared<Engine>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
            nb::arg("drop_last"), nb::arg("num_workers"), nb::arg("prefetch_factor"),
@@ -284,22 +284,22 @@ void register_engine(nb::module_& m) {
            nb::arg("mixture_schedule") = Schedule{}, nb::arg("repeats") = 1,
            nb::arg("batch_transform").none() = nb::none(), nb::arg("shard_window") = 0,
            nb::arg("stripes") = 0)
-      .def("__len__", &Loader::num_batches)
-      .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
-      .def_prop_ro("num_workers", [](const Loader& l) { return l.options().num_workers; })
-      .def_prop_ro("prefetch_factor", [](const Loader& l) { return l.options().prefetch_factor; })
-      .def_prop_ro("memory_budget", [](const Loader& l) { return l.options().memory_budget; })
-      .def_prop_ro("pinned", &Loader::pinned)
-      .def_prop_ro("pin_unavailable", &Loader::pin_unavailable)
+      .def("__len__", &Engine::num_batches)
+      .def_prop_ro("samples_per_rank", &Engine::samples_per_rank)
+      .def_prop_ro("num_workers", [](const Engine& l) { return l.options().num_workers; })
+      .def_prop_ro("prefetch_factor", [](const Engine& l) { return l.options().prefetch_factor; })
+      .def_prop_ro("memory_budget", [](const Engine& l) { return l.options().memory_budget; })
+      .def_prop_ro("pinned", &Engine::pinned)
+      .def_prop_ro("pin_unavailable", &Engine::pin_unavailable)
       .def_prop_ro(
-          "shard_window", [](const Loader& l) { return l.options().shard_window; },
+          "shard_window", [](const Engine& l) { return l.options().shard_window; },
           "Blocks a rank keeps open a window in the block order in use; 0: no block order.")
       .def_prop_ro(
-          "stripes", [](const Loader& l) { return l.options().stripes; },
+          "stripes", [](const Engine& l) { return l.options().stripes; },
           "The world size a block order's epochs are arranged for, unless iterate says another.")
       .def(
           "iterate",
-          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
+          [](const Engine& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
              uint64_t stripes) {
             return l.iterate(epoch, start_batch, plan ? *plan : l.plan(), stripes);
           },
@@ -310,7 +310,7 @@ void register_engine(nb::module_& m) {
           "block order arranged for `stripes` ranks (0: the loader's).")
       .def(
           "block_schedule",
-          [](const Loader& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
+          [](const Engine& l, uint64_t epoch, uint64_t start_batch, const BatchPlan* plan,
              uint64_t stripes) {
             std::vector<uint64_t> blocks;
             {
@@ -326,20 +326,20 @@ void register_engine(nb::module_& m) {
           "order.")
       .def(
           "iterate_mixture",
-          [](const Loader& l, std::shared_ptr<MixturePlan> plan, uint64_t start_batch) {
+          [](const Engine& l, std::shared_ptr<MixturePlan> plan, uint64_t start_batch) {
             return l.iterate(std::move(plan), start_batch);
           },
           nb::arg("plan"), nb::arg("start_batch") = 0, nb::call_guard<nb::gil_scoped_release>(),
           "A mixture's batches as `plan` (a MixturePlan) lays them out, from `start_batch` on.")
-      .def("stats", [](const Loader& l) { return stats_dict(l.stats()); })
+      .def("stats", [](const Engine& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",
-          [](const Loader& l, uint64_t epoch) { return to_array(l.epoch_indices(epoch)); },
+          [](const Engine& l, uint64_t epoch) { return to_array(l.epoch_indices(epoch)); },
           nb::arg("epoch"), "The samples the epoch reads, batch after batch, as a uint64 array.");
 
   m.def("usable_cores", &usable_cores, "Cores this process may run on.");
   m.def("physical_memory_bytes", &physical_memory_bytes);
-  // The option rules every producer shares (loader.h): the front asks them once, in
+  // The option rules every producer shares (engine.h): the front asks them once, in
   // _options.parse, so that each rule and its message live in the engine.
   m.def(
       "check_repeats",

@@ -30,7 +30,7 @@
 #include "pydata/sample_fetcher.h"
 #include "pydata/shared_pool.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/random.h"
 
 namespace stoker::python {

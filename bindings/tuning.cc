@@ -143,7 +143,7 @@ void register_tuning(nb::module_& m) {
          double min_seconds, nb::object progress) {
         std::vector<Knob> knobs = parse_knobs(knob_specs);
         TuneOptions o = parse_options(options);
-        LoaderOptions lo;
+        EngineOptions lo;
         lo.batch_size = nb::cast<uint64_t>(base["batch_size"]);
         lo.shuffle = nb::cast<bool>(base["shuffle"]);
         lo.seed = nb::cast<uint64_t>(base["seed"]);
@@ -155,7 +155,7 @@ void register_tuning(nb::module_& m) {
             base.contains("min_batches") ? nb::cast<uint64_t>(base["min_batches"]) : 4;
         std::shared_ptr<const Source> src = source;
         MeasureFn measure = [src, lo, min_seconds, min_batches, &o](const Config& c) {
-          LoaderOptions opts = apply_config(lo, c);
+          EngineOptions opts = apply_config(lo, c);
           // The loader's own pool is bounded by the tuner's budget too (0 = the default).
           opts.memory_budget = o.memory_budget;
           return measure_loader(src, opts, min_seconds, min_batches);

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/sources/tokens.h"
 
 int main() {
@@ -26,12 +26,12 @@ int main() {
   }
   auto source = std::make_shared<stoker::TokenSource>(path, stoker::DType{stoker::DType::kUInt, 16},
                                                       /*seq_len=*/64);
-  stoker::LoaderOptions options;
+  stoker::EngineOptions options;
   options.batch_size = 32;
   options.shuffle = true;
   options.seed = 1234;
   options.num_workers = 2;
-  stoker::Loader loader(source, options);
+  stoker::Engine loader(source, options);
 
   std::set<int64_t> firsts;
   uint64_t batches = 0;

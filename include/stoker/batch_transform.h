@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/source.h"
 
 namespace stoker {

@@ -25,7 +25,7 @@
 // step: one of `step` producers that share a rank's epoch (Ray offload actors) takes every
 // step-th batch, and each of them iterates its view as an ordinary plan.
 //
-// Repeated augmentation (DeiT's RASampler; LoaderOptions::repeats = k): an epoch has n * k
+// Repeated augmentation (DeiT's RASampler; EngineOptions::repeats = k): an epoch has n * k
 // global positions, split into ranks and batches by a BatchPlan of n * k samples; position p
 // holds copy p % k of the sample at position p / k of the epoch's order, so a sample's copies
 // sit at k consecutive positions (with torchrun's ranks, on different ranks), and copy r of an

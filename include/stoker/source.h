@@ -107,7 +107,7 @@ class Source {
 
   // The sizes of the source's shards (consecutive samples, summing to size()): files or objects
   // that a remote reader fetches whole (tar shards, token files). A loader with shuffle and
-  // LoaderOptions::shard_window > 0 visits them in a BlockOrder that keeps shard_window shards
+  // EngineOptions::shard_window > 0 visits them in a BlockOrder that keeps shard_window shards
   // open per rank. Empty: the source has no shards (blocks() is then used, if any).
   virtual std::vector<uint64_t> shards() const { return {}; }
 };

@@ -7,7 +7,7 @@ class_weights and drop_last, repeats with the order, the GPU feed, batch_transfo
 with one message for every producer. A Python dataset's producer runs torch's own checks first,
 with torch's messages (pydata/producer.py ``validate``, called by the loader before ``parse``).
 What a producer alone constrains (Python-only keywords, offload's limits) it checks itself, once.
-Rules the engine also needs for its C++ users live in the engine (include/stoker/loader.h:
+Rules the engine also needs for its C++ users live in the engine (include/stoker/engine.h:
 ``check_repeats``, ``resolve_memory_budget``, ``resolve_pinned``); ``parse`` and the producers
 ask it, and its InvalidArgument reaches the user as ValueError. Here only what is Python's: a
 value's type (an int, not a bool or a float) before it crosses.
@@ -227,7 +227,7 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     elif not isinstance(drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
     order = order_of(dataset, kind, stratified, python)
-    _native.engine.check_repeats(repeats, order)  # the engine's rule (loader.h)
+    _native.engine.check_repeats(repeats, order)  # the engine's rule (include/stoker/engine.h)
     return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
                    pin_memory=pin_memory, memory_budget=budget, rank=rank,

@@ -1,5 +1,5 @@
 """The native producer: a Stoker dataset's batches, made by the C++ engine's threads
-(``_native.engine.Loader``) straight into pooled batch buffers and handed over without a copy."""
+(``_native.engine.Engine``) straight into pooled batch buffers and handed over without a copy."""
 
 from __future__ import annotations
 
@@ -104,16 +104,16 @@ class NativeProducer(EngineOrdered):
                 mixing, o.seed, dataset._cpu_source.image_layout,
                 tuple(dataset._cpu_source.image_shape), lambda cursor: self.plan(cursor.start))
             mixing = None
-        self.loader = _native.engine.Loader(
+        self.engine = _native.engine.Engine(
             source, o.batch_size, self.shuffle is not False, o.seed, o.drop_last,
             _options.auto(o.num_workers), _options.auto(o.prefetch_factor), pin,
             o.memory_budget, o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
             classes=self.classes, class_weights=self.weights, repeats=o.repeats,
             batch_transform=mixing, shard_window=self.shard_window, **self._mixture_order())
-        if self.loader.pin_unavailable:  # the engine fell back to pageable memory (loader.h)
+        if self.engine.pin_unavailable:  # fell back to pageable memory (stoker/engine.h)
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
                           stacklevel=4)
-        if self.loader.pinned:
+        if self.engine.pinned:
             _feed.install_fence_provider()
         self.torch = o.torch_output
         # A batch as the dataset makes it from the engine's fields (a table's dict of columns).
@@ -131,30 +131,30 @@ class NativeProducer(EngineOrdered):
                 "mixture_schedule": self.mixture.phases(0, 1)[:1]}
 
     def knobs(self):
-        return {"num_workers": self.loader.num_workers,
-                "prefetch_factor": self.loader.prefetch_factor,
-                "pin_memory": self.loader.pinned, "memory_budget": self.loader.memory_budget}
+        return {"num_workers": self.engine.num_workers,
+                "prefetch_factor": self.engine.prefetch_factor,
+                "pin_memory": self.engine.pinned, "memory_budget": self.engine.memory_budget}
 
     def num_batches(self):
-        return len(self.loader)
+        return len(self.engine)
 
     @property
     def block_window(self):
         """Blocks (shards, row groups) a rank keeps open a window in the engine's block order;
         0 when the samples are not ordered by blocks."""
-        return self.loader.shard_window
+        return self.engine.shard_window
 
     def epoch_source(self, epoch, start_batch, plan=None, stripes=0):
         """The engine's iterator over one epoch's batches (``plan``: a BatchPlan, or None for
         the loader's own; ``stripes``: the world size a block order's epoch is arranged for, 0
         for the loader's)."""
-        return self.loader.iterate(epoch, start_batch, plan, stripes)
+        return self.engine.iterate(epoch, start_batch, plan, stripes)
 
     def block_schedule(self, cursor):
         """The blocks (shards) the iteration that ``cursor`` starts reads, in first-use order (a
         uint64 array; empty without a block order): what a remote fetcher downloads."""
         plan = self.plan(cursor.start) if cursor.start else None
-        return self.loader.block_schedule(cursor.epoch, cursor.batch, plan, cursor.stripes or 0)
+        return self.engine.block_schedule(cursor.epoch, cursor.batch, plan, cursor.stripes or 0)
 
     def _schedule_remote(self, cursor):
         """Tells a remote dataset's shard cache which shards this iteration reads, in order of
@@ -177,7 +177,7 @@ class NativeProducer(EngineOrdered):
     def batches(self, cursor):
         self._schedule_remote(cursor)
         if cursor.mixture is not None:
-            native = self.loader.iterate_mixture(cursor.mixture, cursor.batch)
+            native = self.engine.iterate_mixture(cursor.mixture, cursor.batch)
         else:
             plan = self.plan(cursor.start) if cursor.start else None
             native = self.epoch_source(cursor.epoch, cursor.batch, plan, cursor.stripes or 0)
@@ -189,7 +189,7 @@ class NativeProducer(EngineOrdered):
         return self.dataset._copy_stage(device, self.options.on_error)
 
     def stats(self):
-        s = self.loader.stats()
+        s = self.engine.stats()
         if self.device_output is not None:
             s["device_output"] = self.device_output.describe()
         return s

@@ -24,7 +24,7 @@
 // pool's capacity (the memory budget).
 //
 // Internal to the engine: the loader runs it. The figures it decides on and the decisions it
-// makes (AutotuneFigures, AutotuneDecision) are stats() values, in include/stoker/loader.h.
+// makes (AutotuneFigures, AutotuneDecision) are stats() values, in include/stoker/engine.h.
 //
 // Thread safety: AutotuneController is not thread-safe; the iterator calls it from the consumer
 // thread, under its lock. AutotuneMemory is safe to use from any thread.
@@ -35,7 +35,7 @@
 #include <optional>
 #include <string>
 
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker {
 

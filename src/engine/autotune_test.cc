@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/loader_state.h"
+#include "engine/engine_state.h"
 #include "sources/faulty.h"
 
 namespace stoker {
@@ -192,10 +192,10 @@ TEST(AutotuneMemory, RemembersTheMostRecentKeysOnly) {
 TEST(AutotuneMemory, ALoaderOnTheSameDataStartsWhereTheLastOneEnded) {
   AutotuneMemory::forget_all();
   auto src = std::make_shared<FaultySource>(1000, 4, std::set<uint64_t>{});
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 16;
   o.cpu_budget = 6;
-  Loader::State first(src, o);
+  Engine::State first(src, o);
   ASSERT_FALSE(first.autotune_key.empty());
   AutotuneDecision d;
   d.workers_from = first.autotune_active;
@@ -203,28 +203,28 @@ TEST(AutotuneMemory, ALoaderOnTheSameDataStartsWhereTheLastOneEnded) {
   d.prefetch_from = 2;
   d.prefetch_to = 3;
   first.record_autotune(d);
-  Loader::State again(src, o);  // e.g. the next epoch's or evaluation pass's loader
+  Engine::State again(src, o);  // e.g. the next epoch's or evaluation pass's loader
   EXPECT_EQ(again.autotune_active, 5);
   EXPECT_EQ(again.autotune_prefetch_now, 3);
   // The same data built again from scratch is the same data.
-  Loader::State rebuilt(std::make_shared<FaultySource>(1000, 4, std::set<uint64_t>{}), o);
+  Engine::State rebuilt(std::make_shared<FaultySource>(1000, 4, std::set<uint64_t>{}), o);
   EXPECT_EQ(rebuilt.autotune_active, 5);
   // Other data, another batch size or CPU budget: learned separately.
-  Loader::State other(std::make_shared<FaultySource>(999, 4, std::set<uint64_t>{}), o);
+  Engine::State other(std::make_shared<FaultySource>(999, 4, std::set<uint64_t>{}), o);
   EXPECT_NE(other.autotune_key, first.autotune_key);
-  LoaderOptions b = o;
+  EngineOptions b = o;
   b.batch_size = 32;
-  EXPECT_NE(Loader::State(src, b).autotune_key, first.autotune_key);
-  LoaderOptions cpu = o;
+  EXPECT_NE(Engine::State(src, b).autotune_key, first.autotune_key);
+  EngineOptions cpu = o;
   cpu.cpu_budget = 2;
-  Loader::State smaller(src, cpu);
+  Engine::State smaller(src, cpu);
   EXPECT_NE(smaller.autotune_key, first.autotune_key);
   EXPECT_LE(smaller.autotune_active, 2);
   // Fixed knobs learn nothing.
-  LoaderOptions fixed = o;
+  EngineOptions fixed = o;
   fixed.num_workers = 2;
   fixed.prefetch_factor = 2;
-  EXPECT_TRUE(Loader::State(src, fixed).autotune_key.empty());
+  EXPECT_TRUE(Engine::State(src, fixed).autotune_key.empty());
   AutotuneMemory::forget_all();
 }
 
@@ -269,11 +269,11 @@ TEST(BufferGate, CountsBuffersOutAndLetsAForcedEntryThrough) {
 TEST(AutotuneDepth, LargeBatchesUseTwoBuffersWithTheConsumers) {
   AutotuneMemory::forget_all();
   auto src = std::make_shared<FaultySource>(256, 64 * 1024, std::set<uint64_t>{});  // 512 KiB
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 16;  // 8 MiB batches
   o.num_workers = 2;
   o.memory_budget = 64 << 20;
-  Loader loader(src, o);
+  Engine loader(src, o);
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     auto it = loader.iterate(epoch);
     uint64_t batches = 0;
@@ -289,7 +289,7 @@ TEST(AutotuneDepth, LargeBatchesUseTwoBuffersWithTheConsumers) {
   }
   // Two buffers at depth 1; the controller may deepen the window when workers wait on it (a
   // slow consumer, as under a sanitizer): then one more per step, never more.
-  const LoaderStats s = loader.stats();
+  const EngineStats s = loader.stats();
   int depth = 1;
   for (const AutotuneDecision& d : s.autotune_decisions) depth = std::max(depth, d.prefetch_to);
   EXPECT_LE(s.buffer_bytes_peak, uint64_t(depth + 1) * s.batch_bytes) << "depth " << depth;
@@ -302,11 +302,11 @@ TEST(AutotuneDepth, LargeBatchesUseTwoBuffersWithTheConsumers) {
 TEST(AutotuneDepth, AConsumerKeepingBatchesStillGetsEveryOne) {
   AutotuneMemory::forget_all();
   auto src = std::make_shared<FaultySource>(96, 64 * 1024, std::set<uint64_t>{});
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 16;
   o.num_workers = 2;
   o.memory_budget = 256 << 20;
-  Loader loader(src, o);
+  Engine loader(src, o);
   std::vector<std::shared_ptr<Batch>> kept;
   for (uint64_t epoch = 0; epoch < 2; ++epoch) {
     auto it = loader.iterate(epoch);

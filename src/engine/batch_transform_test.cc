@@ -11,7 +11,7 @@
 #include "engine/batch_mix_kernels.h"
 #include "image/convert.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/random.h"
 
 namespace stoker {
@@ -455,8 +455,8 @@ std::vector<Delivered> drain(EpochIterator& it) {
   return out;
 }
 
-LoaderOptions mixing(int workers) {
-  LoaderOptions o;
+EngineOptions mixing(int workers) {
+  EngineOptions o;
   o.batch_size = 8;
   o.shuffle = true;
   o.seed = 17;
@@ -467,15 +467,15 @@ LoaderOptions mixing(int workers) {
   return o;
 }
 
-TEST(LoaderBatchTransform, BatchesAreTheTransformOfTheUnmixedBatch) {
+TEST(EngineBatchTransform, BatchesAreTheTransformOfTheUnmixedBatch) {
   const auto src = std::make_shared<ImageLikeSource>(61);
-  LoaderOptions o = mixing(2);
+  EngineOptions o = mixing(2);
   o.world_size = 2;
   o.rank = 1;
-  Loader mixed(src, o);
+  Engine mixed(src, o);
   const BatchTransform& t = *o.batch_transform;
   o.batch_transform = nullptr;
-  Loader plain(src, o);
+  Engine plain(src, o);
   auto mixed_it = mixed.iterate(4);
   auto plain_it = plain.iterate(4);
   std::set<size_t> kinds;
@@ -506,27 +506,27 @@ TEST(LoaderBatchTransform, BatchesAreTheTransformOfTheUnmixedBatch) {
   EXPECT_GT(mixed.stats().batch_transform_seconds, 0);
 }
 
-TEST(LoaderBatchTransform, BatchesAreIdenticalForAnyWorkersAndOnResume) {
+TEST(EngineBatchTransform, BatchesAreIdenticalForAnyWorkersAndOnResume) {
   const auto src = std::make_shared<ImageLikeSource>(83);
-  const std::vector<Delivered> reference = drain(*Loader(src, mixing(0)).iterate(2));
+  const std::vector<Delivered> reference = drain(*Engine(src, mixing(0)).iterate(2));
   ASSERT_EQ(reference.size(), 11u);
   for (int workers : {1, 2, 4}) {
-    EXPECT_EQ(drain(*Loader(src, mixing(workers)).iterate(2)), reference) << workers;
-    const std::vector<Delivered> rest = drain(*Loader(src, mixing(workers)).iterate(2, 6));
+    EXPECT_EQ(drain(*Engine(src, mixing(workers)).iterate(2)), reference) << workers;
+    const std::vector<Delivered> rest = drain(*Engine(src, mixing(workers)).iterate(2, 6));
     EXPECT_EQ(rest, std::vector<Delivered>(reference.begin() + 6, reference.end())) << workers;
   }
-  EXPECT_NE(drain(*Loader(src, mixing(2)).iterate(3)), reference);
+  EXPECT_NE(drain(*Engine(src, mixing(2)).iterate(3)), reference);
 }
 
-TEST(LoaderBatchTransform, AFailedBatchIsNotTransformedAndTheNextOnesAre) {
+TEST(EngineBatchTransform, AFailedBatchIsNotTransformedAndTheNextOnesAre) {
   for (int workers : {0, 3}) {
     // Sample 15 has no class: the transform would fail batch 1 (8..15) naming it, but sample 13
     // fails first, and a failed batch is not transformed.
     const auto src =
         std::make_shared<ImageLikeSource>(40, std::set<uint64_t>{13}, std::set<uint64_t>{15});
-    LoaderOptions o = mixing(workers);
+    EngineOptions o = mixing(workers);
     o.shuffle = false;
-    Loader loader(src, o);
+    Engine loader(src, o);
     auto it = loader.iterate(0);
     int delivered = 0;
     bool failed = false;
@@ -547,14 +547,14 @@ TEST(LoaderBatchTransform, AFailedBatchIsNotTransformedAndTheNextOnesAre) {
   }
 }
 
-TEST(LoaderBatchTransform, ALabelWithoutAClassFailsItsBatchNamingTheSample) {
+TEST(EngineBatchTransform, ALabelWithoutAClassFailsItsBatchNamingTheSample) {
   for (int workers : {0, 2}) {
     const auto src =
         std::make_shared<ImageLikeSource>(30, std::set<uint64_t>{}, std::set<uint64_t>{7, 15, 23});
-    LoaderOptions o = mixing(workers);
+    EngineOptions o = mixing(workers);
     o.shuffle = false;
     o.on_error = OnError::kSkip;  // a setting's error, not bad data: never skipped
-    auto it = Loader(src, o).iterate(0);
+    auto it = Engine(src, o).iterate(0);
     for (uint64_t index : {7, 15, 23}) {
       try {
         it->next();

@@ -10,7 +10,7 @@
 
 #include "sources/faulty.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker {
 namespace {
@@ -318,12 +318,12 @@ TEST(BlockOrder, ShuffledLoaderFollowsItWhateverTheWorkers) {
   auto src = std::make_shared<BlockedSource>(sizes, 2);
   const BlockOrder expected(sizes, 2, 11, 3);
   for (int workers : {0, 1, 3}) {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 16;
     o.shuffle = true;
     o.seed = 11;
     o.num_workers = workers;
-    Loader loader(src, o);
+    Engine loader(src, o);
     auto it = loader.iterate(3);
     uint64_t p = 0;
     while (auto b = it->next()) {
@@ -333,9 +333,9 @@ TEST(BlockOrder, ShuffledLoaderFollowsItWhateverTheWorkers) {
     }
     EXPECT_EQ(p, src->size());
   }
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 16;
-  Loader plain(src, o);
+  Engine plain(src, o);
   const auto indices = plain.epoch_indices(0);
   for (uint64_t i = 0; i < indices.size(); ++i) ASSERT_EQ(indices[i], i);
 }
@@ -347,8 +347,8 @@ std::shared_ptr<FaultySource> sharded(std::vector<uint64_t> shards) {
   return std::make_shared<FaultySource>(n, 1, std::set<uint64_t>{}, 0, std::move(shards));
 }
 
-LoaderOptions shard_options(uint64_t rank, uint64_t world_size, int workers) {
-  LoaderOptions o;
+EngineOptions shard_options(uint64_t rank, uint64_t world_size, int workers) {
+  EngineOptions o;
   o.batch_size = 8;
   o.shuffle = true;
   o.seed = 21;
@@ -376,7 +376,7 @@ TEST(ShardOrder, LoaderFollowsItWhateverTheWorkers) {
   for (uint64_t rank = 0; rank < 3; ++rank) {
     std::vector<uint64_t> first;
     for (int workers : {0, 1, 3}) {
-      Loader loader(src, shard_options(rank, 3, workers));
+      Engine loader(src, shard_options(rank, 3, workers));
       EXPECT_EQ(loader.options().shard_window, 2u);
       EXPECT_EQ(loader.options().stripes, 3u);
       const auto got = read_all(*loader.iterate(4));
@@ -397,7 +397,7 @@ TEST(ShardOrder, RanksGetEqualBatchesAndTogetherEverySample) {
     std::vector<uint64_t> seen(src->size());
     uint64_t batches = 0;
     for (uint64_t rank = 0; rank < world; ++rank) {
-      Loader loader(src, shard_options(rank, world, 0));
+      Engine loader(src, shard_options(rank, world, 0));
       if (rank == 0) batches = loader.num_batches();
       EXPECT_EQ(loader.num_batches(), batches);
       const auto got = loader.epoch_indices(1);
@@ -417,7 +417,7 @@ TEST(ShardOrder, ElasticResumeWithTheEpochsStripesCompletesTheEpoch) {
   std::vector<uint64_t> seen(n);
   uint64_t reached = 0;
   for (uint64_t rank = 0; rank < 4; ++rank) {
-    Loader loader(src, shard_options(rank, 4, 1));
+    Engine loader(src, shard_options(rank, 4, 1));
     auto it = loader.iterate(epoch);
     for (uint64_t b = 0; b < stopped; ++b) {
       auto batch = it->next();
@@ -427,7 +427,7 @@ TEST(ShardOrder, ElasticResumeWithTheEpochsStripesCompletesTheEpoch) {
     reached = loader.plan().position_after(stopped);
   }
   for (uint64_t rank = 0; rank < 3; ++rank) {
-    Loader loader(src, shard_options(rank, 3, 2));
+    Engine loader(src, shard_options(rank, 3, 2));
     EXPECT_EQ(loader.options().stripes, 3u);  // later epochs: the new world size
     const BatchPlan plan(n, 8, false, rank, 3, reached);
     const auto got = read_all(*loader.iterate(epoch, 0, plan, 4));
@@ -450,7 +450,7 @@ TEST(ShardOrder, BlockScheduleIsTheEpochsBlocksInFirstUse) {
   auto src = sharded(shards);
   const auto block_of_sample = block_of(shards);
   for (uint64_t rank = 0; rank < 2; ++rank) {
-    Loader loader(src, shard_options(rank, 2, 0));
+    Engine loader(src, shard_options(rank, 2, 0));
     for (uint64_t start_batch : {0, 3}) {
       const auto indices = loader.epoch_indices(7);
       std::vector<uint64_t> expected;
@@ -461,27 +461,27 @@ TEST(ShardOrder, BlockScheduleIsTheEpochsBlocksInFirstUse) {
       EXPECT_EQ(loader.block_schedule(7, start_batch), expected);
     }
   }
-  LoaderOptions plain = shard_options(0, 1, 0);
+  EngineOptions plain = shard_options(0, 1, 0);
   plain.shard_window = 0;
-  EXPECT_TRUE(Loader(src, plain).block_schedule(0).empty());  // no block order
+  EXPECT_TRUE(Engine(src, plain).block_schedule(0).empty());  // no block order
 }
 
 TEST(ShardOrder, NeedsShardsOrBlocksAndShuffle) {
   auto flat = std::make_shared<FaultySource>(100, 1, std::set<uint64_t>{});
   try {
-    Loader loader(flat, shard_options(0, 1, 0));
+    Engine loader(flat, shard_options(0, 1, 0));
     FAIL() << "a source without shards took shard_window";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("needs a source with shards"), std::string::npos);
   }
-  LoaderOptions unshuffled = shard_options(0, 1, 0);
+  EngineOptions unshuffled = shard_options(0, 1, 0);
   unshuffled.shuffle = false;
-  EXPECT_THROW(Loader(sharded({50, 50}), unshuffled), InvalidArgument);
+  EXPECT_THROW(Engine(sharded({50, 50}), unshuffled), InvalidArgument);
   // Blocks stand in for shards, with the loader's window.
   const std::vector<uint64_t> sizes{40, 40, 40, 25, 40, 40};
-  LoaderOptions o = shard_options(1, 2, 0);
+  EngineOptions o = shard_options(1, 2, 0);
   o.shard_window = 3;
-  Loader blocked(std::make_shared<BlockedSource>(sizes, 1), o);
+  Engine blocked(std::make_shared<BlockedSource>(sizes, 1), o);
   EXPECT_EQ(blocked.options().shard_window, 3u);
   const BlockOrder expected(sizes, 3, 2, 21, 0);
   const auto got = blocked.epoch_indices(0);
@@ -493,9 +493,9 @@ TEST(ShardOrder, NeedsShardsOrBlocksAndShuffle) {
 TEST(ShardOrder, BlocksAreStripedByTheWorldSize) {
   const std::vector<uint64_t> sizes{40, 40, 40, 25, 40, 40, 40, 40};
   auto src = std::make_shared<BlockedSource>(sizes, 2);
-  LoaderOptions o = shard_options(1, 2, 0);
+  EngineOptions o = shard_options(1, 2, 0);
   o.shard_window = 0;
-  Loader loader(src, o);
+  Engine loader(src, o);
   EXPECT_EQ(loader.options().shard_window, 2u);
   EXPECT_EQ(loader.options().stripes, 2u);
   const BlockOrder expected(sizes, 2, 2, 21, 5);
@@ -504,7 +504,7 @@ TEST(ShardOrder, BlocksAreStripedByTheWorldSize) {
     ASSERT_EQ(got[k], expected[loader.plan().global_position(k)]);
   o.stripes = 1;  // explicitly unstriped: the order of earlier releases
   const BlockOrder unstriped(sizes, 2, 1, 21, 5);
-  Loader one(src, o);
+  Engine one(src, o);
   const auto got1 = one.epoch_indices(5);
   for (uint64_t k = 0; k < got1.size(); ++k)
     ASSERT_EQ(got1[k], unstriped[one.plan().global_position(k)]);

@@ -9,8 +9,8 @@
 // - the block-local order (BlockOrder) of a source in blocks or shards, with repeats as above;
 // - an order that lays out whole batches: a StratifiedEpoch (the cycle is the draw's cycle through
 //   its class) or a MixturePlan (a source's own epoch).
-// draw() is the routine every caller shares: the Loader's iterators (a worker's chunk of a batch),
-// Loader::epoch_indices and block_schedule, and the Python fronts through the bindings
+// draw() is the routine every caller shares: the Engine's iterators (a worker's chunk of a batch),
+// Engine::epoch_indices and block_schedule, and the Python fronts through the bindings
 // (BatchPlan.indices / repeated_draws, StratifiedPlan.batch_draws, MixturePlan.batch_draws), which
 // is how a Python dataset, the Ray offload producer and a resumed epoch visit exactly the samples
 // the native loader visits.

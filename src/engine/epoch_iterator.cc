@@ -6,7 +6,7 @@
 #include <stop_token>
 #include <thread>
 
-#include "engine/loader_state.h"
+#include "engine/engine_state.h"
 #include "engine/work_timer.h"
 #include "stoker/errors.h"
 
@@ -53,7 +53,7 @@ class StallCheck {
 // Batches produced on demand by the consumer's own thread: simple to debug, no concurrency.
 class InlineIterator final : public EpochIterator {
  public:
-  InlineIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochDraws draws,
+  InlineIterator(std::shared_ptr<Engine::State> state, const BatchPlan& plan, EpochDraws draws,
                  uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
@@ -85,7 +85,7 @@ class InlineIterator final : public EpochIterator {
   uint64_t epoch() const override { return epoch_; }
 
  private:
-  std::shared_ptr<Loader::State> st_;
+  std::shared_ptr<Engine::State> st_;
   const BatchPlan plan_;
   EpochDraws draws_;
   uint64_t epoch_;
@@ -107,7 +107,7 @@ class InlineIterator final : public EpochIterator {
 // A finished batch goes to its slot in a ring, and the consumer takes them in order.
 class ThreadedIterator final : public EpochIterator {
  public:
-  ThreadedIterator(std::shared_ptr<Loader::State> state, const BatchPlan& plan, EpochDraws draws,
+  ThreadedIterator(std::shared_ptr<Engine::State> state, const BatchPlan& plan, EpochDraws draws,
                    uint64_t epoch, uint64_t start)
       : st_(std::move(state)),
         plan_(plan),
@@ -436,7 +436,7 @@ class ThreadedIterator final : public EpochIterator {
     window_.notify_all();
   }
 
-  const std::shared_ptr<Loader::State> st_;
+  const std::shared_ptr<Engine::State> st_;
   const BatchPlan plan_;
   const EpochDraws draws_;
   const uint64_t epoch_;
@@ -479,14 +479,14 @@ class ThreadedIterator final : public EpochIterator {
 
 }  // namespace
 
-std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
+std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Engine::State> state,
                                                     const BatchPlan& plan, EpochDraws draws,
                                                     uint64_t epoch, uint64_t start_batch) {
   return std::make_unique<InlineIterator>(std::move(state), plan, std::move(draws), epoch,
                                           start_batch);
 }
 
-std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
+std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Engine::State> state,
                                                       const BatchPlan& plan, EpochDraws draws,
                                                       uint64_t epoch, uint64_t start_batch) {
   return std::make_unique<ThreadedIterator>(std::move(state), plan, std::move(draws), epoch,

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/order.h"
 
 namespace stoker {
@@ -356,8 +356,8 @@ Pairs drain(EpochIterator& it) {
   return out;
 }
 
-LoaderOptions mixture_options(std::shared_ptr<const MixtureOrder> order, int workers) {
-  LoaderOptions o;
+EngineOptions mixture_options(std::shared_ptr<const MixtureOrder> order, int workers) {
+  EngineOptions o;
   o.batch_size = 7;
   o.shuffle = true;
   o.seed = 42;
@@ -375,7 +375,7 @@ TEST(MixtureLoader, SameBatchesWhateverTheWorkersAndKeyedByTheSourcesEpoch) {
   const auto src = std::make_shared<KeySource>(58);
   Pairs first;
   for (int workers : {0, 1, 4}) {
-    Loader loader(src, mixture_options(order, workers));
+    Engine loader(src, mixture_options(order, workers));
     Pairs all;
     for (uint64_t e = 0; e < 3; ++e) {
       const Pairs p = drain(*loader.iterate(e));
@@ -407,14 +407,14 @@ TEST(MixtureLoader, SameBatchesWhateverTheWorkersAndKeyedByTheSourcesEpoch) {
 TEST(MixtureLoader, IteratesAPlanFromABatchAndCountsEachSource) {
   auto order = std::make_shared<MixtureOrder>(MixtureOrder{{30, 30}, {{0, {1, 2}}}});
   const auto src = std::make_shared<KeySource>(60);
-  Loader loader(src, mixture_options(order, 2));
+  Engine loader(src, mixture_options(order, 2));
   auto plan = std::make_shared<const MixturePlan>(MixtureOrder{{30, 30}, {{0, {1, 0}}}}, 42, true,
                                                   5, 7, false, 0, 1, MixtureStart{14, 100, {3, 4}});
   const Pairs all = drain(*loader.iterate(plan, 1));
   ASSERT_EQ(all.size(), plan->num_batches() - 1);
   for (const auto& b : all)
     for (auto [i, k] : b) EXPECT_LT(i, 30);  // weight 0 for source 1
-  const LoaderStats s = loader.stats();
+  const EngineStats s = loader.stats();
   EXPECT_EQ(s.mixture_samples, (std::vector<uint64_t>{s.samples, 0}));
   EXPECT_EQ(s.samples, 60u - 14 - 7);
 
@@ -424,11 +424,11 @@ TEST(MixtureLoader, IteratesAPlanFromABatchAndCountsEachSource) {
   EXPECT_THROW(loader.iterate(loader.plan().strided(0, 2).num_batches(), 0,
                               BatchPlan(60, 7, false, 0, 1, 10)),
                InvalidArgument);
-  LoaderOptions bad = mixture_options(order, 0);
+  EngineOptions bad = mixture_options(order, 0);
   bad.mixture = std::make_shared<MixtureOrder>(MixtureOrder{{30, 31}, {{0, {1, 2}}}});
-  EXPECT_THROW(Loader(src, bad), InvalidArgument);
+  EXPECT_THROW(Engine(src, bad), InvalidArgument);
   bad.mixture = std::make_shared<MixtureOrder>(MixtureOrder{{30, 30}, {{0, {0, 0}}}});
-  EXPECT_THROW(Loader(src, bad), InvalidArgument);
+  EXPECT_THROW(Engine(src, bad), InvalidArgument);
 }
 
 }  // namespace

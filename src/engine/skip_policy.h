@@ -1,11 +1,11 @@
 // on_error="skip": the one rule by which a failed sample is replaced and remembered. The native
-// loader (loader.cc), the GPU JPEG decoder (src/gpu/decode/batch_decoder.cc) and the
+// loader (engine.cc), the GPU JPEG decoder (src/gpu/decode/batch_decoder.cc) and the
 // Python-dataset engine (src/pydata/sample_fetcher.cc) all follow it through this header.
 //
 // The rule:
 // - A sample that fails is replaced by the first of its candidates that reads. The candidates of
 //   sample `index` of `epoch` are skip_candidate(seed, epoch, index, attempt, num_samples) for
-//   attempt = 1 .. kSkipAttempts (include/stoker/loader.h), in that order; one equal to `index`
+//   attempt = 1 .. kSkipAttempts (include/stoker/engine.h), in that order; one equal to `index`
 //   is passed over, and a source of one sample has none. They depend only on (seed, epoch, index),
 //   so a stage after the workers replaces a sample exactly as the loader would.
 // - The failed sample is recorded once: counted, and its description ("sample I (path): message")
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker {
 

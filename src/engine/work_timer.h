@@ -1,7 +1,7 @@
 // Internal: the engine's one timer of a worker's work, wall and CPU time together.
 //
 // The CPU time is the calling thread's (CLOCK_THREAD_CPUTIME_ID): what a worker spent reading,
-// decoding and transforming, excluding its waits, for LoaderStats::worker_cpu_seconds. The wall
+// decoding and transforming, excluding its waits, for EngineStats::worker_cpu_seconds. The wall
 // time is what the autotune controller counts as the worker busy.
 //
 // Thread safety: a WorkTimer belongs to the thread that made it; thread_cpu_ns is safe anywhere.

@@ -40,7 +40,7 @@
 
 #include "pydata/global_seeder.h"
 #include "pydata/py_ref.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker::python {
 

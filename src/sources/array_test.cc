@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker {
 namespace {
@@ -56,10 +56,10 @@ TEST(ArraySource, BatchesThroughTheLoader) {
   std::iota(x.begin(), x.end(), 0.f);
   auto src = std::make_shared<ArraySource>(std::vector<ArrayView>{
       {reinterpret_cast<const std::byte*>(x.data()), kFloat32, {100, 2}, {8, 4}, "x"}});
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 32;
   o.num_workers = 2;
-  Loader loader(src, o);
+  Engine loader(src, o);
   auto it = loader.iterate(0);
   auto b = it->next();
   ASSERT_EQ(b->fields[0].shape, (std::vector<int64_t>{32, 2}));

@@ -8,7 +8,7 @@
 #include "engine/mixture.h"
 #include "sources/faulty.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/random.h"
 #include "stoker/sources/array.h"
 
@@ -85,17 +85,17 @@ TEST(MixtureSource, ALoaderDrawsEachSourceInProportion) {
   auto b = std::make_shared<FaultySource>(50, 1, std::set<uint64_t>{});
   auto mix = std::make_shared<MixtureSource>(std::vector<std::shared_ptr<const Source>>{a, b},
                                              std::vector<std::string>{"a", "b"});
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 10;
   o.shuffle = true;
   o.num_workers = 2;
   o.pin_memory = PinMemory::kOff;
   o.memory_budget = 16 << 20;
   o.mixture = std::make_shared<MixtureOrder>(MixtureOrder{mix->sizes(), {{0, {3, 7}}}});
-  Loader loader(mix, o);
+  Engine loader(mix, o);
   auto it = loader.iterate(0);
   while (auto batch = it->next()) EXPECT_EQ(batch->length, 10u);
-  const LoaderStats s = loader.stats();  // 3 and 7 of each batch of 10
+  const EngineStats s = loader.stats();  // 3 and 7 of each batch of 10
   EXPECT_EQ(s.mixture_samples, (std::vector<uint64_t>{21, 49}));
 }
 

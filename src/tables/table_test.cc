@@ -20,7 +20,7 @@
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
 #include "stoker/errors.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 namespace stoker {
 namespace {
@@ -213,11 +213,11 @@ TEST_F(Tables, ShuffledEpochDecodesEachRowGroupOnce) {
   auto data = TableData::open(spec);
   EXPECT_EQ(data->blocks().window, 4u);
   auto src = std::make_shared<TableSource>(data, std::vector<TableColumn>{{"id"}});
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 32;
   o.shuffle = true;
   o.num_workers = 2;
-  Loader loader(src, o);
+  Engine loader(src, o);
   std::vector<int64_t> seen;
   auto it = loader.iterate(0);
   while (auto b = it->next()) {

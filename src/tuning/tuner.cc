@@ -278,7 +278,7 @@ uint64_t estimate_loader_memory(const Config& config, uint64_t sample_bytes,
   return sample_bytes * batch * buffers;
 }
 
-LoaderOptions apply_config(LoaderOptions o, const Config& config) {
+EngineOptions apply_config(EngineOptions o, const Config& config) {
   for (const auto& [k, v] : config) {
     if (k == "num_workers")
       o.num_workers = static_cast<int>(v);
@@ -294,9 +294,9 @@ LoaderOptions apply_config(LoaderOptions o, const Config& config) {
   return o;
 }
 
-double measure_loader(std::shared_ptr<const Source> source, const LoaderOptions& options,
+double measure_loader(std::shared_ptr<const Source> source, const EngineOptions& options,
                       double min_seconds, uint64_t min_batches) {
-  Loader loader(std::move(source), options);
+  Engine loader(std::move(source), options);
   if (loader.num_batches() == 0) throw InvalidArgument("the dataset has no batches");
   uint64_t epoch = 0;
   std::unique_ptr<EpochIterator> it = loader.iterate(epoch), next_it;

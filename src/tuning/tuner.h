@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/source.h"
 
 namespace stoker {
@@ -100,10 +100,10 @@ uint64_t estimate_loader_memory(const Config& config, uint64_t sample_bytes,
 // Samples/s of Stoker's loader over `source` with `options`: iterates batches (dropping each at
 // once), across epochs as needed, for at least `min_seconds` and `min_batches` after the first
 // batch, which is not timed (thread start). No Python runs per batch.
-double measure_loader(std::shared_ptr<const Source> source, const LoaderOptions& options,
+double measure_loader(std::shared_ptr<const Source> source, const EngineOptions& options,
                       double min_seconds, uint64_t min_batches = 4);
 
 // Applies config entries num_workers, prefetch_factor, pin_memory (0/1) and batch_size to `base`.
-LoaderOptions apply_config(LoaderOptions base, const Config& config);
+EngineOptions apply_config(EngineOptions base, const Config& config);
 
 }  // namespace stoker

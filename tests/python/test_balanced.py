@@ -184,7 +184,7 @@ def test_epoch_indices_are_what_the_loader_reads():
                                output="numpy")
     loader.set_epoch(5)
     read = [i for b in epoch(loader) for i in b]
-    assert loader._producer.loader.epoch_indices(5).tolist() == read
+    assert loader._producer.engine.epoch_indices(5).tolist() == read
 
 
 def test_labels_come_from_the_dataset_or_the_loader():
@@ -236,7 +236,7 @@ def test_image_datasets_give_their_labels_without_decoding(tmp_path):
         targets = np.asarray(ds.targets)
         assert np.array_equal(ds._source.labels(), targets)
         loader = stoker.DataLoader(ds, batch_size=8, shuffle="stratified", output="numpy")
-        order = loader._producer.loader.epoch_indices(0)
+        order = loader._producer.engine.epoch_indices(0)
         assert sorted(order.tolist()) == list(range(len(labels)))
         shares = {c: labels.count(c) / len(labels) for c in set(labels)}
         within_one(order.reshape(-1, 8).tolist(), targets, shares)
@@ -255,7 +255,7 @@ def test_repeats_of_an_oversampled_image_are_augmented_anew(tmp_path):
     labels[[3, 17]] = 0  # two rare images, 3/4 of the draws: about 9 each an epoch
     loader = stoker.DataLoader(ds, batch_size=6, shuffle=True, class_weights={0: 3, 1: 1},
                                labels=labels, output="numpy", num_workers=2)
-    order = loader._producer.loader.epoch_indices(0).tolist()
+    order = loader._producer.engine.epoch_indices(0).tolist()
     images = np.concatenate([x for x, _ in loader])
     for rare in (3, 17):
         crops = {images[k].tobytes() for k, i in enumerate(order) if i == rare}
@@ -286,7 +286,7 @@ def test_python_dataset_targets_give_the_native_order():
                                        class_weights=weights, seed=9, rank=rank, world_size=2)
             assert len(plan) == len(native)
             flat = [i for b in range(len(plan)) for i in plan.batch_indices(2, b)]
-            assert flat == native._producer.loader.epoch_indices(2).tolist()
+            assert flat == native._producer.engine.epoch_indices(2).tolist()
             indices, cycles = plan.batch_draws(2, 1)
             assert indices == plan.batch_indices(2, 1) and len(cycles) == len(indices)
             if weights is None:

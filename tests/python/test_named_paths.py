@@ -39,9 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 EXTENSIONS = ("h", "cc", "py", "md", "sh", "txt", "json", "toml", "cmake")
 
-# The folders code names files against: a header as it is included ("stoker/loader.h": include/),
+# The folders code names files against: a header as it is included ("stoker/engine.h": include/),
 # the package's modules ("stoker/native.py": python/; "gpu/feed.py": python/stoker/), and the
-# engine's folders by their own names ("engine/loader.cc": src/).
+# engine's folders by their own names ("engine/engine.cc": src/).
 CODE_ROOTS = ("include", "python", "python/stoker", "src")
 
 # Names that look like paths but are not files of this repository. A token is matched whole.
@@ -238,11 +238,11 @@ def test_the_scanner_sees_paths_and_skips_what_is_not_one():
     cpp = '#include "gone.h"\n// see a.h\nf("in b.cc"); /* c.h */\n'
     assert _cpp_comments(cpp) == [(2, " see a.h"), (3, " c.h ")]
     assert _cpp_comments(cpp, strings=True) == [(2, " see a.h"), (3, "in b.cc"), (3, " c.h ")]
-    files = {"src/engine/loader.cc", "include/stoker/loader.h", "python/stoker/native.py"}
+    files = {"src/engine/engine.cc", "include/stoker/engine.h", "python/stoker/native.py"}
     names = {os.path.basename(p) for p in files}
-    assert resolves("loader.cc", "README.md", files, names)
-    assert resolves("stoker/loader.h", "src/engine/loader.cc", files, names)
-    assert resolves("engine/loader.cc", "docs/x.md", files, names)
+    assert resolves("engine.cc", "README.md", files, names)
+    assert resolves("stoker/engine.h", "src/engine/engine.cc", files, names)
+    assert resolves("engine/engine.cc", "docs/x.md", files, names)
     assert resolves("stoker/native.py", "tests/python/t.py", files, names)
     assert not resolves("bindings/gpu.cc", "src/gpu/x.cc", files, names)
     assert not resolves("skip_policy.h", "src/engine/x.cc", files, names)

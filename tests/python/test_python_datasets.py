@@ -750,7 +750,7 @@ class Corrupt(Dataset):
 def test_on_error_skip_replaces_failed_samples_deterministically():
     from stoker import _native
 
-    def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/engine/loader.cc)
+    def replacement(i, epoch=0, seed=0):  # the native loader's rule (src/engine/engine.cc)
         return next(o for o in (_native.engine.hash_key(seed, epoch, i * 16 + a) % 30
                                 for a in range(1, 17)) if o != i and o not in (3, 11))
 

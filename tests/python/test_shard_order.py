@@ -81,7 +81,7 @@ def test_a_rank_reads_few_shards_at_a_time():
     got = samples(loader(0, 3))
     assert len({shard_of(s) for s in got[:16]}) <= 3
     lo = loader(0, 3)
-    schedule = lo._producer.loader.block_schedule(0)
+    schedule = lo._producer.engine.block_schedule(0)
     first_use = list(dict.fromkeys(shard_of(s) for s in got))
     assert schedule.tolist() == first_use
 

@@ -78,7 +78,7 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     stoker_loader = isinstance(loader, DataLoader)
     producer = loader._producer if stoker_loader else None
     # The engine's own stage figures, for a loader of a native dataset.
-    native = producer.loader if isinstance(producer, NativeProducer) else None
+    native = producer.engine if isinstance(producer, NativeProducer) else None
     it = iter(loader)
 
     def next_batch():

@@ -80,14 +80,14 @@ def _mix_of_mode(labels, classes, shares, batch_size, drop_last, world_size, see
     batches = within = 0
     worst = 0.0
     for rank in range(world_size):
-        loader = _native.engine.Loader(source, batch_size, shuffle is not False, seed, drop_last, 0, -1,
-                                "off", 0, rank, world_size, "raise", classes=groups,
-                                class_weights=weights)
-        if len(loader) == 0:
+        engine = _native.engine.Engine(source, batch_size, shuffle is not False, seed, drop_last,
+                                       0, -1, "off", 0, rank, world_size, "raise",
+                                       classes=groups, class_weights=weights)
+        if len(engine) == 0:
             continue
         for epoch in range(epochs):
-            order = loader.epoch_indices(epoch)
-            full = len(loader) if len(order) == len(loader) * batch_size else len(loader) - 1
+            order = engine.epoch_indices(epoch)
+            full = len(engine) if len(order) == len(engine) * batch_size else len(engine) - 1
             # Full batches only: a short last batch is judged against a smaller expectation.
             rows = class_index[order[:full * batch_size]].reshape(full, batch_size)
             counts = np.zeros((full, len(classes)), dtype=np.int64)

@@ -19,7 +19,7 @@
 #include "gpu/cuda.h"
 #include "stoker/errors.h"
 #include "gpu/decode/gpu_decode.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
 #include "engine/test_temp_dir.h"
@@ -126,10 +126,10 @@ struct Result {
 
 // One epoch through the loader with the staging source, each batch through the GPU stage.
 std::vector<Result> run_gpu_path(std::shared_ptr<const GpuDecodeSource> src,
-                                 std::unique_ptr<DecodeBackend> backend, LoaderOptions o,
+                                 std::unique_ptr<DecodeBackend> backend, EngineOptions o,
                                  GpuDecodeStats* stats = nullptr) {
   GpuBatchDecoder decoder(src, std::move(backend), o.on_error);
-  Loader loader(src, o);
+  Engine loader(src, o);
   auto it = loader.iterate(1);
   std::vector<Result> out;
   const size_t sample_out = size_t(src->out_height()) * src->out_width() * 3 * src->element_size();
@@ -173,7 +173,7 @@ TEST(GpuDecode, EveryBatchIsTheCpuPathsBitForBitWhateverTheRoute) {
     if (dtype == DType::kUInt8) t.pop_back();  // no Normalize on uint8
     auto files = std::make_shared<ImageFolderFiles>(d.samples);
     auto src = std::make_shared<const GpuDecodeSource>(files, t);
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 5;
     o.shuffle = true;
     o.seed = 11;
@@ -222,7 +222,7 @@ TEST(GpuDecode, CropAndFlipAreTheCpuPathsForEveryKeyAndGeometry) {
   for (const auto& t : chains) {
     auto src = std::make_shared<const GpuDecodeSource>(files, t);
     for (uint64_t seed : {0u, 3u, 99u}) {
-      LoaderOptions o;
+      EngineOptions o;
       o.batch_size = 8;
       o.shuffle = seed != 0;
       o.seed = seed;
@@ -248,7 +248,7 @@ TEST(GpuDecode, ABatchLargerThanTheDecodeBufferIsDecodedInChunks) {
   small.decode_buffer_bytes = 250'000;  // two or three of these images at a time
   auto chunked = std::make_shared<const GpuDecodeSource>(files, train_transforms(), small);
   auto whole = std::make_shared<const GpuDecodeSource>(files, train_transforms());
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 12;
   o.num_workers = 0;
   o.pin_memory = PinMemory::kOff;
@@ -283,7 +283,7 @@ TEST(GpuDecode, AFileTheGpuRefusesIsDecodedByTheCpuPathTransparently) {
   const Dataset d = make_dataset("reject");
   auto files = std::make_shared<ImageFolderFiles>(d.samples);
   auto src = std::make_shared<const GpuDecodeSource>(files, train_transforms());
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 6;
   o.num_workers = 0;
   o.pin_memory = PinMemory::kOff;
@@ -310,7 +310,7 @@ TEST(GpuDecode, ACorruptFileRaisesASampleErrorNamingIt) {
   const Dataset d = make_dataset("raise", /*corrupt_at=*/8);
   auto files = std::make_shared<ImageFolderFiles>(d.samples);
   auto src = std::make_shared<const GpuDecodeSource>(files, train_transforms());
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 6;
   o.num_workers = 2;
   o.pin_memory = PinMemory::kOff;
@@ -330,7 +330,7 @@ TEST(GpuDecode, SkipReplacesACorruptFileExactlyAsTheCpuLoaderDoes) {
   auto files = std::make_shared<ImageFolderFiles>(d.samples);
   const auto t = train_transforms();
   auto src = std::make_shared<const GpuDecodeSource>(files, t);
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 6;
   o.shuffle = true;
   o.seed = 4;
@@ -344,7 +344,7 @@ TEST(GpuDecode, SkipReplacesACorruptFileExactlyAsTheCpuLoaderDoes) {
   EXPECT_NE(stats.skipped_samples[0].find(d.samples[8].first), std::string::npos);
 
   // The CPU loader over the same files and options.
-  Loader cpu(std::make_shared<ImageSource>(files, std::make_shared<const ImagePipeline>(t)), o);
+  Engine cpu(std::make_shared<ImageSource>(files, std::make_shared<const ImagePipeline>(t)), o);
   auto it = cpu.iterate(1);
   bool found = false;
   for (const Result& r : gpu) {
@@ -404,14 +404,14 @@ TEST(GpuDecode, ABeginThatThrowsIsNotEndedAndTheNextBatchDecodes) {
   const Dataset d = make_dataset("begin");
   auto src = std::make_shared<const GpuDecodeSource>(std::make_shared<ImageFolderFiles>(d.samples),
                                                      train_transforms());
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 4;
   o.num_workers = 0;
   o.pin_memory = PinMemory::kOff;
   auto backend = std::make_unique<FailingBegin>();
   FailingBegin& counts = *backend;
   GpuBatchDecoder decoder(src, std::move(backend), o.on_error);
-  Loader loader(src, o);
+  Engine loader(src, o);
   auto batch = loader.iterate(0)->next();
   ASSERT_TRUE(batch);
   const size_t sample_out = size_t(src->out_height()) * src->out_width() * 3 * src->element_size();

@@ -34,7 +34,7 @@
 
 #include "stoker/image/pipeline.h"
 #include "stoker/image/transforms.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/sources/image_source.h"
 
 namespace stoker::image::gpu {

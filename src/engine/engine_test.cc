@@ -1,4 +1,4 @@
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -38,9 +38,9 @@ Batches drain(EpochIterator& it) {
   return out;
 }
 
-Batches run(std::shared_ptr<const Source> src, LoaderOptions o, uint64_t epoch = 0,
+Batches run(std::shared_ptr<const Source> src, EngineOptions o, uint64_t epoch = 0,
             uint64_t start = 0) {
-  Loader loader(std::move(src), o);
+  Engine loader(std::move(src), o);
   return drain(*loader.iterate(epoch, start));
 }
 
@@ -59,11 +59,11 @@ int thread_count() {
   return n;
 }
 
-TEST(Loader, EverySampleExactlyOncePerEpochAcrossRanks) {
+TEST(Engine, EverySampleExactlyOncePerEpochAcrossRanks) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 150; ++trial) {
     const uint64_t n = 1 + rng() % 200, world = 1 + rng() % 4;
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 1 + rng() % 16;
     o.drop_last = rng() % 2;
     o.shuffle = rng() % 2;
@@ -98,8 +98,8 @@ TEST(Loader, EverySampleExactlyOncePerEpochAcrossRanks) {
   }
 }
 
-TEST(Loader, BatchesAreIdenticalForAnyWorkerCountAndPrefetch) {
-  LoaderOptions o;
+TEST(Engine, BatchesAreIdenticalForAnyWorkerCountAndPrefetch) {
+  EngineOptions o;
   o.batch_size = 7;
   o.shuffle = true;
   o.seed = 99;
@@ -113,8 +113,8 @@ TEST(Loader, BatchesAreIdenticalForAnyWorkerCountAndPrefetch) {
     }
 }
 
-TEST(Loader, NewEpochNewOrderSameEpochSameOrder) {
-  LoaderOptions o;
+TEST(Engine, NewEpochNewOrderSameEpochSameOrder) {
+  EngineOptions o;
   o.batch_size = 10;
   o.shuffle = true;
   o.num_workers = 2;
@@ -122,10 +122,10 @@ TEST(Loader, NewEpochNewOrderSameEpochSameOrder) {
   EXPECT_NE(run(source(100), o, 1), run(source(100), o, 2));
 }
 
-TEST(Loader, ResumeMidEpochMatchesUninterruptedRun) {
+TEST(Engine, ResumeMidEpochMatchesUninterruptedRun) {
   std::mt19937_64 rng(8);
   for (int trial = 0; trial < 30; ++trial) {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 1 + rng() % 8;
     o.shuffle = true;
     o.seed = rng();
@@ -142,22 +142,22 @@ TEST(Loader, ResumeMidEpochMatchesUninterruptedRun) {
 
 // A job of another world size resumes the epoch where the old one stopped: with the plan that
 // starts at the old job's position, its ranks deliver exactly the rest of the old epoch's order.
-TEST(Loader, ElasticPlanYieldsTheRestOfTheEpoch) {
+TEST(Engine, ElasticPlanYieldsTheRestOfTheEpoch) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 40; ++trial) {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 1 + rng() % 6;
     o.shuffle = rng() % 2;
     o.seed = rng();
     o.num_workers = static_cast<int>(rng() % 3);
     const uint64_t n = 10 + rng() % 90, old_world = 1 + rng() % 4, new_world = 1 + rng() % 4;
     o.world_size = old_world;
-    Loader old_job(source(n), o);
+    Engine old_job(source(n), o);
     const uint64_t done = rng() % (old_job.num_batches() + 1);
     std::map<int64_t, int> count;
     for (uint64_t r = 0; r < old_world; ++r) {
       o.rank = r;
-      Loader loader(source(n), o);
+      Engine loader(source(n), o);
       auto it = loader.iterate(3);
       for (uint64_t k = 0; k < done; ++k)
         for (int64_t v : values(*it->next())) ++count[v];
@@ -166,7 +166,7 @@ TEST(Loader, ElasticPlanYieldsTheRestOfTheEpoch) {
     o.world_size = new_world;
     for (uint64_t r = 0; r < new_world; ++r) {
       o.rank = r;
-      Loader loader(source(n), o);
+      Engine loader(source(n), o);
       const BatchPlan plan(n, o.batch_size, o.drop_last, r, new_world, at);
       for (const auto& b : drain(*loader.iterate(3, 0, plan)))
         for (int64_t v : b) ++count[v];
@@ -181,15 +181,15 @@ TEST(Loader, ElasticPlanYieldsTheRestOfTheEpoch) {
 }
 
 // Producers that share a rank's epoch by strides together deliver its batches, bit-identical.
-TEST(Loader, StridedPlansTogetherGiveTheRanksBatches) {
-  LoaderOptions o;
+TEST(Engine, StridedPlansTogetherGiveTheRanksBatches) {
+  EngineOptions o;
   o.batch_size = 5;
   o.shuffle = true;
   o.seed = 12;
   o.num_workers = 2;
   o.world_size = 3;
   o.rank = 1;
-  Loader loader(source(157), o);
+  Engine loader(source(157), o);
   const Batches full = drain(*loader.iterate(2));
   for (uint64_t step : {1u, 2u, 3u, 7u}) {
     Batches merged(full.size());
@@ -204,12 +204,12 @@ TEST(Loader, StridedPlansTogetherGiveTheRanksBatches) {
   EXPECT_THROW(loader.iterate(2, 3, loader.plan().strided(0, 20)), InvalidArgument);
 }
 
-TEST(Loader, ErrorNamesTheSampleAndComesInOrder) {
+TEST(Engine, ErrorNamesTheSampleAndComesInOrder) {
   for (int workers : {0, 2}) {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 4;
     o.num_workers = workers;
-    Loader loader(source(20, {9}), o);
+    Engine loader(source(20, {9}), o);
     auto it = loader.iterate(0);
     EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{0, 1, 2, 3}));
     EXPECT_EQ(values(*it->next()), (std::vector<int64_t>{4, 5, 6, 7}));
@@ -229,15 +229,15 @@ TEST(Loader, ErrorNamesTheSampleAndComesInOrder) {
   }
 }
 
-TEST(Loader, SkippedCountsReplacedSamplesNotFailedReplacements) {
-  LoaderOptions o;
+TEST(Engine, SkippedCountsReplacedSamplesNotFailedReplacements) {
+  EngineOptions o;
   o.batch_size = 4;
   o.on_error = OnError::kSkip;
   o.num_workers = 0;
   // Most samples are bad, so replacement candidates often fail too; each bad sample still counts
   // once, when its own turn comes.
   const std::set<uint64_t> bad{0, 1, 2, 3, 4, 5};
-  Loader loader(source(10, bad), o);
+  Engine loader(source(10, bad), o);
   const Batches batches = drain(*loader.iterate(0));
   EXPECT_EQ(loader.stats().skipped, 6u);
   EXPECT_EQ(loader.stats().skipped_samples.size(), 6u);
@@ -245,14 +245,14 @@ TEST(Loader, SkippedCountsReplacedSamplesNotFailedReplacements) {
     for (int64_t v : b) EXPECT_EQ(bad.count(v), 0u);
 }
 
-TEST(Loader, SkipReplacesDeterministicallyAndCounts) {
-  LoaderOptions o;
+TEST(Engine, SkipReplacesDeterministicallyAndCounts) {
+  EngineOptions o;
   o.batch_size = 5;
   o.on_error = OnError::kSkip;
   o.shuffle = true;
   o.num_workers = 0;
   const std::set<uint64_t> bad{3, 17, 18};
-  Loader loader0(source(40, bad), o);
+  Engine loader0(source(40, bad), o);
   const Batches reference = drain(*loader0.iterate(0));
   EXPECT_EQ(loader0.stats().skipped, 3u);
   ASSERT_EQ(loader0.stats().skipped_samples.size(), 3u);
@@ -268,14 +268,14 @@ TEST(Loader, SkipReplacesDeterministicallyAndCounts) {
   EXPECT_EQ(run(source(40, bad), o), reference);
 }
 
-TEST(Loader, BufferMemoryStaysUnderBudget) {
-  LoaderOptions o;
+TEST(Engine, BufferMemoryStaysUnderBudget) {
+  EngineOptions o;
   o.batch_size = 16;
   o.num_workers = 4;
   o.prefetch_factor = 8;
   o.memory_budget = 3 * 16 * 8 * 64 + 100;  // three buffers of 16 samples x 64 int64
   auto src = std::make_shared<FaultySource>(5000, 64, std::set<uint64_t>{});
-  Loader loader(src, o);
+  Engine loader(src, o);
   uint64_t samples = 0;
   auto it = loader.iterate(0);
   while (auto b = it->next()) samples += b->length;
@@ -284,13 +284,13 @@ TEST(Loader, BufferMemoryStaysUnderBudget) {
   EXPECT_GT(loader.stats().buffer_bytes_peak, 0u);
 }
 
-TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
+TEST(Engine, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
   for (int workers : {0, 2}) {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 4;
     o.num_workers = workers;
     o.memory_budget = 2 * 4 * 8;
-    Loader loader(source(100), o);
+    Engine loader(source(100), o);
     auto it = loader.iterate(0);
     std::vector<std::shared_ptr<Batch>> held{it->next(), it->next()};
     EXPECT_THROW(it->next(), BudgetExceeded);
@@ -299,13 +299,13 @@ TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
   }
 }
 
-TEST(Loader, DestroyingAnIteratorMidEpochJoinsItsThreads) {
+TEST(Engine, DestroyingAnIteratorMidEpochJoinsItsThreads) {
   const int before = thread_count();
   {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 2;
     o.num_workers = 4;
-    Loader loader(source(1000, {}, 2000), o);
+    Engine loader(source(1000, {}, 2000), o);
     auto it = loader.iterate(0);
     it->next();
     EXPECT_GE(thread_count(), before + 4);
@@ -313,15 +313,15 @@ TEST(Loader, DestroyingAnIteratorMidEpochJoinsItsThreads) {
   EXPECT_EQ(thread_count(), before);
 }
 
-TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
+TEST(Engine, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
   const int before = thread_count();
   const std::vector<pid_t> others = testing::other_threads();  // a sanitizer's, if any
   {
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 1;
     o.num_workers = 4;
     o.memory_budget = 8;  // one buffer
-    Loader loader(source(100), o);
+    Engine loader(source(100), o);
     auto it = loader.iterate(0);
     auto held = it->next();
     // Destroy only once every worker is blocked (waiting for the one buffer, or for a batch it
@@ -337,35 +337,35 @@ TEST(Loader, DestroyingWhileWorkersWaitForMemoryDoesNotHang) {
   EXPECT_EQ(thread_count(), before);
 }
 
-TEST(Loader, StatsCountBatchesSamplesAndWaits) {
-  LoaderOptions o;
+TEST(Engine, StatsCountBatchesSamplesAndWaits) {
+  EngineOptions o;
   o.batch_size = 8;
   o.num_workers = 2;
-  Loader loader(source(100, {}, 100), o);
+  Engine loader(source(100, {}, 100), o);
   auto it = loader.iterate(0);
   while (it->next()) {
   }
-  const LoaderStats s = loader.stats();
+  const EngineStats s = loader.stats();
   EXPECT_EQ(s.batches, 13u);
   EXPECT_EQ(s.samples, 100u);
   EXPECT_GT(s.read_seconds, 0.005);
   EXPECT_GT(s.consumer_wait_seconds, 0.0);
 }
 
-TEST(Loader, RejectsInvalidOptions) {
-  LoaderOptions o;
+TEST(Engine, RejectsInvalidOptions) {
+  EngineOptions o;
   o.num_workers = -2;
-  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(source(10), o), InvalidArgument);
   o.num_workers = kMaxWorkers + 1;
-  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(source(10), o), InvalidArgument);
   o = {};
   o.prefetch_factor = 0;
-  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(source(10), o), InvalidArgument);
   o = {};
   o.batch_size = 0;
-  EXPECT_THROW(Loader(source(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(source(10), o), InvalidArgument);
   o = {};
-  Loader ok(source(10), o);
+  Engine ok(source(10), o);
   EXPECT_THROW(ok.iterate(0, 11), InvalidArgument);
   EXPECT_GE(ok.options().num_workers, 1);
   EXPECT_EQ(ok.options().prefetch_factor, 2);  // autotuned, small batches: starts at two
@@ -377,13 +377,13 @@ TEST(Loader, RejectsInvalidOptions) {
 namespace stoker {
 namespace {
 
-TEST(Loader, AutotunedPrefetchOfLargeBatchesStartsAtOne) {
-  LoaderOptions o;
+TEST(Engine, AutotunedPrefetchOfLargeBatchesStartsAtOne) {
+  EngineOptions o;
   o.batch_size = 64;
   o.num_workers = 2;  // prefetch_factor stays "auto"
   auto big = std::make_shared<FaultySource>(1000, 16 * 1024, std::set<uint64_t>{});  // 8 MiB
-  EXPECT_EQ(Loader(big, o).options().prefetch_factor, 1);
-  EXPECT_EQ(Loader(source(1000), o).options().prefetch_factor, 2);
+  EXPECT_EQ(Engine(big, o).options().prefetch_factor, 1);
+  EXPECT_EQ(Engine(source(1000), o).options().prefetch_factor, 2);
 }
 
 }  // namespace
@@ -394,7 +394,7 @@ namespace {
 
 // A stratified order through the loader: the batches of its plan, whatever the worker count and
 // the prefetch depth, on every rank, resumable at any batch.
-TEST(Loader, StratifiedBatchesAreThePlansWhateverTheWorkers) {
+TEST(Engine, StratifiedBatchesAreThePlansWhateverTheWorkers) {
   std::mt19937_64 rng(41);
   std::vector<int64_t> labels(700);
   for (auto& l : labels) l = rng() % 10 == 0 ? 1 : (rng() % 3 == 0 ? 2 : 0);
@@ -402,7 +402,7 @@ TEST(Loader, StratifiedBatchesAreThePlansWhateverTheWorkers) {
   for (const std::vector<double>& weights : {std::vector<double>{}, std::vector<double>{1, 1, 2}})
     for (uint64_t world : {1u, 3u})
       for (uint64_t rank = 0; rank < world; ++rank) {
-        LoaderOptions o;
+        EngineOptions o;
         o.batch_size = 24;
         o.shuffle = true;
         o.seed = 9;
@@ -421,7 +421,7 @@ TEST(Loader, StratifiedBatchesAreThePlansWhateverTheWorkers) {
           expected.emplace_back(out.begin(), out.end());
         }
         ASSERT_EQ(run(source(700), o, 4), expected);
-        const std::vector<uint64_t> indices = Loader(source(700), o).epoch_indices(4);
+        const std::vector<uint64_t> indices = Engine(source(700), o).epoch_indices(4);
         Batches flat{{indices.begin(), indices.end()}}, joined{{}};
         for (const auto& b : expected) joined[0].insert(joined[0].end(), b.begin(), b.end());
         EXPECT_EQ(flat, joined);
@@ -467,12 +467,12 @@ class StatelessSource final : public Source {
   std::vector<FieldSpec> fields_;
 };
 
-TEST(Loader, AWorkerThatFailsOutsideAnySampleEndsTheEpochWithItsError) {
-  LoaderOptions o;
+TEST(Engine, AWorkerThatFailsOutsideAnySampleEndsTheEpochWithItsError) {
+  EngineOptions o;
   o.batch_size = 4;
   for (int workers : {1, 3}) {
     o.num_workers = workers;
-    Loader loader(std::make_shared<StatelessSource>(), o);
+    Engine loader(std::make_shared<StatelessSource>(), o);
     auto it = loader.iterate(0);
     EXPECT_THROW(
         try { it->next(); } catch (const IoError& e) {
@@ -498,28 +498,28 @@ class HugeSource final : public Source {
   std::vector<FieldSpec> fields_;
 };
 
-TEST(Loader, ABufferThatCannotBeAllocatedEndsTheEpochWithItsError) {
-  LoaderOptions o;
+TEST(Engine, ABufferThatCannotBeAllocatedEndsTheEpochWithItsError) {
+  EngineOptions o;
   o.batch_size = 4;
   o.memory_budget = uint64_t{1} << 50;  // the budget allows it; the allocation fails
   for (int workers : {0, 2}) {
     o.num_workers = workers;
-    Loader loader(std::make_shared<HugeSource>(), o);
+    Engine loader(std::make_shared<HugeSource>(), o);
     auto it = loader.iterate(0);
     EXPECT_THROW(it->next(), std::bad_alloc) << workers;
   }
 }
 
-TEST(Loader, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
+TEST(Engine, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
   std::vector<int64_t> labels(300, 0);
   for (size_t i = 0; i < 12; ++i) labels[i * 25] = 1;  // 12 rare samples, drawn ~150 times
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 20;
   o.shuffle = true;
   o.num_workers = 2;
   o.classes = std::make_shared<const ClassGroups>(labels);
   o.class_weights = {1, 1};
-  Loader loader(std::make_shared<KeySource>(300), o);
+  Engine loader(std::make_shared<KeySource>(300), o);
   std::set<std::pair<int64_t, int64_t>> keys;
   uint64_t draws = 0;
   for (uint64_t epoch = 0; epoch < 2; ++epoch) {
@@ -533,26 +533,26 @@ TEST(Loader, RepeatsOfAnOversampledSampleDrawTheirOwnRandomness) {
   EXPECT_EQ(keys.size(), draws);  // no two draws share (index, key)
   // Without weights the key is the epoch, as with the plain order.
   o.class_weights.clear();
-  auto it = Loader(std::make_shared<KeySource>(300), o).iterate(3);
+  auto it = Engine(std::make_shared<KeySource>(300), o).iterate(3);
   while (auto b = it->next()) {
     const auto* p = reinterpret_cast<const int64_t*>(b->fields[0].data);
     for (uint64_t s = 0; s < b->length; ++s) ASSERT_EQ(p[2 * s + 1], 3);
   }
 }
 
-TEST(Loader, StratifiedOptionsAreChecked) {
+TEST(Engine, StratifiedOptionsAreChecked) {
   auto classes = std::make_shared<const ClassGroups>(std::vector<int64_t>{0, 1, 0, 1});
-  LoaderOptions o;
+  EngineOptions o;
   o.classes = classes;
-  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // shuffle=false
+  EXPECT_THROW(Engine(source(4), o), InvalidArgument);  // shuffle=false
   o.shuffle = true;
-  EXPECT_THROW(Loader(source(5), o), InvalidArgument);  // labels for 4 samples, 5 in the source
-  EXPECT_NO_THROW(Loader(source(4), o));
+  EXPECT_THROW(Engine(source(5), o), InvalidArgument);  // labels for 4 samples, 5 in the source
+  EXPECT_NO_THROW(Engine(source(4), o));
   o.class_weights = {1, 2, 3};
-  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // one weight per class
+  EXPECT_THROW(Engine(source(4), o), InvalidArgument);  // one weight per class
   o.classes = nullptr;
   o.class_weights = {1, 2};
-  EXPECT_THROW(Loader(source(4), o), InvalidArgument);  // weights without classes
+  EXPECT_THROW(Engine(source(4), o), InvalidArgument);  // weights without classes
 }
 
 // ---- repeats (repeated augmentation) ------------------------------------------------------------
@@ -583,11 +583,11 @@ Draw expected_draw(uint64_t n, uint64_t k, bool shuffle, uint64_t seed, uint64_t
 // ceil(n * k / world) positions and the last ranks wrap to the epoch's first positions (fewer
 // than world_size draws repeat); with drop_last, the ranks together take the first
 // floor(n * k / world) / batch_size * batch_size * world positions, each once.
-TEST(LoaderRepeats, EveryCopyOfEverySampleExactlyOnceAcrossRanksPaddingStated) {
+TEST(EngineRepeats, EveryCopyOfEverySampleExactlyOnceAcrossRanksPaddingStated) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 120; ++trial) {
     const uint64_t n = 1 + rng() % 60, k = 1 + rng() % 4, world = 1 + rng() % 4;
-    LoaderOptions o;
+    EngineOptions o;
     o.batch_size = 1 + rng() % 9;
     o.drop_last = rng() % 2;
     o.shuffle = rng() % 2;
@@ -599,7 +599,7 @@ TEST(LoaderRepeats, EveryCopyOfEverySampleExactlyOnceAcrossRanksPaddingStated) {
     std::multiset<Draw> got;
     for (uint64_t r = 0; r < world; ++r) {
       o.rank = r;
-      Loader loader(std::make_shared<KeySource>(n), o);
+      Engine loader(std::make_shared<KeySource>(n), o);
       for (const auto& b : drain_draws(*loader.iterate(epoch))) got.insert(b.begin(), b.end());
     }
     const uint64_t positions = n * k;
@@ -621,15 +621,15 @@ TEST(LoaderRepeats, EveryCopyOfEverySampleExactlyOnceAcrossRanksPaddingStated) {
   }
 }
 
-TEST(LoaderRepeats, CopiesAreAdjacentInTheGlobalOrderAndGoToDifferentRanks) {
+TEST(EngineRepeats, CopiesAreAdjacentInTheGlobalOrderAndGoToDifferentRanks) {
   const uint64_t n = 50, k = 3;
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 4;
   o.shuffle = true;
   o.seed = 5;
   o.num_workers = 2;
   o.repeats = k;
-  const std::vector<uint64_t> order = Loader(std::make_shared<KeySource>(n), o).epoch_indices(7);
+  const std::vector<uint64_t> order = Engine(std::make_shared<KeySource>(n), o).epoch_indices(7);
   ASSERT_EQ(order.size(), n * k);
   std::set<uint64_t> seen;
   for (uint64_t j = 0; j < n; ++j) {
@@ -642,7 +642,7 @@ TEST(LoaderRepeats, CopiesAreAdjacentInTheGlobalOrderAndGoToDifferentRanks) {
   std::vector<std::vector<std::vector<Draw>>> ranks;
   for (uint64_t r = 0; r < k; ++r) {
     o.rank = r;
-    ranks.push_back(drain_draws(*Loader(std::make_shared<KeySource>(n), o).iterate(7)));
+    ranks.push_back(drain_draws(*Engine(std::make_shared<KeySource>(n), o).iterate(7)));
   }
   for (uint64_t b = 0; b < ranks[0].size(); ++b)
     for (uint64_t s = 0; s < ranks[0][b].size(); ++s)
@@ -652,44 +652,44 @@ TEST(LoaderRepeats, CopiesAreAdjacentInTheGlobalOrderAndGoToDifferentRanks) {
       }
 }
 
-TEST(LoaderRepeats, OneRepeatIsThePlainOrderKeyedByTheEpoch) {
-  LoaderOptions o;
+TEST(EngineRepeats, OneRepeatIsThePlainOrderKeyedByTheEpoch) {
+  EngineOptions o;
   o.batch_size = 6;
   o.shuffle = true;
   o.seed = 3;
   o.num_workers = 2;
   o.world_size = 2;
   o.rank = 1;
-  const auto plain = drain_draws(*Loader(std::make_shared<KeySource>(77), o).iterate(4));
+  const auto plain = drain_draws(*Engine(std::make_shared<KeySource>(77), o).iterate(4));
   o.repeats = 1;
-  EXPECT_EQ(drain_draws(*Loader(std::make_shared<KeySource>(77), o).iterate(4)), plain);
+  EXPECT_EQ(drain_draws(*Engine(std::make_shared<KeySource>(77), o).iterate(4)), plain);
   for (const auto& b : plain)
     for (const Draw& d : b) ASSERT_EQ(d.second, 4);
 }
 
-TEST(LoaderRepeats, AnyWorkerCountAndAResumeGiveTheSameBatches) {
-  LoaderOptions o;
+TEST(EngineRepeats, AnyWorkerCountAndAResumeGiveTheSameBatches) {
+  EngineOptions o;
   o.batch_size = 7;
   o.shuffle = true;
   o.seed = 8;
   o.repeats = 3;
   o.num_workers = 0;
   const auto src = std::make_shared<KeySource>(40);
-  const auto full = drain_draws(*Loader(src, o).iterate(2));
+  const auto full = drain_draws(*Engine(src, o).iterate(2));
   ASSERT_EQ(full.size(), 18u);  // 120 positions in batches of 7
   for (int workers : {1, 3}) {
     o.num_workers = workers;
-    EXPECT_EQ(drain_draws(*Loader(src, o).iterate(2)), full);
-    const auto rest = drain_draws(*Loader(src, o).iterate(2, 11));
+    EXPECT_EQ(drain_draws(*Engine(src, o).iterate(2)), full);
+    const auto rest = drain_draws(*Engine(src, o).iterate(2, 11));
     EXPECT_EQ(rest, decltype(full)(full.begin() + 11, full.end()));
   }
 }
 
 // A job of 3 ranks goes on with the epoch where one of 2 ranks stopped: every (sample, copy) not
 // yet delivered comes exactly once, but for the new job's padding (fewer than 3 draws).
-TEST(LoaderRepeats, ElasticResumeDeliversEachRemainingCopyOnce) {
+TEST(EngineRepeats, ElasticResumeDeliversEachRemainingCopyOnce) {
   const uint64_t n = 37, k = 2;
-  LoaderOptions o;
+  EngineOptions o;
   o.batch_size = 4;
   o.shuffle = true;
   o.seed = 13;
@@ -701,18 +701,18 @@ TEST(LoaderRepeats, ElasticResumeDeliversEachRemainingCopyOnce) {
   const uint64_t done = 5;
   for (uint64_t r = 0; r < 2; ++r) {
     o.rank = r;
-    auto it = Loader(src, o).iterate(1);
+    auto it = Engine(src, o).iterate(1);
     for (uint64_t b = 0; b < done; ++b) {
       const auto d = draws(*it->next());
       before.insert(d.begin(), d.end());
     }
   }
-  const uint64_t at = Loader(src, o).plan().position_after(done);
+  const uint64_t at = Engine(src, o).plan().position_after(done);
   EXPECT_EQ(at, done * 4 * 2);
   o.world_size = 3;
   for (uint64_t r = 0; r < 3; ++r) {
     o.rank = r;
-    Loader loader(src, o);
+    Engine loader(src, o);
     for (const auto& b : drain_draws(*loader.iterate(1, 0, BatchPlan(n * k, 4, false, r, 3, at))))
       after.insert(b.begin(), b.end());
   }
@@ -733,7 +733,7 @@ TEST(LoaderRepeats, ElasticResumeDeliversEachRemainingCopyOnce) {
     }
   }
   // A plan of the source's samples, not the repeated epoch's, is refused.
-  EXPECT_THROW(Loader(src, o).iterate(1, 0, BatchPlan(n, 4, false, 0, 3)), InvalidArgument);
+  EXPECT_THROW(Engine(src, o).iterate(1, 0, BatchPlan(n, 4, false, 0, 3)), InvalidArgument);
 }
 
 // A source whose samples live in blocks (a Parquet table's row groups), keyed as KeySource.
@@ -752,16 +752,16 @@ class BlockKeySource final : public Source {
   std::vector<FieldSpec> fields_;
 };
 
-TEST(LoaderRepeats, SourcesWithBlocksKeepTheirOrderWithCopies) {
-  LoaderOptions o;
+TEST(EngineRepeats, SourcesWithBlocksKeepTheirOrderWithCopies) {
+  EngineOptions o;
   o.batch_size = 8;
   o.shuffle = true;
   o.seed = 4;
   o.num_workers = 2;
   const auto src = std::make_shared<BlockKeySource>();
-  const std::vector<uint64_t> once = Loader(src, o).epoch_indices(2);
+  const std::vector<uint64_t> once = Engine(src, o).epoch_indices(2);
   o.repeats = 2;
-  const auto batches = drain_draws(*Loader(src, o).iterate(2));
+  const auto batches = drain_draws(*Engine(src, o).iterate(2));
   std::vector<Draw> flat;
   for (const auto& b : batches) flat.insert(flat.end(), b.begin(), b.end());
   ASSERT_EQ(flat.size(), 120u);
@@ -772,15 +772,15 @@ TEST(LoaderRepeats, SourcesWithBlocksKeepTheirOrderWithCopies) {
   }
 }
 
-TEST(LoaderRepeats, RejectsWhatItCannotHonour) {
-  LoaderOptions o;
+TEST(EngineRepeats, RejectsWhatItCannotHonour) {
+  EngineOptions o;
   o.repeats = 0;
-  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(std::make_shared<KeySource>(10), o), InvalidArgument);
   o.repeats = 2;
   o.shuffle = true;
   o.classes = std::make_shared<const ClassGroups>(std::vector<int64_t>(10, 0));
   try {
-    Loader(std::make_shared<KeySource>(10), o);
+    Engine(std::make_shared<KeySource>(10), o);
     ADD_FAILURE() << "repeats with a stratified order";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("repeats is for the plain order"), std::string::npos);
@@ -788,14 +788,14 @@ TEST(LoaderRepeats, RejectsWhatItCannotHonour) {
   o.classes = nullptr;
   o.mixture =
       std::make_shared<const MixtureOrder>(MixtureOrder{{4, 6}, {MixturePhase{0, {1.0, 1.0}}}});
-  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);
+  EXPECT_THROW(Engine(std::make_shared<KeySource>(10), o), InvalidArgument);
   o.mixture = nullptr;
   o.repeats = uint64_t{1} << 62;
-  EXPECT_THROW(Loader(std::make_shared<KeySource>(10), o), InvalidArgument);  // overflow
+  EXPECT_THROW(Engine(std::make_shared<KeySource>(10), o), InvalidArgument);  // overflow
 }
 
-// The option rules every front asks (loader.h): one home, one message each.
-TEST(LoaderRules, RepeatsOnlyInThePlainOrder) {
+// The option rules every front asks (engine.h): one home, one message each.
+TEST(EngineRules, RepeatsOnlyInThePlainOrder) {
   EXPECT_NO_THROW(check_repeats(1, SampleOrder::kExternal));
   EXPECT_NO_THROW(check_repeats(3, SampleOrder::kPlain));
   EXPECT_THROW(check_repeats(0, SampleOrder::kPlain), InvalidArgument);
@@ -803,15 +803,15 @@ TEST(LoaderRules, RepeatsOnlyInThePlainOrder) {
     EXPECT_THROW(check_repeats(2, o), InvalidArgument);
 }
 
-TEST(LoaderRules, MemoryBudgetAutoIsHalfOfPhysicalMemory) {
+TEST(EngineRules, MemoryBudgetAutoIsHalfOfPhysicalMemory) {
   EXPECT_EQ(resolve_memory_budget(12345), 12345u);
   EXPECT_EQ(resolve_memory_budget(0), physical_memory_bytes() / 2);
-  LoaderOptions o;
-  EXPECT_EQ(Loader(std::make_shared<KeySource>(4), o).options().memory_budget,
+  EngineOptions o;
+  EXPECT_EQ(Engine(std::make_shared<KeySource>(4), o).options().memory_budget,
             physical_memory_bytes() / 2);
 }
 
-TEST(LoaderRules, PinningWithoutCudaFallsBackAndSaysSo) {
+TEST(EngineRules, PinningWithoutCudaFallsBackAndSaysSo) {
   bool unavailable = true;
   EXPECT_FALSE(resolve_pinned(PinMemory::kOff, &unavailable));
   EXPECT_FALSE(unavailable);
@@ -819,9 +819,9 @@ TEST(LoaderRules, PinningWithoutCudaFallsBackAndSaysSo) {
   EXPECT_FALSE(unavailable);
   EXPECT_EQ(resolve_pinned(PinMemory::kOn, &unavailable), cuda_available());
   EXPECT_EQ(unavailable, !cuda_available());
-  LoaderOptions o;
+  EngineOptions o;
   o.pin_memory = PinMemory::kOn;
-  Loader loader(std::make_shared<KeySource>(4), o);  // never throws: torch warns and goes on
+  Engine loader(std::make_shared<KeySource>(4), o);  // never throws: torch warns and goes on
   EXPECT_EQ(loader.pinned(), cuda_available());
   EXPECT_EQ(loader.pin_unavailable(), !cuda_available());
 }

@@ -1,4 +1,4 @@
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 
 #include <algorithm>
 #include <optional>
@@ -6,7 +6,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "engine/loader_state.h"
+#include "engine/engine_state.h"
 #include "engine/skip_policy.h"
 #include "gpu/cuda.h"
 #include "stoker/errors.h"
@@ -18,7 +18,7 @@ namespace {
 constexpr size_t kFieldAlign = 64;
 constexpr uint64_t kPrefetchAhead = 8;  // samples hinted ahead of the one being read
 
-LoaderOptions resolve(LoaderOptions o) {
+EngineOptions resolve(EngineOptions o) {
   if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
     throw InvalidArgument("num_workers must be \"auto\" or an integer in [0, " +
                           std::to_string(kMaxWorkers) + "], got " + std::to_string(o.num_workers));
@@ -43,7 +43,7 @@ LoaderOptions resolve(LoaderOptions o) {
 }
 
 // The global positions of an epoch: every sample `repeats` times.
-uint64_t epoch_positions(const Source& source, const LoaderOptions& o) {
+uint64_t epoch_positions(const Source& source, const EngineOptions& o) {
   if (o.repeats > 1 && source.size() > UINT64_MAX / 2 / o.repeats)
     throw InvalidArgument("repeats=" + std::to_string(o.repeats) + " of " +
                           std::to_string(source.size()) + " samples overflows an epoch");
@@ -54,7 +54,7 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // What an autotuned loader learned applies to another loader over the same data with the same
 // batch size and CPU budget: the source's type, length, fields and first and last files.
-std::string autotune_key_of(const Source& source, const LoaderOptions& o) {
+std::string autotune_key_of(const Source& source, const EngineOptions& o) {
   std::string key = typeid(source).name();
   for (uint64_t v : {source.size(), o.batch_size, static_cast<uint64_t>(o.cpu_budget)}) {
     key.push_back('|');
@@ -100,7 +100,7 @@ bool resolve_pinned(PinMemory pin_memory, bool* unavailable) {
   return cuda;
 }
 
-Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opts)
+Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opts)
     : source(std::move(src)),
       options(resolve(opts)),
       plan(epoch_positions(*source, options), options.batch_size, options.drop_last, options.rank,
@@ -197,7 +197,7 @@ Loader::State::State(std::shared_ptr<const Source> src, const LoaderOptions& opt
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
 }
 
-std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
+std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
                                                  Buffer buffer) const {
   auto batch = std::make_shared<Batch>();
   batch->epoch = epoch;
@@ -216,9 +216,9 @@ std::shared_ptr<Batch> Loader::State::make_batch(const BatchPlan& plan, uint64_t
   return batch;
 }
 
-EpochDraws Loader::State::epoch_draws(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture,
+EpochDraws Engine::State::epoch_draws(uint64_t epoch, std::shared_ptr<const MixturePlan> mixture,
                                       uint64_t stripes) const {
-  const LoaderOptions& o = options;
+  const EngineOptions& o = options;
   if (stratified) return EpochDraws(stratified->epoch(epoch));
   if (o.mixture) {
     if (!mixture)
@@ -234,7 +234,7 @@ EpochDraws Loader::State::epoch_draws(uint64_t epoch, std::shared_ptr<const Mixt
   return EpochDraws(source->size(), o.shuffle, o.seed, epoch, o.repeats, std::move(order));
 }
 
-void Loader::State::delivered(const EpochDraws& draws, const Batch& batch) {
+void Engine::State::delivered(const EpochDraws& draws, const Batch& batch) {
   ++batches;
   samples += batch.length;
   if (draws.mixture()) {
@@ -243,7 +243,7 @@ void Loader::State::delivered(const EpochDraws& draws, const Batch& batch) {
   }
 }
 
-void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& draws,
+void Engine::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& draws,
                          WorkerState* worker, uint64_t begin, uint64_t end, uint64_t* failed_at) {
   const auto start = std::chrono::steady_clock::now();
   std::byte* slots[16];
@@ -274,7 +274,7 @@ void Loader::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& 
   read_ns += elapsed_ns(start);
 }
 
-void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochDraws& draws) {
+void Engine::State::transform(Batch& batch, const BatchPlan& plan, const EpochDraws& draws) {
   const BatchTransform* t = options.batch_transform.get();
   if (t == nullptr) return;
   const auto start = std::chrono::steady_clock::now();
@@ -293,7 +293,7 @@ void Loader::State::transform(Batch& batch, const BatchPlan& plan, const EpochDr
   transform_ns += elapsed_ns(start);
 }
 
-void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+void Engine::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
                                 WorkerState* worker) {
   try {
     source->read({options.seed, epoch, index}, slots, worker);
@@ -308,7 +308,7 @@ void Loader::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::b
       [&](uint64_t other) { source->read({options.seed, epoch, other}, slots, worker); });
 }
 
-void Loader::State::record_autotune(const AutotuneDecision& d) {
+void Engine::State::record_autotune(const AutotuneDecision& d) {
   AutotuneMemory::remember(autotune_key, {d.workers_to, d.prefetch_to});
   std::lock_guard lock(autotune_mu);
   autotune_active = d.workers_to;
@@ -316,22 +316,22 @@ void Loader::State::record_autotune(const AutotuneDecision& d) {
   autotune_log.add(d);
 }
 
-Loader::Loader(std::shared_ptr<const Source> source, LoaderOptions options) {
+Engine::Engine(std::shared_ptr<const Source> source, EngineOptions options) {
   if (!source) throw InvalidArgument("the loader needs a source");
   state_ = std::make_shared<State>(std::move(source), options);
 }
 
-Loader::~Loader() = default;
+Engine::~Engine() = default;
 
-uint64_t Loader::num_batches() const { return state_->plan.num_batches(); }
-const BatchPlan& Loader::plan() const { return state_->plan; }
-uint64_t Loader::samples_per_rank() const { return state_->plan.samples_per_rank(); }
-const LoaderOptions& Loader::options() const { return state_->options; }
-const Source& Loader::source() const { return *state_->source; }
-bool Loader::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
-bool Loader::pin_unavailable() const { return state_->pin_unavailable; }
+uint64_t Engine::num_batches() const { return state_->plan.num_batches(); }
+const BatchPlan& Engine::plan() const { return state_->plan; }
+uint64_t Engine::samples_per_rank() const { return state_->plan.samples_per_rank(); }
+const EngineOptions& Engine::options() const { return state_->options; }
+const Source& Engine::source() const { return *state_->source; }
+bool Engine::pinned() const { return state_->pool->kind() == MemoryKind::kPinned; }
+bool Engine::pin_unavailable() const { return state_->pin_unavailable; }
 
-std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
+std::vector<uint64_t> Engine::epoch_indices(uint64_t epoch) const {
   const State& s = *state_;
   const EpochDraws draws = s.epoch_draws(epoch);
   const BatchPlan& plan = draws.mixture() ? draws.mixture()->batches() : s.plan;
@@ -346,7 +346,7 @@ std::vector<uint64_t> Loader::epoch_indices(uint64_t epoch) const {
 
 namespace {
 
-std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::State>& state,
+std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Engine::State>& state,
                                                const BatchPlan& plan, EpochDraws draws,
                                                uint64_t epoch, uint64_t start_batch) {
   check_start_batch(plan, start_batch);
@@ -355,8 +355,8 @@ std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Loader::Sta
   return make_threaded_iterator(state, plan, std::move(draws), epoch, start_batch);
 }
 
-// Throws InvalidArgument for a plan the loader cannot iterate (Loader::iterate's REQUIRES).
-void check_plan(const Loader::State& state, const BatchPlan& plan) {
+// Throws InvalidArgument for a plan the loader cannot iterate (Engine::iterate's REQUIRES).
+void check_plan(const Engine::State& state, const BatchPlan& plan) {
   // Buffers hold batch_size samples of this source: a plan of other samples or batches would
   // overrun them.
   if (plan.num_samples() != state.plan.num_samples() ||
@@ -377,18 +377,18 @@ void check_plan(const Loader::State& state, const BatchPlan& plan) {
   if (state.options.mixture && plan.start() != 0)
     throw InvalidArgument(
         "a mixture resumes with another world size from a MixturePlan that starts where the "
-        "saving job stopped (Loader::iterate(plan, start_batch))");
+        "saving job stopped (Engine::iterate(plan, start_batch))");
   if (state.options.mixture && plan.is_strided())
     throw InvalidArgument("a mixture's batches cannot be strided among producers");
 }
 
 }  // namespace
 
-std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch) const {
+std::unique_ptr<EpochIterator> Engine::iterate(uint64_t epoch, uint64_t start_batch) const {
   return iterate(epoch, start_batch, state_->plan);
 }
 
-std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_batch,
+std::unique_ptr<EpochIterator> Engine::iterate(uint64_t epoch, uint64_t start_batch,
                                                const BatchPlan& plan, uint64_t stripes) const {
   check_plan(*state_, plan);
   EpochDraws draws = state_->epoch_draws(epoch, nullptr, stripes);
@@ -396,11 +396,11 @@ std::unique_ptr<EpochIterator> Loader::iterate(uint64_t epoch, uint64_t start_ba
   return start_iteration(state_, batches, std::move(draws), epoch, start_batch);
 }
 
-std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch) const {
+std::vector<uint64_t> Engine::block_schedule(uint64_t epoch, uint64_t start_batch) const {
   return block_schedule(epoch, start_batch, state_->plan);
 }
 
-std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batch,
+std::vector<uint64_t> Engine::block_schedule(uint64_t epoch, uint64_t start_batch,
                                              const BatchPlan& plan, uint64_t stripes) const {
   check_plan(*state_, plan);
   check_start_batch(plan, start_batch);
@@ -422,9 +422,9 @@ std::vector<uint64_t> Loader::block_schedule(uint64_t epoch, uint64_t start_batc
   return out;
 }
 
-std::unique_ptr<EpochIterator> Loader::iterate(std::shared_ptr<const MixturePlan> plan,
+std::unique_ptr<EpochIterator> Engine::iterate(std::shared_ptr<const MixturePlan> plan,
                                                uint64_t start_batch) const {
-  const LoaderOptions& o = state_->options;
+  const EngineOptions& o = state_->options;
   if (!o.mixture) throw InvalidArgument("a MixturePlan is for a loader with a mixture order");
   if (!plan) throw InvalidArgument("iterate() needs a MixturePlan, got none");
   if (plan->order().sizes != o.mixture->sizes || plan->seed() != o.seed ||
@@ -437,9 +437,9 @@ std::unique_ptr<EpochIterator> Loader::iterate(std::shared_ptr<const MixturePlan
                          start_batch);
 }
 
-LoaderStats Loader::stats() const {
+EngineStats Engine::stats() const {
   const State& s = *state_;
-  LoaderStats out;
+  EngineStats out;
   out.batches = s.batches;
   out.samples = s.samples;
   s.skipped.read(&out.skipped, &out.skipped_samples);

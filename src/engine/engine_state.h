@@ -1,4 +1,4 @@
-// Internal: what a Loader shares with its iterators.
+// Internal: what a Engine shares with its iterators.
 #pragma once
 
 #include <atomic>
@@ -15,7 +15,7 @@
 #include "engine/mixture.h"
 #include "engine/skip_policy.h"
 #include "stoker/batch_transform.h"
-#include "stoker/loader.h"
+#include "stoker/engine.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
@@ -109,9 +109,9 @@ class BufferGate {
   uint64_t forced_batch_ = 0;           // guarded by mu_
 };
 
-struct Loader::State {
+struct Engine::State {
   std::shared_ptr<const Source> source;
-  LoaderOptions options;  // resolved: no "auto" left
+  EngineOptions options;  // resolved: no "auto" left
   // Every epoch's plan, unless an iteration is given another.
   BatchPlan plan;
   std::optional<StratifiedPlan> stratified;  // with options.classes
@@ -126,7 +126,7 @@ struct Loader::State {
   BatchTransform::Fields mix_fields;
   std::shared_ptr<BatchPool> pool;
 
-  State(std::shared_ptr<const Source> source, const LoaderOptions& options);
+  State(std::shared_ptr<const Source> source, const EngineOptions& options);
 
   // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
   std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
@@ -179,10 +179,10 @@ struct Loader::State {
 };
 
 // Iterator factories (epoch_iterator.cc).
-std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Loader::State> state,
+std::unique_ptr<EpochIterator> make_inline_iterator(std::shared_ptr<Engine::State> state,
                                                     const BatchPlan& plan, EpochDraws draws,
                                                     uint64_t epoch, uint64_t start_batch);
-std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Loader::State> state,
+std::unique_ptr<EpochIterator> make_threaded_iterator(std::shared_ptr<Engine::State> state,
                                                       const BatchPlan& plan, EpochDraws draws,
                                                       uint64_t epoch, uint64_t start_batch);
 

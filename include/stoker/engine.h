@@ -1,5 +1,5 @@
-// The loader: turns a Source into an ordered stream of batches, produced ahead of the consumer by
-// worker threads.
+// The engine: turns a Source into an ordered stream of batches, produced ahead of the consumer by
+// worker threads (the Python front's DataLoader drives one per loader of a Stoker dataset).
 //
 // Semantics
 // - Order: an epoch's batches depend only on (seed, epoch, rank, world_size, batch_size, drop_last,
@@ -38,7 +38,7 @@
 // - Shutdown: destroying an EpochIterator stops and joins its threads; it never hangs on a worker
 //   that waits for memory.
 //
-// Thread safety: Loader is safe to use from several threads. An EpochIterator is used by one
+// Thread safety: Engine is safe to use from several threads. An EpochIterator is used by one
 // consumer thread at a time; several iterators of one loader may be alive at once and share its
 // pool and stats.
 #pragma once
@@ -83,7 +83,7 @@ struct AutotuneDecision {
 enum class OnError { kRaise, kSkip };
 enum class PinMemory { kAuto, kOn, kOff };
 
-struct LoaderOptions {
+struct EngineOptions {
   uint64_t batch_size = 1;
   bool shuffle = false;
   uint64_t seed = 0;
@@ -129,8 +129,8 @@ struct LoaderOptions {
   uint64_t stripes = 0;
 };
 
-// The rules on a loader's options that every front applies (the Loader applies them to its
-// LoaderOptions; the Python front asks them for every producer, Python datasets and Ray offload
+// The rules on a loader's options that every front applies (the Engine applies them to its
+// EngineOptions; the Python front asks them for every producer, Python datasets and Ray offload
 // included, so that each rule and its message live here once). Each throws InvalidArgument.
 
 // Who orders an epoch's samples: the engine's plain (or block) order, its stratified or
@@ -150,7 +150,7 @@ bool resolve_pinned(PinMemory pin_memory, bool* unavailable);
 inline constexpr int kMaxWorkers = 256;
 inline constexpr int kMaxPrefetchFactor = 64;
 // prefetch_factor="auto": its value before the controller changes it (torch's default) and, for
-// batches above kSmallBatchBytes, 1 (the workers fill each batch together; see loader.cc).
+// batches above kSmallBatchBytes, 1 (the workers fill each batch together; see engine.cc).
 inline constexpr int kDefaultPrefetchFactor = 2;
 inline constexpr size_t kSmallBatchBytes = size_t{4} << 20;
 
@@ -182,7 +182,7 @@ struct Batch {
   Buffer buffer;  // owns the memory every field points into
 };
 
-struct LoaderStats {
+struct EngineStats {
   uint64_t batches = 0;
   uint64_t samples = 0;
   uint64_t skipped = 0;  // samples replaced under kSkip (a failed replacement is not counted)
@@ -210,13 +210,13 @@ struct LoaderStats {
 
 class EpochIterator;
 
-class Loader {
+class Engine {
  public:
   // Validates the options (InvalidArgument says what is allowed) and resolves the "auto" ones.
-  Loader(std::shared_ptr<const Source> source, LoaderOptions options);
-  ~Loader();
-  Loader(const Loader&) = delete;
-  Loader& operator=(const Loader&) = delete;
+  Engine(std::shared_ptr<const Source> source, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Batches per epoch on this rank.
   uint64_t num_batches() const;
@@ -226,7 +226,7 @@ class Loader {
   // Samples per epoch on this rank, padding and repeats included.
   uint64_t samples_per_rank() const;
   // The options with every "auto" resolved to the value in use.
-  const LoaderOptions& options() const;
+  const EngineOptions& options() const;
   const Source& source() const;
   bool pinned() const;
   // pin_memory = kOn was asked without a CUDA device, so the buffers are pageable.
@@ -266,9 +266,9 @@ class Loader {
   std::vector<uint64_t> block_schedule(uint64_t epoch, uint64_t start_batch, const BatchPlan& plan,
                                        uint64_t stripes = 0) const;
 
-  LoaderStats stats() const;
+  EngineStats stats() const;
 
-  struct State;  // shared with iterators, which may outlive the Loader
+  struct State;  // shared with iterators, which may outlive the Engine
 
  private:
   std::shared_ptr<State> state_;
