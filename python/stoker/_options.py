@@ -16,10 +16,10 @@ value's type (an int, not a bool or a float) before it crosses.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
-from . import _native, balance, batch_transforms
+from . import _native, _ranks, balance, batch_transforms
+from ._ranks import is_int
 from .gpu import feed as _feed
 
 MAX_WORKERS = _native.engine.MAX_WORKERS
@@ -34,10 +34,6 @@ PYTHON_ONLY = {"sampler": None, "batch_sampler": None, "collate_fn": None,
                "generator": None, "worker_type": "auto", "seed_samples": True,
                "consumer_helps": None, "multiprocessing_context": None, "in_order": True,
                "pin_memory_device": ""}
-
-
-def is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def parse_bytes(value, name="memory_budget"):
@@ -71,27 +67,6 @@ def auto(value):
     return -1 if value == "auto" else value
 
 
-def env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-def ranks(rank, world_size):
-    """(rank, world_size), from torchrun's RANK and WORLD_SIZE where not given; checked."""
-    rank = env_int("RANK", 0) if rank is None else rank
-    world_size = env_int("WORLD_SIZE", 1) if world_size is None else world_size
-    if not is_int(world_size) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not is_int(rank) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
-    return rank, world_size
-
-
 def torch_available():
     try:
         import torch  # noqa: F401
@@ -103,8 +78,9 @@ def torch_available():
 @dataclasses.dataclass(frozen=True)
 class Options:
     """A loader's options, checked; ``python`` holds the Python-only keywords (all of them,
-    defaults included). ``rank``/``world_size`` are resolved from the environment where not
-    given (a producer that shards nothing ignores them); ``order`` says who orders the samples
+    defaults included). ``rank``/``world_size`` are the share resolved from ``rank_spec``
+    (_ranks.py) when the options were made; the loader replaces them when an iteration
+    resolves another (a producer that shards nothing ignores them); ``order`` says who orders the samples
     (``ORDERS``)."""
     batch_size: object
     shuffle: object  # None (unspecified: no shuffle), True, False, "stratified" or "shards"
@@ -116,6 +92,7 @@ class Options:
     memory_budget: int  # bytes; 0: half of physical memory
     rank: int
     world_size: int
+    rank_spec: object  # _ranks.RankSpec: what was given, resolved again at each iteration
     output: str
     on_error: str
     cpu_budget: object
@@ -183,7 +160,8 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     if not (isinstance(pin_memory, (bool, str)) and pin_memory in ("auto", True, False)):
         raise ValueError(f'pin_memory must be "auto", True or False, got {pin_memory!r}')
     budget = parse_bytes(memory_budget)
-    rank, world_size = ranks(rank, world_size)
+    rank_spec = _ranks.RankSpec(rank, world_size)
+    share = rank_spec.resolve(strict=False)  # resolved again when an iteration starts
     if output not in ("torch", "numpy"):
         raise ValueError(f'output must be "torch" or "numpy", got {output!r}')
     if on_error not in ("raise", "skip"):
@@ -230,8 +208,8 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     _native.engine.check_repeats(repeats, order)  # the engine's rule (include/stoker/engine.h)
     return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
-                   pin_memory=pin_memory, memory_budget=budget, rank=rank,
-                   world_size=world_size, output=output, on_error=on_error,
+                   pin_memory=pin_memory, memory_budget=budget, rank=share.rank,
+                   world_size=share.world_size, rank_spec=rank_spec, output=output, on_error=on_error,
                    cpu_budget=cpu_budget, device=resolved,
                    gpu_prefetch=_feed.resolve_prefetch(gpu_prefetch), gpu_prefetch_bytes=cap,
                    class_weights=class_weights, labels=labels, offload=offload,

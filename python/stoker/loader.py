@@ -9,8 +9,11 @@ declares what the front reads of them), chosen by the dataset and ``offload``:
 - pydata/producer.py, :class:`PythonProducer`: any Python (torch) dataset, in worker processes;
 - offload/producer.py, :class:`RayProducer`: either kind, on Ray actors.
 
-Each iteration starts at the loader's pending ``_state.Position`` and runs with a
-``_state.Cursor`` that its iterator owns and advances (_state.py: the resume state). The loader
+Each iteration starts at its first ``next()`` (so ``iter()`` alone starts nothing, and a
+``set_epoch`` between ``iter()`` and the first batch applies, as Lightning calls them): then it
+resolves the ranks (_ranks.py: a process group made after the loader counts; the first
+iteration checks that all ranks agree), and runs from the loader's pending ``_state.Position``
+with a ``_state.Cursor`` that its iterator owns and advances (_state.py: the resume state). The loader
 wraps whatever the producer yields in the GPU feed (gpu/feed.py) when ``device`` is a GPU (with
 the producer's ``device_mixing`` and ``device_output`` around it), and builds ``stats()`` and
 ``state_dict()`` in one place.
@@ -18,7 +21,10 @@ the producer's ``device_mixing`` and ``device_output`` around it), and builds ``
 
 from __future__ import annotations
 
-from . import _native, _options, _state, balance
+import dataclasses
+import weakref
+
+from . import _native, _options, _ranks, _state, balance
 from .gpu import feed as _feed
 from .native import NativeProducer
 from .sources.base import StokerDataset, is_native
@@ -77,8 +83,14 @@ class DataLoader:
         pin_memory: page-locked batch buffers; "auto" pins when a CUDA device is present.
         memory_budget: bytes (or a size like "2GiB") that batch buffers may use together;
             None means half of physical memory.
-        rank, world_size: this process's share of each epoch; default to the RANK and WORLD_SIZE
-            environment variables (torchrun), else 0 and 1.
+        rank, world_size: this process's share of each epoch, resolved when each iteration
+            starts: integers as given; ``rank=`` a torch.distributed process group, a 1-D
+            DeviceMesh (``mesh["dp"]``) or ``(mesh, "dp")`` (the data-parallel dimensions, as
+            torchtitan and FSDP2 name them); by default the initialized default process group,
+            else torchrun's RANK and WORLD_SIZE, else 0 and 1. WORLD_SIZE > 1 with no rank to
+            be found raises. Where the ranks come from a process group, the first iteration
+            checks (one all-gather) that all ranks agree on the dataset's length, seed,
+            batch_size, drop_last and epoch (stoker/_ranks.py).
         output: "torch" (tensors; NumPy arrays when torch is not installed) or "numpy".
         on_error: "raise" (default) or "skip" (replace a failed sample deterministically, count
             it in ``stats()``).
@@ -144,12 +156,14 @@ class DataLoader:
             pin_memory, memory_budget, rank, world_size, output, on_error, cpu_budget, device,
             gpu_prefetch, gpu_prefetch_bytes, class_weights, labels, offload, python_options,
             repeats, batch_transform, shard_window)
-        producer = _make_producer(kind, dataset, options)
-        self._producer = producer
+        self._kind = kind
+        self._dataset_given = dataset
         self._options = options
-        set_ = object.__setattr__  # the attributes torch freezes after __init__
-        for name, value in producer.attributes().items():
-            set_(self, name, value)
+        self._producer = None
+        # What torch-based trainers read at loader.sampler and loader.batch_sampler (Lightning
+        # calls sampler.set_epoch) where the loader orders the samples itself.
+        self._epoch_sampler = EpochSampler(self)
+        self._set_producer(_make_producer(kind, dataset, options))
         self.output = output
         self.on_error = on_error
         self.class_weights = class_weights
@@ -163,7 +177,33 @@ class DataLoader:
         # The latest iteration's _state.Cursor, owned by its iterator: read for state_dict(), so
         # the loader holds no reference to the iterator (dropping it stops its threads).
         self._cursor = None
+        self._loaded = None  # the state loaded since the last iteration started (re-read when
+        # the ranks resolve to another share)
+        self._agreed = False  # the ranks' agreement was checked (_ranks.check_agreement)
         self._initialized = True
+
+    def _set_producer(self, producer):
+        self._producer = producer
+        set_ = object.__setattr__  # the attributes torch freezes after __init__
+        for name, value in producer.attributes().items():
+            set_(self, name, value)
+        if self.sampler is None and self.batch_sampler is None and \
+                producer.order_kind in ("engine", "stratified", "mixture"):
+            set_(self, "sampler", self._epoch_sampler)
+            set_(self, "batch_sampler", self._epoch_sampler.batches)
+
+    def _share(self, strict):
+        """The ranks now (_ranks.py): where they differ from the producer's, the producer is
+        made again for the new share (and a loaded state read again for it)."""
+        share = self._options.rank_spec.resolve(strict)
+        o = self._options
+        if (share.rank, share.world_size) != (o.rank, o.world_size):
+            self._options = dataclasses.replace(o, rank=share.rank, world_size=share.world_size)
+            self._producer.shutdown()
+            self._set_producer(_make_producer(self._kind, self._dataset_given, self._options))
+            if self._loaded is not None:
+                self._next = _state.load(self, self._loaded)
+        return share
 
     def __setattr__(self, name, value):
         if getattr(self, "_initialized", False) and name in _FROZEN_AFTER_INIT:
@@ -178,6 +218,9 @@ class DataLoader:
 
     @property
     def prefetch_factor(self):
+        """Batches in flight per worker; None without workers, as torch has it."""
+        if self.num_workers == 0:
+            return None
         return self._producer.knobs()["prefetch_factor"]
 
     @property
@@ -220,6 +263,7 @@ class DataLoader:
         return self._producer.order_kind
 
     def __len__(self):
+        self._share(strict=False)
         return self._producer.num_batches()
 
     def set_epoch(self, epoch):
@@ -231,8 +275,21 @@ class DataLoader:
         self._next = self._next.for_epoch(epoch)
 
     def __iter__(self):
+        """An iterator over the next epoch's batches (see the module docstring: it starts at its
+        first ``next()``)."""
+        return Iteration(self)
+
+    def _start(self):
+        """Starts the pending iteration: its batches (``Iteration`` calls this once)."""
+        share = self._share(strict=True)
+        if share.groups and not self._agreed:
+            _ranks.check_agreement(share, _ranks.agreement_values(
+                _state.num_samples(self.dataset), self.seed, self.batch_size, self.drop_last,
+                self._next.epoch))
+            self._agreed = True
         cursor, self._next = _state.begin(self)
         self._cursor = cursor
+        self._loaded = None
         batches = self._producer.batches(cursor)
         if self._device is None:
             return batches
@@ -250,6 +307,13 @@ class DataLoader:
         if output is not None:
             feed = output.finish(feed, tagged=mixing is not None)
         return feed if mixing is None else mixing.finish(feed)
+
+    def _pending_len(self):
+        """Batches the pending iteration will yield."""
+        cursor, _ = _state.begin(self)
+        if cursor.num_batches is None:
+            return len(self)
+        return cursor.num_batches - cursor.batch
 
     def state_dict(self):
         """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
@@ -277,8 +341,10 @@ class DataLoader:
                 raise ValueError("load_state_dict(weights=...) is for a loader of a "
                                  "stoker.Mixture")
             self.dataset.weights = weights
+        self._share(strict=False)
         self._next = _state.load(self, state)
         self._cursor = None
+        self._loaded = state
 
     def class_plan(self):
         """For a stratified or weighted loader, one dict a class: ``label``, ``samples``,
@@ -325,3 +391,104 @@ class DataLoader:
         """Stops this loader's workers (processes, Ray actors) now; the next iteration starts
         new ones. Threads of the native engine stop with their iterator."""
         self._producer.shutdown()
+
+
+class Iteration:
+    """One iteration of a ``stoker.DataLoader``: it starts at its first ``next()`` (its epoch,
+    ranks and producer are fixed then), so ``iter()`` alone starts nothing and ``set_epoch``
+    after ``iter()`` applies to it. Other attributes are its running batches' (torch's iterator
+    attributes of a Python dataset's, e.g. ``_workers``), which starts it."""
+
+    __slots__ = ("_loader", "_batches", "__weakref__")
+
+    def __init__(self, loader):
+        self._loader = loader
+        self._batches = None
+
+    def __iter__(self):
+        return self
+
+    def _running(self):
+        if self._batches is None:
+            self._batches = self._loader._start()
+            self._loader = None
+        return self._batches
+
+    def __next__(self):
+        return next(self._running())
+
+    def __len__(self):
+        if self._batches is None:
+            return self._loader._pending_len()
+        return len(self._batches)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._running(), name)
+
+
+_NOT_A_TORCH_SAMPLER = (
+    "stoker.DataLoader orders and batches its samples itself (in the engine, by seed and epoch, "
+    "for this rank): its sampler and batch_sampler are there for trainers to call set_epoch, "
+    "and a torch DataLoader rebuilt from them (accelerate's skip_first_batches or "
+    "prepare_data_loader) would give other batches. Iterate the stoker.DataLoader itself; to "
+    "resume mid-epoch, load its state: loader.load_state_dict(state) (with Accelerate, "
+    "accelerator.register_for_checkpointing(loader) saves it in save_state and restores it in "
+    "load_state). docs/integrations.md has each framework's recipe.")
+
+
+class EpochSampler:
+    """``loader.sampler`` (and ``loader.batch_sampler.sampler``) of a loader that orders its own
+    samples: what torch-based trainers call ``set_epoch`` on (Lightning does, every epoch, after
+    ``iter()`` and before the first batch). ``set_epoch(e)`` is ``loader.set_epoch(e)``;
+    ``len()`` is the samples of this rank's epoch. Iterating it raises TypeError naming the
+    Stoker way: its order is the engine's, not a sampler's to replay. Holds the loader weakly."""
+
+    def __init__(self, loader):
+        self._loader = weakref.ref(loader)
+        self.batches = EpochBatchSampler(self)
+
+    def loader(self):
+        loader = self._loader()
+        if loader is None:
+            raise ReferenceError("the stoker.DataLoader of this sampler is gone")
+        return loader
+
+    def set_epoch(self, epoch):
+        self.loader().set_epoch(epoch)
+
+    @property
+    def epoch(self):
+        """The epoch the loader's next iteration starts."""
+        return self.loader()._next.epoch
+
+    def __len__(self):
+        loader = self.loader()
+        return _state.plan(loader).num_samples if loader.batch_size is not None else len(loader)
+
+    def __iter__(self):
+        raise TypeError(_NOT_A_TORCH_SAMPLER)
+
+
+class EpochBatchSampler:
+    """``loader.batch_sampler`` of a loader that orders its own samples: ``sampler`` (the
+    :class:`EpochSampler`), ``batch_size``, ``drop_last`` and ``len()`` as the loader's;
+    iterating it raises TypeError naming the Stoker way."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    @property
+    def batch_size(self):
+        return self.sampler.loader().batch_size
+
+    @property
+    def drop_last(self):
+        return self.sampler.loader().drop_last
+
+    def __len__(self):
+        return len(self.sampler.loader())
+
+    def __iter__(self):
+        raise TypeError(_NOT_A_TORCH_SAMPLER)
