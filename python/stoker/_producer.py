@@ -70,6 +70,20 @@ class Producer(abc.ABC):
         (gpu/feed.py)."""
         return None
 
+    def iteration_made(self):
+        """``iter(loader)`` made an iteration (it starts at its first ``next()``): what torch's
+        iterator reads of its loader when made is read now."""
+
+    def own_states(self, cursor):
+        """What the loader's state carries of the user's own objects (a Python dataset's and
+        sampler's ``state_dict``), given the latest iteration's ``cursor`` (or None): a dict
+        merged into ``state_dict()``; {} by default."""
+        return {}
+
+    def restore_own_states(self, state, position):
+        """Loads what ``own_states`` saved in ``state`` for the iteration that resumes at
+        ``position`` (an ``_state.Position``); nothing by default."""
+
     def persistent_iterator(self):
         """The latest iterator while worker processes persist (torch's ``_iterator``), else
         None."""

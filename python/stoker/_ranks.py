@@ -169,8 +169,9 @@ class RankSpec:
             if world == 1:
                 return Ranks(0, 1)
             if strict:
+                given = "WORLD_SIZE" if self.world_size is None else "world_size"
                 raise ValueError(
-                    f"WORLD_SIZE={world} but this process's rank is unknown (no RANK in the "
+                    f"{given}={world} but this process's rank is unknown (no RANK in the "
                     f"environment, no rank=, and torch.distributed is not initialized): reading "
                     f"as rank 0 would give every process the same share. Initialize the process "
                     f"group before the first iteration (torch.distributed.init_process_group, "

@@ -221,6 +221,7 @@ def save(loader):
              **config(loader)}
     if block_window(loader):
         state["stripes"] = stripes or loader.world_size
+    state.update(loader._producer.own_states(loader._cursor))
     return state
 
 

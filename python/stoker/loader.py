@@ -202,8 +202,12 @@ class DataLoader:
             self._producer.shutdown()
             self._set_producer(_make_producer(self._kind, self._dataset_given, self._options))
             if self._loaded is not None:
-                self._next = _state.load(self, self._loaded)
+                self._load(self._loaded)
         return share
+
+    def _load(self, state):
+        self._next = _state.load(self, state)
+        self._producer.restore_own_states(state, self._next)
 
     def __setattr__(self, name, value):
         if getattr(self, "_initialized", False) and name in _FROZEN_AFTER_INIT:
@@ -277,6 +281,7 @@ class DataLoader:
     def __iter__(self):
         """An iterator over the next epoch's batches (see the module docstring: it starts at its
         first ``next()``)."""
+        self._producer.iteration_made()
         return Iteration(self)
 
     def _start(self):
@@ -309,10 +314,11 @@ class DataLoader:
         return feed if mixing is None else mixing.finish(feed)
 
     def _pending_len(self):
-        """Batches the pending iteration will yield."""
+        """Batches the pending iteration will yield; TypeError for an IterableDataset, whose
+        len() is the user's to ask (torch warns once it was: not a length hint's to ask)."""
         cursor, _ = _state.begin(self)
         if cursor.num_batches is None:
-            return len(self)
+            raise TypeError("the length of an IterableDataset's iteration is unknown")
         return cursor.num_batches - cursor.batch
 
     def state_dict(self):
@@ -342,7 +348,7 @@ class DataLoader:
                                  "stoker.Mixture")
             self.dataset.weights = weights
         self._share(strict=False)
-        self._next = _state.load(self, state)
+        self._load(state)
         self._cursor = None
         self._loaded = state
 

@@ -49,9 +49,12 @@ def run_job(make, world, state, steps, rng):
         else:
             loader.load_state_dict(json.loads(json.dumps(state)))
         it = iter(loader)
-        counts.add(len(it))
-        for _ in range(len(it) if steps is None else steps):
+        n = len(it)
+        counts.add(n)
+        for _ in range(n if steps is None else steps):
             seen += np.asarray(next(it)).tolist()
+        if steps is None or steps == n:  # a loop's last next(): the epoch ends (an empty one
+            assert next(it, None) is None  # starts there: an iteration starts at its next())
         states.append(loader.state_dict())
         del it
     assert len(counts) == 1, f"ranks got different batch counts: {counts}"
@@ -200,13 +203,13 @@ def test_finished_epoch_resumes_at_the_next():
 def test_set_epoch_after_load_state_dict_keeps_the_resume_point(python):
     """A torch-style loop calls set_epoch at the top of every epoch, the resumed one too."""
     data = IndexDataset(60) if python else native_dataset(60)
-    old = stoker.DataLoader(data, batch_size=5, shuffle=True, world_size=2, num_workers=0,
+    old = stoker.DataLoader(data, batch_size=5, shuffle=True, rank=0, world_size=2, num_workers=0,
                             output="numpy")
     old.set_epoch(3)
     it = iter(old)
     head = [next(it).tolist() for _ in range(2)]
     state = old.state_dict()
-    new = stoker.DataLoader(data, batch_size=5, shuffle=True, world_size=3, num_workers=0,
+    new = stoker.DataLoader(data, batch_size=5, shuffle=True, rank=0, world_size=3, num_workers=0,
                             output="numpy")
     new.load_state_dict(state)
     new.set_epoch(3)  # the epoch the state is in: the position stays

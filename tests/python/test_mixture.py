@@ -67,7 +67,7 @@ def test_an_epoch_has_the_batches_of_the_sources_concatenated():
     assert len(m) == sum(SIZES.values())
     for world, drop_last in ((1, False), (2, True), (4, False)):
         plain = stoker.DataLoader(stoker.ArrayDataset(np.arange(len(m))), batch_size=8,
-                                  world_size=world, drop_last=drop_last)
+                                  rank=0, world_size=world, drop_last=drop_last)
         mixed = loader(m, 0, world, batch_size=8, drop_last=drop_last)
         assert len(mixed) == len(plain)
         assert [len(b) for b in mixed] == [len(b) for b in plain]

@@ -401,7 +401,8 @@ def test_the_front_reads_the_constants_the_engine_exports():
     assert _native.engine.SKIPPED_LISTED == 1000
     loader = stoker.DataLoader(list(range(4)), batch_size=2, num_workers=0)
     assert loader._producer._skipped_samples.maxlen == _native.engine.SKIPPED_LISTED
-    assert loader.prefetch_factor == _native.pydata.DEFAULT_PREFETCH_FACTOR
+    assert loader._producer.prefetch_factor == _native.pydata.DEFAULT_PREFETCH_FACTOR
+    assert loader.prefetch_factor is None  # no workers: None, as torch has it
     assert all(_native.pydata.sample_key(1, 2, i) <= _native.pydata.SEED_MASK for i in range(100))
     assert gpu_decode.DEFAULT_DECODE_BUFFER_BYTES == _native.gpu.DEFAULT_DECODE_BUFFER_BYTES
     seeded = stoker.DataLoader(list(range(4)), generator=torch.Generator().manual_seed(7))
@@ -659,7 +660,8 @@ def policy_stay():
 def test_auto_tries_threads_only_for_thread_safe_datasets_without_seeding():
     def allowed(**kw):
         loader = stoker.DataLoader(Waiting(True), batch_size=16, **kw)
-        iter(loader)
+        it = iter(loader)
+        it._workers  # starts the iteration (at its first next(), or its first attribute)
         return loader._producer._policy.threads_allowed
     assert allowed(seed_samples=False)
     # Per-sample seeding of the process-global generators needs processes: threads would race.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import multiprocessing
 import multiprocessing.context
 import os
@@ -51,6 +52,7 @@ from .batch_maker import ProducerConfig
 from .scheduling import PythonBatches, PoolSession
 from .workers import ProcessPool, ThreadPool, WorkerSetup, _ArenaHandle
 
+_log = logging.getLogger("stoker")
 _MIN_SLOTS = 8
 _MAX_AUTO_WORKERS = 16
 # prefetch_factor="auto": the engine's default, 1 batch a worker above the engine's small batch.
@@ -66,6 +68,11 @@ def _thread_safe(dataset):
     """Whether the dataset declares that its __getitem__ may run on several threads at once (a
     file object shared across calls, seek then read, would not allow it)."""
     return getattr(dataset, "thread_safe", False) is True
+
+
+def _has_state(obj):
+    return callable(getattr(obj, "state_dict", None)) and \
+        callable(getattr(obj, "load_state_dict", None))
 
 
 def _is_datapipe(dataset):
@@ -168,6 +175,8 @@ class _Plan:
     stream_seed: int | None
     pin_device: str | None
     origin: int  # the global position the epoch's plan starts at (an elastic resume)
+    sampler_resume: object = None  # a stateful sampler's state as of the resumed batch
+    note: object = None  # note(b, state): a stateful sampler's state after batch b
 
 
 class PythonProducer(Producer):
@@ -233,8 +242,9 @@ class PythonProducer(Producer):
         user_order = sampler is not None or batch_sampler is not None
         # A user's sampler or an IterableDataset orders every sample itself: no sharding.
         rank, world_size = (0, 1) if user_order or iterable else (o.rank, o.world_size)
+        users_batch_sampler = batch_sampler  # BatchOrder groups a sampler's keys itself
         if sampler is not None and batch_sampler is None and batch_size is not None:
-            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)  # torch's attribute
 
         self.options = o
         self.dataset = dataset
@@ -281,8 +291,9 @@ class PythonProducer(Producer):
             self.shuffle = shuffle_arg
         self.order_kind = o.order
         self._order = None if iterable else BatchOrder(
-            dataset, batch_size, shuffle, drop_last, rank, world_size,
-            batch_sampler=batch_sampler, sampler=sampler if batch_sampler is None else None,
+            dataset, batch_size if users_batch_sampler is None else None, shuffle, drop_last,
+            rank, world_size, batch_sampler=users_batch_sampler,
+            sampler=sampler if users_batch_sampler is None else None,
             stratified=plan.plan if plan is not None else None, repeats=o.repeats)
         self._shared_pool = None
         self._session = None  # the persistent workers, when there are
@@ -292,6 +303,13 @@ class PythonProducer(Producer):
         self._next_epoch = 0  # the epoch of the iteration that starts next (worker seeds)
         self._last_iterator = None
         self._IterableDataset_len_called = None
+        self._len_called_at_iter = None  # its value when iter() made the latest iteration
+        # A stateful user's sampler: its state after each batch of the running iteration
+        # (batch -> state, the delivered one's and those ahead of it), and the state a loaded
+        # resume state gives the next iteration (own_states, restore_own_states).
+        self._sampler_states = {}
+        self._sampler_resume = None
+        self._stream_resume = None  # an IterableDataset resumed mid-epoch: "state" or "replay"
         self._stats = collections.Counter()
         self._skipped_samples = collections.deque(maxlen=_native.engine.SKIPPED_LISTED)
         self._mode, self._kind, self._workers_n, self._consumer_produces = self._executor()
@@ -479,12 +497,90 @@ class PythonProducer(Producer):
 
     def batches(self, cursor):
         epoch, start = cursor.epoch, cursor.batch
-        if self._iterable and start:
-            raise ValueError("resuming an IterableDataset mid-epoch is not supported")
         self._next_epoch = epoch + 1
-        it = PythonBatches(self, epoch, start, self._plan(epoch, cursor.start), cursor)
+        plan = self._plan(epoch, cursor.start)
+        states = self._sampler_states = {}
+        resume, self._sampler_resume = self._sampler_resume, None
+
+        def note(b, state):  # keeps the delivered batch's state and those ahead of it
+            states[b] = state
+            for k in [k for k in states if k < cursor.batch - 1]:
+                del states[k]
+
+        plan.sampler_resume, plan.note = resume if start else None, note
+        if not (self._iterable and start):
+            it = PythonBatches(self, epoch, start, plan, cursor)
+        else:
+            it = self._resume_stream(epoch, start, plan, cursor)
         self._last_iterator = weakref.ref(it)
         return it
+
+    def iteration_made(self):
+        self._len_called_at_iter = self._IterableDataset_len_called
+
+    def _resume_stream(self, epoch, start, plan, cursor):
+        """An IterableDataset's iteration resumed at batch ``start``: through the dataset's own
+        state when it was saved where the stream ran (restore_own_states loaded it, and the
+        stream goes on from there), else by replaying: the first ``start`` batches are made
+        again and dropped (their cost: reading those samples again), counted in
+        ``stats()["replayed_batches"]``."""
+        mode, self._stream_resume = self._stream_resume or "replay", None
+        if mode == "state":
+            return PythonBatches(self, epoch, start, plan, cursor)
+        _log.info("resuming %s at batch %d by replaying the stream (the dataset has no "
+                  "state_dict, or its state was saved with workers)",
+                  type(self.dataset).__name__, start)
+        cursor.batch = 0
+        it = PythonBatches(self, epoch, 0, plan, cursor)
+        for _ in range(start):
+            next(it)  # StopIteration: the stream is shorter than the saved position
+            self._stats["replayed_batches"] += 1
+        self._stats["batches"] -= start
+        return it
+
+    # -- the states of the user's objects (torchdata's StatefulDataLoader contract) ----------------
+
+    def own_states(self, cursor):
+        """What the loader's state carries of the user's objects, given the running iteration's
+        ``cursor`` (None between iterations): a stateful sampler's state as of the last batch
+        delivered, the dataset's ``state_dict()`` (an IterableDataset's only mid-epoch, and
+        only from this process: "stream" says whether it resumes through it or by replay)."""
+        out = {}
+        ds = self.dataset
+        if self._order is not None and cursor is not None and \
+                cursor.batch - 1 in self._sampler_states:
+            out["sampler_state"] = self._sampler_states[cursor.batch - 1]
+            out["sampler_finished"] = not cursor.running()
+        elif self._sampler_resume is not None:  # loaded, not yet iterated
+            out["sampler_state"] = self._sampler_resume
+        stateful_ds = _has_state(ds) and not isinstance(ds, StokerDataset)
+        if self._iterable:
+            if cursor is not None and cursor.running() and cursor.batch:
+                local = self._mode == "local"
+                out["stream"] = "state" if stateful_ds and local else "replay"
+                if stateful_ds and local:
+                    out["dataset_state"] = ds.state_dict()
+        elif stateful_ds:
+            out["dataset_state"] = ds.state_dict()
+        return out
+
+    def restore_own_states(self, state, position):
+        """Loads what ``own_states`` saved in ``state`` for the iteration that resumes at
+        ``position`` (an ``_state.Position``)."""
+        ds = self.dataset
+        if "dataset_state" in state:
+            if not _has_state(ds):
+                raise ValueError(f"the state holds a dataset state, and this loader's dataset "
+                                 f"{type(ds).__name__} has no load_state_dict")
+            ds.load_state_dict(state["dataset_state"])
+            self.stop_workers()  # workers start again with the restored dataset
+        if self._iterable:
+            self._stream_resume = state.get("stream") if position.batch else None
+        if "sampler_state" in state:
+            if state.get("sampler_finished") or not position.batch:
+                self._order.finish_state(state["sampler_state"])
+            else:
+                self._sampler_resume = state["sampler_state"]
 
     def stats(self):
         s = dict(self._stats)

@@ -92,8 +92,8 @@ class PythonBatches:
         self.epoch = epoch
         self.plan = plan
         self.iterable = plan.iterable
-        self.order = None if plan.iterable else plan.order.batches(plan.seed, epoch, start,
-                                                                    plan.origin)
+        self.order = None if plan.iterable else plan.order.batches(
+            plan.seed, epoch, start, plan.origin, plan.sampler_resume, plan.note)
         self.total = None if plan.iterable else plan.order.num_batches(plan.origin)
         self.length = None if plan.iterable else self.total - start
         self.exhausted = False
@@ -108,7 +108,7 @@ class PythonBatches:
         self.policy = plan.policy if plan.measure else None
         self.measured = False  # the first batch was timed by chunks
         self.delivered = 0
-        self.len_called = producer._IterableDataset_len_called
+        self.len_called = producer._len_called_at_iter  # as torch's iterator, when made
         self._finalizer = weakref.finalize(self, _close_epoch, self.session, self.pending,
                                            self.owned)
         if self.session is not None:
