@@ -91,6 +91,14 @@ SLOW_MODULES = {
     # A fresh virtual environment with the wheel and numpy installed, auditwheel runs (15 s); and
     # it needs `make wheel`, which make test runs and make check does not (a stale dist/ wheel).
     "test_wheel.py",
+    # The trainers people use, run for real (Lightning, transformers' Trainer, Accelerate, DCP):
+    # each imports its framework (2-6 s), the multi-process ones start 2-3 interpreters that
+    # import torch and the framework. They test the front's integration, not memory safety:
+    # the release lane runs them, the ASan lane need not.
+    "test_integration_lightning.py",
+    "test_integration_transformers.py",
+    "test_integration_accelerate.py",
+    "test_integration_dcp.py",
 }
 SLOW_TESTS = {  # "module::function" (every parametrization) or "module::function[id]"
     # Builds a 600-image sample data set from the photographs (64 s).
@@ -111,6 +119,9 @@ SLOW_TESTS = {  # "module::function" (every parametrization) or "module::functio
     "test_faults.py::test_signal_while_the_native_consumer_waits_for_its_first_batch",
     "test_faults.py::test_signal_to_a_python_dataset_consumer_leaves_no_worker",
     "test_faults.py::test_parent_killed_leaves_no_worker_and_nothing_in_dev_shm",
+    # Two gloo processes, each importing torch, make loaders before their process group (6 s).
+    "test_ranks.py::test_a_process_group_made_after_the_loader_splits_the_epoch",
+    "test_ranks.py::test_ranks_that_disagree_raise_on_every_rank_naming_the_one_that_differs",
     # Worker processes by forkserver, each importing torch (~8 s).
     "test_remote_datasets.py::test_a_python_transform_runs_in_clean_worker_processes",
 }
