@@ -5,7 +5,8 @@ rank), and Lightning's own Trainer, checkpoints and launcher.
 
 1. One process, 3 epochs: every sample once an epoch, and Lightning's epoch k is Stoker's epoch k
    (the batches of a plain loop after ``set_epoch(k)``): Lightning's ``iter()`` before the epoch
-   and its ``sampler.set_epoch`` are no extra epoch.
+   and its ``sampler.set_epoch`` are no extra epoch; with ``reload_dataloaders_every_n_epochs=1``
+   (a new loader every epoch) too.
 2. Checkpoints (``ModelCheckpoint(every_n_train_steps=5)``, 10 batches an epoch) mid-epoch and at
    an epoch's end: a new Trainer's ``fit(ckpt_path=...)`` gives the uninterrupted run's batches
    from that checkpoint on (Lightning saves ``loader.state_dict()`` in the checkpoint and loads
@@ -127,7 +128,7 @@ class IdDataWithVal(IdData):
 
 
 def fit(log, kind, val_kind=None, epochs=EPOCHS, ckpt_dir=None, every=EVERY, ckpt_path=None,
-        devices=1, val_check_interval=1.0):
+        devices=1, val_check_interval=1.0, reload_every=0):
     """One ``Trainer.fit``: with ``ckpt_dir``, a checkpoint every ``every`` steps (named by
     step); with ``ckpt_path``, resumed from it."""
     callbacks = []
@@ -139,7 +140,7 @@ def fit(log, kind, val_kind=None, epochs=EPOCHS, ckpt_dir=None, every=EVERY, ckp
         max_epochs=epochs, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=bool(ckpt_dir), callbacks=callbacks,
         default_root_dir=os.path.dirname(log), val_check_interval=val_check_interval,
-        log_every_n_steps=1)
+        reload_dataloaders_every_n_epochs=reload_every, log_every_n_steps=1)
     data = IdData(kind) if val_kind is None else IdDataWithVal(kind, val_kind)
     trainer.fit(IdModule(log), datamodule=data, ckpt_path=ckpt_path)
 
@@ -197,6 +198,14 @@ def test_lightning_epoch_k_is_stoker_epoch_k(full_run):
     assert len({tuple(flat(b)) for b in got}) == EPOCHS  # a new order every epoch
     steps = [s for _, s, _ in records(log)]
     assert steps == list(range(EPOCHS * N // BATCH))
+
+
+def test_a_new_loader_every_epoch_reads_that_epoch(tmp_path):
+    # reload_dataloaders_every_n_epochs=1: train_dataloader() makes a new loader each epoch,
+    # whose first iteration Lightning's sampler.set_epoch(k) makes epoch k.
+    log = str(tmp_path / "reload")
+    fit(log, "native", reload_every=1)
+    assert by_epoch(records(log)) == plain_epochs("native")
 
 
 @pytest.mark.parametrize("step", [EVERY, 2 * EVERY, 5 * EVERY], ids=["mid-epoch", "epoch-end",
