@@ -22,6 +22,7 @@ the producer's ``device_mixing`` and ``device_output`` around it), and builds ``
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import weakref
 
 from . import _native, _options, _ranks, _state, balance
@@ -276,7 +277,13 @@ class DataLoader:
         (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
         if not _options.is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._next = self._next.for_epoch(epoch)
+        at = self._next
+        if at.resumed and (at.batch or at.start) and epoch != at.epoch:
+            warnings.warn(f"set_epoch({epoch}) discards the position load_state_dict gave the "
+                          f"loader, inside epoch {at.epoch}: epoch {epoch} starts from its first "
+                          f"batch (a trainer resuming mid-epoch sets the loaded epoch)",
+                          stacklevel=2)
+        self._next = at.for_epoch(epoch)
 
     def __iter__(self):
         """An iterator over the next epoch's batches (see the module docstring: it starts at its

@@ -218,10 +218,11 @@ def test_the_front_reads_only_what_the_protocols_declare():
 def test_no_probing_for_private_names():
     # getattr/hasattr on a private name is a member nobody declared; the exceptions read other
     # libraries' objects (torchvision's transforms, NumPy's memmap, torch's C module, a
-    # namedtuple's fields, a Hugging Face dataset's indices, sys on free-threaded builds) or an
+    # namedtuple's fields, a Hugging Face dataset's indices, sys on free-threaded builds,
+    # transformers' Trainer's cache of eval loaders, which Trainer creates the same way) or an
     # attribute Stoker sets on exceptions it raises. Dunders are Python's own protocols.
     allowed = {"_fill", "_labels_getter", "_mmap", "_cuda_getCurrentRawStream", "_stoker_index",
-               "_initialized", "_fields", "_indices", "_is_gil_enabled"}
+               "_initialized", "_fields", "_indices", "_is_gil_enabled", "_eval_dataloaders"}
     found = []
     for folder, _, files in os.walk(PACKAGE):
         for f in files:

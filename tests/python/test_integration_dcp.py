@@ -47,8 +47,9 @@ def make_loader():
 
 
 class TitanStyle:
-    """torchtitan's ParallelAwareDataloader state around a loader (torchtitan/components/
-    dataloader.py): the state pickled under this rank's key, and the data-parallel degree."""
+    """torchtitan's ParallelAwareDataloader state around a loader
+    (torchtitan/components/dataloader.py): the state pickled under this rank's key, and the
+    data-parallel degree."""
 
     def __init__(self, loader, dp_rank, dp_world_size):
         self.loader, self.dp_world_size = loader, dp_world_size

@@ -53,6 +53,8 @@ NOT_REPO_PATHS = {
     "OUT/soak.json",        # bench/soak.py, under its --out folder
     "root/manifest.json",   # stoker sample-data, under its root
     "kernel_source.cc",     # generated in the build tree by src/gpu/decode/embed.cmake
+    # What transformers' Trainer and stoker.integrations.transformers write in a checkpoint.
+    "stoker_loader.json", "trainer_state.json",
     # Results that bench/results/README.md says are not recorded yet (no GPU run so far).
     "bench/results/bench_gpu.md", "bench/results/bench_gpu_decode.md",
     "bench_gpu.md", "bench_gpu_decode.md", "seed_cost.md",
@@ -60,6 +62,7 @@ NOT_REPO_PATHS = {
     "x.cc", "x_test.cc", "train.py",
     # Files of other projects: PyTorch, torchvision, Megatron-LM, Arrow, FFCV, Mosaic Streaming.
     "test/test_dataloader.py", "ATen/core/MT19937RNGEngine.h",
+    "torchtitan/components/dataloader.py",
     "torchvision/transforms/v2/_auto_augment.py", "v2/functional/_color.py", "_misc.py",
     "references/classification/presets.py",
     "megatron/core/datasets/indexed_dataset.py",

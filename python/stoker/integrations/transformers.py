@@ -83,7 +83,6 @@ import transformers
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .. import _state
 from ..loader import DataLoader
 from ..sources.arrays import ArrayDataset
 from ..sources.base import StokerDataset, is_native
@@ -365,12 +364,12 @@ def _input_names(dataset):
     if dataset._images is not None:
         return ("pixel_values", "labels")
     if isinstance(dataset, ArrayDataset):
-        if dataset._names == [str(i) for i in range(len(dataset.arrays))]:
+        if dataset.names is None:
             raise ValueError(
                 "an ArrayDataset without names yields tuples, and the model is called as "
                 "model(**batch): name the arrays after the model's arguments, "
                 "ArrayDataset(..., names=[\"input_ids\", \"labels\"])")
-        return tuple(dataset._names)
+        return dataset.names
     return ()
 
 
@@ -383,8 +382,11 @@ def _is_tokens(dataset):
 def _batches_left(loader):
     """Batches the loader's next iteration delivers from its pending position (None: unknown,
     an IterableDataset)."""
-    cursor, _ = _state.begin(loader)
-    return None if cursor.num_batches is None else cursor.num_batches - cursor.batch
+    try:
+        # An iteration starts at its first next(): its len() reads the pending position only.
+        return len(DataLoader.__iter__(loader))  # the loader's own (not the dict wrapper's)
+    except TypeError:
+        return None
 
 
 def _write_json(path, value):

@@ -160,6 +160,7 @@ class ArrayDataset(StokerDataset):
             raise ValueError(
                 "all arrays need the same number of samples (first dimension), got "
                 + ", ".join(str(len(a)) for a in self.arrays))
+        self.names = tuple(names) if names is not None else None  # as given (None: unnamed)
         names = list(names) if names is not None else [str(i) for i in range(len(arrays))]
         self._names = names
         self._source = _native.sources.ArraySource(list(self.arrays), names, list(self._files))
