@@ -195,6 +195,8 @@ def test_labels_come_from_the_dataset_or_the_loader():
     assert np.array_equal(stoker.ArrayDataset(x, y).targets, y)
     named = stoker.ArrayDataset(y, x.astype(np.float32), names=["label", "feature"])
     assert np.array_equal(named.targets, y)
+    assert named.names == ("label", "feature")  # as given; None when unnamed
+    assert stoker.ArrayDataset(x, y).names is None
     assert stoker.ArrayDataset(x.astype(np.float32)).targets is None
     a = stoker.DataLoader(stoker.ArrayDataset(x, y), batch_size=10, shuffle="stratified",
                           output="numpy")

@@ -219,7 +219,9 @@ def test_set_epoch_after_load_state_dict_keeps_the_resume_point(python):
     new.set_epoch(3)  # later: epoch 3 from its start
     assert len([b for b in new]) == len(new)
     new.load_state_dict(state)
-    new.set_epoch(4)  # another epoch: from its start
+    with pytest.warns(UserWarning, match=r"set_epoch\(4\) discards the position "
+                                         r"load_state_dict gave the loader, inside epoch 3"):
+        new.set_epoch(4)  # another epoch: from its start
     assert new.state_dict()["epoch"] == 4 and new.state_dict()["batch"] == 0
 
 
