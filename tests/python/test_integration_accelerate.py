@@ -38,7 +38,9 @@ class IdDataset(torch.utils.data.Dataset):
         return i, np.float32(i)
 
 
-def make_loader(kind="native", num_workers=2, **kw):
+def make_loader(kind="native", num_workers=None, **kw):
+    if num_workers is None:  # "python0", "python2": a Python dataset and its workers
+        num_workers = int(kind[-1]) if kind.startswith("python") else 2
     if kind == "native":
         dataset = stoker.ArrayDataset(np.arange(N), np.arange(N, dtype=np.float32))
     else:
@@ -100,7 +102,7 @@ def test_prepare_passes_the_loader_through():
     assert got[0] != got[1]
 
 
-@pytest.mark.parametrize("kind", ["native", "python2"])
+@pytest.mark.parametrize("kind", ["native", "python0", "python2"])
 def test_save_state_and_load_state_resume_mid_epoch(kind, tmp_path):
     accelerator = accelerate.Accelerator(cpu=True)
     loader = make_loader(kind)

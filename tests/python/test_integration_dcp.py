@@ -70,6 +70,35 @@ class TitanStyle:
 
 # ---- one process: the leaves ------------------------------------------------------------------
 
+class _Ids(torch.utils.data.Dataset):
+    """A Python dataset with a state of its own (torchdata's contract)."""
+
+    def __init__(self):
+        self.level = 0
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.tensor(i)
+
+    def state_dict(self):
+        return {"level": self.level}
+
+    def load_state_dict(self, state):
+        self.level = state["level"]
+
+
+def _python_loader(workers):
+    """A Python dataset with its own state and torchdata's stateful RandomSampler, whose state
+    holds its generator's (a tensor: DCP stores it as bytes too)."""
+    from torchdata.stateful_dataloader.sampler import RandomSampler
+    data = _Ids()
+    data.level = 7
+    sampler = RandomSampler(data, generator=torch.Generator().manual_seed(SEED))
+    return lambda: stoker.DataLoader(data, batch_size=BATCH, sampler=sampler,
+                                     num_workers=workers)
+
 def _weighted_loader():
     labels = np.arange(N) % 3
     return stoker.DataLoader(stoker.ArrayDataset(np.arange(N), labels), batch_size=BATCH,
@@ -89,9 +118,12 @@ def _ids(batch):
     return (batch[0] if isinstance(batch, tuple) else batch).tolist()
 
 
-@pytest.mark.parametrize("make", [make_loader, _weighted_loader, _mixture_loader],
-                         ids=["plain", "class-weights", "mixture"])
+@pytest.mark.parametrize("make", [make_loader, _weighted_loader, _mixture_loader, "python0",
+                                  "python2"],
+                         ids=["plain", "class-weights", "mixture", "python0", "python2"])
 def test_every_leaf_of_a_state_goes_through_dcp(make, tmp_path):
+    if isinstance(make, str):
+        make = _python_loader(int(make[-1]))
     loader = make()
     it = iter(loader)
     for _ in range(STEPS):
@@ -104,11 +136,16 @@ def test_every_leaf_of_a_state_goes_through_dcp(make, tmp_path):
         del it
         again = make()
         dcp.load({"dataloader": again}, checkpoint_id=str(tmp_path))
-    assert again.state_dict() == state
+    assert str(again.state_dict()) == str(state)  # a sampler's state holds a tensor
     assert [_ids(b) for b in again] == rest
     stored = dcp.FileSystemReader(str(tmp_path)).read_metadata().state_dict_metadata
-    assert {type(m).__name__ for m in stored.values()} == {"BytesStorageMetadata"}
+    kinds = {"BytesStorageMetadata"}  # a torch sampler's generator state: a tensor item
+    if isinstance(again.dataset, _Ids):
+        kinds.add("TensorStorageMetadata")
+    assert {type(m).__name__ for m in stored.values()} == kinds
     assert "dataloader.epoch" in stored and "dataloader.class_weights" in stored
+    if isinstance(again.dataset, _Ids):  # torchdata's contract: the dataset's state too
+        assert "dataloader.dataset_state.level" in stored
 
 
 # ---- 2 ranks save, 3 ranks load ----------------------------------------------------------------

@@ -59,6 +59,8 @@ class BatchOrder:
     sampler: object = None  # the user's sampler: batch_size keys a batch (None: one a batch)
     stratified: object = None  # a _native.engine.StratifiedPlan (shuffle="stratified", class_weights)
     repeats: int = 1  # every sample this many times an epoch (the engine's order only)
+    # The next epoch's iterator of a user's sampler, made early by pending_state.
+    _pending: object = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self):
         return self.num_batches()
@@ -99,11 +101,30 @@ class BatchOrder:
             for b in range(start, len(plan)):
                 yield b, Draws(plan.indices(self.shuffle, seed, epoch, b))
 
+    def _source(self):
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def pending_state(self):
+        """A stateful user's sampler's state at the start of the next epoch (None: not
+        stateful). Where the state is its iterator's, the next epoch's iterator is made now
+        and kept for that epoch (making one can draw from the sampler's generator)."""
+        source = self._source()
+        if source is None:
+            return None
+        if _has_state(source):
+            return source.state_dict()
+        if self._pending is None:
+            self._pending = iter(source)
+        return self._pending.state_dict() if _has_state(self._pending) else None
+
     def _user_batches(self, start, resume, note):
-        source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        source = self._source()
+        it, self._pending = self._pending, None
         if resume is not None and _has_state(source):
             source.load_state_dict(resume)
-        it = iter(source)
+            it = None  # an iterator made before the load would not see it
+        if it is None:
+            it = iter(source)
         owner = source if _has_state(source) else it if _has_state(it) else None
         if resume is not None and owner is it:
             it.load_state_dict(resume)
@@ -133,7 +154,8 @@ class BatchOrder:
         randomness in the iterator, which advances the sampler's generator as it loads). A
         sampler whose own object holds the state is left as it is (its state at an epoch's end
         is a finished position, as torchdata's StatefulDataLoader treats it)."""
-        source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        source = self._source()
+        self._pending = None
         if source is None or _has_state(source):
             return
         it = iter(source)

@@ -507,7 +507,7 @@ class PythonProducer(Producer):
             for k in [k for k in states if k < cursor.batch - 1]:
                 del states[k]
 
-        plan.sampler_resume, plan.note = resume if start else None, note
+        plan.sampler_resume, plan.note = resume, note
         if not (self._iterable and start):
             it = PythonBatches(self, epoch, start, plan, cursor)
         else:
@@ -547,19 +547,26 @@ class PythonProducer(Producer):
         only from this process: "stream" says whether it resumes through it or by replay)."""
         out = {}
         ds = self.dataset
-        if self._order is not None and cursor is not None and \
-                cursor.batch - 1 in self._sampler_states:
-            out["sampler_state"] = self._sampler_states[cursor.batch - 1]
-            out["sampler_finished"] = not cursor.running()
-        elif self._sampler_resume is not None:  # loaded, not yet iterated
-            out["sampler_state"] = self._sampler_resume
+        # The same keys whenever the user's objects are stateful, iterated or not: Distributed
+        # Checkpoint loads the keys of the loading loader's own state_dict() only.
+        if self._order is not None:
+            if cursor is not None and cursor.batch - 1 in self._sampler_states:
+                out["sampler_state"] = self._sampler_states[cursor.batch - 1]
+                out["sampler_finished"] = not cursor.running()
+            elif self._sampler_resume is not None:  # loaded, not yet iterated
+                out["sampler_state"] = self._sampler_resume
+                out["sampler_finished"] = False
+            else:  # before the first epoch
+                pending = self._order.pending_state()
+                if pending is not None:
+                    out["sampler_state"], out["sampler_finished"] = pending, False
         stateful_ds = _has_state(ds) and not isinstance(ds, StokerDataset)
         if self._iterable:
-            if cursor is not None and cursor.running() and cursor.batch:
-                local = self._mode == "local"
-                out["stream"] = "state" if stateful_ds and local else "replay"
-                if stateful_ds and local:
-                    out["dataset_state"] = ds.state_dict()
+            mid = cursor is not None and cursor.running() and cursor.batch
+            by_state = stateful_ds and self._mode == "local"
+            out["stream"] = ("state" if by_state else "replay") if mid else None
+            if stateful_ds:  # loaded only when the stream resumes through it
+                out["dataset_state"] = ds.state_dict()
         elif stateful_ds:
             out["dataset_state"] = ds.state_dict()
         return out
@@ -568,18 +575,19 @@ class PythonProducer(Producer):
         """Loads what ``own_states`` saved in ``state`` for the iteration that resumes at
         ``position`` (an ``_state.Position``)."""
         ds = self.dataset
-        if "dataset_state" in state:
+        stream = state.get("stream") if self._iterable and position.batch else None
+        if "dataset_state" in state and (stream == "state" or not self._iterable):
             if not _has_state(ds):
                 raise ValueError(f"the state holds a dataset state, and this loader's dataset "
                                  f"{type(ds).__name__} has no load_state_dict")
             ds.load_state_dict(state["dataset_state"])
             self.stop_workers()  # workers start again with the restored dataset
         if self._iterable:
-            self._stream_resume = state.get("stream") if position.batch else None
+            self._stream_resume = stream
         if "sampler_state" in state:
-            if state.get("sampler_finished") or not position.batch:
+            if state.get("sampler_finished"):
                 self._order.finish_state(state["sampler_state"])
-            else:
+            else:  # mid-epoch, or an epoch's start: its iterator goes on from the state
                 self._sampler_resume = state["sampler_state"]
 
     def stats(self):
