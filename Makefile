@@ -11,7 +11,7 @@ JOBS   ?= $(shell nproc)
 LAUNCHER := $(CURDIR)/tools/ccache.sh
 LAUNCH   := -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER)
 
-.PHONY: demo test check install wheel wheels wheels-test sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install wheel wheels wheels-test bench-wheels sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -52,6 +52,16 @@ wheels: $(DEPS)
 # with and without [tables]. `make test` does this for its own wheel (tests/python/test_wheel.py).
 wheels-test: $(DEPS)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --test --out dist
+
+# The shipped build (`make wheels`: zig, manylinux_2_28) against the GCC build (`make wheel`'s,
+# manylinux_2_34), same CPython, each in a clean venv: the image pipeline and token windows,
+# interleaved repeats (bench/bench_wheels.py).
+bench-wheels: install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --toolchain gcc --only cp311 \
+	  --out build/wheels/dist-gcc
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --only cp311 \
+	  --out build/wheels/dist-zig
+	$(PY) bench/bench_wheels.py build/wheels/dist-gcc/stoker-*.whl build/wheels/dist-zig/stoker-*.whl
 
 # dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
 # compiler, Python's headers and the libjpeg/libpng headers (docs/install.md).
