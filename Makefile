@@ -11,7 +11,7 @@ JOBS   ?= $(shell nproc)
 LAUNCHER := $(CURDIR)/tools/ccache.sh
 LAUNCH   := -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER)
 
-.PHONY: demo test check install wheel sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
+.PHONY: demo test check install wheel wheels wheels-test bench-wheels sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
 $(DEPS): requirements.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -38,6 +38,30 @@ wheel: $(DEPS)
 	  -C cmake.define.STOKER_TESTING=OFF -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) \
 	  -w build/wheel .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/repair_wheel.sh build/wheel/stoker-*.whl dist
+
+# Every wheel this machine can build honestly, into dist/ (replacing what is there): cp310-cp310,
+# cp311-cp311 and one cp312-abi3 for every CPython from 3.12 on, each manylinux_2_28 (zig's clang
+# for glibc 2.28, libjpeg-turbo and libpng built from Debian's sources the same way). A CPython
+# not found on this machine is named and its wheel skipped. scripts/wheel-deps.sh installs what
+# it needs (nasm, a deb-src entry); zig comes from PyPI into build/wheels/venv-tools. Not part of
+# `make test` (a full compile per wheel); docs/install.md says what it covers.
+wheels: $(DEPS)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --out dist
+
+# Each wheel of dist/ in a clean room of every interpreter found for it (tools/clean_room.py),
+# with and without [tables]. `make test` does this for its own wheel (tests/python/test_wheel.py).
+wheels-test: $(DEPS)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --test --out dist
+
+# The shipped build (`make wheels`: zig, manylinux_2_28) against the GCC build (`make wheel`'s,
+# manylinux_2_34), same CPython, each in a clean venv: the image pipeline and token windows,
+# interleaved repeats (bench/bench_wheels.py).
+bench-wheels: install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --toolchain gcc --only cp311 \
+	  --out build/wheels/dist-gcc
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) tools/build_wheels.py --only cp311 \
+	  --out build/wheels/dist-zig
+	$(PY) bench/bench_wheels.py build/wheels/dist-gcc/stoker-*.whl build/wheels/dist-zig/stoker-*.whl
 
 # dist/stoker-<version>.tar.gz: builds with `pip install stoker-<version>.tar.gz` given a C++20
 # compiler, Python's headers and the libjpeg/libpng headers (docs/install.md).

@@ -35,10 +35,22 @@ def cores():
     return len(os.sched_getaffinity(0))
 
 
-def machine_line():
-    """The start of a benchmark's first line: the interpreter, the cores, the load."""
-    return (f"python {sys.version.split()[0]}; {cores()} usable cores; load average "
+def machine_line(build=True):
+    """The start of a benchmark's first line: the interpreter, the cores, the load, and (with
+    `build`) the Stoker build measured (wheel tag, compiler, C++ library, glibc headers,
+    libjpeg-turbo)."""
+    line = (f"python {sys.version.split()[0]}; {cores()} usable cores; load average "
             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return f"{line}; {stoker_build()}" if build else line
+
+
+def stoker_build():
+    """stoker.info.summary() of the Stoker this interpreter imports, or why there is none."""
+    try:
+        import stoker.info
+    except ImportError as e:
+        return f"stoker not importable ({e})"
+    return stoker.info.summary()
 
 
 def cpu_seconds(children=True):

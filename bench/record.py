@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import cores  # noqa: E402  (beside this file)
+from harness import cores, stoker_build  # noqa: E402  (beside this file)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -102,6 +102,7 @@ def machine():
         f"GPU: {_gpus()}",
         f"python {platform.python_version()}, torch {_version('torch')}, "
         f"stoker {_version('stoker')}",
+        f"stoker build: {stoker_build()}",
     ]
 
 

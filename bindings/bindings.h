@@ -27,6 +27,7 @@ void register_gpu(nb::module_& m);
 void register_tuning(nb::module_& m);
 void register_pydata(nb::module_& m);
 void register_remote(nb::module_& m);
+void register_build_info(nb::module_& m);  // build_info(): for `stoker info`
 // Test doubles and benchmark helpers: only with STOKER_TESTING=ON (testing.cc).
 void register_testing(nb::module_& m);
 // image_op: the image-stage kernels on arrays, for tests (testing_image_ops.cc).

@@ -12,6 +12,7 @@ NB_MODULE(_native, m) {
   // module's teardown (torch frees it later). That is not a leak of the bindings.
   nb::set_leak_warnings(false);
   stoker::python::register_errors(m);
+  stoker::python::register_build_info(m);
   // In dependency order: a class's base is registered before it (ImageSource: Source).
   nb::module_ engine = m.def_submodule("engine", "The loader, orders, sample keys");
   nb::module_ sources = m.def_submodule("sources", "Native sources: arrays, tokens, images");

@@ -23,8 +23,8 @@ struct Node {
 }
 
 PyObject* item(PyObject* tuple, Py_ssize_t i) {
-  if (!PyTuple_Check(tuple) || i >= PyTuple_GET_SIZE(tuple)) malformed("a node is too short");
-  return PyTuple_GET_ITEM(tuple, i);
+  if (!PyTuple_Check(tuple) || i >= PyTuple_Size(tuple)) malformed("a node is too short");
+  return PyTuple_GetItem(tuple, i);
 }
 
 // Every object a Node points to is borrowed from the structure, the type tuples or the column
@@ -34,17 +34,17 @@ class Gatherer {
   Gatherer(PyObject* array_types, PyObject* object_types, PyObject* np_dtypes)
       : array_types_(array_types), object_types_(object_types), np_dtypes_(np_dtypes) {
     if (!PyTuple_Check(array_types) || !PyTuple_Check(object_types) || !PyTuple_Check(np_dtypes) ||
-        PyTuple_GET_SIZE(np_dtypes) != PyTuple_GET_SIZE(array_types))
+        PyTuple_Size(np_dtypes) != PyTuple_Size(array_types))
       malformed("the type tuples");
-    array_cols_ = new_columns(PyTuple_GET_SIZE(array_types));
-    object_cols_ = new_columns(PyTuple_GET_SIZE(object_types));
+    array_cols_ = new_columns(PyTuple_Size(array_types));
+    object_cols_ = new_columns(PyTuple_Size(object_types));
   }
 
   Node compile(PyObject* node) {
     Node out;
     PyObject* tag = item(node, 0);
-    if (!PyUnicode_Check(tag) || PyUnicode_GET_LENGTH(tag) != 1) malformed("a tag");
-    out.tag = static_cast<char>(PyUnicode_READ_CHAR(tag, 0));
+    if (!PyUnicode_Check(tag) || PyUnicode_GetLength(tag) != 1) malformed("a tag");
+    out.tag = static_cast<char>(PyUnicode_ReadChar(tag, 0));
     switch (out.tag) {
       case kTensorLeaf:
       case kNdarrayLeaf:
@@ -52,20 +52,20 @@ class Gatherer {
         const Py_ssize_t k = PyLong_AsSsize_t(item(node, 1));
         const bool array = out.tag != kObjectLeaf;
         PyObject* types = array ? array_types_ : object_types_;
-        if (k < 0 || k >= PyTuple_GET_SIZE(types)) {
+        if (k < 0 || k >= PyTuple_Size(types)) {
           PyErr_Clear();
           malformed("a leaf number");
         }
-        out.type = PyTuple_GET_ITEM(types, k);
-        out.column = PyList_GET_ITEM((array ? array_cols_ : object_cols_).get(), k);
-        if (out.tag == kNdarrayLeaf) out.dtype = PyTuple_GET_ITEM(np_dtypes_, k);
+        out.type = PyTuple_GetItem(types, k);
+        out.column = PyList_GetItem((array ? array_cols_ : object_cols_).get(), k);
+        if (out.tag == kNdarrayLeaf) out.dtype = PyTuple_GetItem(np_dtypes_, k);
         return out;
       }
       case kMapping: {  // (tag, type, keys, children)
         PyObject* keys = item(node, 2);
         if (!PyTuple_Check(keys)) malformed("mapping keys");
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i)
-          out.keys.push_back(PyTuple_GET_ITEM(keys, i));
+        for (Py_ssize_t i = 0; i < PyTuple_Size(keys); ++i)
+          out.keys.push_back(PyTuple_GetItem(keys, i));
         [[fallthrough]];
       }
       case kNamedTuple:  // (tag, type, children)
@@ -75,10 +75,10 @@ class Gatherer {
         PyObject* children = item(node, out.tag == kMapping ? 3 : out.tag == kTuple ? 1 : 2);
         if (!PyTuple_Check(children)) malformed("children");
         if (out.tag == kMapping &&
-            PyTuple_GET_SIZE(children) != static_cast<Py_ssize_t>(out.keys.size()))
+            PyTuple_Size(children) != static_cast<Py_ssize_t>(out.keys.size()))
           malformed("keys and children differ in number");
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(children); ++i)
-          out.children.push_back(compile(PyTuple_GET_ITEM(children, i)));
+        for (Py_ssize_t i = 0; i < PyTuple_Size(children); ++i)
+          out.children.push_back(compile(PyTuple_GetItem(children, i)));
         return out;
       }
       default:
@@ -102,9 +102,9 @@ class Gatherer {
         if (PyList_Append(node.column, obj) != 0) throw PythonError{};
         return true;
       case kTuple: {
-        if (PyTuple_GET_SIZE(obj) != static_cast<Py_ssize_t>(node.children.size())) return false;
+        if (PyTuple_Size(obj) != static_cast<Py_ssize_t>(node.children.size())) return false;
         for (size_t i = 0; i < node.children.size(); ++i)
-          if (!gather(node.children[i], PyTuple_GET_ITEM(obj, static_cast<Py_ssize_t>(i))))
+          if (!gather(node.children[i], PyTuple_GetItem(obj, static_cast<Py_ssize_t>(i))))
             return false;
         return true;
       }
@@ -150,7 +150,8 @@ class Gatherer {
   static PyRef new_columns(Py_ssize_t n) {
     PyRef cols = check(PyRef::steal(PyList_New(n)));
     for (Py_ssize_t k = 0; k < n; ++k)
-      PyList_SET_ITEM(cols.get(), k, check(PyRef::steal(PyList_New(0))).release());
+      if (PyList_SetItem(cols.get(), k, check(PyRef::steal(PyList_New(0))).release()) != 0)
+        throw PythonError{};
     return cols;
   }
 
@@ -166,11 +167,10 @@ PyRef gather_columns(PyObject* structure, PyObject* samples, PyObject* array_typ
                      PyObject* object_types, PyObject* np_dtypes) {
   Gatherer gatherer(array_types, object_types, np_dtypes);
   const Node root = gatherer.compile(structure);
-  const PyRef seq = check(PyRef::steal(PySequence_Fast(samples, "samples must be a sequence")));
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.get());
+  const PyRef seq = check(PyRef::steal(PySequence_List(samples)));
+  const Py_ssize_t n = PyList_Size(seq.get());
   for (Py_ssize_t i = 0; i < n; ++i)
-    if (!gatherer.gather(root, PySequence_Fast_GET_ITEM(seq.get(), i)))
-      return PyRef::borrow(Py_None);
+    if (!gatherer.gather(root, PyList_GetItem(seq.get(), i))) return PyRef::borrow(Py_None);
   return gatherer.columns();
 }
 

@@ -93,16 +93,16 @@ PyRef GlobalSeeder::save() const {
 void GlobalSeeder::restore(PyObject* saved) {
   size_t total = 0;
   for (const auto& region : regions_) total += region.second;
-  if (!PyTuple_Check(saved) || PyTuple_GET_SIZE(saved) != 2 ||
-      !PyBytes_Check(PyTuple_GET_ITEM(saved, 0)) ||
-      static_cast<size_t>(PyBytes_GET_SIZE(PyTuple_GET_ITEM(saved, 0))) != total)
+  if (!PyTuple_Check(saved) || PyTuple_Size(saved) != 2 ||
+      !PyBytes_Check(PyTuple_GetItem(saved, 0)) ||
+      static_cast<size_t>(PyBytes_Size(PyTuple_GetItem(saved, 0))) != total)
     throw InvalidArgument("GlobalSeeder.restore: not a state from this seeder's save()");
-  const char* from = PyBytes_AS_STRING(PyTuple_GET_ITEM(saved, 0));
+  const char* from = PyBytes_AsString(PyTuple_GetItem(saved, 0));
   for (const auto& [at, bytes] : regions_) {
     std::memcpy(at, from, bytes);
     from += bytes;
   }
-  if (PyDict_SetItem(fields_.py_dict, gauss_next_.get(), PyTuple_GET_ITEM(saved, 1)) != 0)
+  if (PyDict_SetItem(fields_.py_dict, gauss_next_.get(), PyTuple_GetItem(saved, 1)) != 0)
     throw PythonError{};
 }
 

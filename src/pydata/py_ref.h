@@ -52,4 +52,33 @@ inline PyRef check(PyRef p) {
   return p;
 }
 
+// The pending exception (normalized, its traceback attached), which it clears; empty if none.
+// Written once for both APIs: PyErr_Fetch is deprecated from 3.12, whose replacement
+// PyErr_GetRaisedException the limited API of the cp312-abi3 wheel has.
+inline PyRef fetch_error() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyRef::steal(PyErr_GetRaisedException());
+#else
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  if (traceback != nullptr && value != nullptr) PyException_SetTraceback(value, traceback);
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  return PyRef::steal(value);
+#endif
+}
+
+// Raises `error` (from fetch_error) again, as it was.
+inline void restore_error(PyRef error) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(error.release());
+#else
+  PyObject* value = error.release();
+  if (value == nullptr) return;
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(value))), value,
+                PyException_GetTraceback(value));
+#endif
+}
+
 }  // namespace stoker::python

@@ -12,6 +12,15 @@ namespace {
 
 constexpr uint64_t kPositionDomain = 0x243f6a8885a308d3ULL;
 
+// The type of Python functions (types.FunctionType: PyFunction_Type is outside the limited API).
+PyObject* function_type() {
+  static PyObject* const type = [] {
+    const PyRef types = check(PyRef::steal(PyImport_ImportModule("types")));
+    return check(PyRef::steal(PyObject_GetAttrString(types.get(), "FunctionType"))).release();
+  }();
+  return type;
+}
+
 // type(dataset).__getitem__ when it is a Python function (called directly: ~50 ns less than
 // PyObject_GetItem's slot for a Python class), else an empty reference.
 PyRef python_getitem(PyObject* dataset) {
@@ -21,7 +30,7 @@ PyRef python_getitem(PyObject* dataset) {
     PyErr_Clear();
     return {};
   }
-  if (!PyFunction_Check(f.get())) return {};
+  if (reinterpret_cast<PyObject*>(Py_TYPE(f.get())) != function_type()) return {};
   return f;
 }
 
@@ -33,23 +42,19 @@ PyObject* call(PyObject* getitem, PyObject* dataset, PyObject* index) {
 
 // The pending exception, with `_stoker_index` = index, raised again.
 [[noreturn]] void raise_with_index(PyObject* index) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  PyErr_NormalizeException(&type, &value, &traceback);
-  if (traceback != nullptr) PyException_SetTraceback(value, traceback);
-  if (value != nullptr && PyObject_SetAttrString(value, "_stoker_index", index) != 0) PyErr_Clear();
-  PyErr_Restore(type, value, traceback);
+  PyRef error = fetch_error();
+  if (error && PyObject_SetAttrString(error.get(), "_stoker_index", index) != 0) PyErr_Clear();
+  restore_error(std::move(error));
   throw PythonError{};
 }
 
 // "Type: message" of the pending exception, which it clears.
 PyRef pending_error_text() {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  PyErr_NormalizeException(&type, &value, &traceback);
-  const PyRef t = PyRef::steal(type), v = PyRef::steal(value), tb = PyRef::steal(traceback);
-  PyRef name = PyRef::steal(PyObject_GetAttrString(t.get(), "__qualname__"));
-  PyRef text = PyRef::steal(PyObject_Str(v.get()));
+  const PyRef error = fetch_error();
+  if (!error) return check(PyRef::steal(PyUnicode_FromString("(no exception)")));
+  PyRef name = PyRef::steal(
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(error.get())), "__qualname__"));
+  PyRef text = PyRef::steal(PyObject_Str(error.get()));
   if (!name || !text) {
     PyErr_Clear();
     return check(PyRef::steal(PyUnicode_FromString("(an exception that cannot be printed)")));
@@ -100,18 +105,18 @@ SampleFetcher::SampleFetcher(Options options)
 PyRef SampleFetcher::fetch(PyObject* dataset, uint64_t epoch, PyObject* indices, uint64_t batch,
                            uint64_t first_row, std::span<const uint64_t> cycles) {
   const PyRef list = check(PyRef::steal(PySequence_List(indices)));
-  if (!cycles.empty() && cycles.size() != static_cast<size_t>(PyList_GET_SIZE(list.get())))
+  if (!cycles.empty() && cycles.size() != static_cast<size_t>(PyList_Size(list.get())))
     throw InvalidArgument("SampleFetcher::fetch: " + std::to_string(cycles.size()) +
-                          " cycles for " + std::to_string(PyList_GET_SIZE(list.get())) +
+                          " cycles for " + std::to_string(PyList_Size(list.get())) +
                           " samples");
   const Rows rows{batch, first_row, cycles};
   while (true) {
     const PyRef out = check(PyRef::steal(PyList_New(0)));
     const PyRef skipped = check(PyRef::steal(PyList_New(0)));
     if (run(dataset, epoch, list.get(), rows, out.get(), skipped.get())) {
-      const Py_ssize_t n = PyList_GET_SIZE(skipped.get());
+      const Py_ssize_t n = PyList_Size(skipped.get());
       for (Py_ssize_t k = 0; k < n; ++k)
-        if (PyList_Append(skipped_.get(), PyList_GET_ITEM(skipped.get(), k)) != 0)
+        if (PyList_Append(skipped_.get(), PyList_GetItem(skipped.get(), k)) != 0)
           throw PythonError{};
       return out;
     }
@@ -142,9 +147,9 @@ bool SampleFetcher::run(PyObject* dataset, uint64_t epoch, PyObject* list, const
   for (int g = 0; g < G::kGenerators; ++g)
     if (modes_[g] == Mode::kLazy) lazy[g] = o_.seeder->print(static_cast<G>(g));
   const PyRef getitem = python_getitem(dataset);
-  const Py_ssize_t n = PyList_GET_SIZE(list);
+  const Py_ssize_t n = PyList_Size(list);
   for (Py_ssize_t k = 0; k < n; ++k) {
-    PyObject* index = PyList_GET_ITEM(list, k);
+    PyObject* index = PyList_GetItem(list, k);
     const uint64_t key_epoch = rows.cycles.empty() ? epoch : rows.cycles[k];
     uint64_t i = 0;
     const uint64_t key =
@@ -179,7 +184,7 @@ PyObject* SampleFetcher::attempt(PyObject* getitem, PyObject* dataset, PyObject*
   if (!seeding_) return call(getitem, dataset, index);
   if (!o_.seeder) {
     const PyRef k = check(PyRef::steal(PyLong_FromUnsignedLongLong(key)));
-    check(PyRef::steal(PyObject_CallOneArg(o_.slow_seed.get(), k.get())));
+    check(PyRef::steal(PyObject_CallFunctionObjArgs(o_.slow_seed.get(), k.get(), nullptr)));
     return call(getitem, dataset, index);
   }
   Prints seeded{};

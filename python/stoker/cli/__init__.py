@@ -24,7 +24,13 @@ def main(argv=None):
     sub.add_parser("index", add_help=False,
                    help="write the sidecar index of tar shards (or token files split at --eos), "
                         "local or remote, so remote datasets start without downloading them")
+    sub.add_parser("info", add_help=False,
+                   help="this Stoker's version, build and the optional parts it found, for a "
+                        "bug report (see info --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["info"]:
+        from ..info import main as info_main
+        return info_main(argv[1:])
     if argv[:1] == ["tune"]:
         from ..tuning.tune import main as tune_main
         return tune_main(argv[1:])
