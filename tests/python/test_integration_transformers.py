@@ -362,8 +362,12 @@ def test_two_processes_then_one(tmp_path):
         if processes > 1:
             command[1:1] = ["-m", "torch.distributed.run", "--standalone",
                             f"--nproc_per_node={processes}"]
+        # TMPDIR: torchelastic's per-run directories land in the test's own folder (the agent
+        # leaves them behind when its workers end with os._exit).
+        (tmp_path / "tmp").mkdir(exist_ok=True)
         subprocess.run(command, check=True, timeout=240, cwd=tmp_path,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": "1",
+                            "TMPDIR": str(tmp_path / "tmp")})
         runs = []
         for rank in range(processes):
             with open(out / f"seen-{rank}.json") as f:
