@@ -220,16 +220,19 @@ void register_image(nb::module_& m) {
       },
       nb::arg("pipeline"), "(output shape, dtype name); ValueError when the pipeline is invalid.");
 
-  // The native part of a pipeline that goes on in Python (stoker/transforms/_compile.py): the
-  // transforms of the image, any output size, per sample on the calling thread.
-  nb::class_<image::ImagePipeline>(m, "ImagePrefix")
-      .def(nb::new_([](const nb::list& spec, uint64_t max_pixels) {
+  // A compiled pipeline: what a VideoSource (stoker._video) runs on every frame, or, with
+  // any_size, the native part of a pipeline that goes on in Python
+  // (stoker/transforms/_compile.py): the transforms of the image, any output size, run() per
+  // sample on the calling thread.
+  nb::class_<image::ImagePipeline>(m, "ImagePipeline")
+      .def(nb::new_([](const nb::list& spec, uint64_t max_pixels, bool any_size) {
              image::PipelineOptions options;
              options.max_pixels = max_pixels;
-             options.any_size = true;
+             options.any_size = any_size;
              return std::make_shared<image::ImagePipeline>(parse_transforms(spec), options);
            }),
-           nb::arg("pipeline"), nb::arg("max_pixels") = image::kDefaultMaxPixels)
+           nb::arg("pipeline"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
+           nb::arg("any_size") = false)
       .def(
           "run",
           [](const image::ImagePipeline& p, nb::bytes data, uint64_t key) {

@@ -22,6 +22,7 @@ from .sources.images import ImageFolder, TarShards
 from .sources.mixture import Mixture
 from .sources.tables import TableDataset
 from .sources.tokens import TokenDataset
+from .sources.video import VideoDataset
 from .tuning.diagnose import diagnose
 
 import sys as _sys
@@ -41,6 +42,7 @@ __all__ = [
     "TableDataset",
     "TarShards",
     "TokenDataset",
+    "VideoDataset",
     "cuda_available",
     "diagnose",
     "transforms",

@@ -81,7 +81,6 @@ class NativeProducer(EngineOrdered):
         if dataset._source is None:
             raise ValueError(dataset._unbatchable)  # e.g. an ImageFolder without a transform
         o = options
-        source = dataset._source
         pin = {"auto": "auto", True: "on", False: "off"}[o.pin_memory]
         cpu_budget = 0 if o.cpu_budget is None else o.cpu_budget
         # A dataset that decodes on the GPU (decode="cuda") brings its own copy stage.
@@ -91,6 +90,7 @@ class NativeProducer(EngineOrdered):
         if o.device is not None and _native.gpu.cuda_available():
             _native.gpu.cuda_set_host_device(o.device.index)  # pin with the device's own context
         super().__init__(dataset, o)
+        source = dataset._source_for(self.shuffle is not False)
         # device="cuda": an image transform that ends in a float ToTensor (and Normalize) has
         # the workers write uint8 and converts on the GPU after the copy (gpu/output.py).
         if o.device is not None and not dataset._decodes_on_gpu:

@@ -37,7 +37,62 @@ ImageScratch::~ImageScratch() = default;
 ImageScratch::ImageScratch(ImageScratch&&) noexcept = default;
 ImageScratch& ImageScratch::operator=(ImageScratch&&) noexcept = default;
 
+namespace internal {
+
+// What transform_image reads pixels from: an encoded file (decoded region by region) or a
+// Picture (a decoded video frame, converted region by region).
+class PixelInput {
+ public:
+  virtual ~PixelInput() = default;
+  virtual ImageInfo open() = 0;
+  // Whether decode() takes scale_num < 8 (JPEG's DCT scaling).
+  virtual bool scalable() const = 0;
+  virtual DecodedRegion decode(int scale_num, Rect want, const JpegOptions& options) = 0;
+};
+
+}  // namespace internal
+
 namespace {
+
+class FileInput final : public internal::PixelInput {
+ public:
+  FileInput(internal::RegionDecoder& decoder, std::span<const std::byte> file,
+            uint64_t max_pixels)
+      : decoder_(decoder), file_(file), max_pixels_(max_pixels) {}
+  ImageInfo open() override { return info_ = decoder_.open(file_, max_pixels_); }
+  bool scalable() const override { return info_.format == ImageFormat::kJpeg; }
+  internal::DecodedRegion decode(int scale_num, internal::Rect want,
+                                 const internal::JpegOptions& options) override {
+    return decoder_.decode(scale_num, want, options);
+  }
+
+ private:
+  internal::RegionDecoder& decoder_;
+  std::span<const std::byte> file_;
+  uint64_t max_pixels_;
+  ImageInfo info_;
+};
+
+class PictureInput final : public internal::PixelInput {
+ public:
+  PictureInput(Picture& picture, uint64_t max_pixels)
+      : picture_(picture), max_pixels_(max_pixels) {}
+  ImageInfo open() override {
+    ImageInfo info{picture_.width(), picture_.height(), ImageFormat::kPng};
+    if (info.width <= 0 || info.height <= 0) throw DecodeError("a picture of no pixels");
+    internal::check_pixel_limit(info.width, info.height, max_pixels_);
+    return info;
+  }
+  bool scalable() const override { return false; }
+  internal::DecodedRegion decode(int, internal::Rect want, const internal::JpegOptions&) override {
+    const RgbRegion r = picture_.rgb(want.x0, want.y0, want.x1, want.y1);
+    return {{r.x0, r.y0, r.x1, r.y1}, r.data, r.stride};
+  }
+
+ private:
+  Picture& picture_;
+  uint64_t max_pixels_;
+};
 
 // Copies a finished output row to the batch. The batch (tens of MB) is not read again by this
 // thread: non-temporal stores write it without first reading each cache line into the cache
@@ -147,6 +202,18 @@ size_t ImagePipeline::output_bytes() const {
 
 void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
                         ImageScratch& scratch) const {
+  FileInput input(scratch.impl_->decoder, file, options_.max_pixels);
+  run_input(input, rng, dst, scratch);
+}
+
+void ImagePipeline::run(Picture& picture, SampleRng& rng, std::byte* dst,
+                        ImageScratch& scratch) const {
+  PictureInput input(picture, options_.max_pixels);
+  run_input(input, rng, dst, scratch);
+}
+
+void ImagePipeline::run_input(internal::PixelInput& input, SampleRng& rng, std::byte* dst,
+                              ImageScratch& scratch) const {
   if (height_ == 0) {
     throw std::logic_error("ImagePipeline::run: a pipeline of any output size has no tensor: "
                            "use run_image()");
@@ -166,9 +233,9 @@ void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::by
       fn = sink_for<uint16_t>(layout_);
   }
   if (fused_end_ == image_end_) {  // no image transform: the resample writes the batch
-    transform_image(file, rng, s, fn, &ctx);
+    transform_image(input, rng, s, fn, &ctx);
   } else {
-    transform_image(file, rng, s, nullptr, nullptr);
+    transform_image(input, rng, s, nullptr, nullptr);
     const internal::RgbView v = s.stage.image().view();
     if (v.height != height_ || v.width != width_) {  // a bug, not bad input: the size is static
       throw std::logic_error("ImagePipeline: the image stage made " + std::to_string(v.height) +
@@ -198,19 +265,20 @@ ImageView ImagePipeline::run_image(std::span<const std::byte> file, SampleRng& r
                            "erasing after them; use run()");
   }
   internal::ScratchImpl& s = *scratch.impl_;
-  transform_image(file, rng, s, nullptr, nullptr);
+  FileInput input(s.decoder, file, options_.max_pixels);
+  transform_image(input, rng, s, nullptr, nullptr);
   const internal::RgbView v = s.stage.image().view();
   return ImageView{v.data, v.height, v.width, v.stride};
 }
 
-void ImagePipeline::transform_image(std::span<const std::byte> file, SampleRng& rng,
+void ImagePipeline::transform_image(internal::PixelInput& input, SampleRng& rng,
                                     internal::ScratchImpl& s, internal::RowSink out,
                                     void* out_ctx) const {
-  const ImageInfo info = s.decoder.open(file, options_.max_pixels);
+  const ImageInfo info = input.open();
   const std::span<const Transform> all(transforms_);
   internal::StageScratch& st = s.stage;
   if (fused_end_ == 0) {  // the list starts with an image transform: the whole image
-    const internal::DecodedRegion r = s.decoder.decode(8, {0, 0, info.width, info.height});
+    const internal::DecodedRegion r = input.decode(8, {0, 0, info.width, info.height}, {});
     st.image().reset(info.height, info.width);
     const internal::RgbView v = st.image().view();
     for (int y = 0; y < info.height; ++y)
@@ -219,9 +287,8 @@ void ImagePipeline::transform_image(std::span<const std::byte> file, SampleRng& 
   } else {
     const internal::GeometryPlan plan =
         internal::plan_geometry(all.first(fused_end_), info.width, info.height, rng);
-    const int num = info.format == ImageFormat::kJpeg
-                        ? internal::choose_scale_num(plan, options_.dct_min_ratio)
-                        : 8;
+    const int num =
+        input.scalable() ? internal::choose_scale_num(plan, options_.dct_min_ratio) : 8;
     const internal::AxisPlan ax =
         internal::scale_axis(plan.x, num, internal::scaled_size(info.width, num));
     const internal::AxisPlan ay =
@@ -234,7 +301,7 @@ void ImagePipeline::transform_image(std::span<const std::byte> file, SampleRng& 
     internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
     if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
     const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
-    const internal::DecodedRegion r = s.decoder.decode(num, want, jpeg);
+    const internal::DecodedRegion r = input.decode(num, want, jpeg);
     internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
     internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
     if (out != nullptr) {  // straight to the output sink, which applies the flips

@@ -45,6 +45,7 @@ namespace stoker::image {
 
 namespace internal {
 struct ScratchImpl;
+class PixelInput;
 using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);
 }
 
@@ -74,6 +75,27 @@ struct ImageView {
   const uint8_t* data = nullptr;
   int height = 0, width = 0;
   size_t stride = 0;
+};
+
+// 8-bit interleaved RGB pixels of the rectangle [x0, x1) x [y0, y1) of a picture: pixel (x, y)
+// at data + (y - y0) * stride + 3 * (x - x0).
+struct RgbRegion {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  const uint8_t* data = nullptr;
+  size_t stride = 0;
+};
+
+// A decoded picture that the pipeline reads instead of an encoded file (a video frame): it
+// converts to RGB only the rectangle the transforms read. One thread at a time.
+class Picture {
+ public:
+  virtual ~Picture() = default;
+  virtual int width() const = 0;
+  virtual int height() const = 0;
+  // The RGB pixels of [x0, x1) x [y0, y1), or of a rectangle inside the picture that holds it,
+  // valid until the next call. REQUIRES: a non-empty rectangle inside the picture. Throws
+  // DecodeError when the pixels cannot be converted.
+  virtual RgbRegion rgb(int x0, int y0, int x1, int y1) = 0;
 };
 
 // Per-thread reusable buffers and decoder state. Use one per thread; not thread-safe.
@@ -112,6 +134,10 @@ class ImagePipeline {
   void run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
            ImageScratch& scratch) const;
 
+  // run() on a decoded picture: the transforms read only the region they need of it (a clip's
+  // frames each run with a copy of one SampleRng, so that every frame gets the same draws).
+  void run(Picture& picture, SampleRng& rng, std::byte* dst, ImageScratch& scratch) const;
+
   // Decodes `file` and runs the transforms of the image (PipelineOptions::any_size), drawing from
   // `rng` as run() does; the result lives in `scratch` until its next use. REQUIRES: a list
   // with no ToTensor, Normalize or erasing after them (std::logic_error otherwise).
@@ -119,9 +145,11 @@ class ImagePipeline {
                       ImageScratch& scratch) const;
 
  private:
+  void run_input(internal::PixelInput& input, SampleRng& rng, std::byte* dst,
+                 ImageScratch& scratch) const;
   // Decodes and runs the transforms of the image: into `out` (the output rows, flips applied)
   // when given and the list has no image transform, else into scratch's stage image.
-  void transform_image(std::span<const std::byte> file, SampleRng& rng, internal::ScratchImpl& s,
+  void transform_image(internal::PixelInput& input, SampleRng& rng, internal::ScratchImpl& s,
                        internal::RowSink out, void* out_ctx) const;
 
   std::vector<Transform> transforms_;

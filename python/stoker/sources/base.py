@@ -24,6 +24,8 @@ package's own protocol, not user API.
   ``_block_shards``, the shards each block of the engine's block order reads.
 - ``default_shuffle``: what ``shuffle=True`` means for it: True, or "shards" (remote shards).
 - ``_text``: names of columns a batch looks up in Python (a table's text), else empty.
+- ``_source_for(shuffle)``: the source for a loader that shuffles or not (``_source`` but for
+  a VideoDataset, whose clip starts follow it).
 - ``_packing_stats()``, ``_transform_report()``: figures for ``loader.stats()``, or None.
 
 A dataset of encoded images (ImageFolder, TarShards, TableDataset(image=...)) holds an
@@ -72,6 +74,12 @@ class StokerDataset:
 
     def _assemble_batch(self, fields):
         return fields[0] if len(fields) == 1 else fields
+
+    def _source_for(self, shuffle):
+        """The engine's source for a loader that shuffles (``shuffle``) or not: ``_source``,
+        unless what a sample is depends on it (a VideoDataset's random or evenly spaced
+        clips)."""
+        return self._source
 
     def _packing_stats(self):
         return None

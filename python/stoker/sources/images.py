@@ -126,7 +126,8 @@ class ImageSamples:
             if decode == "cuda":
                 raise ValueError(f"decode=\"cuda\" needs a transform that runs natively; "
                                  f"{compiled.python_names[0]} runs in Python")
-            self.prefix = _native.image.ImagePrefix(compiled.specs, self.max_pixels)
+            self.prefix = _native.image.ImagePipeline(compiled.specs, self.max_pixels,
+                                                      any_size=True)
             self.python_input = _compile.python_input_kind(compiled.python)
             self._notice(compiled)
             return

@@ -1,0 +1,157 @@
+// The extension module stoker._video: the video wing (src/video/), apart from stoker._native
+// because it links FFmpeg's libraries, which a user without video need not have. Its classes
+// derive from stoker._native's (Source), whose module it imports first; nanobind shares their
+// types and the exception translation (errors.cc) between the two modules.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "stoker/errors.h"
+#include "stoker/sources/video.h"
+#include "stoker/video/reader.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace stoker::python {
+namespace {
+
+nb::dict probe(const std::string& path) {
+  video::VideoIndex index;
+  {
+    nb::gil_scoped_release release;
+    video::VideoReader reader;
+    reader.open(path);
+    index = reader.build_index();
+  }
+  nb::dict out;
+  out["width"] = index.width;
+  out["height"] = index.height;
+  out["codec"] = index.codec;
+  out["frames"] = index.frames();
+  out["keyframes"] = index.keyframes.size();
+  std::vector<double> seconds(index.pts.size());
+  for (size_t i = 0; i < seconds.size(); ++i) seconds[i] = index.seconds(index.pts[i]);
+  out["seconds"] = seconds;
+  return out;
+}
+
+// The decode bound of bench/bench_video.py: on `threads` threads, each job (path, first frame,
+// last frame) decoded from the keyframe before its first frame to its last, every frame, none
+// converted: a bare FFmpeg loop. Returns (seconds, frames decoded).
+std::tuple<double, uint64_t> decode_bound(
+    const std::vector<std::tuple<std::string, uint64_t, uint64_t>>& jobs, int threads,
+    int decoder_threads) {
+  nb::gil_scoped_release release;
+  // The indexes first, outside the timing (Stoker's are cached too).
+  std::vector<video::VideoIndex> indexes(jobs.size());
+  {
+    video::VideoReader reader(decoder_threads);
+    std::unordered_map<std::string, size_t> seen;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const std::string& path = std::get<0>(jobs[j]);
+      auto it = seen.find(path);
+      if (it != seen.end()) {
+        indexes[j] = indexes[it->second];
+        continue;
+      }
+      reader.open(path);
+      indexes[j] = reader.build_index();
+      seen.emplace(path, j);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> frames{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::max(1, threads); ++t) {
+    pool.emplace_back([&] {
+      try {
+        video::VideoReader reader(decoder_threads);
+        for (size_t j = next++; j < jobs.size(); j = next++) {
+          const auto& [path, first, last] = jobs[j];
+          reader.open(path);
+          frames += reader.decode_span(indexes[j], first, last);
+        }
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {seconds, frames.load()};
+}
+
+}  // namespace
+}  // namespace stoker::python
+
+NB_MODULE(_video, m) {
+  using namespace stoker;
+  using namespace stoker::python;
+  nb::module_::import_("stoker._native");  // Source, ImagePipeline, the exception translator
+
+  m.def("ffmpeg_versions", &video::ffmpeg_versions,
+        "FFmpeg's libraries as linked: 'libavformat 59.27.100, ...'.");
+  m.def("probe", &probe, "path"_a,
+        "A video's stream as its packet index gives it: width, height, codec, frames, "
+        "keyframes, seconds (each frame's presentation time).");
+  m.def("decode_bound", &decode_bound, "jobs"_a, "threads"_a, "decoder_threads"_a = 1,
+        "(seconds, frames decoded) of decoding each (path, first, last) from its keyframe, "
+        "every frame, on `threads` threads: the bound of bench/bench_video.py.");
+
+  nb::class_<VideoSource, Source>(m, "VideoSource")
+      .def(nb::new_([](const std::vector<std::tuple<std::string, int64_t, double, double>>& videos,
+                       std::shared_ptr<image::ImagePipeline> pipeline, uint32_t frames,
+                       uint32_t stride, double fps, uint32_t clips_per_video, bool random,
+                       bool timestamps, bool cthw, bool exact_size, int decoder_threads,
+                       uint64_t index_cache_bytes) {
+             std::vector<VideoFile> files;
+             files.reserve(videos.size());
+             for (const auto& [path, label, start, end] : videos)
+               files.push_back({path, label, start, end});
+             ClipOptions o;
+             o.frames = frames;
+             o.stride = stride;
+             o.fps = fps;
+             o.clips_per_video = clips_per_video;
+             o.random = random;
+             o.timestamps = timestamps;
+             o.cthw = cthw;
+             o.exact_size = exact_size;
+             o.decoder_threads = decoder_threads;
+             o.index_cache_bytes = index_cache_bytes;
+             return std::make_shared<VideoSource>(std::move(files), std::move(pipeline), o);
+           }),
+           "videos"_a, "pipeline"_a, "frames"_a, "stride"_a, "fps"_a, "clips_per_video"_a,
+           "random"_a, "timestamps"_a, "cthw"_a, "exact_size"_a, "decoder_threads"_a,
+           "index_cache_bytes"_a,
+           "videos: (path, label, start seconds, end seconds or 0) each.")
+      .def_prop_ro("clip_shape", [](const VideoSource& s) { return s.fields()[0].shape; })
+      .def_prop_ro("clip_dtype", [](const VideoSource& s) { return s.fields()[0].dtype.name(); })
+      .def("stats", [](const VideoSource& s) {
+        const VideoStats v = s.stats();
+        nb::dict out;
+        out["clips"] = v.clips;
+        out["frames_delivered"] = v.frames_delivered;
+        out["frames_decoded"] = v.frames_decoded;
+        out["seeks"] = v.seeks;
+        out["opens"] = v.opens;
+        out["index_builds"] = v.index_builds;
+        out["index_cache_bytes"] = v.index_cache_bytes;
+        return out;
+      });
+}
