@@ -4,8 +4,10 @@ set -euo pipefail
 # clang + libclang-rt-14-dev: the libFuzzer targets (`make fuzz`, the fuzz smoke of `make test`);
 # libclang-rt-14-dev ships libFuzzer's runtime (libclang_rt.fuzzer*.a) and FuzzedDataProvider.h.
 # ccache: make's builds compile through it (tools/ccache.sh says why).
+# FFmpeg's development libraries (+ pkg-config, which finds them): the video wing, stoker._video
+# (decode only; src/video/CMakeLists.txt).
 packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev
-          ccache)
+          ccache pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
