@@ -213,6 +213,7 @@ struct VideoReader::Impl {
     if (c == nullptr || avcodec_parameters_to_context(c, f->streams[s]->codecpar) < 0)
       throw DecodeError(p + ": cannot set up its decoder");
     c->thread_count = threads;
+    c->max_pixels = image::kDefaultMaxPixels;  // PIL's limit, as for images: no giant frames
     c->pkt_timebase = f->streams[s]->time_base;
     const int orc = avcodec_open2(c, decoder, nullptr);
     if (orc < 0) throw DecodeError(p + ": cannot open its " + decoder->name + " decoder: " + av_error(orc));
