@@ -358,7 +358,8 @@ def build_one(p, tc, deps, tools, toolchain_name, signature, out):
     shutil.rmtree(raw, ignore_errors=True)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(VENV_BIN), str(tools / "bin"), env["PATH"]])
-    defines = {"STOKER_TESTING": "OFF",
+    # No video module in a wheel yet: it would link this system's FFmpeg (docs/install.md).
+    defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": "OFF",
                "CMAKE_CXX_COMPILER_LAUNCHER": ROOT / "tools" / "ccache.sh"}
     if toolchain_name == "zig":
         # ccache keys the compiler on its path's mtime by default; the wrapper's text does not

@@ -106,6 +106,20 @@ def _arrow():
     return out
 
 
+def _ffmpeg():
+    """The video module and the FFmpeg it links (the system's, found at build time)."""
+    if importlib.util.find_spec("stoker._video") is None:
+        return {"found": False,
+                "why": "this build has no stoker._video (built without FFmpeg's development "
+                       "libraries: VideoDataset is unavailable; docs/install.md)"}
+    try:
+        from . import _video
+    except ImportError as e:
+        return {"found": False, "why": f"stoker._video does not load: {e}"}
+    return {"found": True, "version": _video.ffmpeg_versions(),
+            "from": _mapped("libavcodec").get("libavcodec")}
+
+
 def facts():
     """Everything ``python -m stoker.info`` prints, as a dict."""
     build = dict(_native.build_info())
@@ -116,8 +130,7 @@ def facts():
     build["libpng_from"] = libs.get("libpng")
     cuda = _cuda()
     optional = {"cuda": cuda, "gpu_decode": _gpu_decode(cuda),
-                "ffmpeg": {"found": False,
-                           "why": "not used by this version (no video decoding yet)"},
+                "ffmpeg": _ffmpeg(),
                 "pyarrow": _arrow()}
     for name, dist in (("obstore", None), ("ray", None), ("torch", None), ("numpy", None)):
         version, where = _package(name, dist)

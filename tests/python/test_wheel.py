@@ -53,6 +53,9 @@ def test_the_wheel_works_in_a_fresh_environment_without_the_system_image_librari
     assert "is consistent with" in show, show
     for system_only in ("libjpeg.so", "libpng16.so", "libcuda", "libnvjpeg", "libnvrtc"):
         assert system_only not in show, show  # bundled under a hashed name, or not needed
+    # No video module, and none of this system's (GPL) FFmpeg bundled (docs/install.md).
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if "_video" in n or "libav" in n or "libsw" in n], names
     problems, facts = clean_room.room(wheel, sys.executable, tmp_path)
     assert not problems, "\n".join(problems)
     assert "libjpeg-turbo" in facts["info"] and "stoker.libs" in facts["info"], facts["info"]
