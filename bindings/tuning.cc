@@ -243,6 +243,14 @@ void register_tuning(nb::module_& m) {
           in.network.cache_hits = nb::cast<uint64_t>(n["cache_hits"]);
           in.network.requests = nb::cast<uint64_t>(n["requests"]);
         }
+        if (f.contains("video")) {
+          nb::dict v = nb::cast<nb::dict>(f["video"]);
+          in.video.present = true;
+          in.video.decode_seconds = nb::cast<double>(v["decode_seconds"]);
+          in.video.transform_seconds = nb::cast<double>(v["transform_seconds"]);
+          in.video.frames_decoded = nb::cast<uint64_t>(v["frames_decoded"]);
+          in.video.frames_delivered = nb::cast<uint64_t>(v["frames_delivered"]);
+        }
         Diagnosis d = diagnose(in);
         nb::dict out;
         out["verdict"] = d.verdict;

@@ -152,6 +152,8 @@ NB_MODULE(_video, m) {
         out["opens"] = v.opens;
         out["index_builds"] = v.index_builds;
         out["index_cache_bytes"] = v.index_cache_bytes;
+        out["decode_seconds"] = v.decode_seconds;
+        out["transform_seconds"] = v.transform_seconds;
         return out;
       });
 }

@@ -235,6 +235,28 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
       d.action =
           "the workers wait on storage: raise num_workers (threads overlap I/O), use faster "
           "storage or page cache, or cache decoded data";
+    } else if (const VideoFigures& v = in.video;
+               v.present && busy > 0 && v.decode_seconds / busy > rules.video_decode_high) {
+      d.limiting_stage = "decode";
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "video decoding took %s of the workers' busy time (converting and "
+                    "transforming the kept frames %s); %.2f frames decoded per frame delivered",
+                    pct(std::min(1.0, v.decode_seconds / busy)).c_str(),
+                    pct(std::min(1.0, v.transform_seconds / busy)).c_str(),
+                    v.frames_delivered ? static_cast<double>(v.frames_decoded) /
+                                             static_cast<double>(v.frames_delivered)
+                                       : 0.0);
+      d.reasons.push_back(buf);
+      const bool idle = workers && workers->threads < in.usable_cores && util < 0.85;
+      d.action = std::string(idle ? "video decoding is the bottleneck and cores are idle: raise "
+                                    "num_workers to " +
+                                        std::to_string(in.usable_cores) + " (or \"auto\"); then "
+                                  : "video decoding is the bottleneck on every core: ") +
+                 "decode fewer frames per clip: keyframes closer together (re-encode with a "
+                 "shorter GOP), clips that span fewer frames (a smaller stride or fps), several "
+                 "clips of a video in one pass (clips_per_video with evenly spaced clips), or "
+                 "videos stored at the resolution the model takes";
     } else if (workers && workers->threads < in.usable_cores && util < 0.85) {
       d.action = "the workers are CPU-bound and cores are idle: raise num_workers to " +
                  std::to_string(in.usable_cores) +

@@ -13,7 +13,9 @@
 //    or stalled (I/O: more workers, faster storage, caching). When the dataset is remote and its
 //    workers spent more than network_wait_high of their busy time waiting for shards to arrive,
 //    the limiting stage is "network" (the action: a larger cache, more concurrent fetches, data
-//    closer to the job).
+//    closer to the job). When CPU-bound workers of a video dataset spent more than
+//    video_decode_high of their busy time demuxing and decoding, the limiting stage is "decode"
+//    (the action: idle cores first, then fewer frames decoded per frame kept).
 // 3. compute-bound: otherwise. The pipeline is fine; speed up the model. A consumer that waited
 //    while the GPU stayed busy >= gpu_busy_high is compute-bound too: the host ran ahead of the
 //    GPU (kernels are queued asynchronously) and its waits overlapped queued GPU work. When the
@@ -59,6 +61,15 @@ struct NetworkFigures {
   uint64_t requests = 0;       // object-store requests
 };
 
+// A video dataset's decoding over the run (VideoStats deltas).
+struct VideoFigures {
+  bool present = false;           // the dataset is a video one
+  double decode_seconds = 0;      // worker time demuxing and decoding (summed)
+  double transform_seconds = 0;   // worker time converting kept frames and transforming them
+  uint64_t frames_decoded = 0;    // frames the decoders output
+  uint64_t frames_delivered = 0;  // frames in the clips
+};
+
 struct DiagnosisInputs {
   double wall_seconds = 0;
   double consumer_wait_seconds = 0;  // consumer time blocked waiting for the next batch
@@ -76,6 +87,7 @@ struct DiagnosisInputs {
   double gpu_utilization = 0;                          // 0..1, mean over the run
   uint64_t gpu_memory_used = 0, gpu_memory_total = 0;  // peak used over the run
   NetworkFigures network;
+  VideoFigures video;
 };
 
 struct DiagnosisRules {
@@ -86,11 +98,12 @@ struct DiagnosisRules {
   double gpu_busy_high = 0.90;      // GPU utilization at which the GPU is the limit
   double gpu_idle_low = 0.50;       // GPU utilization below which the GPU mostly waits
   double network_wait_high = 0.30;  // worker busy time waiting for shards: the network limits
+  double video_decode_high = 0.50;  // worker busy time decoding video: decoding limits
 };
 
 struct Diagnosis {
   std::string verdict;         // "input-bound", "compute-bound" or "memory-bound"
-  std::string limiting_stage;  // "workers", "consumer" or "memory"
+  std::string limiting_stage;  // "workers", "network", "decode", "consumer" or "memory"
   std::string action;
   double wait_fraction = 0;
   std::vector<std::string> reasons;  // the figures behind the verdict, in words

@@ -59,6 +59,26 @@ TEST(Diagnosis, OffCpuWorkersPointAtStorage) {
   EXPECT_NE(diagnose(in).action.find("storage"), std::string::npos);
 }
 
+TEST(Diagnosis, VideoWorkersDecodingMostOfTheTimeNameTheDecoder) {
+  DiagnosisInputs in = base();
+  in.consumer_wait_seconds = 6;
+  in.video = {true, 24, 5, 5000, 1000};  // of 30 busy seconds: 80% decoding
+  Diagnosis d = diagnose(in);
+  EXPECT_EQ(d.verdict, "input-bound");
+  EXPECT_EQ(d.limiting_stage, "decode");
+  EXPECT_NE(d.action.find("shorter GOP"), std::string::npos) << d.action;
+  EXPECT_NE(d.reasons.back().find("80%"), std::string::npos) << d.reasons.back();
+  EXPECT_NE(d.reasons.back().find("5.00 frames decoded per frame delivered"), std::string::npos)
+      << d.reasons.back();
+  in.video.decode_seconds = 6;  // mostly transforming: the workers, not the decoder
+  EXPECT_EQ(diagnose(in).limiting_stage, "workers");
+  in.video.decode_seconds = 24;
+  in.stages[0].threads = 1;  // idle cores come first
+  in.core_utilization = {1.0, 0.1, 0.1, 0.1};
+  EXPECT_NE(diagnose(in).action.find("raise num_workers to 4"), std::string::npos);
+  EXPECT_EQ(diagnose(in).limiting_stage, "decode");
+}
+
 TEST(Diagnosis, MemoryRules) {
   DiagnosisInputs in = base();
   in.rss_bytes = 15ull << 30;

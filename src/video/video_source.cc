@@ -1,6 +1,7 @@
 #include "stoker/sources/video.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -182,7 +183,11 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const size_t plane = frame_bytes_ / 3;
   const uint32_t frames = options_.frames;
   if (options_.cthw) w.frame.resize(frame_bytes_);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::duration in_sink{};
   w.reader.read_frames(*index, w.wanted, [&](size_t t, image::Picture& picture, int64_t pts) {
+    const Clock::time_point sink_start = Clock::now();
     if (options_.exact_size &&
         (picture.width() != pipeline_->width() || picture.height() != pipeline_->height())) {
       throw DecodeError(file.path + ": its frames are " + std::to_string(picture.width()) + "x" +
@@ -201,7 +206,13 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
       pipeline_->run(picture, rng, out + t * frame_bytes_, w.scratch);
     }
     if (stamps != nullptr) stamps[t] = index->seconds(pts);
+    in_sink += Clock::now() - sink_start;
   });
+  const auto ns = [](Clock::duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  };
+  decode_ns_.fetch_add(ns(Clock::now() - start - in_sink), std::memory_order_relaxed);
+  transform_ns_.fetch_add(ns(in_sink), std::memory_order_relaxed);
   const int64_t label = file.label;
   std::memcpy(slots[1], &label, sizeof label);
   const video::ReaderStats& rs = w.reader.stats();
@@ -223,6 +234,8 @@ VideoStats VideoSource::stats() const {
   s.seeks = seeks_.load(std::memory_order_relaxed);
   s.opens = opens_.load(std::memory_order_relaxed);
   s.index_builds = builds_.load(std::memory_order_relaxed);
+  s.decode_seconds = 1e-9 * static_cast<double>(decode_ns_.load(std::memory_order_relaxed));
+  s.transform_seconds = 1e-9 * static_cast<double>(transform_ns_.load(std::memory_order_relaxed));
   std::lock_guard lock(mutex_);
   s.index_cache_bytes = cache_bytes_;
   return s;

@@ -318,3 +318,19 @@ def test_frames_decoded_are_fewer_than_a_naive_decoder_needs(folder):
     # evenly spaced, starting at 0 and 37.
     seconds, naive = video.decode_bound([(path, 0, 12), (path, 37, 49)], 1)
     assert stats["frames_decoded"] < naive
+
+
+def test_diagnose_and_tune_take_a_video_pipeline(folder):
+    from stoker.tuning.tune import tune_loader
+    ds = stoker.VideoDataset(folder, frames=4, stride=2, clips_per_video=2,
+                             transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
+    loader = stoker.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2)
+    report = stoker.diagnose(loader, max_batches=6, seconds=30)
+    video_figures = report.figures["video"]
+    assert video_figures["frames_delivered"] >= 6 * 2 * 4  # the measured batches' frames at least
+    assert video_figures["frames_decoded"] > 0 and video_figures["decode_seconds"] > 0
+    assert report.verdict in ("input-bound", "compute-bound")
+    if report.limiting_stage == "decode":
+        assert "frames decoded per frame delivered" in " ".join(report.reasons)
+    result = tune_loader(ds, batch_size=2, max_workers=2, repeats=1, seconds=0.2, gpu=False)
+    assert result["best"]["num_workers"] in (0, 1, 2)

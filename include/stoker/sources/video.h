@@ -83,6 +83,8 @@ struct VideoStats {
   uint64_t opens = 0;
   uint64_t index_builds = 0;
   uint64_t index_cache_bytes = 0;
+  double decode_seconds = 0;     // worker time demuxing and decoding (summed over threads)
+  double transform_seconds = 0;  // worker time converting kept frames and running the pipeline
 };
 
 class VideoSource final : public Source {
@@ -124,7 +126,7 @@ class VideoSource final : public Source {
   mutable std::list<uint64_t> lru_;  // most recent first
   mutable uint64_t cache_bytes_ = 0;
   mutable std::atomic<uint64_t> clips_{0}, delivered_{0}, decoded_{0}, seeks_{0}, opens_{0},
-      builds_{0};
+      builds_{0}, decode_ns_{0}, transform_ns_{0};
 };
 
 }  // namespace stoker

@@ -278,12 +278,20 @@ class VideoDataset(StokerDataset):
     def stats(self):
         """Decoding counts since the dataset was made, over every loader that read it: clips,
         frames_delivered, frames_decoded (the decoder's output; skipped non-reference frames
-        not counted), seeks, opens, index_builds, index_cache_bytes."""
+        not counted), seeks, opens, index_builds, index_cache_bytes, decode_seconds and
+        transform_seconds (worker time demuxing and decoding; converting and transforming the
+        kept frames)."""
         total = {}
         for s in self._sources.values():
             for k, v in s.stats().items():
                 total[k] = total.get(k, 0) + v
         return total
+
+    @staticmethod
+    def _video_figures(before, after):
+        """stats() over a run (two readings), as the diagnosis takes them."""
+        keys = ("decode_seconds", "transform_seconds", "frames_decoded", "frames_delivered")
+        return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
 
     def __reduce__(self):  # pickled as its spec: the videos are resolved again where unpickled
         source, path_column, label_column, start_column, end_column = self._spec

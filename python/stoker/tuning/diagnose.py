@@ -95,6 +95,10 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     remote = loader.dataset._remote if stoker_loader and \
         isinstance(loader.dataset, StokerDataset) else None
     r0 = remote.stats() if remote is not None else None
+    # A video dataset's decoding figures (VideoDataset.stats()), for the "decode" stage.
+    video = loader.dataset if stoker_loader and native is not None and \
+        hasattr(loader.dataset, "_video_figures") else None
+    v0 = video.stats() if video is not None else None
     sys0 = _native.tuning.read_system()
     gpu = _native.tuning.GpuSampler(_gpu_index(loader))
     wait = step = step_cpu = 0.0
@@ -148,6 +152,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     }
     if remote is not None:
         figures["network"] = network_figures(r0, remote.stats())
+    if video is not None:
+        figures["video"] = video._video_figures(v0, video.stats())
     verdict = _native.tuning.diagnose(figures)
     report = Report(verdict)
     report.update(figures=figures, batches=batches, samples=samples,
