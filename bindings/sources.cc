@@ -412,11 +412,14 @@ void register_sources(nb::module_& m) {
            nb::arg("samples"));
 
   nb::class_<TarShardFiles, ImageFiles>(m, "TarShardFiles")
-      .def(nb::new_([](std::vector<std::string> paths) {
+      .def(nb::new_([](std::vector<std::string> paths, const std::string& media) {
+             if (media != "images" && media != "videos")
+               throw InvalidArgument("TarShardFiles: media is \"images\" or \"videos\"");
              nb::gil_scoped_release release;
-             return std::make_shared<TarShardFiles>(std::move(paths));
+             return std::make_shared<TarShardFiles>(
+                 std::move(paths), media == "videos" ? TarMedia::kVideos : TarMedia::kImages);
            }),
-           nb::arg("paths"))
+           nb::arg("paths"), nb::arg("media") = "images")
       .def_prop_ro("num_shards", &TarShardFiles::num_shards);
 
   nb::class_<ImageSource, Source>(m, "ImageSource")

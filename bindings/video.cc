@@ -24,14 +24,24 @@ using namespace nb::literals;
 namespace stoker::python {
 namespace {
 
-nb::dict probe(const std::string& path) {
-  video::VideoIndex index;
-  {
-    nb::gil_scoped_release release;
-    video::VideoReader reader;
-    reader.open(path);
-    index = reader.build_index();
-  }
+ClipOptions clip_options(uint32_t frames, uint32_t stride, double fps, uint32_t clips_per_video,
+                         bool random, bool timestamps, bool cthw, bool exact_size,
+                         int decoder_threads, uint64_t index_cache_bytes) {
+  ClipOptions o;
+  o.frames = frames;
+  o.stride = stride;
+  o.fps = fps;
+  o.clips_per_video = clips_per_video;
+  o.random = random;
+  o.timestamps = timestamps;
+  o.cthw = cthw;
+  o.exact_size = exact_size;
+  o.decoder_threads = decoder_threads;
+  o.index_cache_bytes = index_cache_bytes;
+  return o;
+}
+
+nb::dict describe(const video::VideoIndex& index) {
   nb::dict out;
   out["width"] = index.width;
   out["height"] = index.height;
@@ -42,6 +52,30 @@ nb::dict probe(const std::string& path) {
   for (size_t i = 0; i < seconds.size(); ++i) seconds[i] = index.seconds(index.pts[i]);
   out["seconds"] = seconds;
   return out;
+}
+
+nb::dict probe(const std::string& path) {
+  video::VideoIndex index;
+  {
+    nb::gil_scoped_release release;
+    video::VideoReader reader;
+    reader.open(path);
+    index = reader.build_index();
+  }
+  return describe(index);
+}
+
+nb::dict probe_bytes(nb::bytes data, const std::string& name) {
+  std::vector<std::byte> bytes(static_cast<const std::byte*>(data.data()),
+                               static_cast<const std::byte*>(data.data()) + data.size());
+  video::VideoIndex index;
+  {
+    nb::gil_scoped_release release;
+    video::VideoReader reader;
+    reader.open_bytes(name, std::move(bytes));
+    index = reader.build_index();
+  }
+  return describe(index);
 }
 
 // The decode bound of bench/bench_video.py: on `threads` threads, each job (path, first frame,
@@ -109,6 +143,7 @@ NB_MODULE(_video, m) {
   m.def("probe", &probe, "path"_a,
         "A video's stream as its packet index gives it: width, height, codec, frames, "
         "keyframes, seconds (each frame's presentation time).");
+  m.def("probe", &probe_bytes, "data"_a, "name"_a, "probe() of a video in memory.");
   m.def("decode_bound", &decode_bound, "jobs"_a, "threads"_a, "decoder_threads"_a = 1,
         "(seconds, frames decoded) of decoding each (path, first, last) from its keyframe, "
         "every frame, on `threads` threads: the bound of bench/bench_video.py.");
@@ -123,23 +158,29 @@ NB_MODULE(_video, m) {
              files.reserve(videos.size());
              for (const auto& [path, label, start, end] : videos)
                files.push_back({path, label, start, end});
-             ClipOptions o;
-             o.frames = frames;
-             o.stride = stride;
-             o.fps = fps;
-             o.clips_per_video = clips_per_video;
-             o.random = random;
-             o.timestamps = timestamps;
-             o.cthw = cthw;
-             o.exact_size = exact_size;
-             o.decoder_threads = decoder_threads;
-             o.index_cache_bytes = index_cache_bytes;
+             const ClipOptions o =
+                 clip_options(frames, stride, fps, clips_per_video, random, timestamps, cthw,
+                              exact_size, decoder_threads, index_cache_bytes);
              return std::make_shared<VideoSource>(std::move(files), std::move(pipeline), o);
            }),
            "videos"_a, "pipeline"_a, "frames"_a, "stride"_a, "fps"_a, "clips_per_video"_a,
            "random"_a, "timestamps"_a, "cthw"_a, "exact_size"_a, "decoder_threads"_a,
            "index_cache_bytes"_a,
            "videos: (path, label, start seconds, end seconds or 0) each.")
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files,
+                       std::shared_ptr<image::ImagePipeline> pipeline, uint32_t frames,
+                       uint32_t stride, double fps, uint32_t clips_per_video, bool random,
+                       bool timestamps, bool cthw, bool exact_size, int decoder_threads,
+                       uint64_t index_cache_bytes) {
+             const ClipOptions o =
+                 clip_options(frames, stride, fps, clips_per_video, random, timestamps, cthw,
+                              exact_size, decoder_threads, index_cache_bytes);
+             return std::make_shared<VideoSource>(std::move(files), std::move(pipeline), o);
+           }),
+           "files"_a, "pipeline"_a, "frames"_a, "stride"_a, "fps"_a, "clips_per_video"_a,
+           "random"_a, "timestamps"_a, "cthw"_a, "exact_size"_a, "decoder_threads"_a,
+           "index_cache_bytes"_a,
+           "Videos whose bytes `files` reads (TarShardFiles(paths, media=\"videos\")).")
       .def_prop_ro("clip_shape", [](const VideoSource& s) { return s.fields()[0].shape; })
       .def_prop_ro("clip_dtype", [](const VideoSource& s) { return s.fields()[0].dtype.name(); })
       .def("stats", [](const VideoSource& s) {

@@ -149,7 +149,19 @@ bool parse_label(const std::string& s, int64_t* out) {
   return true;
 }
 
-std::vector<TarMember> index_tar(int fd, const std::string& shard) {
+// The data member extensions of a sample of `media`, and how messages name them.
+bool is_data_member(TarMedia media, const std::string& ext) {
+  if (media == TarMedia::kVideos)
+    return ext == "mp4" || ext == "m4v" || ext == "mov" || ext == "mkv" || ext == "webm" ||
+           ext == "avi";
+  return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+const char* data_members(TarMedia media) {
+  return media == TarMedia::kVideos ? "a video member (.mp4, .m4v, .mov, .mkv, .webm or .avi)"
+                                    : "an image member (.jpg, .jpeg or .png)";
+}
+
+std::vector<TarMember> index_tar(int fd, const std::string& shard, TarMedia media) {
   std::vector<TarMember> members;
   struct stat st{};
   if (::fstat(fd, &st) != 0)
@@ -249,10 +261,11 @@ std::vector<TarMember> index_tar(int fd, const std::string& shard) {
     auto [it, inserted] = group_of.try_emplace(key, groups.size());
     if (inserted) groups.emplace_back(key, Group{});
     Group& g = groups[it->second].second;
-    if (ext == "jpg" || ext == "jpeg" || ext == "png") {
+    if (is_data_member(media, ext)) {
       if (g.has_image)
-        throw corrupt("key '" + key + "' has two images: '" + g.image_name + "' and '" + name +
-                      "'");
+        throw corrupt("key '" + key + "' has two " +
+                      (media == TarMedia::kVideos ? "videos" : "images") + ": '" + g.image_name +
+                      "' and '" + name + "'");
       g.has_image = true;
       g.image_name = name;
       g.image_offset = data;
@@ -272,8 +285,8 @@ std::vector<TarMember> index_tar(int fd, const std::string& shard) {
   for (const auto& [key, g] : groups) {
     if (!g.has_image) {
       if (!g.has_label) continue;  // only other members (e.g. .json): not a sample
-      throw corrupt("key '" + key + "' has a label ('" + g.label_name +
-                    "') but no image member (.jpg, .jpeg or .png)");
+      throw corrupt("key '" + key + "' has a label ('" + g.label_name + "') but no " +
+                    std::string(data_members(media)).substr(3));
     }
     if (!g.has_label)
       throw corrupt("member '" + g.image_name + "': key '" + key + "' has no label ('" + key +
@@ -311,7 +324,7 @@ void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
 
 // --------------------------------------------------------------------------- TarShardFiles
 
-TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
+TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths, TarMedia media)
     : shards_(std::move(shard_paths)) {
   if (shards_.size() > std::numeric_limits<uint32_t>::max())
     throw InvalidArgument("too many tar shards");
@@ -323,7 +336,7 @@ TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths)
       if (fd < 0)
         throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
       fds_.push_back(fd);
-      add_members(s, index_tar(fd, shards_[s]));
+      add_members(s, index_tar(fd, shards_[s], media));
     }
   } catch (...) {
     for (int fd : fds_) ::close(fd);
@@ -398,10 +411,10 @@ std::vector<uint64_t> TarShardFiles::shards() const {
   return b;
 }
 
-std::vector<TarMember> TarShardFiles::index_file(const std::string& path) {
+std::vector<TarMember> TarShardFiles::index_file(const std::string& path, TarMedia media) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) throw IoError("cannot open tar shard " + path + ": " + std::strerror(errno));
-  return index_tar(fd.get(), path);
+  return index_tar(fd.get(), path, media);
 }
 
 }  // namespace stoker

@@ -49,6 +49,43 @@ struct AvFree {
   void operator()(uint8_t* p) const { av_free(p); }
 };
 
+// A video in memory, read by FFmpeg through a custom AVIOContext.
+struct MemoryInput {
+  std::vector<std::byte> bytes;
+  int64_t pos = 0;
+
+  static int read(void* opaque, uint8_t* buf, int size) {
+    auto* in = static_cast<MemoryInput*>(opaque);
+    const int64_t left = static_cast<int64_t>(in->bytes.size()) - in->pos;
+    if (left <= 0) return AVERROR_EOF;
+    const int n = static_cast<int>(std::min<int64_t>(left, size));
+    std::memcpy(buf, in->bytes.data() + in->pos, static_cast<size_t>(n));
+    in->pos += n;
+    return n;
+  }
+  static int64_t seek(void* opaque, int64_t offset, int whence) {
+    auto* in = static_cast<MemoryInput*>(opaque);
+    const auto size = static_cast<int64_t>(in->bytes.size());
+    switch (whence & ~AVSEEK_FORCE) {
+      case AVSEEK_SIZE: return size;
+      case SEEK_SET: break;
+      case SEEK_CUR: offset += in->pos; break;
+      case SEEK_END: offset += size; break;
+      default: return AVERROR(EINVAL);
+    }
+    if (offset < 0 || offset > size) return AVERROR(EINVAL);
+    in->pos = offset;
+    return offset;
+  }
+};
+
+struct IoCloser {
+  void operator()(AVIOContext* io) const {
+    av_freep(&io->buffer);
+    avio_context_free(&io);
+  }
+};
+
 // A decoded frame as an image::Picture: the rectangle asked for (widened to whole chroma
 // samples) converted to RGB24 by libswscale, the same conversion PyAV's to_ndarray() makes.
 class FramePicture final : public image::Picture {
@@ -152,6 +189,9 @@ size_t VideoIndex::keyframe_for(uint64_t frame) const {
 struct VideoReader::Impl {
   int threads;
   std::string path;
+  // A video in memory: its bytes and FFmpeg's I/O context over them (freed after `format`).
+  std::unique_ptr<MemoryInput> memory;
+  std::unique_ptr<AVIOContext, IoCloser> io;
   std::unique_ptr<AVFormatContext, FormatCloser> format;
   std::unique_ptr<AVCodecContext, CodecCloser> codec;
   std::unique_ptr<AVFrame, FrameFree> frame{av_frame_alloc()};
@@ -174,18 +214,40 @@ struct VideoReader::Impl {
     pending = false;
     codec.reset();
     format.reset();
+    io.reset();
+    memory.reset();
     path.clear();
     stream = -1;
     positioned = false;
   }
 
-  void open(const std::string& p) {
+  void open(const std::string& p, std::vector<std::byte>* bytes = nullptr) {
     close();
     AVFormatContext* f = avformat_alloc_context();
     if (f == nullptr) throw std::bad_alloc();
     // Packets without a pts (AVI) get one, so that every frame is known by its timestamp.
     f->flags |= AVFMT_FLAG_GENPTS;
-    const int rc = avformat_open_input(&f, p.c_str(), nullptr, nullptr);
+    if (bytes != nullptr) {
+      memory = std::make_unique<MemoryInput>();
+      memory->bytes = std::move(*bytes);
+      constexpr int kBuffer = 1 << 16;
+      auto* buffer = static_cast<unsigned char*>(av_malloc(kBuffer));
+      if (buffer == nullptr) {
+        avformat_free_context(f);
+        throw std::bad_alloc();
+      }
+      io.reset(avio_alloc_context(buffer, kBuffer, 0, memory.get(), &MemoryInput::read, nullptr,
+                                  &MemoryInput::seek));
+      if (!io) {
+        av_free(buffer);
+        avformat_free_context(f);
+        throw std::bad_alloc();
+      }
+      f->pb = io.get();
+      f->flags |= AVFMT_FLAG_CUSTOM_IO;
+    }
+    // On failure avformat_open_input frees the context (not a custom I/O context).
+    const int rc = avformat_open_input(&f, bytes != nullptr ? "" : p.c_str(), nullptr, nullptr);
     if (rc < 0) {
       if (rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EISDIR))
         throw IoError(p + ": cannot open: " + av_error(rc));
@@ -451,13 +513,27 @@ VideoReader::VideoReader(int decoder_threads) : impl_(std::make_unique<Impl>()) 
 VideoReader::~VideoReader() = default;
 
 void VideoReader::open(const std::string& path) {
-  if (impl_->format && impl_->path == path) return;
+  if (is_open(path)) return;
   try {
     impl_->open(path);
   } catch (...) {
     impl_->close();
     throw;
   }
+}
+
+void VideoReader::open_bytes(const std::string& name, std::vector<std::byte> bytes) {
+  if (is_open(name)) return;
+  try {
+    impl_->open(name, &bytes);
+  } catch (...) {
+    impl_->close();
+    throw;
+  }
+}
+
+bool VideoReader::is_open(const std::string& name) const {
+  return impl_->format && impl_->path == name;
 }
 
 const std::string& VideoReader::path() const { return impl_->path; }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -114,6 +115,33 @@ TEST(VideoReader, GoesOnForwardWithinAGopInsteadOfSeekingBack) {
   EXPECT_EQ(reader.stats().seeks, seeks + 1);
   reader.open(path);  // the open file: kept
   EXPECT_EQ(reader.stats().opens, 1u);
+}
+
+TEST(VideoReader, AVideoInMemoryReadsAsItsFileDoes) {
+  TempDir dir;
+  const std::string path = dir.path("v.mkv");
+  testing::write_test_video(path, TestVideo{.frames = 30, .gop = 8});
+  std::ifstream in(path, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::byte> bytes(data.size());
+  std::memcpy(bytes.data(), data.data(), data.size());
+  VideoReader file, memory;
+  file.open(path);
+  memory.open_bytes("shard.tar:v.mkv", bytes);
+  EXPECT_TRUE(memory.is_open("shard.tar:v.mkv"));
+  const VideoIndex a = file.build_index(), b = memory.build_index();
+  EXPECT_EQ(a.pts, b.pts);
+  const std::vector<uint64_t> wanted{3, 12, 29};
+  EXPECT_EQ(shown(memory, b, wanted, 30), as_int(wanted));
+  EXPECT_EQ(shown(memory, b, {20, 21}, 30), (std::vector<int>{20, 21}));
+  memory.open_bytes("shard.tar:v.mkv", {});  // the open one: kept, the bytes not needed
+  EXPECT_EQ(shown(memory, b, {1}, 30), (std::vector<int>{1}));
+  try {
+    memory.open_bytes("shard.tar:cut.mkv", std::vector<std::byte>(bytes.begin(), bytes.begin() + 40));
+    ADD_FAILURE();
+  } catch (const DecodeError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard.tar:cut.mkv"), std::string::npos) << e.what();
+  }
 }
 
 TEST(VideoReader, NamesTheFileOfEveryBadInput) {

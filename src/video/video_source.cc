@@ -119,6 +119,41 @@ VideoSource::VideoSource(std::vector<VideoFile> videos,
   if (options_.timestamps) fields_.push_back({"timestamps", DType{DType::kFloat, 64}, {t}});
 }
 
+namespace {
+
+std::vector<VideoFile> videos_of(const ImageFiles* files) {
+  if (files == nullptr) throw InvalidArgument("VideoSource: no files");
+  std::vector<VideoFile> out(files->size());
+  for (uint64_t i = 0; i < out.size(); ++i) out[i] = {files->path(i), files->label(i), 0, 0};
+  return out;
+}
+
+}  // namespace
+
+VideoSource::VideoSource(std::shared_ptr<const ImageFiles> files,
+                         std::shared_ptr<const image::ImagePipeline> pipeline,
+                         ClipOptions options)
+    : VideoSource(videos_of(files.get()), std::move(pipeline), options) {
+  files_ = std::move(files);
+}
+
+std::vector<uint64_t> VideoSource::shards() const {
+  std::vector<uint64_t> out = files_ ? files_->shards() : std::vector<uint64_t>{};
+  for (uint64_t& n : out) n *= options_.clips_per_video;
+  return out;
+}
+
+void VideoSource::open(uint64_t v, video::VideoReader& reader) const {
+  const std::string& path = videos_[v].path;
+  if (!files_) {
+    reader.open(path);
+  } else if (!reader.is_open(path)) {
+    std::vector<std::byte> bytes;
+    files_->read(v, bytes);
+    reader.open_bytes(path, std::move(bytes));
+  }
+}
+
 std::vector<int64_t> VideoSource::labels() const {
   std::vector<int64_t> out;
   out.reserve(size());
@@ -141,7 +176,7 @@ std::shared_ptr<const video::VideoIndex> VideoSource::index(uint64_t v,
       return it->second.index;
     }
   }
-  reader.open(videos_[v].path);
+  open(v, reader);
   auto built = std::make_shared<const video::VideoIndex>(reader.build_index());
   builds_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
@@ -166,7 +201,7 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const auto clip = static_cast<uint32_t>(key.index % options_.clips_per_video);
   const VideoFile& file = videos_[v];
   const std::shared_ptr<const video::VideoIndex> index = this->index(v, w.reader);
-  w.reader.open(file.path);  // kept open from the index build or the last clip of this video
+  open(v, w.reader);  // kept open from the index build or the last clip of this video
   const auto [lo, hi] = frames_between(*index, file.start, file.end);
   if (lo == hi) {
     if (index->frames() == 0) throw DecodeError(file.path + ": has no video frames");

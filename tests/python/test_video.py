@@ -5,8 +5,10 @@ The videos are made here with PyAV (its wheel's FFmpeg has the encoders); Stoker
 with the system's FFmpeg (stoker._video)."""
 
 import csv
+import io
 import os
 import pickle
+import tarfile
 from collections import Counter
 
 import numpy as np
@@ -334,3 +336,34 @@ def test_diagnose_and_tune_take_a_video_pipeline(folder):
         assert "frames decoded per frame delivered" in " ".join(report.reasons)
     result = tune_loader(ds, batch_size=2, max_workers=2, repeats=1, seconds=0.2, gpu=False)
     assert result["best"]["num_workers"] in (0, 1, 2)
+
+
+def test_webdataset_tar_shards_of_videos(folder, tmp_path):
+    videos = [(folder / "jump" / "a.mp4", 0), (folder / "run" / "d.avi", 1),
+              (folder / "swim" / "f.webm", 2)]
+    shards = []
+    for s, chunk in enumerate([videos[:2], videos[2:]]):
+        path = tmp_path / f"train-{s}.tar"
+        with tarfile.open(path, "w") as tar:
+            for k, (video, label) in enumerate(chunk):
+                key = f"sample{s}{k}"
+                tar.add(video, arcname=f"{key}{video.suffix}")
+                data = str(label).encode()
+                info = tarfile.TarInfo(f"{key}.cls")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        shards.append(str(path))
+    ds = stoker.VideoDataset(str(tmp_path / "train-*.tar"), frames=3, stride=2,
+                             clips_per_video=2, timestamps=True)
+    assert len(ds) == 6 and ds.targets == [0, 0, 1, 1, 2, 2]
+    assert ds.path(2).endswith("train-0.tar:sample01.avi")
+    for i in range(len(ds)):
+        clip, label, stamps = ds[i]
+        ref = pyav_frames(str(videos[i // 2][0]))
+        for t, frame in zip(stamps, clip_frames(clip)):
+            assert np.abs(frame.astype(int) - ref[round(float(t), 6)]).mean() <= 1.0
+    loader = stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=2, num_workers=2,
+                               output="numpy")
+    assert Counter(int(l) for _, labels, _ in loader for l in labels) == Counter(ds.targets)
+    with pytest.raises(ValueError, match="not both"):
+        stoker.VideoDataset(shards + [str(videos[0][0])])

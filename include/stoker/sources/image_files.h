@@ -63,7 +63,11 @@ class ImageFolderFiles final : public ImageFiles {
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
 
-// A sample of a tar shard: its image member and label.
+// What a tar shard's samples hold: an image (.jpg, .jpeg, .png) or a video (.mp4, .m4v, .mov,
+// .mkv, .webm, .avi) member, with its .cls label.
+enum class TarMedia { kImages, kVideos };
+
+// A sample of a tar shard: its image (or video) member and label.
 struct TarMember {
   std::string name;  // member path of the image
   uint64_t offset;   // of the data, in bytes from the start of the shard
@@ -75,11 +79,12 @@ class TarShardFiles final : public ImageFiles {
  public:
   // Indexes every shard (ustar, GNU long names, pax `path=`). A sample is a WebDataset key (the
   // member path up to the first '.' of its basename) with one image member (jpg, jpeg or png, any
-  // case) and one `cls` member holding a decimal integer. Samples are in shard order, then member
-  // order. Throws IoError for a shard that cannot be opened or read, and InvalidArgument naming the
-  // shard (and member) for a truncated or corrupt tar, a key without an image or with no or an
-  // invalid label.
-  explicit TarShardFiles(std::vector<std::string> shard_paths);
+  // case; with TarMedia::kVideos a video member) and one `cls` member holding a decimal integer.
+  // Samples are in shard order, then member order. Throws IoError for a shard that cannot be
+  // opened or read, and InvalidArgument naming the shard (and member) for a truncated or corrupt
+  // tar, a key without an image or with no or an invalid label.
+  explicit TarShardFiles(std::vector<std::string> shard_paths,
+                         TarMedia media = TarMedia::kImages);
   // Remote shards: shard s is cache->shard(s) (its URL names it in messages), its samples are
   // members[s] in order. Nothing is opened here. REQUIRES: members.size() == cache->size(); every
   // member inside its shard's size (InvalidArgument naming the shard otherwise).
@@ -98,7 +103,8 @@ class TarShardFiles final : public ImageFiles {
   size_t num_shards() const { return shards_.size(); }
   // The samples of the tar file at `path`, in member order (the index the first constructor
   // builds for each shard; `stoker index` writes it beside a remote shard). Throws as above.
-  static std::vector<TarMember> index_file(const std::string& path);
+  static std::vector<TarMember> index_file(const std::string& path,
+                                           TarMedia media = TarMedia::kImages);
 
  private:
   struct Member {

@@ -37,6 +37,7 @@
 
 #include "stoker/image/pipeline.h"
 #include "stoker/source.h"
+#include "stoker/sources/image_files.h"
 #include "stoker/video/reader.h"
 
 namespace stoker {
@@ -93,6 +94,11 @@ class VideoSource final : public Source {
   // with frames, stride and clips_per_video >= 1 (InvalidArgument otherwise).
   VideoSource(std::vector<VideoFile> videos, std::shared_ptr<const image::ImagePipeline> pipeline,
               ClipOptions options);
+  // Videos whose bytes `files` reads (the members of WebDataset tar shards: TarShardFiles with
+  // TarMedia::kVideos), with its labels; a clip's video is read into memory whole (once for the
+  // clips of it a worker reads in a row). REQUIRES: files not null.
+  VideoSource(std::shared_ptr<const ImageFiles> files,
+              std::shared_ptr<const image::ImagePipeline> pipeline, ClipOptions options);
 
   uint64_t size() const override { return videos_.size() * options_.clips_per_video; }
   const std::vector<FieldSpec>& fields() const override { return fields_; }
@@ -100,6 +106,8 @@ class VideoSource final : public Source {
     return videos_[index / options_.clips_per_video].path;
   }
   std::vector<int64_t> labels() const override;
+  // Tar shards: each shard's videos, clips_per_video samples each.
+  std::vector<uint64_t> shards() const override;
   void read(const SampleKey& key, std::span<std::byte* const> slots,
             WorkerState* state) const override;
   std::unique_ptr<WorkerState> make_worker_state() const override;
@@ -111,7 +119,11 @@ class VideoSource final : public Source {
   std::shared_ptr<const video::VideoIndex> index(uint64_t video, video::VideoReader& reader) const;
 
  private:
+  // Opens video v in `reader` (from its path, or from files_'s bytes).
+  void open(uint64_t v, video::VideoReader& reader) const;
+
   std::vector<VideoFile> videos_;
+  std::shared_ptr<const ImageFiles> files_;  // the videos' bytes, when they are not files
   std::shared_ptr<const image::ImagePipeline> pipeline_;
   ClipOptions options_;
   std::vector<FieldSpec> fields_;

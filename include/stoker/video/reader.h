@@ -79,6 +79,11 @@ class VideoReader {
   // Opens the file at `path`, unless it is the one open now (its demuxer and decoder are then
   // reused). Throws IoError or DecodeError naming it.
   void open(const std::string& path);
+  // Opens a video held in memory (a tar shard's member), named `name` in messages, unless it is
+  // the one open now (`bytes` is then dropped). The reader keeps the bytes while it is open.
+  void open_bytes(const std::string& name, std::vector<std::byte> bytes);
+  // Whether `name` is the video open now.
+  bool is_open(const std::string& name) const;
   const std::string& path() const;
   // The index of the open file: a pass over its packets.
   VideoIndex build_index();

@@ -147,7 +147,9 @@ class VideoDataset(StokerDataset):
     ``(path, label)`` pairs), or a table: a CSV or Parquet file, a ``pyarrow.Table`` or a pandas
     DataFrame with a ``path`` column and, optionally, ``label`` (integers, or class names
     numbered in sorted order) and ``start``/``end`` times in seconds (Kinetics' annotations);
-    relative paths in a table file are relative to its folder. Videos without a label get -1.
+    relative paths in a table file are relative to its folder; or WebDataset tar shards (a path,
+    glob or list of ``.tar`` files) of ``<key>.mp4`` (or another video suffix) and ``<key>.cls``
+    members, read into memory a video at a time. Videos without a label get -1.
 
     A batch is ``(clips, labels)``: uint8 ``[B, T, C, H, W]`` (or the transform's dtype),
     ``[B, C, T, H, W]`` with ``layout="CTHW"``; ``timestamps=True`` adds each frame's
@@ -182,6 +184,7 @@ class VideoDataset(StokerDataset):
         self.index_cache_bytes = int(index_cache_bytes)
         self._spec = (source, path_column, label_column, start_column, end_column)
         self.classes = None
+        self._files = None  # the tar shards' members (TarShardFiles), for WebDataset videos
         self.videos = self._resolve(source, path_column, label_column, start_column, end_column)
         self._pipeline, self._exact_size = self._make_pipeline(transform)
         self._sources = {}
@@ -212,21 +215,30 @@ class VideoDataset(StokerDataset):
                 isinstance(s, tuple) and len(s) == 2 for s in source):
             videos = [(os.fspath(p), int(label), 0.0, 0.0) for p, label in source]
         else:
-            files = _paths.expand(source, "video", VIDEO_EXTENSIONS)
-            videos = [(f, -1, 0.0, 0.0) for f in files]
+            files = _paths.expand(source, "video", VIDEO_EXTENSIONS + (".tar",))
+            tars = [f for f in files if f.lower().endswith(".tar")]
+            if tars and len(tars) != len(files):
+                raise ValueError("VideoDataset: give tar shards or video files, not both")
+            if tars:  # WebDataset: <key>.mp4 (or another video suffix) + <key>.cls
+                self._files = _native.sources.TarShardFiles(tars, media="videos")
+                videos = [(self._files.path(i), self._files.label(i), 0.0, 0.0)
+                          for i in range(len(self._files))]
+            else:
+                videos = [(f, -1, 0.0, 0.0) for f in files]
         if not videos:
             raise ValueError("VideoDataset: no videos given")
         for p, *_ in videos:
-            if p.lower().endswith(".tar") or "://" in p:
-                raise ValueError(f"VideoDataset reads video files on a file system; {p!r} is a "
-                                 f"tar shard or a URL, which it does not read yet")
+            if "://" in p:
+                raise ValueError(f"VideoDataset reads videos on a file system; {p!r} is a URL, "
+                                 f"which it does not read yet")
         return videos
 
     def _make_pipeline(self, transform):
         """The frames' native pipeline, and whether every frame must be the first video's size
         (no transform)."""
         if transform is None:
-            first = probe(self.videos[0][0])
+            first = probe(self.videos[0][0]) if self._files is None else \
+                self._module.probe(self._files.read(0), self._files.path(0))
             crop = _compile.compile_transform(CenterCrop((first["height"], first["width"])))
             return _native.image.ImagePipeline(crop.specs, self.max_pixels), True
         compiled = _compile.compile_transform(transform)
@@ -242,8 +254,9 @@ class VideoDataset(StokerDataset):
         ``shuffle`` unless ``random_clips`` says otherwise."""
         random = bool(shuffle) if self.random_clips is None else self.random_clips
         if random not in self._sources:
+            videos = self.videos if self._files is None else self._files
             self._sources[random] = self._module.VideoSource(
-                self.videos, self._pipeline, self.frames, self.stride, self.fps or 0.0,
+                videos, self._pipeline, self.frames, self.stride, self.fps or 0.0,
                 self.clips_per_video, random, self.timestamps, self.layout == "CTHW",
                 self._exact_size, self.decoder_threads, self.index_cache_bytes)
         return self._sources[random]
