@@ -66,6 +66,26 @@ def count_junit(path):
     return passed, failed, skipped
 
 
+# Every failure of the run, "lane: test: first line of its message", listed again just above the
+# closing line: a CI log's tail then names what failed, whichever lane it was in.
+FAILURES = []
+
+
+def failed_cases(path):
+    """'test: first line of the message' of each failed case of a JUnit XML report."""
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            continue
+        name = "::".join(p for p in (case.get("classname"), case.get("name")) if p)
+        message = (bad.get("message") or bad.text or "").strip().splitlines()
+        out.append(f"{name}: {message[0][:300] if message else ''}")
+    return out
+
+
 def leftovers(tmpdir):
     """Paths a lane left in its TMPDIR (pytest's own base directory excepted)."""
     found = []
@@ -96,13 +116,17 @@ def run(label, cmd, report, env=None):
     shutil.rmtree(lane_tmp, ignore_errors=True)
     if not os.path.exists(report):
         print(f"== {label}: no report (exit code {rc}), {seconds:.0f} s", flush=True)
+        FAILURES.append(f"{label}: no report (exit code {rc})")
         return 0, 1, 0
     counts = count_junit(report)
+    FAILURES.extend(f"{label}: {case}" for case in failed_cases(report))
     if rc != 0 and counts[1] == 0:
         counts = (counts[0], 1, counts[2])  # crashed outside any test case
+        FAILURES.append(f"{label}: exit code {rc} outside any test case")
     if left:
         print(f"== {label}: FAILED: tests left files in the temp dir: {', '.join(left)}",
               flush=True)
+        FAILURES.append(f"{label}: tests left files in the temp dir: {', '.join(left)}")
         counts = (counts[0], counts[1] + 1, counts[2])
     print(f"== {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped "
           f"({seconds:.0f} s)", flush=True)
@@ -183,7 +207,9 @@ def main(argv=None):
 
 
 def finish(totals):
-    """The closing line; the exit status."""
+    """The failures again, then the closing line; the exit status."""
+    for failure in FAILURES:
+        print(f"FAILED {failure}")
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
     return 1 if totals[1] else 0
 
