@@ -2,20 +2,24 @@
 // because it links FFmpeg's libraries, which a user without video need not have. Its classes
 // derive from stoker._native's (Source), whose module it imports first; nanobind shares their
 // types and the exception translation (errors.cc) between the two modules.
+#include "stoker/sources/video.h"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "stoker/errors.h"
-#include "stoker/sources/video.h"
 #include "stoker/video/reader.h"
 
 namespace nb = nanobind;
@@ -61,6 +65,29 @@ nb::dict probe(const std::string& path) {
     video::VideoReader reader;
     reader.open(path);
     index = reader.build_index();
+  }
+  return describe(index);
+}
+
+// Builds the index of the video at `path` and writes it beside it (`stoker index`).
+nb::dict write_index(const std::string& path) {
+  video::VideoIndex index;
+  {
+    nb::gil_scoped_release release;
+    video::VideoReader reader;
+    reader.open(path);
+    index = reader.build_index();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw IoError("cannot stat " + path);
+    const std::string bytes = video::serialize_index(index, static_cast<uint64_t>(st.st_size));
+    const std::string sidecar = video::sidecar_path(path);
+    const std::string tmp = sidecar + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush())
+        throw IoError("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), sidecar.c_str()) != 0) throw IoError("cannot write " + sidecar);
   }
   return describe(index);
 }
@@ -144,6 +171,9 @@ NB_MODULE(_video, m) {
         "A video's stream as its packet index gives it: width, height, codec, frames, "
         "keyframes, seconds (each frame's presentation time).");
   m.def("probe", &probe_bytes, "data"_a, "name"_a, "probe() of a video in memory.");
+  m.def("write_index", &write_index, "path"_a,
+        "Indexes the video at `path` and writes <path>.stoker-index beside it (atomically); "
+        "returns what probe() does.");
   m.def("decode_bound", &decode_bound, "jobs"_a, "threads"_a, "decoder_threads"_a = 1,
         "(seconds, frames decoded) of decoding each (path, first, last) from its keyframe, "
         "every frame, on `threads` threads: the bound of bench/bench_video.py.");
@@ -165,8 +195,7 @@ NB_MODULE(_video, m) {
            }),
            "videos"_a, "pipeline"_a, "frames"_a, "stride"_a, "fps"_a, "clips_per_video"_a,
            "random"_a, "timestamps"_a, "cthw"_a, "exact_size"_a, "decoder_threads"_a,
-           "index_cache_bytes"_a,
-           "videos: (path, label, start seconds, end seconds or 0) each.")
+           "index_cache_bytes"_a, "videos: (path, label, start seconds, end seconds or 0) each.")
       .def(nb::new_([](std::shared_ptr<ImageFiles> files,
                        std::shared_ptr<image::ImagePipeline> pipeline, uint32_t frames,
                        uint32_t stride, double fps, uint32_t clips_per_video, bool random,

@@ -4,7 +4,8 @@
 // The input is the file, then two bytes (its last) that choose the frames wanted. Checked: opening,
 // indexing and decoding throw nothing but DecodeError or IoError; a read that succeeds hands
 // every wanted frame over once, in order, with the pts the index gives it; every frame's pixels
-// convert to RGB.
+// convert to RGB; the index survives its sidecar's bytes, and the input read as a sidecar is
+// refused or parsed.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <string>
@@ -23,6 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t step = p.ConsumeIntegral<uint8_t>();
   const std::vector<uint8_t> bytes = p.ConsumeRemainingBytes<uint8_t>();
   const std::string& path = file.write(bytes.data(), bytes.size());
+  // The input as a sidecar too: refused or parsed, never a crash.
+  (void)stoker::video::parse_index({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()},
+                                   bytes.size());
 
   stoker::video::VideoReader reader;
   stoker::video::VideoIndex index;
@@ -35,6 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   require(std::is_sorted(index.pts.begin(), index.pts.end()), "an index out of order");
+  const std::string sidecar = stoker::video::serialize_index(index, bytes.size());
+  const std::optional<stoker::video::VideoIndex> back = stoker::video::parse_index(
+      {reinterpret_cast<const std::byte*>(sidecar.data()), sidecar.size()}, bytes.size());
+  require(back && back->pts == index.pts && back->keyframes.size() == index.keyframes.size(),
+          "an index does not survive its sidecar");
   if (index.frames() == 0) return 0;
   std::vector<uint64_t> wanted;
   for (uint64_t f = first % index.frames(); f < index.frames() && wanted.size() < 4;

@@ -67,11 +67,18 @@ struct MemoryInput {
     auto* in = static_cast<MemoryInput*>(opaque);
     const auto size = static_cast<int64_t>(in->bytes.size());
     switch (whence & ~AVSEEK_FORCE) {
-      case AVSEEK_SIZE: return size;
-      case SEEK_SET: break;
-      case SEEK_CUR: offset += in->pos; break;
-      case SEEK_END: offset += size; break;
-      default: return AVERROR(EINVAL);
+      case AVSEEK_SIZE:
+        return size;
+      case SEEK_SET:
+        break;
+      case SEEK_CUR:
+        offset += in->pos;
+        break;
+      case SEEK_END:
+        offset += size;
+        break;
+      default:
+        return AVERROR(EINVAL);
     }
     if (offset < 0 || offset > size) return AVERROR(EINVAL);
     in->pos = offset;
@@ -149,12 +156,21 @@ class FramePicture final : public image::Picture {
   void set_colorspace(AVPixelFormat format) {
     int space = SWS_CS_DEFAULT;
     switch (frame_->colorspace) {
-      case AVCOL_SPC_BT709: space = SWS_CS_ITU709; break;
-      case AVCOL_SPC_FCC: space = SWS_CS_FCC; break;
-      case AVCOL_SPC_SMPTE240M: space = SWS_CS_SMPTE240M; break;
+      case AVCOL_SPC_BT709:
+        space = SWS_CS_ITU709;
+        break;
+      case AVCOL_SPC_FCC:
+        space = SWS_CS_FCC;
+        break;
+      case AVCOL_SPC_SMPTE240M:
+        space = SWS_CS_SMPTE240M;
+        break;
       case AVCOL_SPC_BT2020_NCL:
-      case AVCOL_SPC_BT2020_CL: space = SWS_CS_BT2020; break;
-      default: break;
+      case AVCOL_SPC_BT2020_CL:
+        space = SWS_CS_BT2020;
+        break;
+      default:
+        break;
     }
     const bool full = frame_->color_range == AVCOL_RANGE_JPEG || format == AV_PIX_FMT_YUVJ420P ||
                       format == AV_PIX_FMT_YUVJ422P || format == AV_PIX_FMT_YUVJ444P;
@@ -278,7 +294,8 @@ struct VideoReader::Impl {
     c->max_pixels = image::kDefaultMaxPixels;  // PIL's limit, as for images: no giant frames
     c->pkt_timebase = f->streams[s]->time_base;
     const int orc = avcodec_open2(c, decoder, nullptr);
-    if (orc < 0) throw DecodeError(p + ": cannot open its " + decoder->name + " decoder: " + av_error(orc));
+    if (orc < 0)
+      throw DecodeError(p + ": cannot open its " + decoder->name + " decoder: " + av_error(orc));
     stream = s;
     path = p;
     ++stats.opens;
@@ -322,7 +339,8 @@ struct VideoReader::Impl {
     avcodec_flush_buffers(codec.get());
     // The first keyframe: the last at or before the stream's start (whose dts may be negative).
     const AVStream* st = format->streams[stream];
-    const int64_t start = st->start_time != AV_NOPTS_VALUE ? std::min<int64_t>(st->start_time, 0) : 0;
+    const int64_t start =
+        st->start_time != AV_NOPTS_VALUE ? std::min<int64_t>(st->start_time, 0) : 0;
     int rc = av_seek_frame(format.get(), stream, start, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) rc = av_seek_frame(format.get(), -1, 0, AVSEEK_FLAG_BYTE);
     if (rc < 0) throw DecodeError(path + ": cannot seek to its start: " + av_error(rc));
@@ -430,8 +448,7 @@ struct VideoReader::Impl {
       int rc = avcodec_receive_frame(c, fr);
       if (rc == 0) {
         ++stats.frames_decoded;
-        const int64_t pts =
-            fr->pts != AV_NOPTS_VALUE ? fr->pts : fr->best_effort_timestamp;
+        const int64_t pts = fr->pts != AV_NOPTS_VALUE ? fr->pts : fr->best_effort_timestamp;
         last_output = pts;
         while (next < wanted.size() && index.pts[wanted[next]] < pts) {
           const int64_t missing = index.pts[wanted[next]];
@@ -453,8 +470,8 @@ struct VideoReader::Impl {
       if (rc == AVERROR_EOF) {
         at_eof = true;
         throw DecodeError(path + ": the stream ended before the frame" +
-                          at_time(&index, index.pts[wanted[next]]) +
-                          " (the last decoded was" + at_time(&index, last_output) +
+                          at_time(&index, index.pts[wanted[next]]) + " (the last decoded was" +
+                          at_time(&index, last_output) +
                           "): it is truncated, or disagrees with its index");
       }
       if (rc != AVERROR(EAGAIN))
@@ -482,18 +499,18 @@ struct VideoReader::Impl {
       }
       const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
       if ((pkt->flags & AV_PKT_FLAG_KEY) != 0 && ts != AV_NOPTS_VALUE) {
-        auto it = std::upper_bound(
-            index.keyframes.begin(), index.keyframes.end(), ts,
-            [](int64_t v, const VideoIndex::Keyframe& k) { return v < k.pts; });
+        auto it =
+            std::upper_bound(index.keyframes.begin(), index.keyframes.end(), ts,
+                             [](int64_t v, const VideoIndex::Keyframe& k) { return v < k.pts; });
         if (it != index.keyframes.begin())
-          current_keyframe = std::max(current_keyframe,
-                                      static_cast<size_t>(it - index.keyframes.begin()) - 1);
+          current_keyframe =
+              std::max(current_keyframe, static_cast<size_t>(it - index.keyframes.begin()) - 1);
       }
       if (ts != AV_NOPTS_VALUE)
         max_sent_pts = max_sent_pts == AV_NOPTS_VALUE ? ts : std::max(max_sent_pts, ts);
       // A frame no one wants is skipped where it is not a reference.
-      const bool want = !skip || ts == AV_NOPTS_VALUE ||
-                        (ts <= last_pts && wanted_pts(index, wanted, next, ts));
+      const bool want =
+          !skip || ts == AV_NOPTS_VALUE || (ts <= last_pts && wanted_pts(index, wanted, next, ts));
       c->skip_frame = want ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
       rc = avcodec_send_packet(c, pkt);
       av_packet_unref(pkt);
@@ -568,14 +585,102 @@ uint64_t VideoReader::decode_span(const VideoIndex& index, uint64_t first, uint6
 
 const ReaderStats& VideoReader::stats() const { return impl_->stats; }
 
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'K', 'V', 'I', 'D', 'X', '\0'};
+constexpr uint32_t kVersion = 1;
+
+template <typename T>
+void put(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+// Reads from a byte span, failing (ok = false) past its end.
+struct Cursor {
+  std::span<const std::byte> bytes;
+  size_t pos = 0;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T v{};
+    if (bytes.size() - pos < sizeof(T)) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, bytes.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  // A count of items of `item` bytes that fit in what is left.
+  uint64_t count(size_t item) {
+    const auto n = get<uint64_t>();
+    if (!ok || n > (bytes.size() - pos) / item) ok = false;
+    return ok ? n : 0;
+  }
+};
+
+}  // namespace
+
+std::string serialize_index(const VideoIndex& index, uint64_t video_size) {
+  std::string out(kMagic, sizeof kMagic);
+  put(out, kVersion);
+  put(out, video_size);
+  put<int32_t>(out, index.stream);
+  put<int32_t>(out, index.width);
+  put<int32_t>(out, index.height);
+  put(out, index.time_base_num);
+  put(out, index.time_base_den);
+  put<uint64_t>(out, index.codec.size());
+  out += index.codec;
+  put<uint64_t>(out, index.pts.size());
+  for (int64_t t : index.pts) put(out, t);
+  put<uint64_t>(out, index.keyframes.size());
+  for (const auto& k : index.keyframes) {
+    put(out, k.pts);
+    put(out, k.dts);
+  }
+  return out;
+}
+
+std::optional<VideoIndex> parse_index(std::span<const std::byte> bytes, uint64_t video_size) {
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    return std::nullopt;
+  Cursor c{bytes, sizeof kMagic};
+  if (c.get<uint32_t>() != kVersion || c.get<uint64_t>() != video_size) return std::nullopt;
+  VideoIndex index;
+  index.stream = c.get<int32_t>();
+  index.width = c.get<int32_t>();
+  index.height = c.get<int32_t>();
+  index.time_base_num = c.get<int64_t>();
+  index.time_base_den = c.get<int64_t>();
+  const uint64_t codec = c.count(1);
+  if (c.ok) {
+    index.codec.assign(reinterpret_cast<const char*>(bytes.data() + c.pos), codec);
+    c.pos += codec;
+  }
+  index.pts.resize(c.count(sizeof(int64_t)));
+  for (int64_t& t : index.pts) t = c.get<int64_t>();
+  index.keyframes.resize(c.count(2 * sizeof(int64_t)));
+  for (auto& k : index.keyframes) {
+    k.pts = c.get<int64_t>();
+    k.dts = c.get<int64_t>();
+  }
+  if (!c.ok || c.pos != bytes.size() || index.time_base_num <= 0 || index.time_base_den <= 0 ||
+      index.stream < 0 || !std::is_sorted(index.pts.begin(), index.pts.end()))
+    return std::nullopt;
+  return index;
+}
+
 std::string ffmpeg_versions() {
   auto v = [](const char* name, unsigned version) {
     return std::string(name) + " " + std::to_string(AV_VERSION_MAJOR(version)) + "." +
            std::to_string(AV_VERSION_MINOR(version)) + "." +
            std::to_string(AV_VERSION_MICRO(version));
   };
-  return v("libavformat", avformat_version()) + ", " + v("libavcodec", avcodec_version()) +
-         ", " + v("libswscale", swscale_version()) + ", " + v("libavutil", avutil_version());
+  return v("libavformat", avformat_version()) + ", " + v("libavcodec", avcodec_version()) + ", " +
+         v("libswscale", swscale_version()) + ", " + v("libavutil", avutil_version());
 }
 
 }  // namespace stoker::video

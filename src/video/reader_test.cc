@@ -137,11 +137,39 @@ TEST(VideoReader, AVideoInMemoryReadsAsItsFileDoes) {
   memory.open_bytes("shard.tar:v.mkv", {});  // the open one: kept, the bytes not needed
   EXPECT_EQ(shown(memory, b, {1}, 30), (std::vector<int>{1}));
   try {
-    memory.open_bytes("shard.tar:cut.mkv", std::vector<std::byte>(bytes.begin(), bytes.begin() + 40));
+    memory.open_bytes("shard.tar:cut.mkv",
+                      std::vector<std::byte>(bytes.begin(), bytes.begin() + 40));
     ADD_FAILURE();
   } catch (const DecodeError& e) {
     EXPECT_NE(std::string(e.what()).find("shard.tar:cut.mkv"), std::string::npos) << e.what();
   }
+}
+
+TEST(VideoIndex, ASidecarRoundTripsAndIsRefusedWhenStaleOrDamaged) {
+  TempDir dir;
+  const std::string path = dir.path("v.mp4");
+  testing::write_test_video(path, TestVideo{.frames = 30, .gop = 8});
+  VideoReader reader;
+  reader.open(path);
+  const VideoIndex index = reader.build_index();
+  const std::string bytes = serialize_index(index, 1234);
+  auto span = [](const std::string& s) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
+  };
+  const std::optional<VideoIndex> back = parse_index(span(bytes), 1234);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->pts, index.pts);
+  EXPECT_EQ(back->codec, index.codec);
+  EXPECT_EQ(back->time_base_den, index.time_base_den);
+  ASSERT_EQ(back->keyframes.size(), index.keyframes.size());
+  EXPECT_EQ(back->keyframes.back().dts, index.keyframes.back().dts);
+  EXPECT_FALSE(parse_index(span(bytes), 1235).has_value());  // the video changed size
+  for (size_t cut = 0; cut < bytes.size(); cut += 7)
+    EXPECT_FALSE(parse_index(span(bytes.substr(0, cut)), 1234).has_value()) << cut;
+  std::string damaged = bytes;
+  damaged[8] = 9;  // another version
+  EXPECT_FALSE(parse_index(span(damaged), 1234).has_value());
+  EXPECT_EQ(sidecar_path("a/b.mp4"), "a/b.mp4.stoker-index");
 }
 
 TEST(VideoReader, NamesTheFileOfEveryBadInput) {
@@ -160,13 +188,9 @@ TEST(VideoReader, NamesTheFileOfEveryBadInput) {
   };
   EXPECT_THROW(reader.open(dir.path("missing.mp4")), IoError);
   fails_with(dir.path("missing.mp4"), "cannot open");
-  {
-    std::ofstream(dir.path("empty.mp4"));
-  }
+  { std::ofstream(dir.path("empty.mp4")); }
   EXPECT_THROW(reader.open(dir.path("empty.mp4")), DecodeError);
-  {
-    std::ofstream(dir.path("noise.mp4")) << std::string(4096, 'x');
-  }
+  { std::ofstream(dir.path("noise.mp4")) << std::string(4096, 'x'); }
   EXPECT_THROW(reader.open(dir.path("noise.mp4")), DecodeError);
   testing::write_test_video(dir.path("audio.wav"), TestVideo{.audio_only = true});
   fails_with(dir.path("audio.wav"), "has no video stream");

@@ -122,7 +122,8 @@ void write_test_video(const std::string& path, const TestVideo& spec) {
         }
       for (int p = 1; p < 3; ++p)
         for (int y = 0; y < spec.height / 2; ++y)
-          for (int x = 0; x < spec.width / 2; ++x) o.frame->data[p][y * o.frame->linesize[p] + x] = 128;
+          for (int x = 0; x < spec.width / 2; ++x)
+            o.frame->data[p][y * o.frame->linesize[p] + x] = 128;
       o.frame->pts = i;
       drain(o, st, o.frame);
     }

@@ -14,8 +14,8 @@ struct TestVideo {
   int frames = 30;
   int width = 64, height = 48;
   int fps = 25;
-  int gop = 10;       // a keyframe every gop frames
-  int b_frames = 2;   // consecutive B-frames
+  int gop = 10;      // a keyframe every gop frames
+  int b_frames = 2;  // consecutive B-frames
   std::string codec = "mpeg4";
   bool audio_only = false;  // no video stream at all (an audio stream of silence)
 };

@@ -1,14 +1,17 @@
-#include "stoker/sources/video.h"
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <string>
 
 #include "stoker/errors.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
+#include "stoker/sources/video.h"
 
 namespace stoker {
 namespace {
@@ -26,6 +29,21 @@ std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s);
   return buf;
+}
+
+// The index in the sidecar of the video at `path`, when there is one that describes it.
+std::optional<video::VideoIndex> read_sidecar(const std::string& path) {
+  struct stat video {
+  }, side{};
+  const std::string sidecar = video::sidecar_path(path);
+  if (::stat(path.c_str(), &video) != 0 || ::stat(sidecar.c_str(), &side) != 0 ||
+      !S_ISREG(side.st_mode))
+    return std::nullopt;
+  std::ifstream in(sidecar, std::ios::binary);
+  std::vector<std::byte> bytes(static_cast<size_t>(side.st_size));
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+    return std::nullopt;
+  return video::parse_index(bytes, static_cast<uint64_t>(video.st_size));
 }
 
 }  // namespace
@@ -93,8 +111,7 @@ std::vector<uint64_t> choose_clip(const video::VideoIndex& index, uint64_t lo, u
 }
 
 VideoSource::VideoSource(std::vector<VideoFile> videos,
-                         std::shared_ptr<const image::ImagePipeline> pipeline,
-                         ClipOptions options)
+                         std::shared_ptr<const image::ImagePipeline> pipeline, ClipOptions options)
     : videos_(std::move(videos)), pipeline_(std::move(pipeline)), options_(options) {
   if (!pipeline_) throw InvalidArgument("VideoSource: no pipeline");
   if (options_.frames == 0 || options_.stride == 0 || options_.clips_per_video == 0)
@@ -131,8 +148,7 @@ std::vector<VideoFile> videos_of(const ImageFiles* files) {
 }  // namespace
 
 VideoSource::VideoSource(std::shared_ptr<const ImageFiles> files,
-                         std::shared_ptr<const image::ImagePipeline> pipeline,
-                         ClipOptions options)
+                         std::shared_ptr<const image::ImagePipeline> pipeline, ClipOptions options)
     : VideoSource(videos_of(files.get()), std::move(pipeline), options) {
   files_ = std::move(files);
 }
@@ -176,9 +192,16 @@ std::shared_ptr<const video::VideoIndex> VideoSource::index(uint64_t v,
       return it->second.index;
     }
   }
-  open(v, reader);
-  auto built = std::make_shared<const video::VideoIndex>(reader.build_index());
-  builds_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<const video::VideoIndex> built;
+  if (!files_) {  // a sidecar beside the video (`stoker index`), when it describes it
+    if (std::optional<video::VideoIndex> side = read_sidecar(videos_[v].path))
+      built = std::make_shared<const video::VideoIndex>(std::move(*side));
+  }
+  if (!built) {
+    open(v, reader);
+    built = std::make_shared<const video::VideoIndex>(reader.build_index());
+    builds_.fetch_add(1, std::memory_order_relaxed);
+  }
   std::lock_guard lock(mutex_);
   auto it = cache_.find(v);
   if (it != cache_.end()) return it->second.index;  // another thread built it meanwhile
@@ -207,9 +230,9 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
     if (index->frames() == 0) throw DecodeError(file.path + ": has no video frames");
     throw DecodeError(file.path + ": no frames between t=" + seconds_text(file.start) +
                       " s and t=" + seconds_text(file.end) + " s (it has " +
-                      std::to_string(index->frames()) + " frames, from t=" +
-                      seconds_text(index->seconds(index->pts.front())) + " s to t=" +
-                      seconds_text(index->seconds(index->pts.back())) + " s)");
+                      std::to_string(index->frames()) +
+                      " frames, from t=" + seconds_text(index->seconds(index->pts.front())) +
+                      " s to t=" + seconds_text(index->seconds(index->pts.back())) + " s)");
   }
   w.wanted = choose_clip(*index, lo, hi, options_, clip, key);
   const SampleRng base(key.seed, key.epoch, key.index);
@@ -235,8 +258,8 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
     if (options_.cthw) {
       pipeline_->run(picture, rng, w.frame.data(), w.scratch);
       for (int c = 0; c < 3; ++c)
-        std::memcpy(out + (static_cast<size_t>(c) * frames + t) * plane,
-                    w.frame.data() + c * plane, plane);
+        std::memcpy(out + (static_cast<size_t>(c) * frames + t) * plane, w.frame.data() + c * plane,
+                    plane);
     } else {
       pipeline_->run(picture, rng, out + t * frame_bytes_, w.scratch);
     }

@@ -1,5 +1,3 @@
-#include "stoker/sources/video.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +7,7 @@
 #include "engine/test_temp_dir.h"
 #include "stoker/engine.h"
 #include "stoker/errors.h"
+#include "stoker/sources/video.h"
 #include "video/test_videos.h"
 
 namespace stoker {
@@ -66,8 +65,8 @@ class VideoSourceTest : public ::testing::Test {
 };
 
 TEST_F(VideoSourceTest, ClipsEvenlySpacedByStrideWithTheirLabelsAndTimes) {
-  ClipOptions o{.frames = 4, .stride = 3, .clips_per_video = 3, .random = false,
-                .timestamps = true};
+  ClipOptions o{
+      .frames = 4, .stride = 3, .clips_per_video = 3, .random = false, .timestamps = true};
   VideoSource s(files(), as_is(48, 64), o);
   ASSERT_EQ(s.size(), 9u);
   EXPECT_EQ(s.fields()[0].shape, (std::vector<int64_t>{4, 3, 48, 64}));
@@ -141,9 +140,9 @@ TEST_F(VideoSourceTest, CthwPutsTimeInsideEachChannel) {
 TEST_F(VideoSourceTest, EveryFrameOfAClipGetsTheSameRandomCropAndFlip) {
   // Random crops of 32x32 resized to 16x16 with a flip: frames differ only by their grey level,
   // so each frame's pixels minus its grey are the same pattern (the square's crop) or none.
-  auto pipeline = std::make_shared<const image::ImagePipeline>(std::vector<image::Transform>{
-      image::RandomResizedCrop{16, 16, {0.2, 1.0}, {0.75, 1.333}},
-      image::RandomHorizontalFlip{0.5}});
+  auto pipeline = std::make_shared<const image::ImagePipeline>(
+      std::vector<image::Transform>{image::RandomResizedCrop{16, 16, {0.2, 1.0}, {0.75, 1.333}},
+                                    image::RandomHorizontalFlip{0.5}});
   ClipOptions o{.frames = 2, .stride = 1, .random = false};
   std::vector<VideoFile> v{{dir.path("a.mp4"), 0}};
   VideoSource s(v, pipeline, o);
@@ -162,9 +161,9 @@ TEST_F(VideoSourceTest, EveryFrameOfAClipGetsTheSameRandomCropAndFlip) {
 }
 
 TEST_F(VideoSourceTest, BatchesAreBitIdenticalWhateverTheWorkers) {
-  auto pipeline = std::make_shared<const image::ImagePipeline>(std::vector<image::Transform>{
-      image::RandomResizedCrop{24, 24, {0.3, 1.0}, {0.75, 1.333}},
-      image::RandomHorizontalFlip{0.5}});
+  auto pipeline = std::make_shared<const image::ImagePipeline>(
+      std::vector<image::Transform>{image::RandomResizedCrop{24, 24, {0.3, 1.0}, {0.75, 1.333}},
+                                    image::RandomHorizontalFlip{0.5}});
   auto s = std::make_shared<VideoSource>(
       files(), pipeline, ClipOptions{.frames = 4, .stride = 2, .clips_per_video = 3});
   auto run = [&](int workers) {

@@ -367,3 +367,28 @@ def test_webdataset_tar_shards_of_videos(folder, tmp_path):
     assert Counter(int(l) for _, labels, _ in loader for l in labels) == Counter(ds.targets)
     with pytest.raises(ValueError, match="not both"):
         stoker.VideoDataset(shards + [str(videos[0][0])])
+
+
+def test_stoker_index_writes_sidecars_the_dataset_reads_instead_of_demuxing(folder, tmp_path):
+    import shutil
+    from stoker.cli.index import main as index_main
+    for name in ("a.mp4", "b.mkv"):
+        shutil.copy(folder / "jump" / name, tmp_path / name)
+    videos = [str(tmp_path / "a.mp4"), str(tmp_path / "b.mkv")]
+    fresh = stoker.VideoDataset(videos, frames=3, stride=2, timestamps=True)
+    expected = [fresh[i] for i in range(2)]
+    assert fresh.stats()["index_builds"] == 2
+    assert index_main([str(tmp_path / "*.mp4"), str(tmp_path / "b.mkv")]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["a.mp4", "a.mp4.stoker-index", "b.mkv",
+                                            "b.mkv.stoker-index"]
+    indexed = stoker.VideoDataset(videos, frames=3, stride=2, timestamps=True)
+    for i in range(2):
+        for x, y in zip(indexed[i], expected[i]):
+            np.testing.assert_array_equal(x, y)
+    assert indexed.stats()["index_builds"] == 0
+    # A sidecar of another version of the video (its size changed) is not used.
+    with open(videos[0], "ab") as f:
+        f.write(b"\0" * 16)
+    stale = stoker.VideoDataset(videos, frames=3, stride=2)
+    stale[0]
+    assert stale.stats()["index_builds"] == 1

@@ -18,8 +18,9 @@
 // - Thread safety: immutable but for its index cache and counters (both synchronized); read()
 //   is safe from any number of threads, each with its own WorkerState (a VideoReader, which keeps
 //   its last video open for the next clip of it).
-// - Memory: indexes are kept in a cache of at most ClipOptions::index_cache_bytes, least
-//   recently used first out.
+// - Indexes: read from the video's sidecar (<video>.stoker-index, `stoker index`) when there is
+//   one that describes it, else built by demuxing the video once (index_builds counts those);
+//   kept in a cache of at most ClipOptions::index_cache_bytes, least recently used first out.
 // - Errors: read() throws IoError (a file that cannot be opened) or DecodeError naming the file
 //   and, where there is one, the timestamp (no video stream, an unsupported codec, no frames
 //   between the start and end times, corrupt or truncated data, frames of a size other than the
@@ -73,8 +74,7 @@ std::pair<uint64_t, uint64_t> frames_between(const video::VideoIndex& index, dou
 // in range; `key` is the sample's (drawn from when options.random). REQUIRES: lo < hi <=
 // index.frames().
 std::vector<uint64_t> choose_clip(const video::VideoIndex& index, uint64_t lo, uint64_t hi,
-                                  const ClipOptions& options, uint32_t clip,
-                                  const SampleKey& key);
+                                  const ClipOptions& options, uint32_t clip, const SampleKey& key);
 
 struct VideoStats {
   uint64_t clips = 0;

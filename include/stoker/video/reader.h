@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,8 +42,8 @@ struct VideoIndex {
   int stream = 0;             // the video stream's index in the container
   int width = 0, height = 0;  // as the stream's parameters give them
   int64_t time_base_num = 1, time_base_den = 1;
-  std::string codec;               // FFmpeg's decoder name
-  std::vector<int64_t> pts;        // the output frames, in presentation order (ascending)
+  std::string codec;                // FFmpeg's decoder name
+  std::vector<int64_t> pts;         // the output frames, in presentation order (ascending)
   std::vector<Keyframe> keyframes;  // in decode order
 
   uint64_t frames() const { return pts.size(); }
@@ -102,6 +103,16 @@ class VideoReader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The index as a sidecar file's bytes (`stoker index` writes them beside a video, as
+// <video>.stoker-index): a versioned little-endian binary of the index and the size of the video
+// it describes.
+std::string serialize_index(const VideoIndex& index, uint64_t video_size);
+// The index in a sidecar's bytes, or nullopt when they are not one (another format or version,
+// truncated, inconsistent) or describe a video of another size than `video_size` (stale).
+std::optional<VideoIndex> parse_index(std::span<const std::byte> bytes, uint64_t video_size);
+// Where the sidecar of the video at `path` lives.
+inline std::string sidecar_path(const std::string& path) { return path + ".stoker-index"; }
 
 // FFmpeg's libraries as linked: "libavformat 59.27.100, libavcodec 59.37.100, ...".
 std::string ffmpeg_versions();

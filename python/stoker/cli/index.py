@@ -10,6 +10,8 @@ downloads and indexes the shard itself (RemoteIndexWarning) and keeps the index 
   stoker index shards/train-*.tar                   local shards (e.g. before uploading them)
   stoker index 's3://bucket/train-{0000..0127}.tar' remote ones: each is fetched, then indexed
   stoker index --eos 50256 's3://bucket/tok-*.bin'  token files: their documents at token 50256
+  stoker index 'kinetics/train/*/*.mp4'             local videos: <video>.stoker-index, their
+                                                    packet index, read by VideoDataset
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ import json
 import os
 import sys
 import tempfile
+
+
+def index_video(path):
+    """Writes ``<path>.stoker-index`` beside a local video (its packet index, src/video); returns
+    a line saying what it holds."""
+    from ..sources.video import _video_module
+    info = _video_module().write_index(path)
+    return (f"{path}: {info['frames']} frames, {info['keyframes']} keyframes, "
+            f"{info['codec']} {info['width']}x{info['height']} -> {path}.stoker-index")
 
 
 def index_document(path, size, eos, dtype):
@@ -43,11 +54,15 @@ def main(argv=None):
     args = p.parse_args(argv)
     from .. import remote
     from ..sources.remote import INDEX_SUFFIX, MANIFEST_NAME
+    from ..sources.video import VIDEO_EXTENSIONS
     options = dict(o.split("=", 1) for o in args.storage_option)
     manifests = {}  # directory -> {name: {"size", "etag", "index"}}
     try:
         shards = remote.expand(args.shards, options)
         for shard in shards:
+            if not remote.is_url(shard) and shard.lower().endswith(VIDEO_EXTENSIONS):
+                print(index_video(remote.local_path(shard)))  # a video: its own sidecar
+                continue
             directory, _, name = shard.rpartition("/")
             if remote.is_url(shard):
                 store = remote.Store.for_url(shard, options)
