@@ -1,8 +1,11 @@
 #include "stoker/video/reader.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -523,7 +526,32 @@ struct VideoReader::Impl {
   }
 };
 
+namespace {
+
+// FFmpeg's own log (this process's copy of libavutil, which no other module shares): quiet but
+// for fatal errors, since every failure reaches the user as an exception naming the file;
+// $STOKER_FFMPEG_LOGLEVEL (quiet, panic, fatal, error, warning, info, verbose, debug, trace)
+// sets another level.
+void set_log_level() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int level = AV_LOG_FATAL;
+    if (const char* env = std::getenv("STOKER_FFMPEG_LOGLEVEL")) {
+      const std::pair<const char*, int> levels[] = {
+          {"quiet", AV_LOG_QUIET},     {"panic", AV_LOG_PANIC},     {"fatal", AV_LOG_FATAL},
+          {"error", AV_LOG_ERROR},     {"warning", AV_LOG_WARNING}, {"info", AV_LOG_INFO},
+          {"verbose", AV_LOG_VERBOSE}, {"debug", AV_LOG_DEBUG},     {"trace", AV_LOG_TRACE}};
+      for (const auto& [name, value] : levels)
+        if (std::strcmp(env, name) == 0) level = value;
+    }
+    av_log_set_level(level);
+  });
+}
+
+}  // namespace
+
 VideoReader::VideoReader(int decoder_threads) : impl_(std::make_unique<Impl>()) {
+  set_log_level();
   impl_->threads = decoder_threads;
   if (!impl_->frame || !impl_->packet) throw std::bad_alloc();
 }
