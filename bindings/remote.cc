@@ -173,19 +173,22 @@ void register_remote(nb::module_& m) {
       "ends or [], last token of each document or []).");
   m.def(
       "index_tar",
-      [](const std::string& path) {
+      [](const std::string& path, const std::string& media) {
+        if (media != "images" && media != "videos")
+          throw InvalidArgument("index_tar: media is \"images\" or \"videos\"");
         std::vector<TarMember> members;
         {
           nb::gil_scoped_release release;
-          members = TarShardFiles::index_file(path);
+          members = TarShardFiles::index_file(
+              path, media == "videos" ? TarMedia::kVideos : TarMedia::kImages);
         }
         std::vector<MemberTuple> out;
         out.reserve(members.size());
         for (auto& m : members) out.emplace_back(std::move(m.name), m.offset, m.size, m.label);
         return out;
       },
-      nb::arg("path"),
-      "The samples of a local tar shard: (image member, data offset, size, label).");
+      nb::arg("path"), nb::arg("media") = "images",
+      "The samples of a local tar shard: (image or video member, data offset, size, label).");
 }
 
 }  // namespace stoker::python

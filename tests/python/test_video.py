@@ -9,13 +9,16 @@ import io
 import os
 import pickle
 import tarfile
+import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import stoker
 import stoker.transforms as T
+from stoker.sources.remote import RemoteIndexWarning
 
 av = pytest.importorskip("av")
 video = pytest.importorskip("stoker._video")
@@ -338,12 +341,13 @@ def test_diagnose_and_tune_take_a_video_pipeline(folder):
     assert result["best"]["num_workers"] in (0, 1, 2)
 
 
-def test_webdataset_tar_shards_of_videos(folder, tmp_path):
+def video_shards(folder, where):
+    """Two WebDataset shards of three videos (<key>.<suffix> + <key>.cls) in `where`."""
     videos = [(folder / "jump" / "a.mp4", 0), (folder / "run" / "d.avi", 1),
               (folder / "swim" / "f.webm", 2)]
     shards = []
     for s, chunk in enumerate([videos[:2], videos[2:]]):
-        path = tmp_path / f"train-{s}.tar"
+        path = where / f"train-{s}.tar"
         with tarfile.open(path, "w") as tar:
             for k, (video, label) in enumerate(chunk):
                 key = f"sample{s}{k}"
@@ -353,6 +357,11 @@ def test_webdataset_tar_shards_of_videos(folder, tmp_path):
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         shards.append(str(path))
+    return videos, shards
+
+
+def test_webdataset_tar_shards_of_videos(folder, tmp_path):
+    videos, shards = video_shards(folder, tmp_path)
     ds = stoker.VideoDataset(str(tmp_path / "train-*.tar"), frames=3, stride=2,
                              clips_per_video=2, timestamps=True)
     assert len(ds) == 6 and ds.targets == [0, 0, 1, 1, 2, 2]
@@ -392,3 +401,23 @@ def test_stoker_index_writes_sidecars_the_dataset_reads_instead_of_demuxing(fold
     stale = stoker.VideoDataset(videos, frames=3, stride=2)
     stale[0]
     assert stale.stats()["index_builds"] == 1
+
+
+def test_video_shards_over_http_read_as_the_local_ones(folder, http_server, tmp_path, monkeypatch):
+    from stoker.cli.index import main as index_main
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    root = Path(http_server.root)
+    _, shards = video_shards(folder, root)
+    assert index_main([str(root / "train-*.tar")]) == 0  # sidecars: no download
+    urls = [f"{http_server.url}/train-{s}.tar" for s in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RemoteIndexWarning)  # indexed: nothing downloaded here
+        remote = stoker.VideoDataset(urls, frames=3, stride=2, clips_per_video=2)
+    local = stoker.VideoDataset(shards, frames=3, stride=2, clips_per_video=2)
+    assert remote.default_shuffle == "shards" and remote.targets == local.targets
+    kw = dict(batch_size=2, shuffle=True, seed=5, output="numpy")
+    got = {(int(l), x.tobytes()) for xs, ls in stoker.DataLoader(remote, **kw)
+           for x, l in zip(xs, ls)}
+    want = {(int(l), x.tobytes()) for xs, ls in stoker.DataLoader(local, **kw)
+            for x, l in zip(xs, ls)}
+    assert got == want and len(got) == 6

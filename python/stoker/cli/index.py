@@ -38,7 +38,12 @@ def index_document(path, size, eos, dtype):
     from ..sources.images import tar_index_document
     from ..sources.tokens import token_index_document
     if path.endswith(".tar"):
-        return tar_index_document(size, _native.remote.index_tar(path))
+        try:
+            return tar_index_document(size, _native.remote.index_tar(path))
+        except ValueError as e:  # no image members: a shard of videos?
+            if "no image member" not in str(e):
+                raise
+            return tar_index_document(size, _native.remote.index_tar(path, "videos"), "videos")
     return token_index_document(path, size, dtype, eos)
 
 

@@ -25,33 +25,42 @@ from . import remote as _remote_shards
 
 
 
-def tar_index_document(size, members):
-    """A tar shard's sidecar index: its size and samples (image member, data offset, size,
-    label)."""
-    return {"format": "stoker-tar-index", "version": 1, "size": size,
-            "samples": [list(m) for m in members]}
+def tar_index_document(size, members, media="images"):
+    """A tar shard's sidecar index: its size and samples (image or video member, data offset,
+    size, label); ``media`` says which (absent: images)."""
+    doc = {"format": "stoker-tar-index", "version": 1, "size": size,
+           "samples": [list(m) for m in members]}
+    if media != "images":
+        doc["media"] = media
+    return doc
 
 
-def _remote_tar_index(remote):
-    """Per remote shard, its samples: from its sidecar index, else from the cache's, else by
-    downloading and indexing it (RemoteIndexWarning)."""
+def _is_tar_index(doc, media):
+    return doc is not None and doc.get("format") == "stoker-tar-index" and \
+        doc.get("media", "images") == media
+
+
+def remote_tar_index(remote, media="images"):
+    """Per remote shard, its samples (``media``: images or videos): from its sidecar index, else
+    from the cache's, else by downloading and indexing it (RemoteIndexWarning)."""
     from .. import remote as _store
     unindexed = []
+    derived = "tar-index" if media == "images" else f"tar-{media}-index"
 
     def one(shard):
         url = remote.urls[shard]
         doc = remote.index_entry(shard)  # the directory's manifest (`stoker index`)
-        if doc is None or doc.get("format") != "stoker-tar-index":
+        if not _is_tar_index(doc, media):
             try:
                 doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
             except _store.RemoteNotFound:
-                doc = remote.load_derived(shard, "tar-index")
-        if doc is not None and doc.get("size") == remote.sizes[shard] and \
-                doc.get("format") == "stoker-tar-index":
+                doc = remote.load_derived(shard, derived)
+        if _is_tar_index(doc, media) and doc.get("size") == remote.sizes[shard]:
             return [tuple(m) for m in doc["samples"]]
         unindexed.append(shard)
-        members = _native.remote.index_tar(remote.fetch(shard))
-        remote.save_derived(shard, "tar-index", tar_index_document(remote.sizes[shard], members))
+        members = _native.remote.index_tar(remote.fetch(shard), media)
+        remote.save_derived(shard, derived,
+                            tar_index_document(remote.sizes[shard], members, media))
         return members
 
     index = remote._map(one, range(len(remote.urls)))
@@ -368,7 +377,7 @@ class TarShards(_ImageDataset):
             self._remote = _remote_shards.RemoteShards(
                 self.paths, storage_options=storage_options, cache_dir=cache_dir,
                 cache_budget=cache_budget)
-            index = _remote_tar_index(self._remote)
+            index = remote_tar_index(self._remote)
             files = _native.remote.tar_shard_files(self._remote.native, index)
             counts = [len(members) for members in index]
             self._block_shards = _remote_shards.block_shards_of([n for n in counts if n], counts)

@@ -24,8 +24,9 @@ import numpy as np
 from .. import _native
 from ..transforms import CenterCrop, _compile
 from . import paths as _paths
+from . import remote as _remote_shards
 from .base import StokerDataset
-from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels
+from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels, remote_tar_index
 
 __all__ = ["VIDEO_EXTENSIONS", "VideoDataset", "ffmpeg_versions", "probe"]
 
@@ -149,7 +150,10 @@ class VideoDataset(StokerDataset):
     numbered in sorted order) and ``start``/``end`` times in seconds (Kinetics' annotations);
     relative paths in a table file are relative to its folder; or WebDataset tar shards (a path,
     glob or list of ``.tar`` files) of ``<key>.mp4`` (or another video suffix) and ``<key>.cls``
-    members, read into memory a video at a time. Videos without a label get -1.
+    members, read into memory a video at a time, also from object storage (``s3://``, ``gs://``,
+    ``az://``, ``http(s)://``, ``hf://datasets/...`` URLs through a disk cache, as ``TarShards``
+    reads them: ``storage_options``, ``cache_dir``, ``cache_budget``; ``stoker index`` writes
+    their sidecar indexes). Videos without a label get -1.
 
     A batch is ``(clips, labels)``: uint8 ``[B, T, C, H, W]`` (or the transform's dtype),
     ``[B, C, T, H, W]`` with ``layout="CTHW"``; ``timestamps=True`` adds each frame's
@@ -164,7 +168,8 @@ class VideoDataset(StokerDataset):
                  timestamps=False, layout="TCHW", *, random_clips=None, path_column="path",
                  label_column="label", start_column="start", end_column="end",
                  decoder_threads=1, index_cache_bytes=64 << 20,
-                 max_pixels=_DEFAULT_MAX_PIXELS):
+                 max_pixels=_DEFAULT_MAX_PIXELS, storage_options=None, cache_dir=None,
+                 cache_budget=None):
         self._module = _video_module()
         self.frames = _positive_int("frames", frames)
         self.stride = _positive_int("stride", stride)
@@ -183,6 +188,7 @@ class VideoDataset(StokerDataset):
         self.decoder_threads = int(decoder_threads)
         self.index_cache_bytes = int(index_cache_bytes)
         self._spec = (source, path_column, label_column, start_column, end_column)
+        self._remote_options = (storage_options, cache_dir, cache_budget)
         self.classes = None
         self._files = None  # the tar shards' members (TarShardFiles), for WebDataset videos
         self.videos = self._resolve(source, path_column, label_column, start_column, end_column)
@@ -194,6 +200,18 @@ class VideoDataset(StokerDataset):
 
     def _resolve(self, source, path_column, label_column, start_column, end_column):
         """(path, label, start, end) per video."""
+        if _remote_shards.is_remote(source):  # WebDataset tar shards in object storage
+            storage_options, cache_dir, cache_budget = self._remote_options
+            urls = _remote_shards.expand_shards(source, storage_options)
+            self._remote = _remote_shards.RemoteShards(
+                urls, storage_options=storage_options, cache_dir=cache_dir,
+                cache_budget=cache_budget)
+            index = remote_tar_index(self._remote, "videos")
+            self._files = _native.remote.tar_shard_files(self._remote.native, index)
+            counts = [len(members) for members in index]
+            self._block_shards = _remote_shards.block_shards_of([n for n in counts if n], counts)
+            return [(self._files.path(i), self._files.label(i), 0.0, 0.0)
+                    for i in range(len(self._files))]
         if _is_table(source):
             paths, labels, starts, ends, base = _table_rows(
                 source, path_column, label_column, start_column, end_column)
@@ -227,10 +245,6 @@ class VideoDataset(StokerDataset):
                 videos = [(f, -1, 0.0, 0.0) for f in files]
         if not videos:
             raise ValueError("VideoDataset: no videos given")
-        for p, *_ in videos:
-            if "://" in p:
-                raise ValueError(f"VideoDataset reads videos on a file system; {p!r} is a URL, "
-                                 f"which it does not read yet")
         return videos
 
     def _make_pipeline(self, transform):
@@ -260,6 +274,11 @@ class VideoDataset(StokerDataset):
                 self.clips_per_video, random, self.timestamps, self.layout == "CTHW",
                 self._exact_size, self.decoder_threads, self.index_cache_bytes)
         return self._sources[random]
+
+    @property
+    def default_shuffle(self):
+        """What ``shuffle=True`` means for this dataset: the shard order for remote shards."""
+        return "shards" if self._remote is not None else True
 
     # -- the dataset -------------------------------------------------------------------------
 
@@ -308,10 +327,13 @@ class VideoDataset(StokerDataset):
 
     def __reduce__(self):  # pickled as its spec: the videos are resolved again where unpickled
         source, path_column, label_column, start_column, end_column = self._spec
+        storage_options, cache_dir, cache_budget = self._remote_options
         kwargs = dict(random_clips=self.random_clips, path_column=path_column,
                       label_column=label_column, start_column=start_column,
                       end_column=end_column, decoder_threads=self.decoder_threads,
-                      index_cache_bytes=self.index_cache_bytes, max_pixels=self.max_pixels)
+                      index_cache_bytes=self.index_cache_bytes, max_pixels=self.max_pixels,
+                      storage_options=storage_options, cache_dir=cache_dir,
+                      cache_budget=cache_budget)
         return _rebuild, (source, self.frames, self.stride, self.fps, self.clips_per_video,
                           self.transform, self.timestamps, self.layout, kwargs)
 
