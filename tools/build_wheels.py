@@ -218,13 +218,18 @@ def toolchain(venv):
     return tc, f"zig {zig_version} glibc {GLIBC} libstdc++ {gcc['version']}"
 
 
-def image_libraries(tc, signature):
-    """libjpeg-turbo and libpng from Debian's sources (scripts/wheel-deps.sh), built with the
-    toolchain into build/wheels/deps (once: a stamp says from what). Returns the directory."""
+def debian_sources():
+    """The Debian source trees of what the wheels bundle (scripts/wheel-deps.sh): libjpeg-turbo,
+    libpng, FFmpeg, dav1d."""
     out = run(["bash", ROOT / "scripts" / "wheel-deps.sh", WORK / "src"], capture_output=True,
               text=True)
     sys.stderr.write(out.stderr)
-    jpeg_src, png_src = [Path(p) for p in out.stdout.split()[-2:]]
+    return [Path(p) for p in out.stdout.split()[-4:]]
+
+
+def image_libraries(tc, signature, jpeg_src, png_src):
+    """libjpeg-turbo and libpng from Debian's sources, built with the toolchain into
+    build/wheels/deps (once: a stamp says from what). Returns the directory."""
     deps = WORK / "deps"
     common = ["-G", "Ninja", f"-DCMAKE_C_COMPILER={tc / 'cc'}", "-DCMAKE_BUILD_TYPE=Release",
               # Debian's CMake files predate CMake 4's floor
@@ -260,6 +265,60 @@ def image_libraries(tc, signature):
     # Stoker reads libjpeg's internal state (src/image/jpeg.cc): Debian's -dev package ships
     # jpegint.h, libjpeg-turbo's install does not.
     shutil.copy(jpeg_src / "jpegint.h", deps / "include" / "jpegint.h")
+    stamp.write_text(recipe)
+    return deps
+
+
+# FFmpeg for the video module: LGPL (no --enable-gpl, no GPL or nonfree library), decode only,
+# the codecs, containers and parsers stoker.VideoDataset documents (docs/video.md), AV1 through
+# dav1d; no programs, devices, filters, network or encoders. Nothing is autodetected, so the
+# wheel links nothing of this machine but glibc.
+FFMPEG_CONFIGURE = [
+    "--enable-shared", "--disable-static", "--enable-pic", "--disable-programs", "--disable-doc",
+    "--disable-autodetect", "--disable-network", "--disable-everything", "--disable-avdevice",
+    "--disable-avfilter", "--disable-swresample", "--disable-postproc", "--enable-avformat",
+    "--enable-avcodec", "--enable-swscale", "--enable-libdav1d",
+    "--enable-decoder=h264,hevc,vp8,vp9,mpeg4,mpeg1video,mpeg2video,mjpeg,libdav1d",
+    "--enable-parser=h264,hevc,vp8,vp9,av1,mpeg4video,mpegvideo,mjpeg",
+    "--enable-demuxer=mov,matroska,avi,mpegts,mpegps,m4v,h264,hevc,ivf",
+    "--enable-protocol=file"]
+
+
+def video_libraries(tc, signature, ffmpeg_src, dav1d_src):
+    """dav1d and an LGPL, decode-only FFmpeg from Debian's sources, built with the toolchain into
+    build/wheels/deps-video (once: a stamp says from what). Returns the directory (its
+    lib/pkgconfig is what CMake's pkg-config finds for the video wing)."""
+    deps = WORK / "deps-video"
+    recipe = json.dumps({"ffmpeg": [ffmpeg_src.name, FFMPEG_CONFIGURE], "dav1d": dav1d_src.name,
+                         "toolchain": signature})
+    stamp = deps / ".stamp"
+    if stamp.exists() and stamp.read_text() == recipe:
+        return deps
+    shutil.rmtree(deps, ignore_errors=True)
+    env = {**os.environ, "CC": str(tc / "cc"), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+           "PKG_CONFIG_LIBDIR": str(deps / "lib" / "pkgconfig")}
+    log(f"dav1d: {dav1d_src.name} for glibc {GLIBC}")
+    b = WORK / "build-dav1d"
+    shutil.rmtree(b, ignore_errors=True)
+    with open(WORK / "dav1d.log", "w") as f:
+        run(["meson", "setup", b, dav1d_src, f"--prefix={deps}", "--libdir=lib",
+             "--buildtype=release", "-Denable_tools=false", "-Denable_tests=false",
+             "-Ddefault_library=shared"], env=env, stdout=f, stderr=f)
+        run(["ninja", "-C", b, "install"], env=env, stdout=f, stderr=f)
+    log(f"FFmpeg: {ffmpeg_src.name} (LGPL, decode only) for glibc {GLIBC}")
+    b = WORK / "build-ffmpeg"
+    shutil.rmtree(b, ignore_errors=True)
+    b.mkdir(parents=True)
+    with open(WORK / "ffmpeg.log", "w") as f:
+        run([ffmpeg_src / "configure", f"--prefix={deps}", f"--cc={tc / 'cc'}",
+             *FFMPEG_CONFIGURE], cwd=b, env=env, stdout=f, stderr=f)
+        # configure finds sysctl() by linking (glibc 2.28 still has it), not <sys/sysctl.h>,
+        # which zig's glibc headers do not ship.
+        config = b / "config.h"
+        config.write_text(config.read_text().replace("#define HAVE_SYSCTL 1",
+                                                     "#define HAVE_SYSCTL 0"))
+        run(["make", f"-j{os.cpu_count() or 2}"], cwd=b, env=env, stdout=f, stderr=f)
+        run(["make", "install"], cwd=b, env=env, stdout=f, stderr=f)
     stamp.write_text(recipe)
     return deps
 
@@ -352,15 +411,18 @@ def check_raw(wheel, toolchain_name, abi3, venv):
     return problems
 
 
-def build_one(p, tc, deps, tools, toolchain_name, signature, out):
+def build_one(p, tc, deps, video, tools, toolchain_name, signature, out):
     py, note = build_venv(p.build)
     raw = WORK / "raw" / p.name
     shutil.rmtree(raw, ignore_errors=True)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(VENV_BIN), str(tools / "bin"), env["PATH"]])
-    # No video module in a wheel yet: it would link this system's FFmpeg (docs/install.md).
-    defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": "OFF",
+    # The video module links the LGPL FFmpeg built here (video_libraries), never this system's
+    # (a GPL build): without one (the GCC toolchain) the wheel has no video module.
+    defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": "ON" if video else "OFF",
                "CMAKE_CXX_COMPILER_LAUNCHER": ROOT / "tools" / "ccache.sh"}
+    if video:
+        env["PKG_CONFIG_LIBDIR"] = str(video / "lib" / "pkgconfig")
     if toolchain_name == "zig":
         # ccache keys the compiler on its path's mtime by default; the wrapper's text does not
         # change with zig or GCC, so it keys on their versions instead.
@@ -390,7 +452,8 @@ def build_one(p, tc, deps, tools, toolchain_name, signature, out):
     if toolchain_name == "zig":
         # The image libraries are ours (build/wheels/deps), not the system's; the tag is the
         # glibc the wheel was built for, or the repair fails.
-        repair_env["LD_LIBRARY_PATH"] = str(deps / "lib")
+        repair_env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            str(d / "lib") for d in (deps, video) if d is not None)
         repair += ["--plat", PLATFORM, "--only-plat"]
     got = run(repair, env=repair_env, capture_output=True, text=True, check=False)
     if got.returncode != 0:
@@ -419,10 +482,12 @@ def build(args):
     if not plans:
         raise SystemExit("no interpreter to build a wheel with")
     tools = tools_venv()
-    tc = deps = None
+    tc = deps = video = None
     if args.toolchain == "zig":
         tc, signature = toolchain(tools)
-        deps = image_libraries(tc, signature)
+        jpeg_src, png_src, ffmpeg_src, dav1d_src = debian_sources()
+        deps = image_libraries(tc, signature, jpeg_src, png_src)
+        video = video_libraries(tc, signature, ffmpeg_src, dav1d_src)
     else:
         signature = "gcc " + gcc_facts()["version"] + " (this machine's glibc)"
     out.mkdir(parents=True, exist_ok=True)
@@ -431,7 +496,7 @@ def build(args):
     results, failed = [], 0
     for p in plans:
         t = time.time()
-        wheel, notes = build_one(p, tc, deps, tools, args.toolchain, signature, out)
+        wheel, notes = build_one(p, tc, deps, video, tools, args.toolchain, signature, out)
         for n in notes:
             log(f"{p.name}: {n}")
         if wheel is None:

@@ -4,13 +4,14 @@ LD_LIBRARY_PATH empty. There it must decode a JPEG and a PNG through ImageFolder
 libjpeg and libpng of its own stoker.libs/, never the system's), read a token file, run the
 Python-dataset wing's CPython code (the limited API of the abi3 wheel), answer `stoker --help`
 and `python -m stoker.info`, and take from the system nothing beyond its manylinux policy's
-libraries (ldd of every shared object it installed). With --tables: the same wheel with
+libraries (ldd of every shared object it installed). A wheel with the video module (make
+wheels) decodes an H.264 and an AV1 video with its own FFmpeg, frames equal to PyAV's. With --tables: the same wheel with
 `[tables]` (pyarrow from the index) reads Parquet, its stoker._arrow linking pyarrow's own
 libarrow and libparquet.
 
     python tools/clean_room.py WHEEL [--python PYTHON] [--tables]
 
-Run with the checkout's .venv (it makes the test images with Pillow). tests/python/test_wheel.py
+Run with the checkout's .venv (it makes the test images with Pillow, the videos with PyAV). tests/python/test_wheel.py
 (make test: the test interpreter's wheel) and tools/build_wheels.py --test (make wheels-test:
 every wheel, every interpreter found for it) call room() and tables_room().
 """
@@ -73,6 +74,19 @@ ROOM = textwrap.dedent("""
               "fetched": fetched[:3], "replaced": len(fetched) == 4,
               "skipped": [list(s) for s in fetcher.take_skipped()], "raised": raised}
 
+    # The video module, where the wheel has one (make wheels): clips of an H.264 mp4 and an AV1
+    # mkv, their frames saved for the comparison with PyAV outside the room.
+    video = None
+    import importlib.util
+    if importlib.util.find_spec("stoker._video") is not None:
+        paths = sorted(glob.glob(os.path.join(data, "videos", "*")))
+        vds = stoker.VideoDataset(paths, frames=3, stride=2, timestamps=True)
+        video = {"paths": paths, "stamps": [], "ffmpeg": stoker._video.ffmpeg_versions()}
+        for i in range(len(vds)):
+            clip, _, stamps = vds[i]
+            np.save(os.path.join(data, f"clip{i}.npy"), clip)
+            video["stamps"].append(stamps.tolist())
+
     ldd = {}
     for so in glob.glob(os.path.join(site, "stoker*", "**", "*.so*"), recursive=True):
         ldd[so] = subprocess.run(["ldd", so], capture_output=True, text=True).stdout
@@ -82,6 +96,7 @@ ROOM = textwrap.dedent("""
         "file": stoker.__file__, "version": stoker.__version__, "metadata": version("stoker"),
         "native": stoker._native.__file__, "ldd": ldd, "mapped": mapped,
         "batches": [[list(s), y] for s, y in batches], "tokens": first, "pydata": pydata,
+        "video": video,
         "cuda": stoker.cuda_available(), "testing": hasattr(stoker._native, "testing"),
         "gpu_signatures": stoker._native.gpu.GpuBatchDecoder.__init__.__doc__ +
         stoker._native.gpu.set_fence_provider.__doc__,
@@ -167,7 +182,53 @@ def make_data(root):
         (root / "images" / cls).mkdir(parents=True)
         Image.fromarray(image).save(root / "images" / cls / fname, quality=95)
     np.arange(20, dtype=np.uint16).tofile(root / "tokens.bin")
+    make_videos(root / "videos")
     return pixels
+
+
+def make_videos(where):
+    """An H.264 mp4 with B-frames and an AV1 mkv (PyAV's encoders, from the checkout's .venv)."""
+    import av
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1's banner: errors only
+    where.mkdir(parents=True)
+    yy, xx = np.mgrid[0:48, 0:64]
+    for name, codec, options in (("h264.mp4", "libx264", {}),
+                                 ("av1.mkv", "libsvtav1", {"preset": "12"})):
+        with av.open(str(where / name), "w") as c:
+            s = c.add_stream(codec, rate=25)
+            s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+            s.codec_context.gop_size = 6
+            s.options = options
+            for i in range(12):
+                img = np.stack([(xx * 3 + i * 9) % 256, (yy * 4 + i * 5) % 256,
+                                (xx + yy + i * 11) % 256], -1).astype(np.uint8)
+                for packet in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                    c.mux(packet)
+            for packet in s.encode():
+                c.mux(packet)
+
+
+def video_problems(seen, data, libs):
+    """What is wrong with the room's clips (frames unlike PyAV's at the same timestamps, FFmpeg
+    not the wheel's own), in words."""
+    import av
+    problems = []
+    video = seen["video"]
+    for i, (path, stamps) in enumerate(zip(video["paths"], video["stamps"])):
+        clip = np.load(data / f"clip{i}.npy")
+        with av.open(path) as c:
+            ref = {round(float(f.time), 6): f.to_ndarray(format="rgb24")
+                   for f in c.decode(video=0)}
+        for t, frame in zip(stamps, clip):
+            want = ref.get(round(t, 6))
+            if want is None or np.abs(frame.transpose(1, 2, 0).astype(int) - want).mean() > 1:
+                problems.append(f"{os.path.basename(path)}: the frame at {t} s is not PyAV's")
+    mapped = [os.path.realpath(p) for p in seen["mapped"]
+              if "libav" in os.path.basename(p) or "libsw" in os.path.basename(p)
+              or "dav1d" in os.path.basename(p)]
+    if not (mapped and all(p.startswith(libs + "/") for p in mapped)):
+        problems.append(f"FFmpeg mapped from outside stoker.libs/: {mapped}")
+    return problems
 
 
 def resolved(ldd):
@@ -271,6 +332,13 @@ def room(wheel, python, tmp):
                 "replaced": True, "skipped": [[3, "ValueError: three"]], "raised": ["three", 3]}
     if pd != expected:
         problems.append(f"the Python-dataset wing: {pd}, expected {expected}")
+
+    with zipfile.ZipFile(wheel) as z:
+        has_video = any(n.startswith("stoker/_video") for n in z.namelist())
+    if has_video and seen["video"] is None:
+        problems.append("the wheel has stoker._video, but the room cannot find it")
+    elif has_video:
+        problems += video_problems(seen, data, libs)
 
     # The console script, and the build report users paste into bug reports.
     cli = subprocess.run([str(venv / "bin" / "stoker"), "--help"], env=env, cwd=tmp,
