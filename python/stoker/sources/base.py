@@ -27,6 +27,7 @@ package's own protocol, not user API.
 - ``_source_for(shuffle)``: the source for a loader that shuffles or not (``_source`` but for
   a VideoDataset, whose clip starts follow it).
 - ``_packing_stats()``, ``_transform_report()``: figures for ``loader.stats()``, or None.
+- ``_video_stats()``: a video dataset's decoding counts, for ``diagnose``; None otherwise.
 
 A dataset of encoded images (ImageFolder, TarShards, TableDataset(image=...)) holds an
 ``ImageSamples`` (``_images``, set by ``_set_images``), which gives the image members above.
@@ -82,6 +83,11 @@ class StokerDataset:
         return self._source
 
     def _packing_stats(self):
+        return None
+
+    def _video_stats(self):
+        """A video dataset's decoding counts (VideoDataset.stats()), for diagnose; None
+        otherwise."""
         return None
 
     def _transform_report(self):

@@ -319,11 +319,8 @@ class VideoDataset(StokerDataset):
                 total[k] = total.get(k, 0) + v
         return total
 
-    @staticmethod
-    def _video_figures(before, after):
-        """stats() over a run (two readings), as the diagnosis takes them."""
-        keys = ("decode_seconds", "transform_seconds", "frames_decoded", "frames_delivered")
-        return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    def _video_stats(self):
+        return self.stats()
 
     def __reduce__(self):  # pickled as its spec: the videos are resolved again where unpickled
         source, path_column, label_column, start_column, end_column = self._spec
