@@ -220,6 +220,7 @@ NB_MODULE(_video, m) {
         out["frames_decoded"] = v.frames_decoded;
         out["seeks"] = v.seeks;
         out["opens"] = v.opens;
+        out["decoder_reuses"] = v.decoder_reuses;
         out["index_builds"] = v.index_builds;
         out["index_cache_bytes"] = v.index_cache_bytes;
         out["decode_seconds"] = v.decode_seconds;

@@ -83,9 +83,10 @@ class PictureInput final : public internal::PixelInput {
     internal::check_pixel_limit(info.width, info.height, max_pixels_);
     return info;
   }
-  bool scalable() const override { return false; }
-  internal::DecodedRegion decode(int, internal::Rect want, const internal::JpegOptions&) override {
-    const RgbRegion r = picture_.rgb(want.x0, want.y0, want.x1, want.y1);
+  bool scalable() const override { return true; }
+  internal::DecodedRegion decode(int scale_num, internal::Rect want,
+                                 const internal::JpegOptions&) override {
+    const RgbRegion r = picture_.rgb(want.x0, want.y0, want.x1, want.y1, scale_num);
     return {{r.x0, r.y0, r.x1, r.y1}, r.data, r.stride};
   }
 

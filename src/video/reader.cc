@@ -15,6 +15,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "image/decode_region.h"  // scaled_size
 #include "stoker/errors.h"
 
 namespace stoker::video {
@@ -107,20 +108,26 @@ class FramePicture final : public image::Picture {
   int width() const override { return frame_->width; }
   int height() const override { return frame_->height; }
 
-  image::RgbRegion rgb(int x0, int y0, int x1, int y1) override {
+  image::RgbRegion rgb(int x0, int y0, int x1, int y1, int scale_num) override {
     const auto format = static_cast<AVPixelFormat>(frame_->format);
     const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
     if (desc == nullptr) throw DecodeError(*path_ + ": a frame of an unknown pixel format");
     const bool croppable = (desc->flags & (AV_PIX_FMT_FLAG_PAL | AV_PIX_FMT_FLAG_BITSTREAM |
                                            AV_PIX_FMT_FLAG_HWACCEL)) == 0 &&
                            (desc->flags & AV_PIX_FMT_FLAG_PLANAR) != 0;
+    // The region in the scaled picture's coordinates, and the frame's pixels it covers (each
+    // scaled pixel is f x f of them); its origin on whole chroma samples.
+    const int f = 8 / scale_num;
     if (!croppable) {
       x0 = y0 = 0;
-      x1 = frame_->width;
-      y1 = frame_->height;
+      x1 = image::internal::scaled_size(frame_->width, scale_num);
+      y1 = image::internal::scaled_size(frame_->height, scale_num);
     }
-    x0 &= ~((1 << desc->log2_chroma_w) - 1);
-    y0 &= ~((1 << desc->log2_chroma_h) - 1);
+    while (((x0 * f) & ((1 << desc->log2_chroma_w) - 1)) != 0) --x0;
+    while (((y0 * f) & ((1 << desc->log2_chroma_h) - 1)) != 0) --y0;
+    const int sx0 = x0 * f, sy0 = y0 * f;
+    const int sw = std::min(frame_->width, x1 * f) - sx0;
+    const int sh = std::min(frame_->height, y1 * f) - sy0;
     const int w = x1 - x0, h = y1 - y0;
     const uint8_t* src[4] = {};
     int src_stride[4] = {};
@@ -129,14 +136,17 @@ class FramePicture final : public image::Picture {
       for (int c = 0; c < desc->nb_components; ++c)
         if (desc->comp[c].plane == p) step = std::max(step, desc->comp[c].step);
       const bool chroma = p == 1 || p == 2;
-      const int px = chroma ? x0 >> desc->log2_chroma_w : x0;
-      const int py = chroma ? y0 >> desc->log2_chroma_h : y0;
+      const int px = chroma ? sx0 >> desc->log2_chroma_w : sx0;
+      const int py = chroma ? sy0 >> desc->log2_chroma_h : sy0;
       src[p] = frame_->data[p] + static_cast<ptrdiff_t>(py) * frame_->linesize[p] +
                static_cast<ptrdiff_t>(px) * step;
       src_stride[p] = frame_->linesize[p];
     }
-    sws_.reset(sws_getCachedContext(sws_.release(), w, h, format, w, h, AV_PIX_FMT_RGB24,
-                                    SWS_BILINEAR, nullptr, nullptr, nullptr));
+    // At full size a conversion only (PyAV's); scaled, averaged over each pixel's area as
+    // libjpeg's DCT scaling of the image pipeline does, in the same pass.
+    sws_.reset(sws_getCachedContext(sws_.release(), sw, sh, format, w, h, AV_PIX_FMT_RGB24,
+                                    f == 1 ? SWS_BILINEAR : SWS_AREA, nullptr, nullptr,
+                                    nullptr));
     if (!sws_) throw DecodeError(*path_ + ": cannot convert " + desc->name + " frames to RGB");
     set_colorspace(format);
     stride_ = (static_cast<size_t>(w) * 3 + 63) & ~size_t{63};
@@ -148,7 +158,7 @@ class FramePicture final : public image::Picture {
     }
     uint8_t* dst[4] = {buffer_.get(), nullptr, nullptr, nullptr};
     int dst_stride[4] = {static_cast<int>(stride_), 0, 0, 0};
-    if (sws_scale(sws_.get(), src, src_stride, 0, h, dst, dst_stride) != h)
+    if (sws_scale(sws_.get(), src, src_stride, 0, sh, dst, dst_stride) != h)
       throw DecodeError(*path_ + ": libswscale could not convert a frame to RGB");
     return {x0, y0, x1, y1, buffer_.get(), stride_};
   }
@@ -240,7 +250,22 @@ struct VideoReader::Impl {
     positioned = false;
   }
 
+  // Whether the open decoder decodes a stream of parameters `par` as it is: the same codec,
+  // size, pixel format and extradata (the parameter sets of H.264/HEVC, AV1's sequence
+  // header). Videos encoded alike (a dataset's, mostly) then share one decoder, flushed between
+  // them, instead of opening one per video.
+  static bool reusable(const AVCodecContext* c, const AVCodec* decoder,
+                       const AVCodecParameters* par) {
+    return c != nullptr && c->codec == decoder && c->width == par->width &&
+           c->height == par->height &&
+           (par->format == AV_PIX_FMT_NONE || c->pix_fmt == par->format) &&
+           c->extradata_size == par->extradata_size &&
+           (par->extradata_size == 0 ||
+            std::memcmp(c->extradata, par->extradata, par->extradata_size) == 0);
+  }
+
   void open(const std::string& p, std::vector<std::byte>* bytes = nullptr) {
+    std::unique_ptr<AVCodecContext, CodecCloser> previous = std::move(codec);
     close();
     AVFormatContext* f = avformat_alloc_context();
     if (f == nullptr) throw std::bad_alloc();
@@ -289,16 +314,24 @@ struct VideoReader::Impl {
     }
     for (unsigned i = 0; i < f->nb_streams; ++i)
       f->streams[i]->discard = static_cast<int>(i) == s ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
-    AVCodecContext* c = avcodec_alloc_context3(decoder);
-    codec.reset(c);
-    if (c == nullptr || avcodec_parameters_to_context(c, f->streams[s]->codecpar) < 0)
-      throw DecodeError(p + ": cannot set up its decoder");
-    c->thread_count = threads;
-    c->max_pixels = image::kDefaultMaxPixels;  // PIL's limit, as for images: no giant frames
-    c->pkt_timebase = f->streams[s]->time_base;
-    const int orc = avcodec_open2(c, decoder, nullptr);
-    if (orc < 0)
-      throw DecodeError(p + ": cannot open its " + decoder->name + " decoder: " + av_error(orc));
+    if (reusable(previous.get(), decoder, f->streams[s]->codecpar)) {
+      codec = std::move(previous);
+      avcodec_flush_buffers(codec.get());
+      codec->pkt_timebase = f->streams[s]->time_base;
+      ++stats.decoder_reuses;
+    } else {
+      previous.reset();
+      AVCodecContext* c = avcodec_alloc_context3(decoder);
+      codec.reset(c);
+      if (c == nullptr || avcodec_parameters_to_context(c, f->streams[s]->codecpar) < 0)
+        throw DecodeError(p + ": cannot set up its decoder");
+      c->thread_count = threads;
+      c->max_pixels = image::kDefaultMaxPixels;  // PIL's limit, as for images: no giant frames
+      c->pkt_timebase = f->streams[s]->time_base;
+      const int orc = avcodec_open2(c, decoder, nullptr);
+      if (orc < 0)
+        throw DecodeError(p + ": cannot open its " + decoder->name + " decoder: " + av_error(orc));
+    }
     stream = s;
     path = p;
     ++stats.opens;

@@ -172,6 +172,26 @@ TEST(VideoIndex, ASidecarRoundTripsAndIsRefusedWhenStaleOrDamaged) {
   EXPECT_EQ(sidecar_path("a/b.mp4"), "a/b.mp4.stoker-index");
 }
 
+TEST(VideoReader, VideosEncodedAlikeShareADecoderAndDecodeAsAlone) {
+  TempDir dir;
+  testing::write_test_video(dir.path("a.mp4"), TestVideo{.frames = 20, .gop = 5});
+  testing::write_test_video(dir.path("b.mp4"), TestVideo{.frames = 30, .gop = 5});
+  testing::write_test_video(dir.path("wide.mp4"), TestVideo{.frames = 20, .width = 96});
+  VideoReader reader;
+  auto read = [&](const char* name, std::vector<uint64_t> wanted, int frames) {
+    reader.open(dir.path(name));
+    const VideoIndex index = reader.build_index();
+    return shown(reader, index, wanted, frames);
+  };
+  EXPECT_EQ(read("a.mp4", {3, 17}, 20), (std::vector<int>{3, 17}));
+  EXPECT_EQ(read("b.mp4", {1, 28}, 30), (std::vector<int>{1, 28}));  // mid-GOP state flushed
+  EXPECT_EQ(reader.stats().decoder_reuses, 1u);
+  EXPECT_EQ(read("wide.mp4", {4}, 20), (std::vector<int>{4}));  // another size: a new decoder
+  EXPECT_EQ(reader.stats().decoder_reuses, 1u);
+  EXPECT_EQ(read("a.mp4", {0, 19}, 20), (std::vector<int>{0, 19}));
+  EXPECT_EQ(reader.stats().opens, 4u);
+}
+
 TEST(VideoReader, NamesTheFileOfEveryBadInput) {
   TempDir dir;
   VideoReader reader;

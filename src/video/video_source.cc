@@ -22,7 +22,7 @@ struct VideoWorker final : WorkerState {
   image::ImageScratch scratch;
   std::vector<std::byte> frame;  // one frame's output, for the CTHW scatter
   std::vector<uint64_t> wanted;
-  uint64_t decoded = 0, seeks = 0, opens = 0;  // the reader's counts already reported
+  video::ReaderStats reported;  // the reader's counts already added to the source's
 };
 
 std::string seconds_text(double s) {
@@ -276,12 +276,11 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const video::ReaderStats& rs = w.reader.stats();
   clips_.fetch_add(1, std::memory_order_relaxed);
   delivered_.fetch_add(frames, std::memory_order_relaxed);
-  decoded_.fetch_add(rs.frames_decoded - w.decoded, std::memory_order_relaxed);
-  seeks_.fetch_add(rs.seeks - w.seeks, std::memory_order_relaxed);
-  opens_.fetch_add(rs.opens - w.opens, std::memory_order_relaxed);
-  w.decoded = rs.frames_decoded;
-  w.seeks = rs.seeks;
-  w.opens = rs.opens;
+  decoded_.fetch_add(rs.frames_decoded - w.reported.frames_decoded, std::memory_order_relaxed);
+  seeks_.fetch_add(rs.seeks - w.reported.seeks, std::memory_order_relaxed);
+  opens_.fetch_add(rs.opens - w.reported.opens, std::memory_order_relaxed);
+  reuses_.fetch_add(rs.decoder_reuses - w.reported.decoder_reuses, std::memory_order_relaxed);
+  w.reported = rs;
 }
 
 VideoStats VideoSource::stats() const {
@@ -292,6 +291,7 @@ VideoStats VideoSource::stats() const {
   s.seeks = seeks_.load(std::memory_order_relaxed);
   s.opens = opens_.load(std::memory_order_relaxed);
   s.index_builds = builds_.load(std::memory_order_relaxed);
+  s.decoder_reuses = reuses_.load(std::memory_order_relaxed);
   s.decode_seconds = 1e-9 * static_cast<double>(decode_ns_.load(std::memory_order_relaxed));
   s.transform_seconds = 1e-9 * static_cast<double>(transform_ns_.load(std::memory_order_relaxed));
   std::lock_guard lock(mutex_);

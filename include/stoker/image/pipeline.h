@@ -86,16 +86,19 @@ struct RgbRegion {
 };
 
 // A decoded picture that the pipeline reads instead of an encoded file (a video frame): it
-// converts to RGB only the rectangle the transforms read. One thread at a time.
+// converts to RGB only the rectangle the transforms read, and at a reduced scale where they
+// shrink it (as JPEG's DCT scaling, PipelineOptions::dct_min_ratio). One thread at a time.
 class Picture {
  public:
   virtual ~Picture() = default;
   virtual int width() const = 0;
   virtual int height() const = 0;
-  // The RGB pixels of [x0, x1) x [y0, y1), or of a rectangle inside the picture that holds it,
-  // valid until the next call. REQUIRES: a non-empty rectangle inside the picture. Throws
-  // DecodeError when the pixels cannot be converted.
-  virtual RgbRegion rgb(int x0, int y0, int x1, int y1) = 0;
+  // The RGB pixels of [x0, x1) x [y0, y1) of the picture scaled by scale_num/8 (1, 2, 4 or 8;
+  // scaled sides rounded up, each scaled pixel the average of the area it covers), or of a
+  // rectangle inside it that holds it, valid until the next call. REQUIRES: a non-empty
+  // rectangle inside the scaled picture. Throws DecodeError when the pixels cannot be
+  // converted.
+  virtual RgbRegion rgb(int x0, int y0, int x1, int y1, int scale_num = 8) = 0;
 };
 
 // Per-thread reusable buffers and decoder state. Use one per thread; not thread-safe.

@@ -82,6 +82,7 @@ struct VideoStats {
   uint64_t frames_decoded = 0;
   uint64_t seeks = 0;
   uint64_t opens = 0;
+  uint64_t decoder_reuses = 0;  // opens that kept the worker's decoder (a video encoded alike)
   uint64_t index_builds = 0;
   uint64_t index_cache_bytes = 0;
   double decode_seconds = 0;     // worker time demuxing and decoding (summed over threads)
@@ -138,7 +139,7 @@ class VideoSource final : public Source {
   mutable std::list<uint64_t> lru_;  // most recent first
   mutable uint64_t cache_bytes_ = 0;
   mutable std::atomic<uint64_t> clips_{0}, delivered_{0}, decoded_{0}, seeks_{0}, opens_{0},
-      builds_{0}, decode_ns_{0}, transform_ns_{0};
+      builds_{0}, reuses_{0}, decode_ns_{0}, transform_ns_{0};
 };
 
 }  // namespace stoker

@@ -63,6 +63,7 @@ struct ReaderStats {
   uint64_t frames_decoded = 0;  // frames the decoder output (skipped non-references are not)
   uint64_t seeks = 0;
   uint64_t opens = 0;
+  uint64_t decoder_reuses = 0;  // opens that kept the decoder of the video before (alike)
 };
 
 class VideoReader {
@@ -78,7 +79,8 @@ class VideoReader {
   VideoReader& operator=(const VideoReader&) = delete;
 
   // Opens the file at `path`, unless it is the one open now (its demuxer and decoder are then
-  // reused). Throws IoError or DecodeError naming it.
+  // reused). A video encoded as the one before it (codec, size, pixel format, extradata) keeps
+  // its decoder, flushed. Throws IoError or DecodeError naming it.
   void open(const std::string& path);
   // Opens a video held in memory (a tar shard's member), named `name` in messages, unless it is
   // the one open now (`bytes` is then dropped). The reader keeps the bytes while it is open.

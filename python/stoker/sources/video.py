@@ -310,7 +310,8 @@ class VideoDataset(StokerDataset):
     def stats(self):
         """Decoding counts since the dataset was made, over every loader that read it: clips,
         frames_delivered, frames_decoded (the decoder's output; skipped non-reference frames
-        not counted), seeks, opens, index_builds, index_cache_bytes, decode_seconds and
+        not counted), seeks, opens, decoder_reuses (opens that kept the decoder of a video
+        encoded alike), index_builds, index_cache_bytes, decode_seconds and
         transform_seconds (worker time demuxing and decoding; converting and transforming the
         kept frames)."""
         total = {}
