@@ -135,7 +135,11 @@ def two_ranks(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # gloo on the loopback interface, as the other launchers of the tests (trainer_launch.py,
+    # test_torchrun.py): by default it takes the interface of the machine's hostname, which need
+    # not connect to itself (a CI machine's).
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port), str(out),
                                str(N), str(BATCH)], env=env) for r in range(2)]
     try:
