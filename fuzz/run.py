@@ -101,8 +101,8 @@ def describe(r):
             f"{r.get('average_exec_per_sec', 0):>7,}/s  cov {r.get('edges', 0):>5} edges  "
             f"ft {r.get('features', 0):>6}  corpus {r.get('corpus', 0):>5}  "
             f"{r['seconds']:>6.0f} s  {status}")
-    if r["returncode"] != 0:
-        line += f"\n    {r.get('summary', 'no sanitizer summary')}; input: " \
+    if r["returncode"] != 0:  # one line: tools/run_tests.py repeats a failure's first line
+        line += f": {r.get('summary', 'no sanitizer summary')}; input: " \
                 f"{r.get('artifact', '?')}; log: {r['log']}"
     return line
 

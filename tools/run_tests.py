@@ -82,7 +82,7 @@ def failed_cases(path):
             continue
         name = "::".join(p for p in (case.get("classname"), case.get("name")) if p)
         message = (bad.get("message") or bad.text or "").strip().splitlines()
-        out.append(f"{name}: {message[0][:300] if message else ''}")
+        out.append(f"{name}: {message[0][:500] if message else ''}")
     return out
 
 

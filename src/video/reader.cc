@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 extern "C" {
@@ -164,11 +165,20 @@ class FramePicture final : public image::Picture {
   }
 
  private:
+  // An enum field as the stream states it: decoders copy the bitstream's value, which may be none
+  // of the enum's (reading it as the enum would be undefined behaviour).
+  template <typename Enum>
+  static int stated(const Enum& field) {
+    std::underlying_type_t<Enum> value;
+    std::memcpy(&value, &field, sizeof value);
+    return static_cast<int>(value);
+  }
+
   // The frame's matrix coefficients and range, where it states them (BT.601, limited range,
   // otherwise: libswscale's default, and PyAV's).
   void set_colorspace(AVPixelFormat format) {
     int space = SWS_CS_DEFAULT;
-    switch (frame_->colorspace) {
+    switch (stated(frame_->colorspace)) {
       case AVCOL_SPC_BT709:
         space = SWS_CS_ITU709;
         break;
@@ -185,7 +195,7 @@ class FramePicture final : public image::Picture {
       default:
         break;
     }
-    const bool full = frame_->color_range == AVCOL_RANGE_JPEG || format == AV_PIX_FMT_YUVJ420P ||
+    const bool full = stated(frame_->color_range) == AVCOL_RANGE_JPEG || format == AV_PIX_FMT_YUVJ420P ||
                       format == AV_PIX_FMT_YUVJ422P || format == AV_PIX_FMT_YUVJ444P;
     int* inv_table = nullptr;
     int* table = nullptr;
