@@ -13,11 +13,12 @@ LAUNCH   := -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER)
 
 .PHONY: demo test check install wheel wheels wheels-test bench-wheels sdist cpp cpp-asan cpp-tsan fuzz-build fuzz ext-asan bench bench-peers bench-images soak format clean
 
-$(DEPS): requirements.txt scripts/system-deps.sh
+$(DEPS): requirements.txt requirements-lerobot.txt scripts/system-deps.sh
 	bash scripts/system-deps.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/lerobot -r requirements-lerobot.txt
 	touch $@
 
 # The Python package, built by scikit-build-core (incremental: build/{wheel_tag} is kept).

@@ -227,6 +227,8 @@ void register_sources(nb::module_& m) {
                      for (const auto& f : s.fields()) out.push_back(f.shape);
                      return out;
                    })
+      .def("path", &Source::path, nb::arg("index"),
+           "What sample `index` is read from, as errors name it (a file); empty when nothing.")
       .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
            "Sample `index` read with (seed, epoch)'s randomness: one bytes object per field.");
 

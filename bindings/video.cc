@@ -2,6 +2,7 @@
 // because it links FFmpeg's libraries, which a user without video need not have. Its classes
 // derive from stoker._native's (Source), whose module it imports first; nanobind shares their
 // types and the exception translation (errors.cc) between the two modules.
+#include "stoker/sources/lerobot.h"
 #include "stoker/sources/video.h"
 
 #include <nanobind/nanobind.h>
@@ -43,6 +44,57 @@ ClipOptions clip_options(uint32_t frames, uint32_t stride, double fps, uint32_t 
   o.decoder_threads = decoder_threads;
   o.index_cache_bytes = index_cache_bytes;
   return o;
+}
+
+nb::dict stats_dict(const VideoStats& v) {
+  nb::dict out;
+  out["clips"] = v.clips;
+  out["frames_delivered"] = v.frames_delivered;
+  out["frames_decoded"] = v.frames_decoded;
+  out["seeks"] = v.seeks;
+  out["opens"] = v.opens;
+  out["decoder_reuses"] = v.decoder_reuses;
+  out["index_builds"] = v.index_builds;
+  out["index_cache_bytes"] = v.index_cache_bytes;
+  out["decode_seconds"] = v.decode_seconds;
+  out["transform_seconds"] = v.transform_seconds;
+  return out;
+}
+
+// A step value's element type: the three lerobot's items hold.
+DType value_dtype(const std::string& name) {
+  if (name == "float32") return kFloat32;
+  if (name == "int64") return kInt64;
+  if (name == "bool") return DType{DType::kBool, 8};
+  throw InvalidArgument("LeRobotSource: a value of " + name +
+                        ", not float32, int64 or bool");
+}
+
+using ValueSpec =
+    std::tuple<std::string, std::string, std::vector<int64_t>, nb::bytes, std::vector<int64_t>>;
+using CameraSpec =
+    std::tuple<std::string, std::shared_ptr<image::ImagePipeline>, bool, std::vector<int64_t>,
+               std::vector<std::string>, std::vector<double>>;
+
+std::shared_ptr<LeRobotSource> make_lerobot(const std::vector<ValueSpec>& values,
+                                            std::vector<float> timestamps,
+                                            const std::vector<CameraSpec>& cameras,
+                                            std::vector<uint64_t> starts, std::vector<int64_t> ids,
+                                            std::vector<int64_t> labels, double tolerance,
+                                            int decoder_threads, uint64_t index_cache_bytes) {
+  std::vector<StepValue> vs;
+  for (const auto& [name, dtype, shape, data, deltas] : values) {
+    const auto* p = static_cast<const std::byte*>(data.data());
+    vs.push_back({name, value_dtype(dtype), shape, std::vector<std::byte>(p, p + data.size()),
+                  deltas});
+  }
+  std::vector<StepCamera> cs;
+  for (const auto& [name, pipeline, exact_size, deltas, video, from] : cameras)
+    cs.push_back({name, pipeline, exact_size, deltas, video, from});
+  return std::make_shared<LeRobotSource>(std::move(vs), std::move(timestamps), std::move(cs),
+                                         StepEpisodes{std::move(starts), std::move(ids)},
+                                         std::move(labels), tolerance, decoder_threads,
+                                         index_cache_bytes);
 }
 
 nb::dict describe(const video::VideoIndex& index) {
@@ -212,19 +264,15 @@ NB_MODULE(_video, m) {
            "Videos whose bytes `files` reads (TarShardFiles(paths, media=\"videos\")).")
       .def_prop_ro("clip_shape", [](const VideoSource& s) { return s.fields()[0].shape; })
       .def_prop_ro("clip_dtype", [](const VideoSource& s) { return s.fields()[0].dtype.name(); })
-      .def("stats", [](const VideoSource& s) {
-        const VideoStats v = s.stats();
-        nb::dict out;
-        out["clips"] = v.clips;
-        out["frames_delivered"] = v.frames_delivered;
-        out["frames_decoded"] = v.frames_decoded;
-        out["seeks"] = v.seeks;
-        out["opens"] = v.opens;
-        out["decoder_reuses"] = v.decoder_reuses;
-        out["index_builds"] = v.index_builds;
-        out["index_cache_bytes"] = v.index_cache_bytes;
-        out["decode_seconds"] = v.decode_seconds;
-        out["transform_seconds"] = v.transform_seconds;
-        return out;
-      });
+      .def("stats", [](const VideoSource& s) { return stats_dict(s.stats()); });
+
+  nb::class_<LeRobotSource, Source>(m, "LeRobotSource")
+      .def(nb::new_(&make_lerobot), "values"_a, "timestamps"_a, "cameras"_a, "starts"_a,
+           "episode_ids"_a, "labels"_a, "tolerance"_a, "decoder_threads"_a,
+           "index_cache_bytes"_a,
+           "The steps of a LeRobot dataset (stoker/sources/lerobot.h). values: (name, dtype, "
+           "shape, bytes of every row, deltas) each; cameras: (name, pipeline, exact_size, "
+           "deltas, video per episode, start seconds per episode) each; starts: the episodes' "
+           "first rows and the rows.")
+      .def("stats", [](const LeRobotSource& s) { return stats_dict(s.stats()); });
 }

@@ -19,6 +19,7 @@ from .loader import DataLoader
 from .offload.producer import RayOffload
 from .sources.arrays import ArrayDataset
 from .sources.images import ImageFolder, TarShards
+from .sources.lerobot import LeRobotDataset
 from .sources.mixture import Mixture
 from .sources.tables import TableDataset
 from .sources.tokens import TokenDataset
@@ -35,6 +36,7 @@ __all__ = [
     "DataLoader",
     "DecodeError",
     "ImageFolder",
+    "LeRobotDataset",
     "MemoryBudgetError",
     "Mixture",
     "RayOffload",

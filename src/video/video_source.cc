@@ -1,10 +1,7 @@
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <string>
 
@@ -12,6 +9,7 @@
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
 #include "stoker/sources/video.h"
+#include "video/index_cache.h"
 
 namespace stoker {
 namespace {
@@ -29,21 +27,6 @@ std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s);
   return buf;
-}
-
-// The index in the sidecar of the video at `path`, when there is one that describes it.
-std::optional<video::VideoIndex> read_sidecar(const std::string& path) {
-  struct stat video {
-  }, side{};
-  const std::string sidecar = video::sidecar_path(path);
-  if (::stat(path.c_str(), &video) != 0 || ::stat(sidecar.c_str(), &side) != 0 ||
-      !S_ISREG(side.st_mode))
-    return std::nullopt;
-  std::ifstream in(sidecar, std::ios::binary);
-  std::vector<std::byte> bytes(static_cast<size_t>(side.st_size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
-    return std::nullopt;
-  return video::parse_index(bytes, static_cast<uint64_t>(video.st_size));
 }
 
 }  // namespace
@@ -112,7 +95,11 @@ std::vector<uint64_t> choose_clip(const video::VideoIndex& index, uint64_t lo, u
 
 VideoSource::VideoSource(std::vector<VideoFile> videos,
                          std::shared_ptr<const image::ImagePipeline> pipeline, ClipOptions options)
-    : videos_(std::move(videos)), pipeline_(std::move(pipeline)), options_(options) {
+    : videos_(std::move(videos)),
+      pipeline_(std::move(pipeline)),
+      options_(options),
+      cache_(std::make_unique<video::IndexCache>(options_.index_cache_bytes)),
+      counters_(std::make_unique<video::VideoCounters>()) {
   if (!pipeline_) throw InvalidArgument("VideoSource: no pipeline");
   if (options_.frames == 0 || options_.stride == 0 || options_.clips_per_video == 0)
     throw InvalidArgument("VideoSource: frames, stride and clips_per_video must be at least 1");
@@ -135,6 +122,8 @@ VideoSource::VideoSource(std::vector<VideoFile> videos,
   fields_.push_back({"label", kInt64, {}});
   if (options_.timestamps) fields_.push_back({"timestamps", DType{DType::kFloat, 64}, {t}});
 }
+
+VideoSource::~VideoSource() = default;
 
 namespace {
 
@@ -184,37 +173,15 @@ std::unique_ptr<WorkerState> VideoSource::make_worker_state() const {
 
 std::shared_ptr<const video::VideoIndex> VideoSource::index(uint64_t v,
                                                             video::VideoReader& reader) const {
-  {
-    std::lock_guard lock(mutex_);
-    auto it = cache_.find(v);
-    if (it != cache_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return it->second.index;
+  return cache_->get(v, [&] {
+    if (!files_) {  // a sidecar beside the video (`stoker index`), when it describes it
+      if (std::optional<video::VideoIndex> side = video::read_sidecar(videos_[v].path))
+        return std::move(*side);
     }
-  }
-  std::shared_ptr<const video::VideoIndex> built;
-  if (!files_) {  // a sidecar beside the video (`stoker index`), when it describes it
-    if (std::optional<video::VideoIndex> side = read_sidecar(videos_[v].path))
-      built = std::make_shared<const video::VideoIndex>(std::move(*side));
-  }
-  if (!built) {
     open(v, reader);
-    built = std::make_shared<const video::VideoIndex>(reader.build_index());
-    builds_.fetch_add(1, std::memory_order_relaxed);
-  }
-  std::lock_guard lock(mutex_);
-  auto it = cache_.find(v);
-  if (it != cache_.end()) return it->second.index;  // another thread built it meanwhile
-  lru_.push_front(v);
-  cache_.emplace(v, Cached{built, lru_.begin()});
-  cache_bytes_ += built->bytes();
-  while (cache_bytes_ > options_.index_cache_bytes && lru_.size() > 1) {
-    auto old = cache_.find(lru_.back());
-    cache_bytes_ -= old->second.index->bytes();
-    cache_.erase(old);
-    lru_.pop_back();
-  }
-  return built;
+    counters_->add_index_build();
+    return reader.build_index();
+  });
 }
 
 void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
@@ -266,37 +233,11 @@ void VideoSource::read(const SampleKey& key, std::span<std::byte* const> slots,
     if (stamps != nullptr) stamps[t] = index->seconds(pts);
     in_sink += Clock::now() - sink_start;
   });
-  const auto ns = [](Clock::duration d) {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
-  };
-  decode_ns_.fetch_add(ns(Clock::now() - start - in_sink), std::memory_order_relaxed);
-  transform_ns_.fetch_add(ns(in_sink), std::memory_order_relaxed);
   const int64_t label = file.label;
   std::memcpy(slots[1], &label, sizeof label);
-  const video::ReaderStats& rs = w.reader.stats();
-  clips_.fetch_add(1, std::memory_order_relaxed);
-  delivered_.fetch_add(frames, std::memory_order_relaxed);
-  decoded_.fetch_add(rs.frames_decoded - w.reported.frames_decoded, std::memory_order_relaxed);
-  seeks_.fetch_add(rs.seeks - w.reported.seeks, std::memory_order_relaxed);
-  opens_.fetch_add(rs.opens - w.reported.opens, std::memory_order_relaxed);
-  reuses_.fetch_add(rs.decoder_reuses - w.reported.decoder_reuses, std::memory_order_relaxed);
-  w.reported = rs;
+  counters_->add(1, frames, Clock::now() - start - in_sink, in_sink, w.reader.stats(), w.reported);
 }
 
-VideoStats VideoSource::stats() const {
-  VideoStats s;
-  s.clips = clips_.load(std::memory_order_relaxed);
-  s.frames_delivered = delivered_.load(std::memory_order_relaxed);
-  s.frames_decoded = decoded_.load(std::memory_order_relaxed);
-  s.seeks = seeks_.load(std::memory_order_relaxed);
-  s.opens = opens_.load(std::memory_order_relaxed);
-  s.index_builds = builds_.load(std::memory_order_relaxed);
-  s.decoder_reuses = reuses_.load(std::memory_order_relaxed);
-  s.decode_seconds = 1e-9 * static_cast<double>(decode_ns_.load(std::memory_order_relaxed));
-  s.transform_seconds = 1e-9 * static_cast<double>(transform_ns_.load(std::memory_order_relaxed));
-  std::lock_guard lock(mutex_);
-  s.index_cache_bytes = cache_bytes_;
-  return s;
-}
+VideoStats VideoSource::stats() const { return counters_->stats(cache_->bytes()); }
 
 }  // namespace stoker

@@ -27,13 +27,9 @@
 //   fixed one); the loader names the sample.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "stoker/image/pipeline.h"
@@ -89,12 +85,18 @@ struct VideoStats {
   double transform_seconds = 0;  // worker time converting kept frames and running the pipeline
 };
 
+namespace video {
+class IndexCache;     // src/video/index_cache.h
+class VideoCounters;  // src/video/index_cache.h
+}  // namespace video
+
 class VideoSource final : public Source {
  public:
   // REQUIRES: pipeline not null and of a fixed output size in CHW when options.cthw; options
   // with frames, stride and clips_per_video >= 1 (InvalidArgument otherwise).
   VideoSource(std::vector<VideoFile> videos, std::shared_ptr<const image::ImagePipeline> pipeline,
               ClipOptions options);
+  ~VideoSource() override;
   // Videos whose bytes `files` reads (the members of WebDataset tar shards: TarShardFiles with
   // TarMedia::kVideos), with its labels; a clip's video is read into memory whole (once for the
   // clips of it a worker reads in a row). REQUIRES: files not null.
@@ -130,16 +132,8 @@ class VideoSource final : public Source {
   std::vector<FieldSpec> fields_;
   size_t frame_bytes_ = 0;
 
-  struct Cached {
-    std::shared_ptr<const video::VideoIndex> index;
-    std::list<uint64_t>::iterator lru;
-  };
-  mutable std::mutex mutex_;
-  mutable std::unordered_map<uint64_t, Cached> cache_;
-  mutable std::list<uint64_t> lru_;  // most recent first
-  mutable uint64_t cache_bytes_ = 0;
-  mutable std::atomic<uint64_t> clips_{0}, delivered_{0}, decoded_{0}, seeks_{0}, opens_{0},
-      builds_{0}, reuses_{0}, decode_ns_{0}, transform_ns_{0};
+  std::unique_ptr<video::IndexCache> cache_;
+  std::unique_ptr<video::VideoCounters> counters_;
 };
 
 }  // namespace stoker
