@@ -266,3 +266,29 @@ def test_options_and_versions_are_checked(root, tmp_path):
         stoker.LeRobotDataset(old)
     with pytest.raises(FileNotFoundError, match="no meta/info.json"):
         stoker.LeRobotDataset(tmp_path)
+
+
+def test_a_dataset_on_the_hub_reads_through_the_cache_as_the_local_one(root, http_server,
+                                                                       monkeypatch, tmp_path):
+    shutil.copytree(root, os.path.join(http_server.root, "datasets", "org", "robot"))
+    monkeypatch.setenv("HF_ENDPOINT", http_server.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    cache = tmp_path / "cache"
+    remote = stoker.LeRobotDataset("hf://datasets/org/robot", delta_timestamps=DELTAS,
+                                   episodes=[1], cache_dir=str(cache))
+    local = stoker.LeRobotDataset(root, delta_timestamps=DELTAS, episodes=[1])
+    assert len(remote) == len(local) == EPISODES[1]
+    for i in (0, 8, EPISODES[1] - 1):
+        a, b = remote[i], local[i]
+        for k in b:
+            assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k
+    # (a file fetched again would be a new one, renamed into place: another inode)
+    cached = {p: p.stat().st_ino for p in cache.rglob("*") if p.is_file()}
+    assert len(cached) >= 6  # info, tasks, episodes, data, two videos
+    again = stoker.LeRobotDataset("hf://datasets/org/robot", episodes=[1], cache_dir=str(cache))
+    assert len(again) == EPISODES[1]
+    assert {p: p.stat().st_ino for p in cache.rglob("*") if p.is_file()} == cached
+    loader = stoker.DataLoader(remote, batch_size=4, shuffle=True, seed=1, num_workers=2)
+    assert sorted(torch.cat([b["index"] for b in loader]).tolist()) == \
+        [int(local[i]["index"]) for i in range(len(local))]

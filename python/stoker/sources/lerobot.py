@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from ..transforms import CenterCrop, Compose, ToDtype, _compile
+from . import remote as _remote_shards
 from .base import StokerDataset
 from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels
 from .samples import read_sample
@@ -39,7 +40,10 @@ class LeRobotDataset(StokerDataset):
     """The time steps of a LeRobot dataset on disk (format v3.0: ``meta/info.json``,
     ``meta/episodes/``, ``meta/tasks.parquet``, ``data/chunk-*/file-*.parquet``,
     ``videos/<camera>/chunk-*/file-*.mp4``), item for item as lerobot's ``LeRobotDataset(repo_id,
-    root=root, delta_timestamps=..., episodes=...)``.
+    root=root, delta_timestamps=..., episodes=...)``. ``root`` may be a URL of object storage or
+    the Hub (``hf://datasets/<org>/<name>``, ``s3://...``): its metadata, data files and the
+    selected episodes' videos are then copied to the local cache first (``cache_dir``,
+    ``cache_budget``, ``storage_options`` as for ``TarShards``; files already there are reused).
 
     ``delta_timestamps``: {key: [seconds, ...]}, each a multiple of 1/fps (within
     ``tolerance_s``); a key's values become ``[D, ...]`` (a camera's frames ``[D, C, H, W]``, one
@@ -55,9 +59,12 @@ class LeRobotDataset(StokerDataset):
 
     def __init__(self, root, delta_timestamps=None, episodes=None, transform=None,
                  tolerance_s=1e-4, *, frame_dtype="float32", stratify="task",
-                 decoder_threads=1, index_cache_bytes=64 << 20, max_pixels=_DEFAULT_MAX_PIXELS):
+                 decoder_threads=1, index_cache_bytes=64 << 20, max_pixels=_DEFAULT_MAX_PIXELS,
+                 storage_options=None, cache_dir=None, cache_budget=None):
         self._module = _video_module()
-        self.root = os.path.expanduser(os.fspath(root))
+        self._remote_options = (storage_options, cache_dir, cache_budget)
+        self._url = isinstance(root, str) and _remote_shards.is_remote(root)
+        self.root = root.rstrip("/") if self._url else os.path.expanduser(os.fspath(root))
         if frame_dtype not in _FRAME_DTYPES:
             raise ValueError(f"frame_dtype must be 'float32' or 'uint8', got {frame_dtype!r}")
         if stratify not in _STRATIFY:
@@ -95,10 +102,46 @@ class LeRobotDataset(StokerDataset):
         self._source = self._make_source(starts, ids)
         self._field_names = list(self._source.field_names)
 
+    # -- the files ---------------------------------------------------------------------------
+
+    def _files(self, names):
+        """Local paths of the dataset's files ``names`` (relative to root): in root, or copied
+        from its URL to the cache."""
+        if not self._url:
+            return [os.path.join(self.root, n) for n in names]
+        storage_options, cache_dir, cache_budget = self._remote_options
+        return _remote_shards.stage([f"{self.root}/{n}" for n in names], "LeRobotDataset",
+                                    storage_options=storage_options, cache_dir=cache_dir,
+                                    cache_budget=cache_budget)[1]
+
+    def _file(self, name):
+        if not self._url:
+            return os.path.join(self.root, name)
+        try:
+            return self._files([name])[0]
+        except FileNotFoundError:
+            return os.path.join(self.root, name)  # absent: named as such by the caller
+
+    def _parquet_files(self, folder):
+        if self._url:
+            storage_options = self._remote_options[0]
+            try:
+                urls = _remote_shards.expand_shards(f"{self.root}/{folder}/*/*.parquet",
+                                                    storage_options)
+            except FileNotFoundError:
+                urls = []
+            names = [u[len(self.root) + 1:] for u in urls]
+            paths = self._files(names) if names else []
+        else:
+            paths = sorted(glob.glob(os.path.join(self.root, folder, "*", "*.parquet")))
+        if not paths:
+            raise FileNotFoundError(f"{self.root}: no Parquet files in {folder}/chunk-*/")
+        return paths
+
     # -- the metadata ------------------------------------------------------------------------
 
     def _read_info(self):
-        path = os.path.join(self.root, "meta", "info.json")
+        path = self._file("meta/info.json")
         try:
             with open(path) as f:
                 info = json.load(f)
@@ -139,18 +182,12 @@ class LeRobotDataset(StokerDataset):
             out[key] = steps
         return out
 
-    def _parquet_files(self, folder):
-        paths = sorted(glob.glob(os.path.join(self.root, folder, "*", "*.parquet")))
-        if not paths:
-            raise FileNotFoundError(f"{self.root}: no Parquet files in {folder}/chunk-*/")
-        return paths
-
     def _read_episodes(self):
         """{episode_index: its row of meta/episodes (stats left out)}."""
         _pyarrow()
         import pyarrow.parquet as pq
         out = {}
-        for path in self._parquet_files(os.path.join("meta", "episodes")):
+        for path in self._parquet_files("meta/episodes"):
             schema = pq.read_schema(path)
             columns = [c for c in schema.names if not c.startswith("stats/")]
             for row in pq.read_table(path, columns=columns).to_pylist():
@@ -161,7 +198,7 @@ class LeRobotDataset(StokerDataset):
         """The tasks' texts by position (lerobot's ``meta.tasks.iloc[task_index].name``)."""
         _pyarrow()
         import pyarrow.parquet as pq
-        path = os.path.join(self.root, "meta", "tasks.parquet")
+        path = self._file("meta/tasks.parquet")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{self.root}: no meta/tasks.parquet")
         table = pq.read_table(path)
@@ -269,13 +306,15 @@ class LeRobotDataset(StokerDataset):
             values.append((n, dtype, list(array.shape[1:]), array.tobytes(),
                            self.delta_indices.get(n, [])))
         cameras = []
+        names = {key: [self._video_name(key, self._episode_meta[e]) for e in ids]
+                 for key in self.camera_keys}
+        distinct = sorted({n for per_camera in names.values() for n in per_camera})
+        local = dict(zip(distinct, self._files(distinct))) if distinct else {}
         for key in self.camera_keys:
             pipeline, exact = self._pipeline(key)
-            videos, starts_s = [], []
-            for e in ids:
-                meta = self._episode_meta[e]
-                videos.append(self._video_path(key, meta))
-                starts_s.append(float(meta.get(f"videos/{key}/from_timestamp", 0.0) or 0.0))
+            videos = [local[n] for n in names[key]]
+            starts_s = [float(self._episode_meta[e].get(f"videos/{key}/from_timestamp", 0.0)
+                              or 0.0) for e in ids]
             cameras.append((key, pipeline, exact, self.delta_indices.get(key, []), videos,
                             starts_s))
         labels = self._columns["task_index"] if self.stratify == "task" else \
@@ -285,7 +324,7 @@ class LeRobotDataset(StokerDataset):
             ids, np.asarray(labels, np.int64).tolist(), self.tolerance_s, self.decoder_threads,
             self.index_cache_bytes)
 
-    def _video_path(self, key, meta):
+    def _video_name(self, key, meta):
         template = self.info.get("video_path")
         if template is None:
             raise ValueError(f"{self.root}: meta/info.json has video features but no video_path")
@@ -293,8 +332,7 @@ class LeRobotDataset(StokerDataset):
         if chunk is None or file is None:
             raise ValueError(f"{self.root}: meta/episodes gives episode "
                              f"{meta['episode_index']} no video file for camera {key}")
-        return os.path.join(self.root, template.format(video_key=key, chunk_index=int(chunk),
-                                                       file_index=int(file)))
+        return template.format(video_key=key, chunk_index=int(chunk), file_index=int(file))
 
     def _pipeline(self, key):
         """A camera's native pipeline, and whether its frames must be info.json's size."""
@@ -366,9 +404,12 @@ class LeRobotDataset(StokerDataset):
         return self.stats()
 
     def __reduce__(self):  # pickled as its arguments: read again where unpickled
+        storage_options, cache_dir, cache_budget = self._remote_options
         kwargs = dict(frame_dtype=self.frame_dtype, stratify=self.stratify,
                       decoder_threads=self.decoder_threads,
-                      index_cache_bytes=self.index_cache_bytes, max_pixels=self.max_pixels)
+                      index_cache_bytes=self.index_cache_bytes, max_pixels=self.max_pixels,
+                      storage_options=storage_options, cache_dir=cache_dir,
+                      cache_budget=cache_budget)
         return _rebuild, (self.root, self.delta_timestamps, self._requested_episodes,
                           self.transform, self.tolerance_s, kwargs)
 
