@@ -361,10 +361,36 @@ bool set_resample_kernel(ResampleKernel k) {
   return true;
 }
 
+namespace {
+
+// Whether an axis copies its source pixels one to one (each output pixel's first tap at full
+// weight, its others at zero, on consecutive source pixels): a crop without a resize, a video
+// frame at its own size. Exact: (p << bits + half) >> bits == p.
+bool is_copy(const AxisCoeffs& a) {
+  if (a.count.empty()) return false;
+  for (size_t i = 0; i < a.count.size(); ++i) {
+    const int32_t* k = &a.k[i * a.ksize];
+    if (a.count[i] < 1 || a.first[i] != a.first[0] + static_cast<int>(i) ||
+        k[0] != (1 << kPrecisionBits))
+      return false;
+    for (int j = 1; j < a.count[i]; ++j)
+      if (k[j] != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const AxisCoeffs& v,
                    std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx) {
   const int out_w = static_cast<int>(h.count.size());
   const int out_h = static_cast<int>(v.count.size());
+  if (is_copy(h) && is_copy(v)) {  // no resize: the source rows go to the sink as they are
+    for (int y = 0; y < out_h; ++y)
+      sink(ctx, y,
+           src + static_cast<size_t>(v.first[y]) * stride + static_cast<size_t>(h.first[0]) * 3);
+    return;
+  }
   const size_t tmp_stride = static_cast<size_t>(out_w) * 3;
   const int rows = v.hi - v.lo;
   // +8: the horizontal kernels may write a few bytes past a row (overwritten by the next).

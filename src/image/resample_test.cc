@@ -122,6 +122,16 @@ TEST(ResizeBilinear, IdentityIsACopy) {
   EXPECT_EQ(out, src);
 }
 
+TEST(ResizeBilinear, ACropAtItsOwnSizeIsTheSourcesPixels) {
+  std::mt19937 gen(4);
+  const auto src = noise(17, 9, gen);
+  std::vector<uint8_t> out(10 * 6 * 3);
+  resize_bilinear(src, 17, 9, {3, 2, 13, 8}, 10, 6, out);
+  for (int y = 0; y < 6; ++y)
+    for (int x = 0; x < 30; ++x)
+      ASSERT_EQ(out[y * 30 + x], src[(y + 2) * 17 * 3 + 9 + x]) << y << " " << x;
+}
+
 TEST(ResizeBilinear, RejectsBadArguments) {
   std::vector<uint8_t> src(12), dst(12);
   EXPECT_THROW(resize_bilinear(src, 2, 2, {0, 0, 3, 2}, 2, 2, dst), InvalidArgument);
