@@ -117,26 +117,11 @@ def make_dataset(p):
 # --- the measurements -------------------------------------------------------------------------
 
 def timed(batches, n_batches):
-    """Steps/s over n_batches batches after one of warm-up (epochs follow one another)."""
-    t0 = time.perf_counter()
-    it, epoch = batches(0), 0
-
-    def take():
-        nonlocal it, epoch
-        try:
-            return next(it)
-        except StopIteration:
-            epoch += 1
-            it = batches(epoch)
-            return next(it)
-
-    take()
-    first = time.perf_counter() - t0
-    steps = 0
-    t1 = time.perf_counter()
-    for _ in range(n_batches):
-        steps += len(take()["task"])
-    return {"steps_per_s": steps / (time.perf_counter() - t1), "first_batch_s": first}
+    """Steps/s over n_batches batches after one of warm-up (bench_video.py's timing)."""
+    from bench_video import timed as timed_batches
+    rate, _, first = timed_batches(batches, lambda batch: None, lambda batch: len(batch["task"]),
+                                   n_batches)
+    return {"steps_per_s": rate, "first_batch_s": first}
 
 
 def child_stoker(args, variant):

@@ -143,7 +143,6 @@ void LeRobotSource::read(const SampleKey& key, std::span<std::byte* const> slots
   const uint64_t row = key.index;
   const uint64_t e = episode_of(row);
   const uint64_t lo = episodes_.starts[e], hi = episodes_.starts[e + 1];
-  const std::string episode = "episode " + std::to_string(episodes_.ids[e]);
   size_t field = 0;
   size_t pad_field = cameras_.size() + values_.size();
 
@@ -215,9 +214,11 @@ void LeRobotSource::read(const SampleKey& key, std::span<std::byte* const> slots
         in_sink += Clock::now() - sink_start;
       });
     } catch (const IoError& err) {
-      throw IoError(episode + ", camera " + cam.name + ": " + err.what());
+      throw IoError("episode " + std::to_string(episodes_.ids[e]) + ", camera " + cam.name + ": " +
+                    err.what());
     } catch (const DecodeError& err) {
-      throw DecodeError(episode + ", camera " + cam.name + ": " + err.what());
+      throw DecodeError("episode " + std::to_string(episodes_.ids[e]) + ", camera " + cam.name +
+                        ": " + err.what());
     }
     counters_->add(1, w.frames.size(), Clock::now() - start - in_sink, in_sink, reader.stats(),
                    w.reported[c]);

@@ -22,13 +22,13 @@ import os
 
 import numpy as np
 
-from ..transforms import CenterCrop, Compose, ToDtype, _compile
+from ..transforms import ToDtype
 from . import remote as _remote_shards
 from .base import StokerDataset
 from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels
 from .samples import read_sample
 from .tables import _pyarrow, read_columns
-from .video import _video_module
+from .video import _video_module, frame_pipeline
 
 __all__ = ["LeRobotDataset"]
 
@@ -99,6 +99,7 @@ class LeRobotDataset(StokerDataset):
             raise ValueError(f"{self.root}: no episodes {missing[:10]} in meta/episodes (it has "
                              f"{len(self._episode_meta)})")
         self._columns, self._names, starts, ids = self._read_data()
+        self.episodes = ids
         self._source = self._make_source(starts, ids)
         self._field_names = list(self._source.field_names)
 
@@ -213,7 +214,8 @@ class LeRobotDataset(StokerDataset):
 
     def _read_data(self):
         """The values of the selected episodes' steps, as NumPy arrays by column (in the data's
-        order), their names, and the episodes' first rows and ids."""
+        order), their names, and the episodes' first rows and ids (in the data's order:
+        lerobot's hf_dataset order)."""
         pa = _pyarrow()
         import pyarrow.compute as pc
         features = self.info["features"]
@@ -236,16 +238,14 @@ class LeRobotDataset(StokerDataset):
         index = columns["index"]
         # Each episode's steps in one run, as meta/episodes says: dataset_from_index ..
         # dataset_to_index - 1, in order.
-        starts, ids = [0], []
-        i, n = 0, len(episode)
-        while i < n:
-            e = int(episode[i])
-            j = i
-            while j < n and episode[j] == e:
-                j += 1
-            if e in ids:
-                raise ValueError(f"{self.root}: episode {e}'s steps are not in one run in the "
-                                 f"data files")
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(episode)) + 1, [len(episode)]])
+        starts = starts.astype(np.int64).tolist() if len(episode) else [0]
+        ids = [int(episode[i]) for i in starts[:-1]]
+        if len(set(ids)) != len(ids):
+            again = next(e for e in ids if ids.count(e) > 1)
+            raise ValueError(f"{self.root}: episode {again}'s steps are not in one run in the "
+                             f"data files")
+        for e, i, j in zip(ids, starts, starts[1:]):
             meta = self._episode_meta[e]
             lo, hi = int(meta["dataset_from_index"]), int(meta["dataset_to_index"])
             if j - i != hi - lo or not np.array_equal(index[i:j], np.arange(lo, hi)):
@@ -253,25 +253,21 @@ class LeRobotDataset(StokerDataset):
                     f"{self.root}: episode {e} has {j - i} steps in the data files (index "
                     f"{int(index[i])}..{int(index[j - 1])}), but meta/episodes says {hi - lo} "
                     f"(index {lo}..{hi - 1})")
-            ids.append(e)
-            starts.append(j)
-            i = j
         absent = sorted(wanted - set(ids))
         if absent:
             raise ValueError(f"{self.root}: the data files hold no steps of episodes "
                              f"{absent[:10]}, which meta/episodes lists")
-        # Episodes in the data's order (lerobot's hf_dataset order).
-        self.episodes = ids
         return columns, names, starts, ids
 
     def _column_array(self, pa, column, name, path):
         """A data column as a NumPy array of lerobot's item dtype (floats float32, integers
         int64), checked against meta/info.json's shape."""
+        import pyarrow.compute as pc
         t = column.type
         shape = []
         while pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
             column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-            lengths = pc_lengths(pa, column)
+            lengths = np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False))
             if len(lengths) and not (lengths == lengths[0]).all():
                 raise ValueError(f"{path}: column {name!r} holds lists of different lengths")
             shape.append(int(lengths[0]) if len(lengths) else 0)
@@ -340,20 +336,9 @@ class LeRobotDataset(StokerDataset):
         names = self.info["features"][key].get("names") or ["height", "width", "channels"]
         dims = dict(zip(names, shape))
         height, width = int(dims.get("height", shape[0])), int(dims.get("width", shape[1]))
-        if self.transform is None:
-            steps = [CenterCrop((height, width)), ToDtype(self.frame_dtype, scale=True)]
-            compiled = _compile.compile_transform(Compose(steps))
-            exact = True
-        else:
-            compiled = _compile.compile_transform(self.transform)
-            exact = False
-            if compiled.python:
-                raise ValueError(f"LeRobotDataset runs its transform natively on every frame; "
-                                 f"{compiled.python_names[0]} has no native form (use "
-                                 f"stoker.transforms or the torchvision v2 transforms "
-                                 f"ImageFolder runs natively)")
-        from .. import _native
-        return _native.image.ImagePipeline(compiled.specs, self.max_pixels), exact
+        tail = [ToDtype(self.frame_dtype, scale=True)]
+        return frame_pipeline("LeRobotDataset", self.transform, (height, width), tail,
+                              self.max_pixels)
 
     # -- the dataset -------------------------------------------------------------------------
 
@@ -416,12 +401,6 @@ class LeRobotDataset(StokerDataset):
     def __repr__(self):
         return (f"LeRobotDataset({self.root!r}: {self.num_episodes} episodes, {len(self)} steps "
                 f"at {self.fps} fps, cameras {self.camera_keys})")
-
-
-def pc_lengths(pa, column):
-    """The lengths of a list column's lists, as a NumPy array."""
-    import pyarrow.compute as pc
-    return np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False))
 
 
 def _rebuild(root, delta_timestamps, episodes, transform, tolerance_s, kwargs):

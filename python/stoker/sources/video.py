@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .. import _native
-from ..transforms import CenterCrop, _compile
+from ..transforms import CenterCrop, Compose, _compile
 from . import paths as _paths
 from . import remote as _remote_shards
 from .base import StokerDataset
@@ -56,6 +56,22 @@ def probe(path):
     """A video's stream by its packet index: a dict of width, height, codec, frames, keyframes
     and seconds (every frame's presentation time, ascending)."""
     return _video_module().probe(os.fspath(path))
+
+
+def frame_pipeline(what, transform, size, tail, max_pixels):
+    """The native pipeline a video dataset runs on every frame, and whether frames must be
+    ``size`` (h, w) already: the transform's, or without one, a crop to ``size`` then ``tail``
+    (transforms of the output, e.g. ToDtype)."""
+    if transform is None:
+        compiled = _compile.compile_transform(Compose([CenterCrop(size)] + list(tail)))
+        return _native.image.ImagePipeline(compiled.specs, max_pixels), True
+    compiled = _compile.compile_transform(transform)
+    if compiled.python:
+        raise ValueError(
+            f"{what} runs its transform natively on every frame; {compiled.python_names[0]} has "
+            f"no native form (use stoker.transforms or the torchvision v2 transforms ImageFolder "
+            f"runs natively)")
+    return _native.image.ImagePipeline(compiled.specs, max_pixels), False
 
 
 def _positive_int(name, value):
@@ -250,18 +266,12 @@ class VideoDataset(StokerDataset):
     def _make_pipeline(self, transform):
         """The frames' native pipeline, and whether every frame must be the first video's size
         (no transform)."""
+        size = None
         if transform is None:
             first = probe(self.videos[0][0]) if self._files is None else \
                 self._module.probe(self._files.read(0), self._files.path(0))
-            crop = _compile.compile_transform(CenterCrop((first["height"], first["width"])))
-            return _native.image.ImagePipeline(crop.specs, self.max_pixels), True
-        compiled = _compile.compile_transform(transform)
-        if compiled.python:
-            raise ValueError(
-                f"VideoDataset runs its transform natively on every frame; "
-                f"{compiled.python_names[0]} has no native form (use stoker.transforms or the "
-                f"torchvision v2 transforms ImageFolder runs natively)")
-        return _native.image.ImagePipeline(compiled.specs, self.max_pixels), False
+            size = (first["height"], first["width"])
+        return frame_pipeline("VideoDataset", transform, size, [], self.max_pixels)
 
     def _source_for(self, shuffle):
         """The engine's source for a loader that shuffles or not: random clip starts follow
