@@ -552,13 +552,14 @@ std::optional<std::pair<int, int>> size_after(std::span<const Transform> transfo
 }
 
 void resample_into(const GeometryPlan& plan, RgbView src, RgbImage& dst, StageScratch& s) {
-  compute_coeffs(plan.x.spec(), s.h);
-  compute_coeffs(plan.y.spec(), s.v);
-  shift_coeffs(s.h, plan.x.lo);
-  shift_coeffs(s.v, plan.y.lo);
+  s.h.prepare(plan.x.spec());
+  s.v.prepare(plan.y.spec());
+  s.h.move(plan.x.lo);
+  s.v.move(plan.y.lo);
   dst.reset(plan.y.size, plan.x.size);
   ImageSink ctx{dst.view(), plan.flip, plan.vflip};
-  resample_rgb8(src.data, src.stride, s.h, s.v, s.tmp, s.row, image_sink, &ctx);
+  resample_rgb8(src.data, src.stride, s.h.coeffs(), s.v.coeffs(), s.tmp, s.row, image_sink,
+                &ctx);
 }
 
 void erase_output(const RandomErasing& t, OutputView out, SampleRng& rng,

@@ -26,7 +26,7 @@ struct StageScratch {
   RgbImage images[2];
   int current = 0;
   OpScratch ops;
-  AxisCoeffs h, v;
+  CachedCoeffs h, v;
   std::vector<uint8_t> tmp, row;
 
   RgbImage& image() { return images[current]; }

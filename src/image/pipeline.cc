@@ -24,7 +24,7 @@ namespace internal {
 
 struct ScratchImpl {
   RegionDecoder decoder;
-  AxisCoeffs h, v;
+  CachedCoeffs h, v;
   std::vector<uint8_t> tmp, row;
   std::vector<std::byte> out_row;
   StageScratch stage;  // the image stage's images (a list with image transforms)
@@ -294,27 +294,29 @@ void ImagePipeline::transform_image(internal::PixelInput& input, SampleRng& rng,
         internal::scale_axis(plan.x, num, internal::scaled_size(info.width, num));
     const internal::AxisPlan ay =
         internal::scale_axis(plan.y, num, internal::scaled_size(info.height, num));
-    internal::compute_coeffs(ax.spec(), s.h);
-    internal::compute_coeffs(ay.spec(), s.v);
+    s.h.prepare(ax.spec());
+    s.v.prepare(ay.spec());
+    const internal::AxisCoeffs& h = s.h.coeffs();
+    const internal::AxisCoeffs& v = s.v.coeffs();
 
     // Decode just the pixels the resample reads (one pixel when the output is all padding, so
     // that the file is still checked).
-    internal::Rect want{ax.lo + s.h.lo, ay.lo + s.v.lo, ax.lo + s.h.hi, ay.lo + s.v.hi};
-    if (s.h.lo == s.h.hi || s.v.lo == s.v.hi) want = {0, 0, 1, 1};
+    internal::Rect want{ax.lo + h.lo, ay.lo + v.lo, ax.lo + h.hi, ay.lo + v.hi};
+    if (h.lo == h.hi || v.lo == v.hi) want = {0, 0, 1, 1};
     const internal::JpegOptions jpeg{options_.fast_idct, options_.fancy_upsampling};
     const internal::DecodedRegion r = input.decode(num, want, jpeg);
-    internal::shift_coeffs(s.h, ax.lo - r.rect.x0);
-    internal::shift_coeffs(s.v, ay.lo - r.rect.y0);
+    s.h.move(ax.lo - r.rect.x0);
+    s.v.move(ay.lo - r.rect.y0);
     if (out != nullptr) {  // straight to the output sink, which applies the flips
       auto* ctx = static_cast<SinkCtx*>(out_ctx);
       ctx->flip = plan.flip;
       ctx->vflip = plan.vflip;
-      internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, out, ctx);
+      internal::resample_rgb8(r.rgb, r.stride, h, v, s.tmp, s.row, out, ctx);
       return;
     }
     st.image().reset(plan.y.size, plan.x.size);
     internal::ImageSink to_image{st.image().view(), plan.flip, plan.vflip};
-    internal::resample_rgb8(r.rgb, r.stride, s.h, s.v, s.tmp, s.row, internal::image_sink,
+    internal::resample_rgb8(r.rgb, r.stride, h, v, s.tmp, s.row, internal::image_sink,
                             &to_image);
   }
   internal::run_image_stage(all.subspan(fused_end_, image_end_ - fused_end_), rng, st);

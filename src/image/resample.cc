@@ -120,6 +120,24 @@ void shift_coeffs(AxisCoeffs& c, int delta) {
   c.hi += delta;
 }
 
+void CachedCoeffs::prepare(const AxisSpec& spec) {
+  if (valid_ && spec == spec_) {
+    shift_coeffs(c_, -delta_);
+    delta_ = 0;
+    return;
+  }
+  valid_ = false;  // until compute_coeffs returns
+  compute_coeffs(spec, c_);
+  spec_ = spec;
+  delta_ = 0;
+  valid_ = true;
+}
+
+void CachedCoeffs::move(int delta) {
+  shift_coeffs(c_, delta - delta_);
+  delta_ = delta;
+}
+
 namespace {
 
 constexpr int32_t kHalf = 1 << (kPrecisionBits - 1);

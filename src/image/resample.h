@@ -24,6 +24,7 @@ struct AxisSpec {
   // false: torch's bilinear interpolation without antialiasing (the filter keeps support 1 when
   // downscaling instead of widening with the scale).
   bool antialias = true;
+  bool operator==(const AxisSpec&) const = default;
 };
 
 struct AxisCoeffs {
@@ -54,6 +55,24 @@ void compute_coeffs(const AxisSpec& spec, AxisCoeffs& c);
 
 // Moves the source coordinate system: pixel p becomes p + delta.
 void shift_coeffs(AxisCoeffs& c, int delta);
+
+// An axis's coefficients kept for the next call with the same spec (the frames of a clip share
+// their geometry; so do the images of a dataset of one size under CenterCrop or Resize): they are
+// computed once, and only moved for each call. Not thread-safe: one per worker's scratch.
+class CachedCoeffs {
+ public:
+  // Makes coeffs() those of `spec`, in its own coordinates (unmoved).
+  void prepare(const AxisSpec& spec);
+  // Moves them (shift_coeffs) by `delta` from where prepare() left them.
+  void move(int delta);
+  const AxisCoeffs& coeffs() const { return c_; }
+
+ private:
+  AxisCoeffs c_;
+  AxisSpec spec_;
+  int delta_ = 0;
+  bool valid_ = false;
+};
 
 // Receives each output row (3 * out_width bytes of RGB) in order.
 using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);

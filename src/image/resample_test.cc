@@ -271,3 +271,48 @@ TEST(ResizeBilinear, MatchesReferenceAtPipelineSizes) {
 
 }  // namespace
 }  // namespace stoker::image
+
+namespace stoker::image::internal {
+namespace {
+
+void expect_same(const AxisCoeffs& a, const AxisCoeffs& b, const char* what) {
+  EXPECT_EQ(a.first, b.first) << what;
+  EXPECT_EQ(a.count, b.count) << what;
+  EXPECT_EQ(a.k, b.k) << what;
+  EXPECT_EQ(a.lo, b.lo) << what;
+  EXPECT_EQ(a.hi, b.hi) << what;
+  EXPECT_EQ(a.off, b.off) << what;
+  EXPECT_EQ(a.kp, b.kp) << what;
+}
+
+AxisCoeffs fresh(const AxisSpec& spec, int delta) {
+  AxisCoeffs c;
+  compute_coeffs(spec, c);
+  shift_coeffs(c, delta);
+  return c;
+}
+
+// Kept coefficients, moved and prepared again in any order, are always those computed afresh
+// for the spec and the move asked for.
+TEST(CachedCoeffs, AreWhatAFreshComputationGives) {
+  const AxisSpec a{340, 12.5f, 300.25f, 224, 0, 224, true};
+  const AxisSpec b{340, 0.0f, 340.0f, 256, 16, 224, true};
+  CachedCoeffs cached;
+  cached.prepare(a);
+  expect_same(cached.coeffs(), fresh(a, 0), "a");
+  cached.move(-7);
+  expect_same(cached.coeffs(), fresh(a, -7), "a moved");
+  cached.prepare(a);  // the next frame of the clip
+  expect_same(cached.coeffs(), fresh(a, 0), "a again");
+  cached.move(5);
+  cached.move(3);  // a move is from where prepare() left them, not cumulative
+  expect_same(cached.coeffs(), fresh(a, 3), "a moved twice");
+  cached.prepare(b);
+  expect_same(cached.coeffs(), fresh(b, 0), "b");
+  cached.move(2);
+  cached.prepare(a);
+  expect_same(cached.coeffs(), fresh(a, 0), "a after b");
+}
+
+}  // namespace
+}  // namespace stoker::image::internal
