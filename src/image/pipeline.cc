@@ -16,6 +16,7 @@
 #include "decode_region.h"
 #include "geometry.h"
 #include "image_stage.h"
+#include "output_row.h"
 #include "resample.h"
 #include "stoker/errors.h"
 
@@ -111,8 +112,8 @@ void stream_out(std::byte* dst, const std::byte* src, size_t n) {
 }
 
 struct SinkCtx {
-  const ImagePipeline* pipeline;
-  const std::byte* lut;
+  internal::RowFormat format;
+  int height;
   std::byte* dst;
   std::byte* row;  // one output row (all channels), built here in cache, then streamed out
   bool flip, vflip;
@@ -120,36 +121,19 @@ struct SinkCtx {
 
 // Writes output row y from 8-bit RGB through the per-channel table (ToTensor's scaling and
 // Normalize), flipped if asked, in the output layout.
-template <typename T, Layout L>
 void sink(void* c, int row_in, const uint8_t* rgb) {
   auto* s = static_cast<SinkCtx*>(c);
-  const int h = s->pipeline->height(), w = s->pipeline->width();
+  const int h = s->height;
   const int y = s->vflip ? h - 1 - row_in : row_in;
-  const T* lut = reinterpret_cast<const T*>(s->lut);
-  T* row = reinterpret_cast<T*>(s->row);
-  // Planes of the row one after the other for CHW (w values each), interleaved for HWC.
-  const int step = L == Layout::kHWC ? 3 : 1;
-  const int plane = L == Layout::kHWC ? 1 : w;
-  T* o = row + (s->flip ? (w - 1) * step : 0);
-  const int dir = s->flip ? -step : step;
-  for (int x = 0; x < w; ++x, rgb += 3, o += dir) {
-    o[0] = lut[rgb[0]];
-    o[plane] = lut[256 + rgb[1]];
-    o[2 * plane] = lut[512 + rgb[2]];
-  }
-  const size_t row_bytes = static_cast<size_t>(w) * sizeof(T);
-  if (L == Layout::kHWC) {
+  internal::write_row(s->format, rgb, s->flip, s->row);
+  const size_t row_bytes = static_cast<size_t>(s->format.width) * element_size(s->format.dtype);
+  if (s->format.layout == Layout::kHWC) {
     stream_out(s->dst + static_cast<size_t>(y) * 3 * row_bytes, s->row, 3 * row_bytes);
   } else {
     for (int ch = 0; ch < 3; ++ch)
       stream_out(s->dst + (static_cast<size_t>(ch) * h + y) * row_bytes, s->row + ch * row_bytes,
                  row_bytes);
   }
-}
-
-template <typename T>
-internal::RowSink sink_for(Layout layout) {
-  return layout == Layout::kHWC ? sink<T, Layout::kHWC> : sink<T, Layout::kCHW>;
 }
 
 }  // namespace
@@ -160,6 +144,7 @@ ImagePipeline::ImagePipeline(std::vector<Transform> transforms, PipelineOptions 
   dtype_ = out.dtype;
   layout_ = out.layout;
   lut_ = std::move(out.table);
+  lut_.resize(lut_.size() + internal::kRowTablePadding);
   while (fused_end_ < transforms_.size() && stage_of(transforms_[fused_end_], false) == Stage::kFused)
     ++fused_end_;
   image_end_ = fused_end_;
@@ -221,18 +206,9 @@ void ImagePipeline::run_input(internal::PixelInput& input, SampleRng& rng, std::
   }
   internal::ScratchImpl& s = *scratch.impl_;
   s.out_row.resize(static_cast<size_t>(width_) * 3 * element_size(dtype_));
-  SinkCtx ctx{this, lut_.data(), dst, s.out_row.data(), false, false};
-  internal::RowSink fn = nullptr;
-  switch (dtype_) {
-    case DType::kUInt8:
-      fn = sink_for<uint8_t>(layout_);
-      break;
-    case DType::kFloat32:
-      fn = sink_for<float>(layout_);
-      break;
-    default:
-      fn = sink_for<uint16_t>(layout_);
-  }
+  SinkCtx ctx{{dtype_, layout_, lut_.data(), width_}, height_, dst, s.out_row.data(), false,
+              false};
+  const internal::RowSink fn = sink;
   if (fused_end_ == image_end_) {  // no image transform: the resample writes the batch
     transform_image(input, rng, s, fn, &ctx);
   } else {
