@@ -38,8 +38,10 @@ struct SampleKey {
   uint64_t index = 0;
 };
 
-// Mutable per-thread state of a source; created once per worker thread and reused for every sample
-// that thread reads.
+// Mutable per-thread state of a source; created for a worker thread and reused for every sample
+// that thread reads. The loader keeps it when the thread's epoch ends and hands it to a worker of
+// a later epoch (one thread at a time, never two), so it may carry caches from one sample to any
+// later one, but nothing that a sample's result may depend on.
 class WorkerState {
  public:
   virtual ~WorkerState() = default;

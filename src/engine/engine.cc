@@ -100,6 +100,25 @@ bool resolve_pinned(PinMemory pin_memory, bool* unavailable) {
   return cuda;
 }
 
+std::unique_ptr<WorkerState> Engine::State::take_worker_state() {
+  {
+    std::lock_guard lock(worker_states_mu_);
+    if (!worker_states_.empty()) {
+      std::unique_ptr<WorkerState> state = std::move(worker_states_.back());
+      worker_states_.pop_back();
+      return state;
+    }
+  }
+  return source->make_worker_state();
+}
+
+void Engine::State::keep_worker_state(std::unique_ptr<WorkerState> state) {
+  if (!state) return;
+  std::lock_guard lock(worker_states_mu_);
+  if (worker_states_.size() < static_cast<size_t>(std::max(1, options.num_workers)))
+    worker_states_.push_back(std::move(state));
+}
+
 Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opts)
     : source(std::move(src)),
       options(resolve(opts)),

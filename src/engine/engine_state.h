@@ -149,6 +149,13 @@ struct Engine::State {
   // Counts a batch of `draws`' order delivered to the consumer.
   void delivered(const EpochDraws& draws, const Batch& batch);
 
+  // The source's worker states, kept from one epoch to the next (a video worker's open decoder
+  // and conversion contexts, an image worker's scratch: what an epoch would otherwise build
+  // again): an epoch's worker takes one (made by the source when none is kept; that may throw)
+  // and keeps it again when it ends. At most max(1, options.num_workers) are kept. Thread-safe.
+  std::unique_ptr<WorkerState> take_worker_state();
+  void keep_worker_state(std::unique_ptr<WorkerState> state);
+
   // Statistics, updated once per batch.
   std::atomic<uint64_t> batches{0}, samples{0};
   SkippedSamples skipped;
@@ -173,6 +180,9 @@ struct Engine::State {
   void record_autotune(const AutotuneDecision& d);
 
  private:
+  std::mutex worker_states_mu_;
+  std::vector<std::unique_ptr<WorkerState>> worker_states_;  // guarded by worker_states_mu_
+
   // Reads sample `index` into `slots`, replacing it under on_error = kSkip.
   void read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
                    WorkerState* worker);

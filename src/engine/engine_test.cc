@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <random>
@@ -481,6 +482,53 @@ TEST(Engine, AWorkerThatFailsOutsideAnySampleEndsTheEpochWithItsError) {
         },
         IoError);
     EXPECT_THROW(it->next(), IoError);  // the epoch stays failed
+  }
+}
+
+// Counts the worker states it makes; a state counts the samples read with it, which two
+// threads at once would get wrong (TSan reports it).
+class StateCountingSource final : public Source {
+ public:
+  struct State final : WorkerState {
+    uint64_t reads = 0;
+  };
+  StateCountingSource() : fields_{{"x", {DType::kInt, 64}, {1}}} {}
+  uint64_t size() const override { return 64; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  std::unique_ptr<WorkerState> make_worker_state() const override {
+    ++made;
+    return std::make_unique<State>();
+  }
+  void read(const SampleKey& key, std::span<std::byte* const> slots,
+            WorkerState* state) const override {
+    ++static_cast<State*>(state)->reads;
+    const auto v = static_cast<int64_t>(key.index);
+    std::memcpy(slots[0], &v, sizeof v);
+  }
+  mutable std::atomic<int> made{0};
+
+ private:
+  std::vector<FieldSpec> fields_;
+};
+
+// A worker's state (a video worker's open decoder) outlives its epoch: the next epochs' workers
+// take the kept ones instead of making their own, and still read every sample once.
+TEST(Engine, WorkerStatesAreKeptFromOneEpochToTheNext) {
+  for (int workers : {0, 1, 3}) {
+    auto src = std::make_shared<StateCountingSource>();
+    EngineOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    o.prefetch_factor = 2;
+    Engine loader(src, o);
+    for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+      std::multiset<int64_t> seen;
+      for (const auto& b : drain(*loader.iterate(epoch))) seen.insert(b.begin(), b.end());
+      ASSERT_EQ(seen.size(), 64u);
+      for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(seen.count(i), 1u) << i;
+    }
+    EXPECT_GE(src->made.load(), 1) << workers;
+    EXPECT_LE(src->made.load(), std::max(1, workers)) << workers;
   }
 }
 

@@ -60,7 +60,8 @@ class InlineIterator final : public EpochIterator {
         draws_(std::move(draws)),
         epoch_(epoch),
         position_(start),
-        worker_(st_->source->make_worker_state()) {}
+        worker_(st_->take_worker_state()) {}
+  ~InlineIterator() override { st_->keep_worker_state(std::move(worker_)); }
 
   Status next_for(std::chrono::milliseconds timeout, std::shared_ptr<Batch>* out) override {
     if (position_ >= plan_.num_batches()) return Status::kEnd;
@@ -265,7 +266,11 @@ class ThreadedIterator final : public EpochIterator {
   void produce(int me) {
     const std::stop_token stop = stop_.get_token();
     const ReaderStopScope reads_stop(stop);
-    std::unique_ptr<WorkerState> worker = st_->source->make_worker_state();
+    struct Kept {  // the worker's state, kept for the next epoch however this one ends
+      Engine::State& st;
+      std::unique_ptr<WorkerState> state;
+      ~Kept() { st.keep_worker_state(std::move(state)); }
+    } worker{*st_, st_->take_worker_state()};
     std::unique_lock lock(mu_);
     while (!stop.stop_requested()) {
       if (me >= active_) {  // parked while the controller keeps this worker inactive
@@ -275,7 +280,7 @@ class ThreadedIterator final : public EpochIterator {
       Chunk chunk;
       if (take_chunk_locked(&chunk)) {
         lock.unlock();
-        fill_chunk(chunk, worker.get());
+        fill_chunk(chunk, worker.state.get());
         lock.lock();
         continue;
       }
