@@ -22,7 +22,10 @@ Contenders, each in a fresh process (its peak RSS summed over it and its workers
   libavdevice too). A peer's best worker count is its figure.
 * bound: FFmpeg decoding each clip from its keyframe to its last frame, every frame, nothing
   converted, in a bare C++ loop on as many threads as Stoker's workers
-  (``stoker._video.decode_bound``): what a decoder that throws nothing away cannot beat.
+  (``stoker._video.decode_bound``): what a decoder that throws nothing away cannot beat. It
+  decodes the very clips that the same round's Stoker run timed (Stoker returns its frames'
+  timestamps), so that both do the same work; stoker / bound is the median of the rounds'
+  ratios.
 Also reported: frames decoded per frame delivered (Stoker's counts; PyAV's and the bound's by
 counting), for the contenders that can tell.
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -247,8 +251,10 @@ def child_stoker(args, p, videos):
                                T.Normalize(MEAN, STD)])
     else:
         transform = T.Compose([T.Resize((240, 320)), T.ToTensor()])
-    ds = stoker.VideoDataset([(v[0], v[1]) for v in videos], frames=p["frames"],
-                             stride=p["stride"], transform=transform)
+    # Each video labelled by its position and its frames' times returned, so that the clips
+    # timed can be told to the bound, which then decodes the same ones.
+    ds = stoker.VideoDataset([(v[0], i) for i, v in enumerate(videos)], frames=p["frames"],
+                             stride=p["stride"], transform=transform, timestamps=True)
     loader = stoker.DataLoader(ds, batch_size=p["batch"], shuffle=True, seed=0)
 
     def batches(epoch):
@@ -256,13 +262,23 @@ def child_stoker(args, p, videos):
         return iter(loader)
 
     before = {}
+    clips = []  # (video, first frame, last frame) of each clip timed
 
     def warm_up(batch):
         before.update(ds.stats())
 
-    rate, clips, first = timed(batches, warm_up, lambda b: len(b[1]), args.batches)
+    def count(batch):
+        _, labels, times = batch
+        clips.extend(zip(labels.tolist(), times[:, 0].tolist(), times[:, -1].tolist()))
+        return len(labels)
+
+    rate, n, first = timed(batches, warm_up, count, args.batches)
     after = ds.stats()
     delivered = after["frames_delivered"] - before["frames_delivered"]
+    if args.clips:
+        frame_at = [{t: k for k, t in enumerate(v[2])} for v in videos]
+        Path(args.clips).write_text(json.dumps(
+            [(videos[v][0], frame_at[v][t0], frame_at[v][t1]) for v, t0, t1 in clips]))
     return {"clips_per_s": rate, "first_batch_s": first,
             "decoded_per_delivered": (after["frames_decoded"] - before["frames_decoded"]) /
             max(1, delivered)}
@@ -293,18 +309,25 @@ def child_peer(args, p, videos, library, workers):
 
 
 def child_bound(args, p, videos, threads):
+    """The bound on the clips Stoker's measurement of this round timed (--clips), else on as
+    many clips drawn by the same rule."""
     import stoker._video as V
-    rng = np.random.default_rng(1)
-    clips = args.batches * p["batch"]
-    jobs = []
-    for i in rng.integers(0, len(videos), clips):
-        path, _, seconds = videos[i]
-        f = clip_frames(len(seconds), p["frames"], p["stride"], lambda count: rng.integers(count))
-        jobs.append((path, f[0], f[-1]))
+    if args.clips and Path(args.clips).exists():
+        jobs = [tuple(j) for j in json.loads(Path(args.clips).read_text())]
+        which = "stoker's"
+    else:
+        rng = np.random.default_rng(1)
+        jobs = []
+        for i in rng.integers(0, len(videos), args.batches * p["batch"]):
+            path, _, seconds = videos[i]
+            f = clip_frames(len(seconds), p["frames"], p["stride"],
+                            lambda count: rng.integers(count))
+            jobs.append((path, f[0], f[-1]))
+        which = "drawn"
     V.decode_bound(jobs[:p["batch"]], threads)  # warm up: page cache, libraries
     seconds, decoded = V.decode_bound(jobs, threads)
-    return {"clips_per_s": clips / seconds, "decoded_per_delivered":
-            decoded / (clips * p["frames"]), "threads": threads}
+    return {"clips_per_s": len(jobs) / seconds, "decoded_per_delivered":
+            decoded / (len(jobs) * p["frames"]), "threads": threads, "clips": which}
 
 
 def child(args):
@@ -322,9 +345,9 @@ def child(args):
 
 # --- the run ----------------------------------------------------------------------------------
 
-def measure(args, name, contender, videos_json):
+def measure(args, name, contender, videos_json, clips_json):
     cmd = [sys.executable, HERE, "--child", contender, "--profile", name, "--videos",
-           str(videos_json), "--batches", str(args.batches)]
+           str(videos_json), "--batches", str(args.batches), "--clips", str(clips_json)]
     try:
         return run_measured(cmd, timeout=1200)
     except RuntimeError as e:
@@ -350,10 +373,18 @@ def run_profile(args, name):
             continue
         contenders += [f"torch-{library}:{w}" for w in args.workers]
     runs = {c: [] for c in contenders}
+    clips_json = DATA / f"{root.name}.clips.json"  # the clips Stoker timed, for the bound
     for r in range(args.repeat):  # interleaved: each round measures every contender once
+        clips_json.unlink(missing_ok=True)
         for c in contenders:
-            runs[c].append(measure(args, name, c, videos_json))
+            runs[c].append(measure(args, name, c, videos_json, clips_json))
+    clips_json.unlink(missing_ok=True)
     results = {c: median_of(rs) for c, rs in runs.items()}
+    pairs = [s["clips_per_s"] / b["clips_per_s"]
+             for s, b in zip(runs["stoker"], runs[contenders[1]])
+             if "error" not in s and "error" not in b]
+    if pairs:
+        results["stoker"]["bound_ratio"] = statistics.median(pairs)
     report(name, p, results, missing)
     return results
 
@@ -383,7 +414,8 @@ def report(name, p, results, missing):
     bound = next((r for c, r in ok.items() if c.startswith("bound")), None)
     lines = []
     if bound:
-        lines.append(f"stoker / decode bound: {stoker['clips_per_s'] / bound['clips_per_s']:.2f}x")
+        ratio = stoker.get("bound_ratio", stoker["clips_per_s"] / bound["clips_per_s"])
+        lines.append(f"stoker / decode bound ({bound.get('clips', 'drawn')} clips): {ratio:.2f}x")
     if peers:
         best = max(peers, key=lambda c: peers[c]["clips_per_s"])
         lines.append(f"stoker / best peer ({best}): "
@@ -412,6 +444,7 @@ def main(argv=None):
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--profile", help=argparse.SUPPRESS)
     ap.add_argument("--videos", help=argparse.SUPPRESS)
+    ap.add_argument("--clips", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
