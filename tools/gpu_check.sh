@@ -3,11 +3,18 @@
 #
 #   bash tools/gpu_check.sh prepare   # here (network to Debian's packages and PyPI): downloads
 #                                     # into .gpu-deps/ (git-ignored) what the GPU machine lacks
-#   bash tools/gpu_check.sh run       # there, with .gpu-deps/ carried: builds the extension,
-#                                     # probes CUDA, runs every GPU test and both GPU benchmarks
-#                                     # in quick mode; logs and JSON under $OUT (default
-#                                     # build/gpu-check)
-#   bash tools/gpu_check.sh rehearse  # here: `run` with an interpreter that holds only what the
+#   bash tools/gpu_check.sh run [feed|decode]
+#                                     # there, with .gpu-deps/ carried: builds the extension,
+#                                     # probes CUDA, runs the part's GPU tests and its benchmark
+#                                     # in quick mode (no part: both); logs and JSON under $OUT
+#                                     # (default build/gpu-check). feed (issue 39): the copy
+#                                     # stream, pinned and device batches, the GPU conversion of
+#                                     # uint8 batches, batch transforms on the GPU, pinned Python
+#                                     # datasets, bench_gpu; decode (issue 40): nvJPEG and the
+#                                     # NVRTC kernels, bench_gpu_decode. Each part alone fits in
+#                                     # 5 minutes of the GPU machine, its build included.
+#   bash tools/gpu_check.sh rehearse [feed|decode]
+#                                     # here: `run` with an interpreter that holds only what the
 #                                     # GPU machine has (below), linked from .venv
 #
 # `run` needs a Python with torch, torchvision, numpy, Pillow, nanobind, scikit-build-core, cmake
@@ -57,14 +64,28 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("skimage/data
   du -sh "$DEPS"
 }
 
+# Each part's tests (pytest arguments) and whether it runs bench_gpu / bench_gpu_decode.
+FEED_TESTS=(tests/python/test_gpu.py tests/python/test_gpu_feed.py tests/python/test_gpu_output.py
+            tests/python/test_batch_transforms.py
+            "tests/python/test_loader.py::test_pinned_batches_on_a_gpu_machine")
+DECODE_TESTS=(tests/python/test_gpu_decode.py)
+
 run() {
+  local part=${1:-all}
+  local tests=() feed=0 decode=0
+  case "$part" in
+    feed) tests=("${FEED_TESTS[@]}") feed=1 ;;
+    decode) tests=("${DECODE_TESTS[@]}") decode=1 ;;
+    all) tests=("${FEED_TESTS[@]}" "${DECODE_TESTS[@]}") feed=1 decode=1 ;;
+    *) echo "gpu_check: no part '$part' (feed, decode, or none for both)" >&2; exit 2 ;;
+  esac
   local out=${OUT:-$ROOT/build/gpu-check}
   local py=${GPU_CHECK_PYTHON:-python3}
   local prefix=/tmp/stoker-gpu-deps site=/tmp/stoker-gpu-site
   mkdir -p "$out"
   local status=0
   exec > >(tee "$out/gpu_check.log") 2>&1
-  echo "== gpu_check $(date -u +%FT%TZ) on $(uname -n): $(nproc) cores"
+  echo "== gpu_check $part $(date -u +%FT%TZ) on $(uname -n): $(nproc) cores"
 
   echo "== probe"
   { nvidia-smi || echo "nvidia-smi: none"; } > "$out/nvidia-smi.txt" 2>&1
@@ -123,27 +144,29 @@ EOF
 
   echo "== GPU tests"
   "$py" -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$out/tests.xml" \
-    tests/python/test_gpu.py tests/python/test_gpu_feed.py tests/python/test_gpu_decode.py \
-    tests/python/test_gpu_output.py tests/python/test_batch_transforms.py \
-    > "$out/tests.log" 2>&1 || status=1
+    "${tests[@]}" > "$out/tests.log" 2>&1 || status=1
   tail -30 "$out/tests.log"
 
   if [ "$gpu" = 1 ]; then
-    echo "== bench_gpu --quick"
-    timeout 240 "$py" bench/bench_gpu.py --quick --json "$out/bench_gpu.json" \
-      > "$out/bench_gpu.log" 2>&1 || status=1
-    tail -40 "$out/bench_gpu.log"
-    echo "== bench_gpu_decode --quick"
-    timeout 180 "$py" bench/bench_gpu_decode.py --quick --json "$out/bench_gpu_decode.json" \
-      > "$out/bench_gpu_decode.log" 2>&1 || status=1
-    tail -30 "$out/bench_gpu_decode.log"
+    if [ "$feed" = 1 ]; then
+      echo "== bench_gpu --quick"
+      timeout 150 "$py" bench/bench_gpu.py --quick --json "$out/bench_gpu.json" \
+        > "$out/bench_gpu.log" 2>&1 || status=1
+      tail -40 "$out/bench_gpu.log"
+    fi
+    if [ "$decode" = 1 ]; then
+      echo "== bench_gpu_decode --quick"
+      timeout 120 "$py" bench/bench_gpu_decode.py --quick --json "$out/bench_gpu_decode.json" \
+        > "$out/bench_gpu_decode.log" 2>&1 || status=1
+      tail -30 "$out/bench_gpu_decode.log"
+    fi
   else
     echo "== no GPU: the benchmarks are not run"
   fi
-  "$py" - "$out" "$gpu" "$status" > "$out/summary.json" <<'EOF'
+  "$py" - "$out" "$gpu" "$status" "$part" > "$out/summary.json" <<'EOF'
 import json, os, sys
 import xml.etree.ElementTree as ET
-out, gpu, status = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+out, gpu, status, part = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4]
 counts = {"passed": 0, "failed": 0, "skipped": 0}
 path = os.path.join(out, "tests.xml")
 if os.path.exists(path):
@@ -154,7 +177,8 @@ if os.path.exists(path):
             counts["skipped"] += 1
         else:
             counts["passed"] += 1
-print(json.dumps({"gpu": gpu if gpu else "no GPU", "tests": counts, "ok": status == 0}))
+print(json.dumps({"part": part, "gpu": gpu if gpu else "no GPU", "tests": counts,
+                  "ok": status == 0}))
 EOF
   cat "$out/summary.json"
   exit $status
@@ -178,12 +202,13 @@ rehearse() {
   keep+='|packaging|pip)([-_.].*)?$'
   for entry in $(ls "$from" | grep -E "$keep"); do ln -s "$from/$entry" "$to/$entry"; done
   ln -s "$ROOT/.venv/bin/cmake" "$ROOT/.venv/bin/ninja" "$env/bin/"
-  GPU_CHECK_PYTHON=$env/bin/python OUT=${OUT:-$ROOT/build/gpu-rehearsal} run
+  GPU_CHECK_PYTHON=$env/bin/python OUT=${OUT:-$ROOT/build/gpu-rehearsal} run "$@"
 }
 
 case "${1:-}" in
   prepare) prepare ;;
-  run) run ;;
-  rehearse) rehearse ;;
-  *) echo "usage: bash tools/gpu_check.sh prepare|run|rehearse" >&2; exit 2 ;;
+  run) run "${@:2}" ;;
+  rehearse) rehearse "${@:2}" ;;
+  *) echo "usage: bash tools/gpu_check.sh prepare | run [feed|decode] | rehearse [feed|decode]" >&2
+     exit 2 ;;
 esac

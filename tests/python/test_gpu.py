@@ -211,6 +211,23 @@ def test_workers_forked_after_cuda_init_do_not_touch_cuda():
     assert on_gpu.is_cuda and sorted(on_gpu[:, 0].tolist()) == list(range(64))
 
 
+def test_python_dataset_batches_are_pinned_shared_buffers():
+    """Process workers write into shared memory that this process registers as page-locked:
+    the batches are pinned, equal to the pageable run's, and equal again on the device."""
+    def run(**kw):
+        loader = stoker.DataLoader(PidDataset(), batch_size=8, num_workers=2, shuffle=True,
+                                   seed=3, worker_type="process", consumer_helps=False, **kw)
+        return loader, list(loader)
+
+    _, pageable = run()
+    _, pinned = run(pin_memory=True)
+    assert all(b.is_pinned() for b in pinned)
+    assert [b[:, 0].tolist() for b in pinned] == [b[:, 0].tolist() for b in pageable]
+    _, on_device = run(device="cuda")
+    assert all(b.is_cuda for b in on_device)
+    assert [b[:, 0].tolist() for b in on_device] == [b[:, 0].tolist() for b in pageable]
+
+
 def test_diagnose_reads_the_gpu_through_nvml():
     figures = _native.tuning.GpuSampler(torch.cuda.current_device()).stop()
     if not figures["gpu_present"]:
