@@ -104,10 +104,6 @@ __attribute__((target("avx2"))) void chw_avx2(const T* table, const uint8_t* rgb
   }
 }
 
-#else
-
-bool have_avx2() { return false; }
-
 #endif  // STOKER_ROW_X86
 
 // The vector loops where they beat the scalar one: CHW in every dtype (8 pixels' channels
@@ -119,7 +115,6 @@ template <typename T>
 void write_typed(const RowFormat& f, const uint8_t* rgb, bool flip, std::byte* out, bool portable) {
   const T* table = reinterpret_cast<const T*>(f.table);
   T* o = reinterpret_cast<T*>(out);
-  static const bool avx2 = have_avx2();
   if (f.layout == Layout::kHWC) {
     if (sizeof(T) == 1 && !flip && !portable) {
       std::memcpy(o, rgb, static_cast<size_t>(f.width) * 3);  // the identity
@@ -129,6 +124,7 @@ void write_typed(const RowFormat& f, const uint8_t* rgb, bool flip, std::byte* o
     return;
   }
 #if STOKER_ROW_X86
+  static const bool avx2 = have_avx2();
   if (avx2 && !portable) return chw_avx2(table, rgb, f.width, flip, o);
 #endif
   row_portable<T, Layout::kCHW>(table, rgb, f.width, flip, o);
