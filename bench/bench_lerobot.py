@@ -222,17 +222,8 @@ def report(p, results, missing):
     print(f"\n== {p['episodes']} episodes of {p['seconds']} s, 2 cameras {p['width']}x"
           f"{p['height']} AV1 at {p['fps']} fps (lerobot's writer); delta_timestamps: 2 frames "
           f"a camera; batch {BATCH}")
-    print(f"{'contender':>22} {'steps/s':>9} {'frames decoded':>15} {'first batch':>12} "
-          f"{'peak RSS':>10}")
-    print(f"{'':>22} {'':>9} {'per delivered':>15}")
-    for c, r in results.items():
-        if "error" in r:
-            print(f"{c:>22}  error: {r['error'][:100]}")
-            continue
-        dpd = f"{r['decoded_per_delivered']:.2f}" if "decoded_per_delivered" in r else "-"
-        first = f"{r['first_batch_s'] * 1e3:.0f}ms" if r["first_batch_s"] else "-"
-        print(f"{c:>22} {r['steps_per_s']:>9.1f} {dpd:>15} {first:>12} "
-              f"{r['peak_rss'] / 2**20:>7.0f}MiB")
+    from bench_video import contender_table
+    contender_table(results, "steps_per_s", "steps/s", 22)
     for backend, why in missing.items():
         print(f"{'lerobot-' + backend:>22}  not available: {why}")
     ok = {c: r for c, r in results.items() if "error" not in r}

@@ -389,21 +389,27 @@ def run_profile(args, name):
     return results
 
 
+def contender_table(results, rate, rate_label, width):
+    """One row per contender: its rate (results[c][rate]), frames decoded per frame delivered,
+    first batch and peak RSS, or its error (bench_lerobot.py's table too)."""
+    print(f"{'contender':>{width}} {rate_label:>9} {'frames decoded':>15} {'first batch':>12} "
+          f"{'peak RSS':>10}")
+    print(f"{'':>{width}} {'':>9} {'per delivered':>15}")
+    for c, r in results.items():
+        if "error" in r:
+            print(f"{c:>{width}}  error: {r['error'][:100]}")
+            continue
+        dpd = f"{r['decoded_per_delivered']:.2f}" if "decoded_per_delivered" in r else "-"
+        first = f"{r['first_batch_s'] * 1e3:.0f}ms" if r.get("first_batch_s") else "-"
+        rss = f"{r['peak_rss'] / 2**20:.0f}MiB"
+        print(f"{c:>{width}} {r[rate]:>9.1f} {dpd:>15} {first:>12} {rss:>10}")
+
+
 def report(name, p, results, missing):
     print(f"\n== {name}: {p['videos']} videos of {p['seconds']} s, {p['width']}x{p['height']} "
           f"{p['codec']}; clips of {p['frames']} frames at stride {p['stride']}, batch "
           f"{p['batch']}")
-    print(f"{'contender':>24} {'clips/s':>9} {'frames decoded':>15} {'first batch':>12} "
-          f"{'peak RSS':>10}")
-    print(f"{'':>24} {'':>9} {'per delivered':>15}")
-    for c, r in results.items():
-        if "error" in r:
-            print(f"{c:>24}  error: {r['error'][:100]}")
-            continue
-        dpd = f"{r['decoded_per_delivered']:.2f}" if "decoded_per_delivered" in r else "-"
-        first = f"{r['first_batch_s'] * 1e3:.0f}ms" if "first_batch_s" in r else "-"
-        rss = f"{r['peak_rss'] / 2**20:.0f}MiB"
-        print(f"{c:>24} {r['clips_per_s']:>9.1f} {dpd:>15} {first:>12} {rss:>10}")
+    contender_table(results, "clips_per_s", "clips/s", 24)
     for library, why in missing.items():
         print(f"{'torch-' + library:>24}  not installed: {why}")
     ok = {c: r for c, r in results.items() if "error" not in r}
