@@ -160,30 +160,33 @@ TEST_F(VideoSourceTest, EveryFrameOfAClipGetsTheSameRandomCropAndFlip) {
   }
 }
 
-TEST_F(VideoSourceTest, AHalvingResizeConvertsAtHalfSizeCloseToTheFullSizePath) {
-  // Resize to half the frame: the picture converts at half size (averaging each 2x2), instead
-  // of converting the whole frame and resampling it; the two agree within rounding.
+TEST_F(VideoSourceTest, AShrinkingResizeConvertsAtAReducedSizeCloseToTheFullSizePath) {
+  // Resize to a half, a quarter and an eighth of the frame: the picture is converted and then
+  // halved once per factor of 2 (each pixel the mean of the 2x2 below it), instead of
+  // converted whole and resampled; the two agree within rounding.
   video::testing::write_test_video(dir.path("big.mkv"),
                                    TestVideo{.frames = 12, .width = 128, .height = 96});
-  auto pipeline = [](double ratio) {
-    image::PipelineOptions o;
-    o.dct_min_ratio = ratio;
-    return std::make_shared<const image::ImagePipeline>(
-        std::vector<image::Transform>{image::Resize{48, 64}}, o);
-  };
-  std::vector<VideoFile> v{{dir.path("big.mkv"), 0}};
-  const ClipOptions o{.frames = 3, .stride = 4, .random = false};
-  VideoSource scaled(v, pipeline(1.0), o), full(v, pipeline(0.0), o);
-  const Clip a = read(scaled, 0), b = read(full, 0);
-  ASSERT_EQ(a.pixels.size(), b.pixels.size());
-  double diff = 0;
-  int worst = 0;
-  for (size_t i = 0; i < a.pixels.size(); ++i) {
-    diff += std::abs(a.pixels[i] - b.pixels[i]);
-    worst = std::max(worst, std::abs(a.pixels[i] - b.pixels[i]));
+  for (const int f : {2, 4, 8}) {
+    auto pipeline = [f](double ratio) {
+      image::PipelineOptions o;
+      o.dct_min_ratio = ratio;
+      return std::make_shared<const image::ImagePipeline>(
+          std::vector<image::Transform>{image::Resize{96 / f, 128 / f}}, o);
+    };
+    std::vector<VideoFile> v{{dir.path("big.mkv"), 0}};
+    const ClipOptions o{.frames = 3, .stride = 4, .random = false};
+    VideoSource scaled(v, pipeline(1.0), o), full(v, pipeline(0.0), o);
+    const Clip a = read(scaled, 0), b = read(full, 0);
+    ASSERT_EQ(a.pixels.size(), b.pixels.size());
+    double diff = 0;
+    int worst = 0;
+    for (size_t i = 0; i < a.pixels.size(); ++i) {
+      diff += std::abs(a.pixels[i] - b.pixels[i]);
+      worst = std::max(worst, std::abs(a.pixels[i] - b.pixels[i]));
+    }
+    EXPECT_LT(diff / a.pixels.size(), 1.5) << f;
+    EXPECT_LE(worst, 64) << f;  // at the square's edges (215 levels): a box against a triangle
   }
-  EXPECT_LT(diff / a.pixels.size(), 1.5);
-  EXPECT_LE(worst, 64);  // at the square's edges (215 levels): a box average against a triangle
 }
 
 TEST_F(VideoSourceTest, BatchesAreBitIdenticalWhateverTheWorkers) {
