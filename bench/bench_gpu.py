@@ -180,7 +180,7 @@ def image_root(args):
     if args.data:
         return args.data
     try:
-        from stoker.cli.sample_data import default_sample_root, make_sample
+        from stoker.sample_data import default_sample_root, make_sample
         make_sample(default_sample_root())
         return os.path.join(default_sample_root(), "train")
     except Exception as e:  # scikit-image missing (the GPU machine), or no photos

@@ -399,7 +399,7 @@ def short_epoch_root(root, tmp):
 
 def run_dataset(profile, args):
     import stoker
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
     manifest = make_sample(default_sample_root(profile), profile=profile)
     root = default_sample_root(profile) / "train"
     read_files(p for p, _ in samples_of(root))  # every loader reads from RAM

@@ -36,7 +36,7 @@ import psutil
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import default_sample_root, make_sample
+from stoker.sample_data import default_sample_root, make_sample
 
 from harness import MEAN, STD, median_of, read_files, write_json  # bench/harness.py
 

@@ -324,7 +324,7 @@ def subset_root(root, tmp, count):
 
 def run_dataset(profile, args):
     import stoker
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
     manifest = make_sample(default_sample_root(profile), profile=profile)
     full = default_sample_root(profile) / "train"
     with tempfile.TemporaryDirectory() as tmp:

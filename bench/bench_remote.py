@@ -116,7 +116,7 @@ def make_data(data, quick):
     """Local tar shards of the sample photos and a uint16 token corpus, under ``data``."""
     import numpy as np
 
-    from stoker.cli.sample_data import make_sample
+    from stoker.sample_data import make_sample
     s = sizes(quick)
     make_sample(data / "sample", num_classes=s["classes"], images_per_class=s["per_class"],
                 shards=s["image_shards"])

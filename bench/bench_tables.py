@@ -66,7 +66,7 @@ SEQ = 64
 
 def photo_paths():
     import stoker
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
     make_sample()
     folder = stoker.ImageFolder(os.path.join(default_sample_root(), "train"))
     return folder.samples, os.path.join(default_sample_root(), "train")

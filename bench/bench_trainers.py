@@ -256,7 +256,7 @@ def main():
     args.epochs = args.epochs or (1 if args.quick else 5)
 
     import stoker
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
     make_sample(default_sample_root("imagenet"), profile="imagenet")
     root = default_sample_root("imagenet") / "train"
     files = samples_of(root)

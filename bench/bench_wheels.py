@@ -120,7 +120,7 @@ def datasets(quick, tmp):
     from PIL import Image
     sys.path.insert(0, str(HERE))
     from harness import link_files, read_files
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
     make_sample(default_sample_root("imagenet"), profile="imagenet")
     root = default_sample_root("imagenet") / "train"
     files = sorted(str(p) for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))

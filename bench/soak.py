@@ -89,7 +89,7 @@ def shm_mapped(pids):
 # --------------------------------------------------------------------------- the two scenarios
 
 def image_data(quick, scratch):
-    from stoker.cli.sample_data import default_sample_root, make_sample
+    from stoker.sample_data import default_sample_root, make_sample
 
     if quick:
         root = Path(scratch) / "sample"

@@ -243,13 +243,17 @@ void register_tuning(nb::module_& m) {
           in.network.cache_hits = nb::cast<uint64_t>(n["cache_hits"]);
           in.network.requests = nb::cast<uint64_t>(n["requests"]);
         }
-        if (f.contains("video")) {
-          nb::dict v = nb::cast<nb::dict>(f["video"]);
-          in.video.present = true;
-          in.video.decode_seconds = nb::cast<double>(v["decode_seconds"]);
-          in.video.transform_seconds = nb::cast<double>(v["transform_seconds"]);
-          in.video.frames_decoded = nb::cast<uint64_t>(v["frames_decoded"]);
-          in.video.frames_delivered = nb::cast<uint64_t>(v["frames_delivered"]);
+        if (f.contains("source_figures")) {
+          for (nb::handle item : nb::cast<nb::list>(f["source_figures"])) {
+            nb::dict g = nb::cast<nb::dict>(item);
+            SourceFigure figure;
+            figure.name = nb::cast<std::string>(g["name"]);
+            figure.value = nb::cast<double>(g["value"]);
+            figure.unit = nb::cast<std::string>(g["unit"]);
+            if (g.contains("stage")) figure.stage = nb::cast<std::string>(g["stage"]);
+            if (g.contains("advice")) figure.advice = nb::cast<std::string>(g["advice"]);
+            in.source_figures.push_back(std::move(figure));
+          }
         }
         Diagnosis d = diagnose(in);
         nb::dict out;

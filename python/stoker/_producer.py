@@ -94,3 +94,12 @@ class Producer(abc.ABC):
 
     def shutdown(self):
         """Stops its workers (processes, Ray actors) now; the next iteration starts new ones."""
+
+
+class Offload(abc.ABC):
+    """What ``DataLoader(offload=...)`` takes (offload/producer.py ``RayOffload``): where batches
+    are made elsewhere, it makes the loader's producer."""
+
+    @abc.abstractmethod
+    def make_producer(self, dataset, options):
+        """The ``Producer`` of a loader of ``dataset`` with ``options`` (``_options.Options``)."""

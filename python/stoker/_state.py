@@ -116,15 +116,39 @@ class Cursor:
                 f"num_batches={self.num_batches})")
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a loader's resume state is a function of, besides the iteration's cursor: its frozen
+    options as its producer resolved them ("auto" made concrete), the latest cursor and the
+    pending position. The loader makes one for each call (``DataLoader._settings``); the
+    functions below read nothing else (never the loader object)."""
+    dataset: object
+    seed: int
+    shuffle: object
+    batch_size: object
+    drop_last: bool
+    rank: int
+    world_size: int
+    repeats: int
+    order: str  # one of _options.ORDERS
+    classes: object  # a class-weighted order's ClassGroups, else None
+    weights: list  # its class weights, else []
+    block_window: int  # blocks a rank keeps open in a block order; 0: none
+    num_batches: object  # batches of the loader's epoch on its rank; None: unknown (a stream)
+    cursor: object  # the latest iteration's Cursor, or None
+    next: object  # the pending Position
+    producer: object  # for its own_states (a Python dataset's and sampler's state_dict)
+
+
 def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def order_kind(loader):
+def order_kind(settings):
     """Who orders the loader's samples: "engine" (EpochOrder + BatchPlan), "stratified" (the
     engine's class-stratified or class-weighted order, laid out for the loader's ranks),
     "sampler" (a sampler or batch_sampler of the user's) or "iterable" (an IterableDataset)."""
-    return loader._producer.order_kind
+    return settings.order
 
 
 def num_samples(dataset):
@@ -143,97 +167,93 @@ def batch_plan(dataset, batch_size, drop_last, rank, world_size, start=0, repeat
                                     world_size, start)
 
 
-def repeats(loader):
+def repeats(settings):
     """Copies of every sample an epoch (1 unless the loader repeats samples)."""
-    return loader.repeats
+    return settings.repeats
 
 
-def plan(loader, start=0, world_size=None, rank=None):
+def plan(settings, start=0, world_size=None, rank=None):
     """The engine's plan of the loader's rank (or of ``rank`` of ``world_size``) from global
     position ``start`` on."""
-    return batch_plan(loader.dataset, loader.batch_size, loader.drop_last,
-                      loader.rank if rank is None else rank,
-                      loader.world_size if world_size is None else world_size, start,
-                      repeats(loader))
+    return batch_plan(settings.dataset, settings.batch_size, settings.drop_last,
+                      settings.rank if rank is None else rank,
+                      settings.world_size if world_size is None else world_size, start,
+                      repeats(settings))
 
 
-def weights_state(loader):
+def weights_state(settings):
     """``[[label, weight], ...]`` of a class-weighted order (JSON keeps no int keys), else
     None."""
-    producer = loader._producer
-    if not producer.weights:
+    if not settings.weights:
         return None
-    return [[label, w] for label, w in zip(producer.classes.labels, producer.weights)]
+    return [[label, w] for label, w in zip(settings.classes.labels, settings.weights)]
 
 
-def block_window(loader):
+def block_window(settings):
     """Blocks a rank keeps open in the engine's block order (shuffle="shards", or a shuffled
     dataset in blocks); 0 when the loader's order is not by blocks."""
-    return loader._producer.block_window
+    return settings.block_window
 
 
-def config(loader):
+def config(settings):
     """What a state must match to be resumed by ``loader``."""
-    out = {"seed": loader.seed, "shuffle": loader.shuffle, "batch_size": loader.batch_size,
-           "drop_last": loader.drop_last, "num_samples": num_samples(loader.dataset),
-           "repeats": repeats(loader), "rank": loader.rank, "world_size": loader.world_size,
-           "order": order_kind(loader),
-           "class_weights": weights_state(loader)}
-    window = block_window(loader)
+    out = {"seed": settings.seed, "shuffle": settings.shuffle, "batch_size": settings.batch_size,
+           "drop_last": settings.drop_last, "num_samples": num_samples(settings.dataset),
+           "repeats": repeats(settings), "rank": settings.rank, "world_size": settings.world_size,
+           "order": order_kind(settings),
+           "class_weights": weights_state(settings)}
+    window = block_window(settings)
     if window:
         out["shard_window"] = window
     return out
 
 
-def begin(loader):
+def begin(settings):
     """``(cursor, pending)``: the cursor of the iteration that starts now at the loader's pending
     position, and the position after it (the next epoch's start)."""
-    at = loader._next
+    at = settings.next
     start, mixture, after = at.start, None, None
-    if order_kind(loader) == "mixture":
-        mixture = mixture_plan(loader, at)
+    if order_kind(settings) == "mixture":
+        mixture = mixture_plan(settings, at)
         start, num_batches = mixture.position, mixture.num_batches
         after = MixtureStart.after(mixture, at.epoch + 1)  # the next epoch starts where this ends
     elif start:
-        num_batches = plan(loader, start).num_batches
-    elif order_kind(loader) == "iterable":
+        num_batches = plan(settings, start).num_batches
+    elif order_kind(settings) == "iterable":
         num_batches = None  # len() of an IterableDataset is the user's to ask (torch warns then)
     else:
-        try:
-            num_batches = len(loader)
-        except TypeError:  # an IterableDataset without __len__
-            num_batches = None
+        num_batches = settings.num_batches
     cursor = Cursor(at.epoch, at.batch, start, num_batches, mixture, at.stripes)
     return cursor, Position(at.epoch + 1, mixture=after)
 
 
-def save(loader):
+def save(settings):
     """``loader.state_dict()``: where the next batch comes from."""
-    if order_kind(loader) == "mixture":
-        return _save_mixture(loader)
-    cursor = loader._cursor
+    if order_kind(settings) == "mixture":
+        return _save_mixture(settings)
+    cursor = settings.cursor
     if cursor is not None and cursor.running():
         epoch, batch, start, stripes = cursor.epoch, cursor.batch, cursor.start, cursor.stripes
     else:
-        at = loader._next
+        at = settings.next
         epoch, batch, start, stripes = at.epoch, at.batch, at.start, at.stripes
     state = {"version": VERSION, "epoch": epoch, "batch": batch, "start": start,
-             **config(loader)}
-    if block_window(loader):
-        state["stripes"] = stripes or loader.world_size
-    state.update(loader._producer.own_states(loader._cursor))
+             **config(settings)}
+    if block_window(settings):
+        state["stripes"] = stripes or settings.world_size
+    state.update(settings.producer.own_states(settings.cursor))
     return state
 
 
-def load(loader, state):
+def load(settings, state):
     """``loader.load_state_dict(state)``: the :class:`Position` of the loader's next iteration.
     Raises ValueError for a state this loader cannot continue exactly."""
     if not isinstance(state, dict) or state.get("version") not in _READABLE:
         raise ValueError(f"not a stoker.DataLoader state (version {VERSION}): {state!r}")
-    mine = config(loader)
+    mine = config(settings)
     saved_order = state.get("order", "engine")
     if saved_order == "mixture" and mine["order"] == "mixture":
-        return _load_mixture(loader, state, mine)
+        return _load_mixture(settings, state, mine)
     if saved_order != mine["order"]:
         raise ValueError(f"the state was saved by a loader ordered by "
                          f"{_ORDERS.get(saved_order, repr(saved_order))}, this loader is ordered "
@@ -255,24 +275,21 @@ def load(loader, state):
         if not (_is_int(stripes) and stripes >= 1):
             raise ValueError(f"invalid stripes in state (the world size of the epoch's shard "
                              f"order): {stripes!r}")
-    if old_world == loader.world_size:
+    if old_world == settings.world_size:
         if mine["order"] in ("engine", "stratified"):
-            last = plan(loader, start).num_batches
+            last = plan(settings, start).num_batches
         else:
-            try:
-                last = len(loader)
-            except TypeError:
-                last = None
+            last = settings.num_batches
         if last is not None and batch > last:
             raise ValueError(f"invalid position in state: batch {batch} of an epoch of {last}")
         return Position(epoch, batch, start, stripes, resumed=True)
     if mine["order"] != "engine":
         raise ValueError(
             f"the state was saved with world_size={old_world} and this loader has "
-            f"world_size={loader.world_size}: resuming with another world size needs the "
+            f"world_size={settings.world_size}: resuming with another world size needs the "
             f"engine's order, and this loader is ordered by {_ORDERS[mine['order']]}, whose "
             f"consumed samples cannot be named by a position")
-    old = plan(loader, start, world_size=old_world, rank=0)
+    old = plan(settings, start, world_size=old_world, rank=0)
     if batch > old.num_batches:
         raise ValueError(f"invalid position in state: batch {batch} of an epoch of "
                          f"{old.num_batches} (world_size={old_world})")
@@ -296,45 +313,45 @@ def _check_matching(state, mine):
 
 # -- mixtures ---------------------------------------------------------------------------------------
 
-def mixture_start(loader, at):
+def mixture_start(settings, at):
     """The :class:`MixtureStart` of the loader's plan for position ``at``: the carried one (a
     loaded state, or the end of the epoch before), else as if every epoch before ran whole with
     these weights and world size."""
     if at.mixture is not None and at.mixture.epoch == at.epoch:
         return at.mixture
-    m = loader.dataset
-    steps = at.epoch * plan(loader).num_batches
+    m = settings.dataset
+    steps = at.epoch * plan(settings).num_batches
     first, bases = _native.engine.mixture_epoch_start(
-        m.sizes, m.phases(0, steps), loader.seed, loader.shuffle is not False, at.epoch,
-        loader.batch_size, loader.drop_last, loader.world_size)
+        m.sizes, m.phases(0, steps), settings.seed, settings.shuffle is not False, at.epoch,
+        settings.batch_size, settings.drop_last, settings.world_size)
     return MixtureStart(at.epoch, 0, first, tuple(bases))
 
 
-def mixture_plan(loader, at):
+def mixture_plan(settings, at):
     """The loader's rank's MixturePlan of the epoch that position ``at`` starts."""
-    m = loader.dataset
-    start = mixture_start(loader, at)
-    steps = plan(loader, start.position).num_batches
+    m = settings.dataset
+    start = mixture_start(settings, at)
+    steps = plan(settings, start.position).num_batches
     return _native.engine.MixturePlan(
-        m.sizes, m.phases(start.first_step, steps), loader.seed, loader.shuffle is not False,
-        at.epoch, loader.batch_size, loader.drop_last, loader.rank, loader.world_size,
+        m.sizes, m.phases(start.first_step, steps), settings.seed, settings.shuffle is not False,
+        at.epoch, settings.batch_size, settings.drop_last, settings.rank, settings.world_size,
         start.position, start.first_step, list(start.bases))
 
 
-def mixture_point(loader):
+def mixture_point(settings):
     """``(epoch, batch, plan)`` of the next batch: the running iteration's, or the pending one."""
-    cursor = loader._cursor
+    cursor = settings.cursor
     if cursor is not None and cursor.running() and cursor.mixture is not None:
         return cursor.epoch, cursor.batch, cursor.mixture
-    at = loader._next
-    return at.epoch, at.batch, mixture_plan(loader, at)
+    at = settings.next
+    return at.epoch, at.batch, mixture_plan(settings, at)
 
 
-def mixture_stats(loader, samples):
+def mixture_stats(settings, samples):
     """``stats()["mixture"]``: per source, the samples this process delivered, its own epochs
     (completed passes over it, by the whole job) and its weight now."""
-    m = loader.dataset
-    _, batch, mplan = mixture_point(loader)
+    m = settings.dataset
+    _, batch, mplan = mixture_point(settings)
     draws = mplan.draws_after(batch)
     weights = m.weights_at(mplan.first_step + batch)
     return {name: {"samples": samples[c] if samples else 0,
@@ -342,12 +359,12 @@ def mixture_stats(loader, samples):
             for c, (name, size) in enumerate(zip(m.names, m.sizes))}
 
 
-def _save_mixture(loader):
-    m = loader.dataset
-    epoch, batch, mplan = mixture_point(loader)
+def _save_mixture(settings):
+    m = settings.dataset
+    epoch, batch, mplan = mixture_point(settings)
     step = mplan.first_step + batch
     return {"version": VERSION, "epoch": epoch, "batch": batch, "start": mplan.position,
-            **config(loader),
+            **config(settings),
             "mixture": {"sources": dict(zip(m.names, m.sizes)), "step": step,
                         "draws": dict(zip(m.names, mplan.draws_after(batch))),
                         "plan": {"step": mplan.first_step,
@@ -355,8 +372,8 @@ def _save_mixture(loader):
                         "weights": m.fingerprint(mplan.first_step, step)}}
 
 
-def _load_mixture(loader, state, mine):
-    m = loader.dataset
+def _load_mixture(settings, state, mine):
+    m = settings.dataset
     saved = state.get("mixture")
     sources = dict(zip(m.names, m.sizes))
     if not isinstance(saved, dict) or saved.get("sources") != sources:
@@ -382,11 +399,11 @@ def _load_mixture(loader, state, mine):
             and _is_int(first_step) and _is_int(step) and step == first_step + batch):
         raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}, "
                          f"start={start!r}, world_size={old_world!r}, step={step!r}")
-    old = plan(loader, start, world_size=old_world, rank=0)
+    old = plan(settings, start, world_size=old_world, rank=0)
     if batch > old.num_batches:
         raise ValueError(f"invalid position in state: batch {batch} of an epoch of "
                          f"{old.num_batches} (world_size={old_world})")
-    if old_world == loader.world_size and saved.get("weights") == m.fingerprint(first_step, step):
+    if old_world == settings.world_size and saved.get("weights") == m.fingerprint(first_step, step):
         # The same ranks and weights: the saved plan itself, the same batches.
         return Position(epoch, batch, start,
                         mixture=MixtureStart(epoch, start, first_step, tuple(bases)),

@@ -27,28 +27,31 @@ import weakref
 
 from . import _native, _options, _ranks, _state, balance
 from .gpu import feed as _feed
+from ._producer import Offload
 from .native import NativeProducer
 from .sources.base import StokerDataset, is_native
 
 # The attributes torch freezes once a loader is made.
 _FROZEN_AFTER_INIT = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                       "persistent_workers")
+# Stoker's own options, read from the frozen Options: fixed once the loader is made too (setting
+# one used to change a copy that nothing read).
+_OPTIONS = ("output", "on_error", "class_weights", "offload", "repeats", "shard_window")
 
 
 def _producer_kind(dataset, offload):
     """Which producer makes the batches: "offload" (Ray actors), "native" (a Stoker dataset, the
     engine's threads) or "python" (any other dataset, worker processes)."""
     if offload is not None:
+        if not isinstance(offload, Offload):
+            raise TypeError(f"offload must be a stoker.RayOffload, got {offload!r}")
         return "offload"
     return "python" if dataset is not None and not is_native(dataset) else "native"
 
 
 def _make_producer(kind, dataset, options):
     if kind == "offload":  # an offload makes its producer (offload/producer.py RayOffload)
-        make = getattr(options.offload, "make_producer", None)
-        if make is None:
-            raise TypeError(f"offload must be a stoker.RayOffload, got {options.offload!r}")
-        return make(dataset, options)
+        return options.offload.make_producer(dataset, options)
     if kind == "python":
         from .pydata.producer import PythonProducer  # imports torch: only when needed
         return PythonProducer(dataset, options)
@@ -165,12 +168,7 @@ class DataLoader:
         # calls sampler.set_epoch) where the loader orders the samples itself.
         self._epoch_sampler = EpochSampler(self)
         self._set_producer(_make_producer(kind, dataset, options))
-        self.output = output
-        self.on_error = on_error
-        self.class_weights = class_weights
-        self.offload = offload
-        self.repeats = repeats
-        self.batch_transform = batch_transform
+        self._batch_transform = batch_transform  # as given (options hold its parsed form)
         self._device = options.device
         self._copy_stage = None  # the GPU copy stage (one copy stream), made at the first iteration
         self._gpu_stats = {}
@@ -206,15 +204,60 @@ class DataLoader:
                 self._load(self._loaded)
         return share
 
+    def _settings(self):
+        """What the resume state is a function of (_state.Settings): the frozen options as the
+        producer resolved them, the latest cursor and the pending position."""
+        p, o = self._producer, self._options
+        try:
+            num_batches = p.num_batches()
+        except TypeError:  # an IterableDataset without __len__
+            num_batches = None
+        return _state.Settings(
+            dataset=self.dataset, seed=p.seed, shuffle=self.shuffle, batch_size=self.batch_size,
+            drop_last=self.drop_last, rank=self.rank, world_size=self.world_size, repeats=o.repeats,
+            order=p.order_kind, classes=p.classes, weights=p.weights,
+            block_window=p.block_window, num_batches=num_batches, cursor=self._cursor,
+            next=self._next, producer=p)
+
     def _load(self, state):
-        self._next = _state.load(self, state)
+        self._next = _state.load(self._settings(), state)
         self._producer.restore_own_states(state, self._next)
 
     def __setattr__(self, name, value):
-        if getattr(self, "_initialized", False) and name in _FROZEN_AFTER_INIT:
+        if name in _FROZEN_AFTER_INIT + _OPTIONS + ("batch_transform",) and \
+                self.__dict__.get("_initialized", False):
             raise ValueError(f"{name} attribute should not be set after "
                              f"{type(self).__name__} is initialized")
         object.__setattr__(self, name, value)
+
+    # Stoker's options, as given and checked (one home: the frozen _options.Options).
+    @property
+    def output(self):
+        return self._options.output
+
+    @property
+    def on_error(self):
+        return self._options.on_error
+
+    @property
+    def class_weights(self):
+        return self._options.class_weights
+
+    @property
+    def offload(self):
+        return self._options.offload
+
+    @property
+    def repeats(self):
+        return self._options.repeats
+
+    @property
+    def shard_window(self):
+        return self._options.shard_window
+
+    @property
+    def batch_transform(self):
+        return self._batch_transform
 
     # The knobs as resolved: "auto" replaced by the value in use.
     @property
@@ -299,7 +342,7 @@ class DataLoader:
                 _state.num_samples(self.dataset), self.seed, self.batch_size, self.drop_last,
                 self._next.epoch))
             self._agreed = True
-        cursor, self._next = _state.begin(self)
+        cursor, self._next = _state.begin(self._settings())
         self._cursor = cursor
         self._loaded = None
         batches = self._producer.batches(cursor)
@@ -323,7 +366,7 @@ class DataLoader:
     def _pending_len(self):
         """Batches the pending iteration will yield; TypeError for an IterableDataset, whose
         len() is the user's to ask (torch warns once it was: not a length hint's to ask)."""
-        cursor, _ = _state.begin(self)
+        cursor, _ = _state.begin(self._settings())
         if cursor.num_batches is None:
             raise TypeError("the length of an IterableDataset's iteration is unknown")
         return cursor.num_batches - cursor.batch
@@ -332,7 +375,7 @@ class DataLoader:
         """Where the next batch comes from, as a small JSON-serializable dict: the epoch, the
         batches each rank delivered and the global position the epoch's plan started at, with
         the settings that must match to resume (O(1): no list of samples)."""
-        return _state.save(self)
+        return _state.save(self._settings())
 
     def load_state_dict(self, state, weights=None):
         """Makes the next iteration resume exactly where ``state`` was taken, whatever the
@@ -379,24 +422,17 @@ class DataLoader:
         docs/ says which)."""
         s = self._producer.stats()
         if self._producer.order_kind == "mixture":
-            s["mixture"] = _state.mixture_stats(self, s.pop("mixture_samples", None))
+            s["mixture"] = _state.mixture_stats(self._settings(),
+                                                s.pop("mixture_samples", None))
         for key in ("batches", "samples", "skipped"):
             s.setdefault(key, 0)
         s.setdefault("skipped_samples", [])
-        ds = self.dataset
-        if isinstance(ds, StokerDataset):
-            packing = ds._packing_stats()  # a packed TokenDataset
-            if packing is not None:
-                s["packing"] = packing
-            if ds._remote is not None:  # shards streamed from object storage
-                s["remote"] = ds._remote.stats()
-            transforms = ds._transform_report()  # an image dataset
-            if transforms is not None:
-                s["transforms"] = transforms  # which transforms ran natively, which in Python
+        if isinstance(self.dataset, StokerDataset):
+            s.update(self.dataset._stats())  # the dataset's own sections (sources/base.py)
         s.update(self._producer.knobs())
         s["device"] = str(self._device or "cpu")
         s.update(self._gpu_stats)
-        if hasattr(self._copy_stage, "add_stats"):  # a GPU decode stage counts its skips too
+        if self._copy_stage is not None:  # a GPU decode stage counts its skips too
             self._copy_stage.add_stats(s)
         return s
 
@@ -478,7 +514,8 @@ class EpochSampler:
 
     def __len__(self):
         loader = self.loader()
-        return _state.plan(loader).num_samples if loader.batch_size is not None else len(loader)
+        return _state.plan(loader._settings()).num_samples if loader.batch_size is not None \
+            else len(loader)
 
     def __iter__(self):
         raise TypeError(_NOT_A_TORCH_SAMPLER)

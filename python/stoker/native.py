@@ -97,12 +97,15 @@ class NativeProducer(EngineOrdered):
             variant = dataset._device_output()
             if variant is not None:
                 source, self.device_output = variant
-        mixing = _batch_transform(dataset, o.batch_transform)
+        mixing = None
+        if o.batch_transform is not None:  # the images it mixes, on the CPU
+            images = dataset._mixing_source(o.batch_transform)
+            mixing = o.batch_transform.native(images.image_layout)
         if mixing is not None and o.device is not None:
             from .gpu.batch_transform import DeviceMixing
             self.device_mixing = DeviceMixing(
-                mixing, o.seed, dataset._cpu_source.image_layout,
-                tuple(dataset._cpu_source.image_shape), lambda cursor: self.plan(cursor.start))
+                mixing, o.seed, images.image_layout, tuple(images.image_shape),
+                lambda cursor: self.plan(cursor.start))
             mixing = None
         self.engine = _native.engine.Engine(
             source, o.batch_size, self.shuffle is not False, o.seed, o.drop_last,
@@ -184,8 +187,6 @@ class NativeProducer(EngineOrdered):
         return NativeBatches(native, cursor, self.torch, self.assemble)
 
     def copy_stage(self, device):
-        if not self.dataset._decodes_on_gpu:
-            return None
         return self.dataset._copy_stage(device, self.options.on_error)
 
     def stats(self):
@@ -198,27 +199,6 @@ class NativeProducer(EngineOrdered):
 def _mixed_batch(image, soft_label, fields):
     """A mixed batch as the loader yields it: (images, soft labels)."""
     return fields[image], fields[soft_label]
-
-
-def _batch_transform(dataset, spec):
-    """The engine's BatchTransform of ``spec`` (a batch_transforms.Spec) for ``dataset``, or
-    None without one; ValueError where the dataset's batches are not (images, labels)."""
-    if spec is None:
-        return None
-    image_source = dataset._cpu_source
-    if not isinstance(image_source, _native.sources.ImageSource) or \
-            isinstance(dataset, Mixture):
-        raise ValueError(f"batch_transform={spec.name} mixes batches of (images, labels): it is "
-                         f"for ImageFolder, TarShards and TableDataset(image=..., label=...), "
-                         f"got {type(dataset).__name__}")
-    if dataset._images is not None and getattr(dataset, "label", "") is None:
-        raise ValueError(f"batch_transform={spec.name} needs labels: this TableDataset has "
-                         f"images but no label column (TableDataset(..., label=...))")
-    if spec.mixes_images and image_source.image_dtype == "uint8":
-        raise ValueError(f"batch_transform={spec.name}: MixUp blends images, which uint8 cannot "
-                         f"hold (torchvision's MixUp fails on uint8 too): make float images, "
-                         f'e.g. ToTensor(dtype="float32"), or use CutMix alone')
-    return spec.native(image_source.image_layout)
 
 
 class NativeBatches:

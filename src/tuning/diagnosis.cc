@@ -74,6 +74,31 @@ Nvml& nvml_library() {
   return n;
 }
 
+// The dataset's stage with the most worker time, or null when it names none.
+const SourceFigure* busiest_stage(const std::vector<SourceFigure>& figures) {
+  const SourceFigure* top = nullptr;
+  for (const SourceFigure& f : figures)
+    if (!f.stage.empty() && (!top || f.value > top->value)) top = &f;
+  return top;
+}
+
+// "decode 62% of the workers' busy time, transform 20%; frames decoded per frame delivered 2.1":
+// the dataset's stages as shares of `busy`, then its other figures with their units.
+std::string stage_figures(const std::vector<SourceFigure>& figures, double busy) {
+  std::string stages, others;
+  for (const SourceFigure& f : figures) {
+    if (!f.stage.empty()) {
+      stages += (stages.empty() ? "" : ", ") + f.stage + " " + pct(std::min(1.0, f.value / busy)) +
+                (stages.empty() ? " of the workers' busy time" : "");
+      continue;
+    }
+    char value[64];
+    std::snprintf(value, sizeof value, "%.3g", f.value);
+    others += (others.empty() ? "" : ", ") + f.name + " " + value + (f.unit.empty() ? "" : " " + f.unit);
+  }
+  return others.empty() ? stages : stages + "; " + others;
+}
+
 }  // namespace
 
 GpuSampler::Reader GpuSampler::nvml(int cuda_device) {
@@ -235,28 +260,15 @@ Diagnosis diagnose(const DiagnosisInputs& in, const DiagnosisRules& rules) {
       d.action =
           "the workers wait on storage: raise num_workers (threads overlap I/O), use faster "
           "storage or page cache, or cache decoded data";
-    } else if (const VideoFigures& v = in.video;
-               v.present && busy > 0 && v.decode_seconds / busy > rules.video_decode_high) {
-      d.limiting_stage = "decode";
-      char buf[200];
-      std::snprintf(buf, sizeof buf,
-                    "video decoding took %s of the workers' busy time (converting and "
-                    "transforming the kept frames %s); %.2f frames decoded per frame delivered",
-                    pct(std::min(1.0, v.decode_seconds / busy)).c_str(),
-                    pct(std::min(1.0, v.transform_seconds / busy)).c_str(),
-                    v.frames_delivered ? static_cast<double>(v.frames_decoded) /
-                                             static_cast<double>(v.frames_delivered)
-                                       : 0.0);
-      d.reasons.push_back(buf);
+    } else if (const SourceFigure* top = busiest_stage(in.source_figures);
+               top && busy > 0 && top->value / busy > rules.stage_high) {
+      d.limiting_stage = top->stage;
+      d.reasons.push_back(stage_figures(in.source_figures, busy));
       const bool idle = workers && workers->threads < in.usable_cores && util < 0.85;
-      d.action = std::string(idle ? "video decoding is the bottleneck and cores are idle: raise "
-                                    "num_workers to " +
-                                        std::to_string(in.usable_cores) + " (or \"auto\"); then "
-                                  : "video decoding is the bottleneck on every core: ") +
-                 "decode fewer frames per clip: keyframes closer together (re-encode with a "
-                 "shorter GOP), clips that span fewer frames (a smaller stride or fps), several "
-                 "clips of a video in one pass (clips_per_video with evenly spaced clips), or "
-                 "videos stored at the resolution the model takes";
+      d.action = (idle ? top->stage + " is the bottleneck and cores are idle: raise num_workers to " +
+                             std::to_string(in.usable_cores) + " (or \"auto\"); then "
+                       : top->stage + " is the bottleneck on every core: ") +
+                 top->advice;
     } else if (workers && workers->threads < in.usable_cores && util < 0.85) {
       d.action = "the workers are CPU-bound and cores are idle: raise num_workers to " +
                  std::to_string(in.usable_cores) +

@@ -13,9 +13,11 @@
 //    or stalled (I/O: more workers, faster storage, caching). When the dataset is remote and its
 //    workers spent more than network_wait_high of their busy time waiting for shards to arrive,
 //    the limiting stage is "network" (the action: a larger cache, more concurrent fetches, data
-//    closer to the job). When CPU-bound workers of a video dataset spent more than
-//    video_decode_high of their busy time demuxing and decoding, the limiting stage is "decode"
-//    (the action: idle cores first, then fewer frames decoded per frame kept).
+//    closer to the job). When CPU-bound workers spent more than stage_high of their busy time
+//    in one stage that the dataset names among its figures (a video's "decode", say), that
+//    stage limits, and the action is the dataset's advice for it (idle cores first). The
+//    diagnosis knows no dataset: what a stage is called and what to do about it come with the
+//    figures.
 // 3. compute-bound: otherwise. The pipeline is fine; speed up the model. A consumer that waited
 //    while the GPU stayed busy >= gpu_busy_high is compute-bound too: the host ran ahead of the
 //    GPU (kernels are queued asynchronously) and its waits overlapped queued GPU work. When the
@@ -61,13 +63,16 @@ struct NetworkFigures {
   uint64_t requests = 0;       // object-store requests
 };
 
-// A video dataset's decoding over the run (VideoStats deltas).
-struct VideoFigures {
-  bool present = false;           // the dataset is a video one
-  double decode_seconds = 0;      // worker time demuxing and decoding (summed)
-  double transform_seconds = 0;   // worker time converting kept frames and transforming them
-  uint64_t frames_decoded = 0;    // frames the decoders output
-  uint64_t frames_delivered = 0;  // frames in the clips
+// One figure a dataset reports of its own work over the run (the difference of two readings),
+// named and with its unit, so that the diagnosis repeats it without knowing the dataset. A figure
+// with a `stage` is worker time (unit "s", summed over threads) spent in that stage of the fused
+// pipeline ("decode", "resample", "tokenize"), and `advice` says what to do when it limits.
+struct SourceFigure {
+  std::string name;  // "frames decoded per frame delivered"
+  double value = 0;
+  std::string unit;    // "s", "frames", "" for a ratio
+  std::string stage;   // empty: a figure reported, not a stage's time
+  std::string advice;  // for a stage: the action when it is the bottleneck
 };
 
 struct DiagnosisInputs {
@@ -87,7 +92,7 @@ struct DiagnosisInputs {
   double gpu_utilization = 0;                          // 0..1, mean over the run
   uint64_t gpu_memory_used = 0, gpu_memory_total = 0;  // peak used over the run
   NetworkFigures network;
-  VideoFigures video;
+  std::vector<SourceFigure> source_figures;  // the dataset's own, in its order
 };
 
 struct DiagnosisRules {
@@ -98,12 +103,13 @@ struct DiagnosisRules {
   double gpu_busy_high = 0.90;      // GPU utilization at which the GPU is the limit
   double gpu_idle_low = 0.50;       // GPU utilization below which the GPU mostly waits
   double network_wait_high = 0.30;  // worker busy time waiting for shards: the network limits
-  double video_decode_high = 0.50;  // worker busy time decoding video: decoding limits
+  double stage_high = 0.50;  // worker busy time in one of the dataset's stages: that stage limits
 };
 
 struct Diagnosis {
   std::string verdict;         // "input-bound", "compute-bound" or "memory-bound"
-  std::string limiting_stage;  // "workers", "network", "decode", "consumer" or "memory"
+  // "workers", "network", "consumer", "memory", or a stage the dataset's figures name
+  std::string limiting_stage;
   std::string action;
   double wait_fraction = 0;
   std::vector<std::string> reasons;  // the figures behind the verdict, in words

@@ -59,24 +59,33 @@ TEST(Diagnosis, OffCpuWorkersPointAtStorage) {
   EXPECT_NE(diagnose(in).action.find("storage"), std::string::npos);
 }
 
-TEST(Diagnosis, VideoWorkersDecodingMostOfTheTimeNameTheDecoder) {
+// The diagnosis knows no dataset: a stage, its share and its advice come with the figures.
+TEST(Diagnosis, AStageOfTheDatasetsOwnThatTakesMostOfTheWorkersTimeLimits) {
   DiagnosisInputs in = base();
   in.consumer_wait_seconds = 6;
-  in.video = {true, 24, 5, 5000, 1000};  // of 30 busy seconds: 80% decoding
-  Diagnosis d = diagnose(in);
+  in.source_figures = {{"decode seconds", 24, "s", "decode", "re-encode with a shorter GOP"},
+                       {"transform seconds", 5, "s", "transform", "lighter transforms"},
+                       {"frames decoded per frame delivered", 5, "", "", ""}};
+  Diagnosis d = diagnose(in);  // of 30 busy seconds: 80% decoding
   EXPECT_EQ(d.verdict, "input-bound");
   EXPECT_EQ(d.limiting_stage, "decode");
   EXPECT_NE(d.action.find("shorter GOP"), std::string::npos) << d.action;
-  EXPECT_NE(d.reasons.back().find("80%"), std::string::npos) << d.reasons.back();
-  EXPECT_NE(d.reasons.back().find("5.00 frames decoded per frame delivered"), std::string::npos)
-      << d.reasons.back();
-  in.video.decode_seconds = 6;  // mostly transforming: the workers, not the decoder
+  EXPECT_EQ(d.reasons.back(),
+            "decode 80% of the workers' busy time, transform 17%; frames decoded per frame "
+            "delivered 5");
+  in.source_figures[0].value = 6;  // mostly elsewhere: the workers, not one stage
   EXPECT_EQ(diagnose(in).limiting_stage, "workers");
-  in.video.decode_seconds = 24;
+  in.source_figures[1].value = 20;  // the busiest stage is the one that limits
+  EXPECT_EQ(diagnose(in).limiting_stage, "transform");
+  EXPECT_NE(diagnose(in).action.find("lighter transforms"), std::string::npos);
+  in.source_figures[1].value = 5;
+  in.source_figures[0].value = 24;
   in.stages[0].threads = 1;  // idle cores come first
   in.core_utilization = {1.0, 0.1, 0.1, 0.1};
   EXPECT_NE(diagnose(in).action.find("raise num_workers to 4"), std::string::npos);
   EXPECT_EQ(diagnose(in).limiting_stage, "decode");
+  in.source_figures.clear();  // a dataset without figures: the plain rule
+  EXPECT_EQ(diagnose(in).limiting_stage, "workers");
 }
 
 TEST(Diagnosis, MemoryRules) {

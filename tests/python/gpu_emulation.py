@@ -41,6 +41,9 @@ class CpuCopyStage:
     def hand_over(self, gpu, event):
         pass
 
+    def add_stats(self, stats):
+        pass
+
 
 class EmulatedDecodeStage:
     """The same copy-stage protocol with the GPU stage emulated on the CPU (its kernels' own code
@@ -68,6 +71,9 @@ class EmulatedDecodeStage:
         return (images, out_labels), None, images.numel() * images.element_size() + n * 8, []
 
     def hand_over(self, gpu, event):
+        pass
+
+    def add_stats(self, stats):
         pass
 
     def stats(self):

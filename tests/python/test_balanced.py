@@ -249,7 +249,7 @@ def test_image_datasets_give_their_labels_without_decoding(tmp_path):
 def test_repeats_of_an_oversampled_image_are_augmented_anew(tmp_path):
     # Each draw's randomness is keyed by its cycle through its class, so the ~9 draws of each
     # image of an oversampled class in an epoch are ~9 different crops, not one crop 9 times.
-    from stoker.cli.sample_data import make_sample
+    from stoker.sample_data import make_sample
     make_sample(tmp_path / "s", num_classes=3, images_per_class=8, shards=1)
     transform = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor()])
     ds = stoker.ImageFolder(tmp_path / "s" / "train", transform=transform)

@@ -12,7 +12,7 @@ from gpu_emulation import CpuCopyStage  # noqa: E402
 from stoker import _native, _state  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
-from stoker.cli.sample_data import make_sample  # noqa: E402
+from stoker.sample_data import make_sample  # noqa: E402
 from stoker.gpu import batch_transform as gpu_mix  # noqa: E402
 from stoker.gpu.feed import DeviceFeed  # noqa: E402
 
@@ -253,7 +253,7 @@ def test_the_gpu_path_gives_the_cpu_paths_batches(sample):
         device = load(ds)
         device._device, device._copy_stage = "fake-gpu", CpuCopyStage()
         device._producer.device_mixing = gpu_mix.DeviceMixing(
-            native, device.seed, layout, tuple(ds._cpu_source.image_shape),
+            native, device.seed, layout, tuple(ds._images.cpu_source.image_shape),
             lambda cursor: _state.plan(device, cursor.start))
         for epoch in (0, 1):
             cpu.set_epoch(epoch)

@@ -24,7 +24,7 @@ import pytest
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import make_sample
+from stoker.sample_data import make_sample
 
 from conftest import ASAN_LANE, blocked_in_futex, wait_until
 

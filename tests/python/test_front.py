@@ -78,7 +78,10 @@ def test_torchs_frozen_attributes_are_frozen_for_every_dataset():
         loader = stoker.DataLoader(dataset, batch_size=2, num_workers=0)
         with pytest.raises(ValueError, match="batch_size attribute should not be set"):
             loader.batch_size = 3
-        loader.output = "numpy"  # not frozen
+        # Stoker's own options are fixed too: one home, the loader's frozen options.
+        with pytest.raises(ValueError, match="output attribute should not be set"):
+            loader.output = "numpy"
+        assert loader.output == "torch" and loader.repeats == 1 and loader.on_error == "raise"
 
 
 def _imports(path, module, modules):

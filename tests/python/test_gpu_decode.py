@@ -21,7 +21,7 @@ import gpu_emulation
 from stoker import _native
 from stoker.gpu import decode as gpu_decode
 from stoker import transforms as T
-from stoker.cli.sample_data import make_sample
+from stoker.sample_data import make_sample
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 HAS_CUDA = torch.cuda.is_available() and _native.gpu.cuda_available()

@@ -101,6 +101,9 @@ class ListStage:
         assert event == ("event", gpu[1])
         self.log.append(("hand_over", gpu[1]))
 
+    def add_stats(self, stats):
+        pass
+
 
 class CountingSource:
     def __init__(self, n, fail_at=()):
@@ -232,6 +235,9 @@ class FakeDmaStage:
         assert not fake.completed
         fake.complete()
         self.completed += 1
+
+    def add_stats(self, stats):
+        pass
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import stoker  # noqa: E402
 from gpu_emulation import CpuCopyStage  # noqa: E402
 from stoker import batch_transforms as B  # noqa: E402
 from stoker import transforms as T  # noqa: E402
-from stoker.cli.sample_data import make_sample  # noqa: E402
+from stoker.sample_data import make_sample  # noqa: E402
 from stoker.gpu import feed as _feed  # noqa: E402
 from stoker.gpu.output import convert_images  # noqa: E402
 
@@ -42,8 +42,8 @@ def test_the_uint8_variant_converted_equals_the_float_output(sample):
         assert output.dtype == dtype and output.layout == layout
         for i in range(len(ds)):
             raw, _ = source.sample(i, 5, 1)
-            u8 = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(tuple(ds._cpu_source.image_shape))
-            want_bytes, _ = ds._cpu_source.sample(i, 5, 1)
+            u8 = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(tuple(ds._images.cpu_source.image_shape))
+            want_bytes, _ = ds._images.cpu_source.sample(i, 5, 1)
             got = convert_images(u8[None], dtype, True, output.mean, output.std, layout)[0]
             assert got.dtype == getattr(torch, dtype)
             assert bytes(got.contiguous().view(torch.uint8).numpy().tobytes()) == want_bytes, i
@@ -60,8 +60,8 @@ def test_what_cannot_move_stays_on_the_workers(sample):
     source, output = ds._device_output()
     assert output.scale is False
     raw, _ = source.sample(0, 0, 0)
-    u8 = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(tuple(ds._cpu_source.image_shape))
-    want, _ = ds._cpu_source.sample(0, 0, 0)
+    u8 = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(tuple(ds._images.cpu_source.image_shape))
+    want, _ = ds._images.cpu_source.sample(0, 0, 0)
     got = convert_images(u8[None], "float32", False, output.mean, output.std, "CHW")[0]
     assert got.numpy().tobytes() == want
 

@@ -12,7 +12,7 @@ from PIL import Image
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import make_sample
+from stoker.sample_data import make_sample
 from stoker.tuning.stats import channel_stats
 from stoker.tuning.stats import main as stats_main
 

@@ -17,7 +17,7 @@ import torch
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import make_sample
+from stoker.sample_data import make_sample
 from faulty import FaultyDataset
 
 from conftest import ASAN_LANE

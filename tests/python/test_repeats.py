@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import stoker  # noqa: E402
 from stoker import _native  # noqa: E402
 from stoker import transforms as T  # noqa: E402
-from stoker.cli.sample_data import make_sample  # noqa: E402
+from stoker.sample_data import make_sample  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for the built-in sample data (stoker.cli.sample_data).
+"""Tests for the built-in sample data (stoker.sample_data).
 
 Run before the package is built with: PYTHONPATH=python pytest tests/python/test_sample_data.py
 """
@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 pytest.importorskip("numpy")
-sd = pytest.importorskip("stoker.cli.sample_data")
+sd = pytest.importorskip("stoker.sample_data")
 
 SMALL = dict(num_classes=3, images_per_class=8, shards=2, seed=0)
 

@@ -232,14 +232,14 @@ def test_bad_tables_say_which_file_column_and_row(numbers_parquet, tmp_path):
 
 @pytest.fixture(scope="module")
 def photos():
-    from stoker.cli.sample_data import make_sample
+    from stoker.sample_data import make_sample
     make_sample()
     folder = stoker.ImageFolder(os.path.join(str(_sample_root()), "train"))
     return folder.samples[::10]  # 100 photos of 10 classes
 
 
 def _sample_root():
-    from stoker.cli.sample_data import default_sample_root
+    from stoker.sample_data import default_sample_root
     return default_sample_root()
 
 

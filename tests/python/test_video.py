@@ -331,13 +331,18 @@ def test_diagnose_and_tune_take_a_video_pipeline(folder):
                              transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
     loader = stoker.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2)
     report = stoker.diagnose(loader, max_batches=6, seconds=30)
-    video_figures = report.figures["video"]
+    # The dataset's own figures, named with their units; decoding and transforming are stages.
+    video_figures = {f["name"]: f for f in report.figures["source_figures"]}
+    assert video_figures["decode seconds"]["stage"] == "decode"
+    assert video_figures["decode seconds"]["unit"] == "s"
+    assert "shorter GOP" in video_figures["decode seconds"]["advice"]
     # The window's figures are what the workers made while it lasted: they run ahead of the
     # consumer (prefetch), so the measured batches' 6 x 2 x 4 frames are no bound either way
     # (an ASan run once counted 40). Whole clips of 4 frames, within what the run made in all.
-    delivered = video_figures["frames_delivered"]
+    delivered = video_figures["frames delivered"]["value"]
     assert 0 < delivered <= ds.stats()["frames_delivered"] and delivered % 4 == 0
-    assert video_figures["frames_decoded"] > 0 and video_figures["decode_seconds"] > 0
+    assert video_figures["frames decoded"]["value"] > 0
+    assert video_figures["decode seconds"]["value"] > 0
     assert report.verdict in ("input-bound", "compute-bound")
     if report.limiting_stage == "decode":
         assert "frames decoded per frame delivered" in " ".join(report.reasons)

@@ -15,7 +15,7 @@ from PIL import Image
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import make_sample
+from stoker.sample_data import make_sample
 from stoker.sources.images import PythonTransformWarning
 
 torch = pytest.importorskip("torch")

@@ -38,7 +38,7 @@ def main(argv=None):
         from ..tuning.diagnose import main as diagnose_main
         return diagnose_main(argv[1:])
     if argv[:1] == ["make-sample"]:
-        from .sample_data import main as make_sample_main
+        from ..sample_data import main as make_sample_main
         return make_sample_main(argv[1:])
     if argv[:1] == ["index"]:
         from .index import main as index_main

@@ -22,7 +22,7 @@ import numpy as np
 
 import stoker
 from stoker import transforms as T
-from stoker.cli.sample_data import default_sample_root, make_sample
+from stoker.sample_data import default_sample_root, make_sample
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

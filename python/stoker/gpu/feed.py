@@ -160,7 +160,8 @@ class CopyStage:
 
     The copy-stage protocol, which :class:`DeviceFeed` drives (GPU decode's stage and the tests'
     fakes implement it too): ``default_cap()``, ``copy(batch) -> (GPU batch, event, bytes,
-    fences)`` and ``hand_over(GPU batch, event)``."""
+    fences)``, ``hand_over(GPU batch, event)``, and ``add_stats(stats)``: its own counters into
+    the loader's ``stats()`` (a plain copy has none)."""
 
     def __init__(self, device):
         import torch
@@ -172,6 +173,9 @@ class CopyStage:
         with _copy_streams_lock:
             _copy_streams[key] = self.fences[0]
         weakref.finalize(self, _forget_copy_stream, key)
+
+    def add_stats(self, stats):
+        pass
 
     def default_cap(self):
         total = self.torch.cuda.get_device_properties(self.device).total_memory

@@ -27,16 +27,19 @@ The loaders (``stoker_options`` says it in code, and is the place to change it):
   raise. Distributed evaluation pads the last batches as Stoker does (metrics then count the few
   repeated samples: accelerate's ``gather_for_metrics`` knows only its own loaders' padding).
 
-Batches reach the model as ``model(**batch)``, so every batch is a dict:
+Batches reach the model as ``model(**batch)``, so every batch is a dict, keyed by the names
+the dataset declares for its fields (sources/base.py ``_batch_names``):
 
-- ``TableDataset`` and ``TokenDataset(pack="document"/"best_fit")`` yield dicts already;
+- ``TableDataset``, ``LeRobotDataset`` and ``TokenDataset(pack="document"/"best_fit")`` yield
+  dicts already;
 - ``ArrayDataset``: keyed by its names (``ArrayDataset(ids, mask, names=["input_ids",
   "attention_mask"])``). One without names raises ValueError when the loader is made: a tuple
   cannot be passed as keywords (Trainer itself fails at the first step, "argument after ** must
   be a mapping"), and names guessed from positions would feed a tensor to the wrong argument;
-- ``ImageFolder``, ``TarShards``, ``TableDataset(image=...)``: ``pixel_values`` and ``labels``
-  (transformers' vision models' names); ``TokenDataset(pack="concat")``: ``input_ids`` and
-  ``labels``.
+- ``ImageFolder``, ``TarShards``, ``TableDataset(image=...)``, ``VideoDataset``:
+  ``pixel_values`` and ``labels`` (transformers' vision and video models' names; a video's
+  ``timestamps`` too where it has them); ``TokenDataset(pack="concat")``: ``input_ids`` and
+  ``labels``; a ``Mixture``: its first source's.
 
 A TokenDataset's labels are the next tokens already (``labels[t]`` is position t's target),
 while transformers' causal-LM losses shift ``labels`` once more. Its batches therefore also carry
@@ -84,10 +87,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..loader import DataLoader
-from ..sources.arrays import ArrayDataset
 from ..sources.base import StokerDataset, is_native
-from ..sources.mixture import Mixture
-from ..sources.tokens import TokenDataset
 
 STATE_FILE = "stoker_loader.json"
 
@@ -215,11 +215,11 @@ class StokerTrainerMixin:
 
     def _model_inputs(self, dataset):
         """The _ModelInputs that turns ``dataset``'s batches into the model's keywords."""
-        names = _input_names(dataset)
-        tokens = _is_tokens(dataset)
+        names = dataset._batch_names()  # the model's keywords, in the batch's order
+        tokens = dataset._labels_are_next_tokens
         if tokens and self.args.label_smoothing_factor:
-            raise ValueError("label_smoothing_factor shifts labels by one, and a TokenDataset's "
-                             "labels are the next tokens already")
+            raise ValueError(f"label_smoothing_factor shifts labels by one, and a "
+                             f"{type(dataset).__name__}'s labels are the next tokens already")
         shift = tokens and self._forward_takes("shift_labels")
         keep = None
         if self.args.remove_unused_columns:
@@ -352,31 +352,6 @@ class _EpochCount(TrainerCallback):
         if self.before:
             done = round((state.epoch - self.epoch) * self.left)  # Trainer's (step + 1)
             state.epoch = self.epoch + (self.before + done) / self.total
-
-
-def _input_names(dataset):
-    """The model-input names of a Stoker dataset's batch fields: () where its batches are dicts.
-    Raises ValueError for fields without names."""
-    if isinstance(dataset, Mixture):  # batches as its first source's
-        dataset = dataset.datasets[dataset.names[0]]
-    if isinstance(dataset, TokenDataset):
-        return ("input_ids", "labels") if dataset.pack == "concat" else ()
-    if dataset._images is not None:
-        return ("pixel_values", "labels")
-    if isinstance(dataset, ArrayDataset):
-        if dataset.names is None:
-            raise ValueError(
-                "an ArrayDataset without names yields tuples, and the model is called as "
-                "model(**batch): name the arrays after the model's arguments, "
-                "ArrayDataset(..., names=[\"input_ids\", \"labels\"])")
-        return dataset.names
-    return ()
-
-
-def _is_tokens(dataset):
-    if isinstance(dataset, Mixture):
-        dataset = dataset.datasets[dataset.names[0]]
-    return isinstance(dataset, TokenDataset)
 
 
 def _batches_left(loader):

@@ -86,10 +86,7 @@ def fingerprint(dataset):
     files it lists (a Python dataset travels whole, pickled)."""
     h = hashlib.sha1()
     if is_native(dataset):
-        for attr in ("samples", "paths", "labels", "path"):
-            value = getattr(dataset, attr, None)
-            if value is not None and not callable(value):
-                h.update(repr(value).encode())
+        h.update(repr(dataset._identity()).encode())  # sources/base.py
     return len(dataset), h.hexdigest()
 
 

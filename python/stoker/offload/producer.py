@@ -36,6 +36,7 @@ from .. import _native, balance
 from .._options import is_int
 from .._extras import require
 from ..errors import WorkerError
+from .._producer import Offload
 from ..native import EngineOrdered
 from ..sources.base import is_native
 from .actor import BatchActor, fingerprint, nbytes, unpack, unpack_error
@@ -48,7 +49,7 @@ def _import_ray():
     return require("ray", "ray", "stoker.RayOffload")
 
 
-class RayOffload:
+class RayOffload(Offload):
     """Produce a DataLoader's batches on a Ray cluster.
 
     Args:

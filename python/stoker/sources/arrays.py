@@ -175,6 +175,14 @@ class ArrayDataset(StokerDataset):
             return last
         return None
 
+    def _batch_names(self):
+        if self.names is None:
+            raise ValueError(
+                "an ArrayDataset without names yields tuples, and the model is called as "
+                "model(**batch): name the arrays after the model's arguments, "
+                "ArrayDataset(..., names=[\"input_ids\", \"labels\"])")
+        return self.names
+
     def __reduce__(self):
         # Pickled (for a Ray offload actor, say) as its spec (_guarded_spec): mapped files are
         # mapped again where it is unpickled (readable at the same path there), any other array

@@ -228,7 +228,56 @@ class ImageSamples:
         return gpu_decode.GpuDecodeStage(device, self.source, on_error)
 
 
-class _ImageDataset(StokerDataset):
+class HoldsImages(StokerDataset):
+    """A dataset of encoded images (ImageFolder, TarShards, TableDataset(image=...)): it holds an
+    ``ImageSamples`` (``_images``, set by ``_set_images``) and answers the protocol's image
+    members (sources/base.py) from it. A dataset that has no images (a table of columns) keeps
+    ``_images`` None and the protocol's defaults."""
+
+    _images = None
+
+    def _set_images(self, images):
+        """Makes this a dataset of encoded images, ``images`` (an ImageSamples): its
+        ``transform``, ``max_pixels`` and ``decode`` become attributes."""
+        self.transform = images.transform
+        self._files = images.files
+        self.max_pixels, self.decode = images.max_pixels, images.decode
+        self._images = images
+        self._source = images.source
+        self._unbatchable = images.unbatchable
+
+    def _batch_names(self):
+        return ("pixel_values", "labels") if self._images is not None else super()._batch_names()
+
+    @property
+    def _decodes_on_gpu(self):
+        return self._images is not None and self._images.decodes_on_gpu
+
+    def _copy_stage(self, device, on_error):
+        return self._images.copy_stage(device, on_error) if self._decodes_on_gpu else None
+
+    def _device_output(self):
+        return None if self._images is None else self._images.device_output()
+
+    def _stats(self):
+        s = super()._stats()
+        report = None if self._images is None else self._images.transform_report()
+        if report is not None:
+            s["transforms"] = report  # which transforms ran natively, which in Python
+        return s
+
+    def _mixing_source(self, spec):
+        source = None if self._images is None else self._images.cpu_source
+        if source is None:
+            return super()._mixing_source(spec)
+        if spec.mixes_images and source.image_dtype == "uint8":
+            raise ValueError(f"batch_transform={spec.name}: MixUp blends images, which uint8 "
+                             f"cannot hold (torchvision's MixUp fails on uint8 too): make float "
+                             f'images, e.g. ToTensor(dtype="float32"), or use CutMix alone')
+        return source
+
+
+class _ImageDataset(HoldsImages):
     """What ImageFolder and TarShards share: ``(image, label)`` samples of their files."""
 
     def __len__(self):
@@ -346,6 +395,12 @@ class ImageFolder(_ImageDataset):
     def _decode(self, i):
         return _native.image.decode_file(self.samples[i][0], self.max_pixels)
 
+    def _identity(self):
+        return self.samples
+
+    def _where(self):
+        return self.root
+
     def __reduce__(self):  # pickled as its spec: the tree is scanned again where it is unpickled
         return rebuild_quietly, (ImageFolder, self.root, self.transform, self.max_pixels)
 
@@ -393,6 +448,12 @@ class TarShards(_ImageDataset):
     def default_shuffle(self):
         """What ``shuffle=True`` means for this dataset: the shard order for remote shards."""
         return "shards" if self._remote is not None else True
+
+    def _identity(self):
+        return self.paths
+
+    def _where(self):
+        return f"{len(self.paths)} tar shards"
 
     def path(self, index):
         """``shard.tar:member`` of sample ``index``."""

@@ -28,7 +28,7 @@ from .base import StokerDataset
 from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels
 from .samples import read_sample
 from .tables import _pyarrow, read_columns
-from .video import _video_module, frame_pipeline
+from .video import _video_module, decoding_figures, frame_pipeline
 
 __all__ = ["LeRobotDataset"]
 
@@ -385,8 +385,17 @@ class LeRobotDataset(StokerDataset):
         camera's frames of a step)."""
         return self._source.stats()
 
-    def _video_stats(self):
+    def _batch_names(self):
+        return ()  # batches are dicts, keyed as lerobot's items
+
+    def _counters(self):
         return self.stats()
+
+    def _figures(self, before, after):
+        return decoding_figures(before, after)
+
+    def _identity(self):
+        return self.root, self.episodes
 
     def __reduce__(self):  # pickled as its arguments: read again where unpickled
         storage_options, cache_dir, cache_budget = self._remote_options

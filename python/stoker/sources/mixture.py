@@ -68,9 +68,16 @@ class Mixture(StokerDataset):
         self.names = list(datasets)
         self.sizes = [len(s) for s in sources]
         self._source = _native.sources.MixtureSource(sources, self.names)
-        # A batch is assembled as the first source's (a table's dict: the fields are the same).
-        self._assemble_batch = self.datasets[self.names[0]]._assemble_batch
+        # A batch is assembled (and named) as the first source's (a table's dict: the fields
+        # are the same).
+        first = self.datasets[self.names[0]]
+        self._assemble_batch = first._assemble_batch
+        self._batch_names = first._batch_names
+        self._labels_are_next_tokens = first._labels_are_next_tokens
         self.weights = weights
+
+    def _identity(self):
+        return [(name, ds._identity()) for name, ds in self.datasets.items()]
 
     # -- weights ----------------------------------------------------------------------------------
 

@@ -26,8 +26,7 @@ from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
 from .samples import read_sample
-from .base import StokerDataset
-from .images import _DEFAULT_MAX_PIXELS, ImageSamples, _check_index, rebuild_quietly
+from .images import _DEFAULT_MAX_PIXELS, HoldsImages, ImageSamples, _check_index, rebuild_quietly
 
 __all__ = ["TableDataset"]
 
@@ -112,7 +111,7 @@ def _batchable(pa, t):
     return _numeric(pa, t)
 
 
-class TableDataset(StokerDataset):
+class TableDataset(HoldsImages):
     """Rows of a table as samples.
 
     ``source``: a ``.parquet`` / Arrow IPC (``.arrow``) file, a directory of them, a glob, or a
@@ -273,6 +272,23 @@ class TableDataset(StokerDataset):
         """The row-group cache: block_reads (row groups decoded), cache_hits, cached_bytes (now
         and peak) and cache_bytes (its limit)."""
         return self._data.stats()
+
+    def _batch_names(self):
+        if self.image is None:
+            return ()  # batches are dicts of the columns
+        return ("pixel_values", "labels") if self.label else ("pixel_values",)
+
+    def _mixing_source(self, spec):
+        if self.image is not None and self.label is None:
+            raise ValueError(f"batch_transform={spec.name} needs labels: this TableDataset has "
+                             f"images but no label column (TableDataset(..., label=...))")
+        return super()._mixing_source(spec)
+
+    def _identity(self):
+        return self.paths
+
+    def _where(self):
+        return self._name
 
     def _assemble_batch(self, fields):
         """A loader's batch: a dict of the columns' tensors (image tables: as ImageFolder)."""

@@ -333,8 +333,20 @@ class TokenDataset(StokerDataset):
         """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``)."""
         return self._source.padding_fraction
 
-    def _packing_stats(self):
-        """``loader.stats()["packing"]``: how the corpus is packed (the same every epoch)."""
+    _labels_are_next_tokens = True  # y is x shifted by one token (or labels of a pack)
+
+    def _batch_names(self):
+        return ("input_ids", "labels") if self.pack == "concat" else ()  # packs: dicts
+
+    def _identity(self):
+        return self.paths
+
+    def _stats(self):
+        """Adds ``loader.stats()["packing"]``: how the corpus is packed (the same every
+        epoch)."""
+        return {**super()._stats(), "packing": self._packing()}
+
+    def _packing(self):
         return {"mode": self.pack, "seq_len": self.seq_len, "documents": self.num_documents,
                 "tokens": self.num_tokens, "sequences": len(self),
                 "padded_tokens": self._source.padded_tokens,

@@ -25,7 +25,7 @@ from .. import _native
 from ..transforms import CenterCrop, Compose, _compile
 from . import paths as _paths
 from . import remote as _remote_shards
-from .base import StokerDataset
+from .base import StokerDataset, figure
 from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels, remote_tar_index
 
 __all__ = ["VIDEO_EXTENSIONS", "VideoDataset", "ffmpeg_versions", "probe"]
@@ -330,8 +330,18 @@ class VideoDataset(StokerDataset):
                 total[k] = total.get(k, 0) + v
         return total
 
-    def _video_stats(self):
+    def _batch_names(self):
+        return ("pixel_values", "labels", "timestamps") if self.timestamps else \
+            ("pixel_values", "labels")
+
+    def _counters(self):
         return self.stats()
+
+    def _figures(self, before, after):
+        return decoding_figures(before, after)
+
+    def _identity(self):
+        return self.videos
 
     def __reduce__(self):  # pickled as its spec: the videos are resolved again where unpickled
         source, path_column, label_column, start_column, end_column = self._spec
@@ -352,6 +362,31 @@ class VideoDataset(StokerDataset):
         if self.transform is not None:
             lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
         return "\n".join(lines)
+
+
+def decoding_figures(before, after):
+    """Decoding over a run (two readings of a video source's stats), as ``diagnose`` takes a
+    dataset's figures (sources/base.py ``figure``): the decoder's and the transform's worker
+    seconds, each a stage with its advice, and frames decoded per frame delivered."""
+    d = {k: after[k] - before[k] for k in ("decode_seconds", "transform_seconds",
+                                           "frames_decoded", "frames_delivered")}
+    return [
+        figure("decode seconds", d["decode_seconds"], "s", stage="decode", advice=_DECODE_ADVICE),
+        figure("transform seconds", d["transform_seconds"], "s", stage="frame transform",
+               advice="convert and transform fewer pixels: videos stored at the resolution "
+                      "the model takes, or a lighter transform"),
+        figure("frames decoded per frame delivered",
+               d["frames_decoded"] / d["frames_delivered"] if d["frames_delivered"] else 0.0,
+               ""),
+        figure("frames decoded", d["frames_decoded"], "frames"),
+        figure("frames delivered", d["frames_delivered"], "frames"),
+    ]
+
+
+_DECODE_ADVICE = ("decode fewer frames per clip: keyframes closer together (re-encode with a "
+                  "shorter GOP), clips that span fewer frames (a smaller stride or fps), several "
+                  "clips of a video in one pass (clips_per_video with evenly spaced clips), or "
+                  "videos stored at the resolution the model takes")
 
 
 def _rebuild(source, frames, stride, fps, clips_per_video, transform, timestamps, layout, kwargs):

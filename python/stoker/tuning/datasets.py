@@ -42,7 +42,7 @@ def open_dataset(spec, transform=None, image=None, label=None):
     from ..sources.images import ImageFolder, TarShards
     from ..sources.tables import TableDataset
     if spec is None:
-        from ..cli.sample_data import default_sample_root, make_sample
+        from ..sample_data import default_sample_root, make_sample
         make_sample()
         return ImageFolder(os.path.join(default_sample_root(), "train"), transform=transform)
     if is_table(spec, image):
@@ -60,9 +60,4 @@ def open_dataset(spec, transform=None, image=None, label=None):
 
 def where(dataset):
     """Where a dataset's samples are, for a command's report."""
-    root = getattr(dataset, "root", None)
-    if root is not None:
-        return root
-    if type(dataset).__name__ == "TableDataset":
-        return dataset._name
-    return f"{len(dataset.paths)} tar shards"
+    return dataset._where()

@@ -70,13 +70,6 @@ def _gpu_index(loader):
     return 0
 
 
-def video_figures(before, after):
-    """A video dataset's decoding over a run (two readings of its stats), as the diagnosis
-    takes them."""
-    keys = ("decode_seconds", "transform_seconds", "frames_decoded", "frames_delivered")
-    return {k: after[k] - before[k] for k in keys}
-
-
 def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_batches=2):
     """Runs ``step_fn(batch)`` on the batches of ``loader`` (a ``stoker.DataLoader``, or any
     iterable of batches such as a torch DataLoader) for ``seconds`` (or ``max_batches``), and
@@ -99,12 +92,12 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     for _ in range(warmup_batches):
         step_fn(next_batch())
     s0 = native.stats() if native is not None else None
-    remote = loader.dataset._remote if stoker_loader and \
-        isinstance(loader.dataset, StokerDataset) else None
+    # The dataset's own figures (sources/base.py: its counters before and after the run).
+    dataset = loader.dataset if stoker_loader and isinstance(loader.dataset, StokerDataset) \
+        else None
+    remote = dataset._remote if dataset is not None else None
     r0 = remote.stats() if remote is not None else None
-    # A video dataset's decoding figures (VideoDataset.stats()), for the "decode" stage.
-    video = loader.dataset if native is not None else None
-    v0 = video._video_stats() if video is not None else None
+    c0 = dataset._counters() if dataset is not None else None
     sys0 = _native.tuning.read_system()
     gpu = _native.tuning.GpuSampler(_gpu_index(loader))
     wait = step = step_cpu = 0.0
@@ -158,8 +151,8 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     }
     if remote is not None:
         figures["network"] = network_figures(r0, remote.stats())
-    if v0 is not None:
-        figures["video"] = video_figures(v0, video._video_stats())
+    if c0 is not None:
+        figures["source_figures"] = dataset._figures(c0, dataset._counters())
     verdict = _native.tuning.diagnose(figures)
     report = Report(verdict)
     report.update(figures=figures, batches=batches, samples=samples,

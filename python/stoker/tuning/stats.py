@@ -25,8 +25,7 @@ import numpy as np
 from .. import _native
 from .. import balance
 from ..sources.base import StokerDataset
-from ..sources.images import ImageFolder, TarShards
-from ..sources.tables import TableDataset
+from ..sources.images import HoldsImages
 from ..loader import DataLoader
 from .datasets import add_dataset_arguments, open_dataset, where as describe_where
 
@@ -47,12 +46,11 @@ def channel_stats(dataset, num_workers="auto", batch_size=64):
     """``{"mean": [r, g, b], "std": [r, g, b], "images": n, "pixels": p}`` over every image of
     ``dataset`` (an :class:`ImageFolder` or :class:`TarShards`; its transform is ignored).
     Pixels are weighted equally, so larger images count more, as in a pixel-level statistic."""
-    if not isinstance(dataset, (ImageFolder, TarShards, TableDataset)) or (
-            isinstance(dataset, TableDataset) and dataset.image is None):
+    if not isinstance(dataset, HoldsImages) or dataset._images is None:
         raise ValueError(
             f"channel_stats needs a stoker.ImageFolder, TarShards or a TableDataset with an "
             f"image column (--image COLUMN), got {type(dataset).__name__}"
-            + (" of columns" if isinstance(dataset, TableDataset) else ""))
+            + (" of columns" if isinstance(dataset, HoldsImages) else ""))
     if len(dataset) == 0:
         raise ValueError("channel_stats needs a dataset with at least one image")
     loader = DataLoader(_StatsDataset(dataset), batch_size=batch_size, num_workers=num_workers,

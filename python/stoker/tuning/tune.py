@@ -83,7 +83,7 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
 def sample_dataset(root=None):
     """The built-in sample data with the standard ImageNet training pipeline."""
     from .. import transforms as T
-    from ..cli.sample_data import default_sample_root, make_sample
+    from ..sample_data import default_sample_root, make_sample
     from ..sources.images import ImageFolder
 
     make_sample(root) if root else make_sample()
