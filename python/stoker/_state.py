@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import _native
+from ._checks import is_int as _is_int
 
 VERSION = 3
 # version 1: no "start" (always 0), no "order" (always the engine's); versions 1 and 2: no
@@ -114,10 +115,6 @@ class Cursor:
     def __repr__(self):
         return (f"Cursor(epoch={self.epoch}, batch={self.batch}, start={self.start}, "
                 f"num_batches={self.num_batches})")
-
-
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def order_kind(loader):
