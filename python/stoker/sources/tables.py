@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from .. import _native
+from .._checks import check_positive_int
 from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
@@ -155,9 +156,8 @@ class TableDataset(StokerDataset):
         arrow = _arrow_module()
         for name, value in (("shuffle_window", shuffle_window), ("cache_bytes", cache_bytes),
                             ("max_length", max_length)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if value is not None:
+                check_positive_int(name, value)
         if image is None and (transform is not None or label is not None):
             raise ValueError("transform and label are for image tables: name the image column "
                              "with image=")

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from .. import _native
+from .._checks import is_integral
 from ..transforms import CenterCrop, Compose, _compile
 from . import paths as _paths
 from . import remote as _remote_shards
@@ -75,7 +76,7 @@ def frame_pipeline(what, transform, size, tail, max_pixels):
 
 
 def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_integral(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
