@@ -28,7 +28,8 @@ from . import paths as _paths
 from . import remote as _remote_shards
 from .samples import read_sample
 from .base import StokerDataset
-from .images import _DEFAULT_MAX_PIXELS, ImageSamples, _check_index, rebuild_quietly
+from ._checks import DEFAULT_MAX_PIXELS, check_index
+from .images import ImageSamples, rebuild_quietly
 
 __all__ = ["TableDataset"]
 
@@ -147,7 +148,7 @@ class TableDataset(StokerDataset):
 
     def __init__(self, source, columns=None, image=None, transform=None, label=None, *,
                  max_length=None, pad_value=0, shuffle_window=None, cache_bytes=None,
-                 max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", storage_options=None,
+                 max_pixels=DEFAULT_MAX_PIXELS, decode="cpu", storage_options=None,
                  cache_dir=None, cache_budget=None):
         self._remote_options = {"storage_options": storage_options, "cache_dir": cache_dir,
                                 "cache_budget": cache_budget}
@@ -284,7 +285,7 @@ class TableDataset(StokerDataset):
         return out
 
     def __getitem__(self, index):
-        i = _check_index(index, len(self))
+        i = check_index(index, len(self))
         if self.image is not None:
             image = self._decode(i) if self.transform is None else self._images.item(i)
             return (image, self._files.label(i)) if self.label else image
