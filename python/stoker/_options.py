@@ -19,7 +19,7 @@ import dataclasses
 import re
 
 from . import _native, _ranks, balance, batch_transforms
-from ._ranks import is_int
+from ._checks import is_int
 from .gpu import feed as _feed
 
 MAX_WORKERS = _native.engine.MAX_WORKERS

@@ -31,11 +31,7 @@ import dataclasses
 import os
 import sys
 
-
-
-def is_int(x):
-    """An int that is not a bool."""
-    return isinstance(x, int) and not isinstance(x, bool)
+from ._checks import is_int
 
 
 def env_int(name, default):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import _native
+from ._checks import is_int as _is_int
 
 VERSION = 3
 # version 1: no "start" (always 0), no "order" (always the engine's); versions 1 and 2: no
@@ -138,10 +139,6 @@ class Settings:
     cursor: object  # the latest iteration's Cursor, or None
     next: object  # the pending Position
     producer: object  # for its own_states (a Python dataset's and sampler's state_dict)
-
-
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def order_kind(settings):

@@ -23,6 +23,8 @@ import dataclasses
 import math
 import numbers
 
+from ._checks import is_integral
+
 __all__ = ["CutMix", "MixUp", "RandomChoice"]
 
 
@@ -38,7 +40,7 @@ def _num_classes(name, num_classes):
     if num_classes is None:
         raise ValueError(f"{name} needs num_classes: a Stoker batch's labels are class indices, "
                          f"made one-hot over num_classes (torchvision needs it for them too)")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or \
+    if not is_integral(num_classes) or \
             num_classes < 1:
         raise ValueError(f"{name} num_classes must be a positive integer, got {num_classes!r}")
     return int(num_classes)

@@ -26,6 +26,7 @@ import warnings
 import weakref
 
 from . import _native, _options, _ranks, _state, balance
+from ._checks import is_int
 from .gpu import feed as _feed
 from ._producer import Offload
 from .native import NativeProducer
@@ -318,7 +319,7 @@ class DataLoader:
         """Makes the next iteration run epoch ``epoch`` from its start; right after
         ``load_state_dict`` positioned the loader inside epoch ``epoch``, keeps that position
         (so a torch-style loop that calls set_epoch every epoch resumes where it stopped)."""
-        if not _options.is_int(epoch) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
         at = self._next
         if at.resumed and (at.batch or at.start) and epoch != at.epoch:

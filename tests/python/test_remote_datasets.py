@@ -14,7 +14,7 @@ import pytest
 import stoker
 from stoker import transforms as T
 from stoker.sample_data import make_sample
-from stoker.sources.images import tar_index_document
+from stoker.sources.tar_index import tar_index_document
 from stoker.sources.remote import INDEX_SUFFIX, RemoteIndexWarning
 
 pytest.importorskip("obstore")

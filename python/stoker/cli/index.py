@@ -35,7 +35,7 @@ def index_video(path):
 def index_document(path, size, eos, dtype):
     """The sidecar of the local shard at ``path`` (``size`` bytes)."""
     from .. import _native
-    from ..sources.images import tar_index_document
+    from ..sources.tar_index import tar_index_document
     from ..sources.tokens import token_index_document
     if path.endswith(".tar"):
         try:

@@ -38,6 +38,7 @@ import threading
 import weakref
 
 from .. import _native
+from .._checks import is_int
 from .._tree import tree_map
 
 __all__ = ["DeviceFeed", "CopyStage", "resolve_device", "install_fence_provider", "fenced_on"]
@@ -146,7 +147,7 @@ def resolve_device(device):
 def resolve_prefetch(gpu_prefetch):
     if gpu_prefetch == "auto":
         return AUTO_GPU_PREFETCH
-    if isinstance(gpu_prefetch, bool) or not isinstance(gpu_prefetch, int) or \
+    if not is_int(gpu_prefetch) or \
             not 0 <= gpu_prefetch <= MAX_GPU_PREFETCH:
         raise ValueError(f'gpu_prefetch must be "auto" or an integer in [0, {MAX_GPU_PREFETCH}], '
                          f"got {gpu_prefetch!r}")

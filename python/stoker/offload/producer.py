@@ -33,7 +33,7 @@ import time
 import warnings
 
 from .. import _native, balance
-from .._options import is_int
+from .._checks import is_int
 from .._extras import require
 from ..errors import WorkerError
 from .._producer import Offload

@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import BatchSampler, IterableDataset
 
 from .. import _native, balance
+from .._checks import is_int
 from .._producer import Producer
 from ..sources.base import StokerDataset
 from ..gpu import feed as _feed
@@ -106,10 +107,10 @@ def validate(dataset, batch_size, shuffle, python, drop_last, num_workers, prefe
         if drop_last:
             raise ValueError("batch_size=None option disables auto-batching and is mutually "
                              "exclusive with drop_last")
-    elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+    elif not is_int(batch_size) or batch_size <= 0:
         raise ValueError(f"batch_size should be a positive integer value, but got "
                          f"batch_size={batch_size}")
-    if num_workers != "auto" and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+    if num_workers != "auto" and (not is_int(num_workers)
                                   or num_workers < 0):
         raise ValueError("num_workers option should be non-negative; use num_workers=0 to "
                          "disable multiprocessing.")
@@ -120,7 +121,7 @@ def validate(dataset, batch_size, shuffle, python, drop_last, num_workers, prefe
                          "let num_workers > 0 to enable multiprocessing, otherwise set "
                          "prefetch_factor to None.")
     if prefetch_factor not in ("auto", None) and (
-            isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int)
+            not is_int(prefetch_factor)
             or not 1 <= prefetch_factor <= _native.engine.MAX_PREFETCH_FACTOR):
         raise ValueError(f'prefetch_factor must be "auto", None or an integer in '
                          f'[1, {_native.engine.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')

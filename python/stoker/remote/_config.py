@@ -21,6 +21,8 @@ import datetime
 import os
 from dataclasses import dataclass, field
 
+from .._checks import is_int
+
 # Our own keys, valid for every scheme: seconds, except max_retries (a count).
 CLIENT_KEYS = ("timeout", "connect_timeout")
 RETRY_KEYS = ("max_retries", "retry_timeout", "backoff_initial", "backoff_max")
@@ -116,7 +118,7 @@ def build(scheme: str, storage_options: dict | None) -> StoreConfig:
         cfg.timeout = cfg.client_options["timeout"].total_seconds()
     if "max_retries" in options:
         value = options.pop("max_retries")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_int(value) or value < 0:
             raise ValueError(f"storage_options['max_retries'] must be an int >= 0, not {value!r}")
         cfg.retry_config["max_retries"] = cfg.max_retries = value
     if "retry_timeout" in options:

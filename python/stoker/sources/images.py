@@ -9,7 +9,6 @@ count.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 import warnings
@@ -22,60 +21,14 @@ from ..transforms import _compile
 from . import paths as _paths
 from .base import StokerDataset
 from . import remote as _remote_shards
-
-
-
-def tar_index_document(size, members, media="images"):
-    """A tar shard's sidecar index: its size and samples (image or video member, data offset,
-    size, label); ``media`` says which (absent: images)."""
-    doc = {"format": "stoker-tar-index", "version": 1, "size": size,
-           "samples": [list(m) for m in members]}
-    if media != "images":
-        doc["media"] = media
-    return doc
-
-
-def _is_tar_index(doc, media):
-    return doc is not None and doc.get("format") == "stoker-tar-index" and \
-        doc.get("media", "images") == media
-
-
-def remote_tar_index(remote, media="images"):
-    """Per remote shard, its samples (``media``: images or videos): from its sidecar index, else
-    from the cache's, else by downloading and indexing it (RemoteIndexWarning)."""
-    from .. import remote as _store
-    unindexed = []
-    derived = "tar-index" if media == "images" else f"tar-{media}-index"
-
-    def one(shard):
-        url = remote.urls[shard]
-        doc = remote.index_entry(shard)  # the directory's manifest (`stoker index`)
-        if not _is_tar_index(doc, media):
-            try:
-                doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
-            except _store.RemoteNotFound:
-                doc = remote.load_derived(shard, derived)
-        if _is_tar_index(doc, media) and doc.get("size") == remote.sizes[shard]:
-            return [tuple(m) for m in doc["samples"]]
-        unindexed.append(shard)
-        members = _native.remote.index_tar(remote.fetch(shard), media)
-        remote.save_derived(shard, derived,
-                            tar_index_document(remote.sizes[shard], members, media))
-        return members
-
-    index = remote._map(one, range(len(remote.urls)))
-    if unindexed:
-        _remote_shards.warn_indexing("tar shards", len(unindexed), len(remote.urls),
-                                     "stoker index " + remote.urls[0].rsplit("/", 1)[0] + "/*.tar")
-    return index
+from ._checks import DEFAULT_MAX_PIXELS, check_index, check_max_pixels
+from .tar_index import remote_tar_index
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolder", "TarShards"]
 
 # torchvision.datasets.folder.IMG_EXTENSIONS: the files ImageFolder lists. Stoker decodes JPEG and
 # PNG; the other formats are listed (as torchvision does) and fail to decode as unsupported.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-
-_DEFAULT_MAX_PIXELS = _native.image.DEFAULT_MAX_PIXELS  # PIL's Image.MAX_IMAGE_PIXELS (stoker/image/decode.h)
 
 _NO_TRANSFORM = (
     "{name} was made without a transform, so its images have different sizes and cannot be "
@@ -102,12 +55,6 @@ def rebuild_quietly(make, *args, **kwargs):
         _quiet = was
 
 
-def _check_max_pixels(max_pixels):
-    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
-        raise ValueError(f"max_pixels must be a positive integer, got {max_pixels!r}")
-    return max_pixels
-
-
 class ImageSamples:
     """Encoded images decoded and transformed: natively where the transform has a native form, the
     rest in Python. What ImageFolder, TarShards and TableDataset(image=...) hold (as the
@@ -119,7 +66,7 @@ class ImageSamples:
     def __init__(self, name, files, transform, max_pixels, decode="cpu", paths=None):
         self.files = files
         self.transform = transform
-        self.max_pixels = _check_max_pixels(max_pixels)
+        self.max_pixels = check_max_pixels(max_pixels)
         self.decode = gpu_decode.check_decode(decode)
         if decode == "cuda":
             gpu_decode.require_gpu_decode()
@@ -284,7 +231,7 @@ class _ImageDataset(HoldsImages):
         return len(self._files)
 
     def _index(self, index):
-        return _check_index(index, len(self))
+        return check_index(index, len(self))
 
     def __getitem__(self, index):
         """``(image, label)``: the transformed image (drawn with seed 0, epoch 0, this index) as
@@ -304,16 +251,6 @@ class _ImageDataset(HoldsImages):
         if self.transform is not None:
             lines += ["    Transform: " + repr(self.transform).replace("\n", "\n    ")]
         return "\n".join(lines)
-
-
-def _check_index(index, n):
-    """``index`` (negative ones from the end) checked against ``n`` samples."""
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-        raise TypeError(f"index must be an integer, got {type(index).__name__}")
-    i = int(index) + n if index < 0 else int(index)
-    if not 0 <= i < n:
-        raise IndexError(f"index {index} out of range for {n} samples")
-    return i
 
 
 def _sample_key():
@@ -348,7 +285,7 @@ class ImageFolder(_ImageDataset):
     with a ``DataLoader(device="cuda")``: see :mod:`stoker.gpu.decode`.
     """
 
-    def __init__(self, root, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu"):
+    def __init__(self, root, transform=None, max_pixels=DEFAULT_MAX_PIXELS, decode="cpu"):
         self.root = os.path.expanduser(os.fspath(root))
         self.classes, self.class_to_idx = self.find_classes(self.root)
         self.samples = self.make_dataset(self.root, self.class_to_idx)
@@ -425,7 +362,7 @@ class TarShards(_ImageDataset):
     the shard order (``shuffle="shards"``).
     """
 
-    def __init__(self, paths, transform=None, max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", *,
+    def __init__(self, paths, transform=None, max_pixels=DEFAULT_MAX_PIXELS, decode="cpu", *,
                  storage_options=None, cache_dir=None, cache_budget=None):
         if _remote_shards.is_remote(paths):
             self.paths = _remote_shards.expand_shards(paths, storage_options)

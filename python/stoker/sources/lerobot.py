@@ -25,7 +25,7 @@ import numpy as np
 from ..transforms import ToDtype
 from . import remote as _remote_shards
 from .base import StokerDataset
-from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels
+from ._checks import DEFAULT_MAX_PIXELS, check_index, check_max_pixels
 from .samples import read_sample
 from .tables import _pyarrow, read_columns
 from .video import _video_module, decoding_figures, frame_pipeline
@@ -59,7 +59,7 @@ class LeRobotDataset(StokerDataset):
 
     def __init__(self, root, delta_timestamps=None, episodes=None, transform=None,
                  tolerance_s=1e-4, *, frame_dtype="float32", stratify="task",
-                 decoder_threads=1, index_cache_bytes=64 << 20, max_pixels=_DEFAULT_MAX_PIXELS,
+                 decoder_threads=1, index_cache_bytes=64 << 20, max_pixels=DEFAULT_MAX_PIXELS,
                  storage_options=None, cache_dir=None, cache_budget=None):
         self._module = _video_module()
         self._remote_options = (storage_options, cache_dir, cache_budget)
@@ -77,7 +77,7 @@ class LeRobotDataset(StokerDataset):
         self.transform, self.tolerance_s = transform, float(tolerance_s)
         self.frame_dtype, self.stratify = frame_dtype, stratify
         self.decoder_threads, self.index_cache_bytes = int(decoder_threads), int(index_cache_bytes)
-        self.max_pixels = _check_max_pixels(max_pixels)
+        self.max_pixels = check_max_pixels(max_pixels)
         self._requested_episodes = None if episodes is None else [int(e) for e in episodes]
 
         self.info = self._read_info()
@@ -356,7 +356,7 @@ class LeRobotDataset(StokerDataset):
 
     def path(self, index):
         """The step behind sample ``index``: its episode and step."""
-        return self._source.path(_check_index(index, len(self)))
+        return self._source.path(check_index(index, len(self)))
 
     def _assemble_batch(self, fields):
         """A loader's batch: {key: tensor}, and ``task``: the tasks' texts."""
@@ -368,7 +368,7 @@ class LeRobotDataset(StokerDataset):
     def __getitem__(self, index):
         """Step ``index`` as lerobot's item: {key: torch tensor}, ``task`` a string (NumPy
         arrays when torch is absent)."""
-        i = _check_index(index, len(self))
+        i = check_index(index, len(self))
         arrays = read_sample(self._source, i)
         try:
             import torch

@@ -15,6 +15,7 @@ import math
 import numbers
 
 from .. import _native
+from .._checks import is_integral
 from .base import StokerDataset
 
 
@@ -110,7 +111,7 @@ class Mixture(StokerDataset):
                 raise ValueError(f"Mixture weights phase {i} must be (step, {{name: weight}}), "
                                  f"got {phase!r}")
             step, weights = phase
-            if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            if not is_integral(step) or step < 0:
                 raise ValueError(f"Mixture weights phase {i}: the step must be a non-negative "
                                  f"integer, got {step!r}")
             if i == 0 and step != 0:
@@ -196,7 +197,7 @@ class Mixture(StokerDataset):
         return self.names[c], j
 
     def __getitem__(self, index):
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+        if not is_integral(index):
             raise TypeError(f"index must be an integer, got {type(index).__name__}")
         if index < 0:
             index += len(self)

@@ -24,6 +24,7 @@ import warnings
 import weakref
 
 from .. import _native
+from .._checks import is_int
 
 __all__ = ["INDEX_SUFFIX", "RemoteShards", "default_cache_dir", "is_remote", "expand_shards"]
 
@@ -91,7 +92,7 @@ def default_cache_dir():
 def _check_budget(name, value, none_ok=True):
     if value is None and none_ok:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
     return value
 

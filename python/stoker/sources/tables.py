@@ -22,11 +22,13 @@ import os
 import numpy as np
 
 from .. import _native
+from .._checks import check_positive_int
 from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
 from .samples import read_sample
-from .images import _DEFAULT_MAX_PIXELS, HoldsImages, ImageSamples, _check_index, rebuild_quietly
+from ._checks import DEFAULT_MAX_PIXELS, check_index
+from .images import HoldsImages, ImageSamples, rebuild_quietly
 
 __all__ = ["TableDataset"]
 
@@ -145,7 +147,7 @@ class TableDataset(HoldsImages):
 
     def __init__(self, source, columns=None, image=None, transform=None, label=None, *,
                  max_length=None, pad_value=0, shuffle_window=None, cache_bytes=None,
-                 max_pixels=_DEFAULT_MAX_PIXELS, decode="cpu", storage_options=None,
+                 max_pixels=DEFAULT_MAX_PIXELS, decode="cpu", storage_options=None,
                  cache_dir=None, cache_budget=None):
         self._remote_options = {"storage_options": storage_options, "cache_dir": cache_dir,
                                 "cache_budget": cache_budget}
@@ -154,9 +156,8 @@ class TableDataset(HoldsImages):
         arrow = _arrow_module()
         for name, value in (("shuffle_window", shuffle_window), ("cache_bytes", cache_bytes),
                             ("max_length", max_length)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if value is not None:
+                check_positive_int(name, value)
         if image is None and (transform is not None or label is not None):
             raise ValueError("transform and label are for image tables: name the image column "
                              "with image=")
@@ -300,7 +301,7 @@ class TableDataset(HoldsImages):
         return out
 
     def __getitem__(self, index):
-        i = _check_index(index, len(self))
+        i = check_index(index, len(self))
         if self.image is not None:
             image = self._decode(i) if self.transform is None else self._images.item(i)
             return (image, self._files.label(i)) if self.label else image

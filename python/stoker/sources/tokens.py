@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from .. import _native
+from .._checks import check_positive_int, is_integral
 from .._extras import require
 from . import paths as _paths
 from . import remote as _remote_shards
@@ -202,7 +203,7 @@ def _column_documents(source, column, vocab_size):
 def _check_int(name, value, low, none_ok=False):
     if value is None and none_ok:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    if not is_integral(value) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
@@ -256,8 +257,7 @@ class TokenDataset(StokerDataset):
                  cache_budget=None):
         if dtype not in ("uint16", "uint32"):
             raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+        check_positive_int("seq_len", seq_len)
         if pack not in PACK_MODES:
             raise ValueError(f"pack must be one of {', '.join(map(repr, PACK_MODES))}, "
                              f"got {pack!r}")

@@ -22,11 +22,13 @@ import os
 import numpy as np
 
 from .. import _native
+from .._checks import is_integral
 from ..transforms import CenterCrop, Compose, _compile
 from . import paths as _paths
 from . import remote as _remote_shards
 from .base import StokerDataset, figure
-from .images import _DEFAULT_MAX_PIXELS, _check_index, _check_max_pixels, remote_tar_index
+from ._checks import DEFAULT_MAX_PIXELS, check_index, check_max_pixels
+from .tar_index import remote_tar_index
 
 __all__ = ["VIDEO_EXTENSIONS", "VideoDataset", "ffmpeg_versions", "probe"]
 
@@ -75,7 +77,7 @@ def frame_pipeline(what, transform, size, tail, max_pixels):
 
 
 def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_integral(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
@@ -184,7 +186,7 @@ class VideoDataset(StokerDataset):
                  timestamps=False, layout="TCHW", *, random_clips=None, path_column="path",
                  label_column="label", start_column="start", end_column="end",
                  decoder_threads=1, index_cache_bytes=64 << 20,
-                 max_pixels=_DEFAULT_MAX_PIXELS, storage_options=None, cache_dir=None,
+                 max_pixels=DEFAULT_MAX_PIXELS, storage_options=None, cache_dir=None,
                  cache_budget=None):
         self._module = _video_module()
         self.frames = _positive_int("frames", frames)
@@ -200,7 +202,7 @@ class VideoDataset(StokerDataset):
             raise ValueError(f"random_clips must be True, False or None, got {random_clips!r}")
         self.layout, self.timestamps, self.random_clips = layout, bool(timestamps), random_clips
         self.transform = transform
-        self.max_pixels = _check_max_pixels(max_pixels)
+        self.max_pixels = check_max_pixels(max_pixels)
         self.decoder_threads = int(decoder_threads)
         self.index_cache_bytes = int(index_cache_bytes)
         self._spec = (source, path_column, label_column, start_column, end_column)
@@ -302,13 +304,13 @@ class VideoDataset(StokerDataset):
 
     def path(self, index):
         """The video of sample ``index``."""
-        return self.videos[_check_index(index, len(self)) // self.clips_per_video][0]
+        return self.videos[check_index(index, len(self)) // self.clips_per_video][0]
 
     def __getitem__(self, index):
         """``(clip, label)`` (and the frames' timestamps with ``timestamps=True``) as NumPy
         arrays, with the randomness of seed 0, epoch 0, this index, and the clip starts of a
         loader without shuffle (unless ``random_clips`` is True)."""
-        i = _check_index(index, len(self))
+        i = check_index(index, len(self))
         source = self._source_for(False)
         fields = source.sample(i, 0, 0)
         out = []

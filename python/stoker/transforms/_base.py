@@ -6,12 +6,10 @@ from __future__ import annotations
 import math
 import numbers
 
+from .._checks import is_integral as is_int  # transforms take NumPy integers too
+
 _MAX_SIDE = 1 << 16
 INTERPOLATIONS = ("nearest", "bilinear")
-
-
-def is_int(x):
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def is_number(x):
