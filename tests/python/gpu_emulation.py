@@ -31,6 +31,8 @@ class CpuCopyStage:
     are clones. For the device paths' logic (batch transforms on the device, the output
     conversion) without a GPU."""
 
+    fences = ()
+
     def default_cap(self):
         return 1 << 40
 
@@ -49,6 +51,8 @@ class EmulatedDecodeStage:
     """The same copy-stage protocol with the GPU stage emulated on the CPU (its kernels' own code
     over host memory, libjpeg for nvJPEG): for tests and ``bench_gpu_decode.py --cpu-smoke``.
     Batches are CPU tensors. ``reject``: sample indices whose "GPU" decode fails."""
+
+    fences = ()
 
     def __init__(self, source, on_error, reject=()):
         import torch
@@ -78,6 +82,9 @@ class EmulatedDecodeStage:
 
     def stats(self):
         return {"gpu_decode": self.decoder.stats(), "gpu_batches_ahead_bytes": 0}
+
+    def add_stats(self, stats):
+        pass
 
 
 class _Staged(StokerDataset):

@@ -86,6 +86,8 @@ def test_stats_report_pinned_memory():
 class ListStage:
     """Copies instantly; records what it was asked to do."""
 
+    fences = ()
+
     def __init__(self, nbytes=100):
         self.nbytes = nbytes
         self.log = []
@@ -218,6 +220,8 @@ class FakeDmaStage:
     """A copy stage whose copies run late: copy() queues a FakeCopy that reads the CPU buffer
     only when it completes, which is when the consumer is handed the batch (as a DMA queued behind
     busy GPU work runs long after the CPU tensor was dropped)."""
+
+    fences = ()
 
     def __init__(self):
         self.completed = 0

@@ -45,7 +45,7 @@ class KeysModel(torch.nn.Module):
     def forward(self, **kwargs):
         assert kwargs and all(isinstance(k, str) for k in kwargs)
         self.seen.append(set(kwargs) - TRAINER_KEYS)
-        first = next(v for k, v in kwargs.items() if torch.is_tensor(v))
+        first = next(v for v in kwargs.values() if torch.is_tensor(v))
         return {"loss": self.w * first.float().mean()}
 
 
@@ -227,6 +227,12 @@ def test_every_dataset_trains_a_step_with_dict_batches(make, expected, tmp_path)
     assert keys == declared_keys(ds)
     if expected is not None:
         assert keys == expected
+
+
+def test_a_dataset_that_cannot_name_its_fields_says_so_before_the_first_step(tmp_path):
+    ds = stoker.ArrayDataset(np.zeros((4, 2), np.float32), np.arange(4))  # no names
+    with pytest.raises(ValueError, match="names="):
+        train_one_step(ds, tmp_path)
 
 
 # --------------------------------------------------------------------------- a new modality

@@ -161,8 +161,9 @@ class CopyStage:
 
     The copy-stage protocol, which :class:`DeviceFeed` drives (GPU decode's stage and the tests'
     fakes implement it too): ``default_cap()``, ``copy(batch) -> (GPU batch, event, bytes,
-    fences)``, ``hand_over(GPU batch, event)``, and ``add_stats(stats)``: its own counters into
-    the loader's ``stats()`` (a plain copy has none)."""
+    fences)``, ``hand_over(GPU batch, event)``, ``add_stats(stats)``: its own counters into
+    the loader's ``stats()`` (a plain copy has none), and ``fences``: the (device, stream) pairs
+    its copies run on, which fence the CPU buffers they read (() for a stage with none)."""
 
     def __init__(self, device):
         import torch
@@ -319,7 +320,7 @@ class DeviceFeed:
         try:
             gpu, event, nbytes, fences = self._stage.copy(cpu)
         except Exception as e:  # a stage that fails a batch (GPU decode): at its turn, too
-            with fenced_on(getattr(self._stage, "fences", ())):
+            with fenced_on(self._stage.fences):
                 del cpu  # work queued before the failure may still read the buffer
             self._queue.append(_Entry(None, None, 0, e, position))
             return

@@ -319,7 +319,7 @@ class _ModelInputs:
             inputs = dict(batch)
         else:
             fields = batch if isinstance(batch, tuple) else (batch,)
-            if len(fields) > len(self.names):
+            if len(fields) != len(self.names):
                 raise TypeError(f"{self.dataset_name} yields batches of {len(fields)} fields, "
                                 f"named {list(self.names)}: model(**batch) needs every field "
                                 f"named")
