@@ -2,7 +2,7 @@
 // with STOKER_TESTING=ON (never in a plain wheel). Production code knows none of these types: the
 // fence provider turns what it does not recognize into fences through the test hooks this module
 // installs (set_fence_test_hooks: FakeCopy, pageable fencing), and the emulated GPU decoder is a
-// production GpuBatchDecoder on the test-only CPU backend (gpu/decode/emulated_backend.h).
+// production GpuBatchDecoder on the test-only CPU backend (stoker/gpu/emulated.h).
 //
 // Also here: bindings of production functions that only tests and bench/ call, as oracles
 // (position_key, random_resized_crop_box, classify_jpeg), and the decode-only throughput bound of
@@ -22,13 +22,13 @@
 #include <thread>
 
 #include "bindings.h"
-#include "gpu/decode/emulated_backend.h"
-#include "gpu/decode/gpu_decode.h"
 #include "pydata/sample_fetcher.h"
 #include "sources/faulty.h"
 #include "sources/test_documents.h"
 #include "stoker/errors.h"
 #include "stoker/fence.h"
+#include "stoker/gpu/decode.h"
+#include "stoker/gpu/emulated.h"
 #include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/random.h"
@@ -156,9 +156,8 @@ void register_testing(nb::module_& m) {
       "emulated_gpu_decoder",
       [](std::shared_ptr<image::gpu::GpuDecodeSource> source, bool skip,
          std::vector<uint64_t> reject) {
-        return std::make_unique<image::gpu::GpuBatchDecoder>(
-            std::move(source), image::gpu::make_emulated_backend(std::move(reject)),
-            skip ? OnError::kSkip : OnError::kRaise);
+        return image::gpu::make_emulated_decoder(
+            std::move(source), skip ? OnError::kSkip : OnError::kRaise, std::move(reject));
       },
       nb::arg("source"), nb::arg("skip") = false, nb::arg("reject") = std::vector<uint64_t>{},
       "A gpu.GpuBatchDecoder whose device is emulated on the CPU: images/labels are host "

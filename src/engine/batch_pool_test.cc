@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "engine/shared_arena.h"
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 #include "test_threads.h"
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "engine/mixture.h"
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "sources/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 namespace stoker {
 namespace {

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <optional>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 namespace stoker {
 namespace {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/batch_pool.h"
 
 namespace stoker {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/gpu/decode.h"
 
 namespace stoker::image::gpu::internal {
 

@@ -6,7 +6,7 @@
 // as RGB or CMYK is never given to a decoder that would read it as YCbCr.
 #include <cstring>
 
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/gpu/decode.h"
 
 namespace stoker::image::gpu {
 namespace {

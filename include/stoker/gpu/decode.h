@@ -172,8 +172,8 @@ struct GpuDecodeStats {
   double host_seconds = 0;                           // time in decode(), on the calling thread
 };
 
-// The GPU work, behind an interface (backend.h): nvJPEG + NVRTC kernels on a device; the tests
-// put an emulation on the CPU behind it (emulated_backend.h).
+// The GPU work, behind an interface (private: src/gpu/backend.h): nvJPEG + NVRTC kernels on a
+// device; the tests put an emulation on the CPU behind it (stoker/gpu/emulated.h).
 class DecodeBackend;
 
 // REQUIRES for the factories: the source outlives nothing; the decoder keeps it.

@@ -4,8 +4,8 @@
 
 #include <type_traits>
 
-#include "gpu/cuda_driver.h"
-#include "gpu/cuda.h"
+#include "cuda/cuda_driver.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 
 namespace stoker::cuda::internal {

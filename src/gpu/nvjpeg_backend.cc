@@ -26,10 +26,10 @@
 #include <optional>
 #include <unordered_map>
 
-#include "gpu/cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "backend.h"
 #include "dynlib.h"
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::gpu {

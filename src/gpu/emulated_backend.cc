@@ -2,12 +2,14 @@
 // memory, libjpeg for nvJPEG, and the kernels' own thread functions run on the host. Everything
 // the GPU stage decides (chunks, descriptors, fallbacks, errors, replacement) runs as it does on a
 // GPU.
-#include "gpu/decode/emulated_backend.h"
+#include "gpu/emulated_backend.h"
+
+#include "stoker/gpu/emulated.h"
 
 #include <cstring>
 #include <set>
 
-#include "gpu/decode/render.h"
+#include "gpu/render.h"
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 
@@ -87,6 +89,13 @@ class EmulatedBackend final : public DecodeBackend {
 
 std::unique_ptr<DecodeBackend> make_emulated_backend(std::vector<uint64_t> reject) {
   return std::make_unique<EmulatedBackend>(std::move(reject));
+}
+
+std::unique_ptr<GpuBatchDecoder> make_emulated_decoder(
+    std::shared_ptr<const GpuDecodeSource> source, OnError on_error,
+    std::vector<uint64_t> reject) {
+  return std::make_unique<GpuBatchDecoder>(std::move(source),
+                                           make_emulated_backend(std::move(reject)), on_error);
 }
 
 }  // namespace stoker::image::gpu

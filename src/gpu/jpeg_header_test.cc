@@ -6,7 +6,7 @@
 #include "image/test_images.h"
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/gpu/decode.h"
 
 namespace stoker::image::gpu {
 namespace {

@@ -1,5 +1,5 @@
 // The GPU kernels' arithmetic (kernels.h, compiled here for the host) against the CPU path's.
-#include "gpu/decode/render.h"
+#include "gpu/render.h"
 
 #include <gtest/gtest.h>
 

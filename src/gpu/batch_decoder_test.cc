@@ -12,13 +12,13 @@
 #include <random>
 #include <set>
 
-#include "gpu/decode/backend.h"
-#include "gpu/decode/dynlib.h"
-#include "gpu/decode/emulated_backend.h"
+#include "gpu/backend.h"
+#include "gpu/dynlib.h"
+#include "gpu/emulated_backend.h"
 #include "image/test_images.h"
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/gpu/decode.h"
 #include "stoker/engine.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/gpu/decode.h"
 #include "image/geometry.h"
 #include "render.h"
 #include "stoker/errors.h"

@@ -1,4 +1,4 @@
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "gpu/cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "stoker/errors.h"
 
 namespace stoker {
