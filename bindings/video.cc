@@ -1,9 +1,10 @@
-// The extension module stoker._video: the video wing (src/video/), apart from stoker._native
-// because it links FFmpeg's libraries, which a user without video need not have. Its classes
-// derive from stoker._native's (Source), whose module it imports first; nanobind shares their
-// types and the exception translation (errors.cc) between the two modules.
-#include "stoker/sources/lerobot.h"
-#include "stoker/sources/video.h"
+// The extension module stoker._video: the video, LeRobot and FFmpeg wings (src/video/,
+// src/lerobot/, src/ffmpeg/), apart from stoker._native because it links FFmpeg's libraries, which
+// a user without video need not have. Its classes derive from stoker._native's (Source), whose
+// module it imports first; nanobind shares their types and the exception translation (errors.cc)
+// between the two modules.
+#include "stoker/lerobot/lerobot_source.h"
+#include "stoker/video/video_source.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -21,7 +22,7 @@
 #include <unordered_map>
 
 #include "stoker/errors.h"
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -270,7 +271,7 @@ NB_MODULE(_video, m) {
       .def(nb::new_(&make_lerobot), "values"_a, "timestamps"_a, "cameras"_a, "starts"_a,
            "episode_ids"_a, "labels"_a, "tolerance"_a, "decoder_threads"_a,
            "index_cache_bytes"_a,
-           "The steps of a LeRobot dataset (stoker/sources/lerobot.h). values: (name, dtype, "
+           "The steps of a LeRobot dataset (stoker/lerobot/lerobot_source.h). values: (name, dtype, "
            "shape, bytes of every row, deltas) each; cameras: (name, pipeline, exact_size, "
            "deltas, video per episode, start seconds per episode) each; starts: the episodes' "
            "first rows and the rows.")

@@ -18,8 +18,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "stoker/sources/video.h"
-#include "stoker/video/reader.h"
+#include "stoker/video/video_source.h"
+#include "stoker/ffmpeg/reader.h"
 
 namespace stoker::video {
 

@@ -1,4 +1,4 @@
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "engine/test_temp_dir.h"
 #include "stoker/errors.h"
-#include "video/test_videos.h"
+#include "ffmpeg/test_videos.h"
 
 namespace stoker::video {
 namespace {

@@ -9,7 +9,7 @@
 #include "stoker/errors.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
-#include "stoker/sources/lerobot.h"
+#include "stoker/lerobot/lerobot_source.h"
 #include "video/index_cache.h"
 
 namespace stoker {

@@ -4,8 +4,8 @@
 
 #include "engine/test_temp_dir.h"
 #include "stoker/errors.h"
-#include "stoker/sources/lerobot.h"
-#include "video/test_videos.h"
+#include "stoker/lerobot/lerobot_source.h"
+#include "ffmpeg/test_videos.h"
 
 namespace stoker {
 namespace {

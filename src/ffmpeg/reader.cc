@@ -1,4 +1,4 @@
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
 
 #include <algorithm>
 #include <cstdlib>

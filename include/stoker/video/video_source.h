@@ -35,7 +35,7 @@
 #include "stoker/image/pipeline.h"
 #include "stoker/source.h"
 #include "stoker/sources/image_files.h"
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
 
 namespace stoker {
 

@@ -38,7 +38,7 @@
 
 #include "stoker/image/pipeline.h"
 #include "stoker/source.h"
-#include "stoker/sources/video.h"
+#include "stoker/video/video_source.h"
 
 namespace stoker {
 
