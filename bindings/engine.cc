@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "bindings.h"
-#include "engine/block_order.h"
-#include "engine/epoch_draws.h"
-#include "engine/mixture.h"
+#include "stoker/block_order.h"
+#include "stoker/epoch_draws.h"
+#include "stoker/mixture.h"
 #include "stoker/batch_transform.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "bindings.h"
-#include "engine/shared_arena.h"
-#include "pydata/column_gatherer.h"
-#include "pydata/global_seeder.h"
-#include "pydata/sample_fetcher.h"
-#include "pydata/shared_pool.h"
+#include "stoker/shared_arena.h"
+#include "stoker/pydata/column_gatherer.h"
+#include "stoker/pydata/global_seeder.h"
+#include "stoker/pydata/sample_fetcher.h"
+#include "stoker/pydata/shared_pool.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"
 #include "stoker/random.h"

@@ -9,9 +9,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "engine/mapped_file.h"
-#include "engine/shard_cache.h"
-#include "sources/megatron.h"
+#include "stoker/mapped_file.h"
+#include "stoker/shard_cache.h"
+#include "stoker/sources/megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/token_corpus.h"

@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "bindings.h"
-#include "pydata/sample_fetcher.h"
-#include "sources/faulty.h"
-#include "sources/test_documents.h"
+#include "stoker/pydata/sample_fetcher.h"
+#include "stoker/testing/faulty.h"
+#include "stoker/testing/test_documents.h"
 #include "stoker/errors.h"
 #include "stoker/fence.h"
 #include "stoker/gpu/decode.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bindings.h"
-#include "image/ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 
 namespace stoker::python {

@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/shared_arena.h"
+#include "stoker/shared_arena.h"
 #include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 #include "test_threads.h"

@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/block_order.h"
+#include "stoker/block_order.h"
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
 #include "stoker/errors.h"

@@ -1,4 +1,4 @@
-#include "tuning/diagnosis.h"
+#include "stoker/tuning/diagnosis.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sources/faulty.h"
+#include "stoker/testing/faulty.h"
 
 #include <chrono>
 #include <string>

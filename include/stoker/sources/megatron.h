@@ -1,5 +1,8 @@
-// Internal: Megatron-LM indexed datasets (a .bin of tokens and its .idx), read and checked for
-// TokenCorpus.
+// Megatron-LM indexed datasets (a .bin of tokens and its .idx), read and checked: TokenCorpus's
+// reader, and the remote token corpus's (the bindings read a fetched .idx with it).
+//
+// Thread safety: free functions of their arguments, safe from any thread. Errors: as each
+// function says (InvalidArgument for a malformed index, IoError for a missing or cut file).
 //
 // The .idx layout (megatron/core/datasets/indexed_dataset.py: _IndexWriter writes it, _IndexReader
 // reads it), little-endian and unpadded, so its arrays are unaligned:

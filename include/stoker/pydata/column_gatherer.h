@@ -1,4 +1,4 @@
-// The columns of a batch of Python samples (internal to Stoker's Python-dataset engine).
+// The columns of a batch of Python samples (the Python-dataset wing's API, for Stoker's own bindings).
 //
 // The batch tree, defined here once (its tags are exported as _native.pydata.TREE_TAGS, which
 // python/stoker/pydata/batch_structure.py builds and reads trees with): batch_structure.flatten
@@ -26,7 +26,7 @@
 
 #include <utility>
 
-#include "pydata/py_ref.h"
+#include "stoker/pydata/py_ref.h"
 
 namespace stoker::python {
 

@@ -1,8 +1,8 @@
-// An owned reference to a Python object (internal to Stoker's Python-dataset engine).
+// An owned reference to a Python object (the Python-dataset wing's API, for Stoker's own bindings).
 //
 // The engine code in src/pydata/ is written against the CPython C API, not nanobind, so that
-// its tests can embed the interpreter in a plain gtest binary. REQUIRES: the GIL for everything
-// except moving a PyRef.
+// its tests can embed the interpreter in a plain gtest binary. Ownership: a PyRef owns one
+// reference and drops it when destroyed. REQUIRES: the GIL for everything except moving a PyRef.
 #pragma once
 
 #include <Python.h>

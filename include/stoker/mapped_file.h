@@ -1,4 +1,4 @@
-// Internal: a whole file mapped read-only, and reads from it that survive the file being truncated.
+// A whole file mapped read-only, and reads from it that survive the file being truncated.
 //
 // A read from a file mapping past the file's current end raises SIGBUS, which kills the process:
 // a token file or a .npy file cut short while an epoch runs (a copy still being written, a full

@@ -1,5 +1,5 @@
 // The loop that runs a Python dataset's __getitem__ for a chunk of samples, each with the global
-// generators seeded for that sample (internal to Stoker's Python-dataset engine).
+// generators seeded for that sample (the Python-dataset wing's API, for Stoker's own bindings).
 //
 // Keys: sample i of an epoch gets key = hash_key(seed, epoch, i) >> 1 (63 bits, so that
 // torch.initial_seed(), which reports it, fits in an int64 tensor). In a stratified order a draw
@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "pydata/global_seeder.h"
-#include "pydata/py_ref.h"
+#include "stoker/pydata/global_seeder.h"
+#include "stoker/pydata/py_ref.h"
 #include "stoker/engine.h"
 
 namespace stoker::python {

@@ -1,5 +1,5 @@
 // Per-sample seeding of the interpreter's three global generators by writing their states in
-// place (internal to Stoker's Python-dataset engine). This file and
+// place (the Python-dataset wing's API, for Stoker's own bindings). This file and
 // python/stoker/pydata/rng_fields.py are the only code that touches other libraries' private
 // memory; rng_fields.py locates the fields below in this process, verifies them against the
 // public getstate()/get_state(), and falls back to the public setstate()/set_state() calls when
@@ -33,7 +33,7 @@
 #include <string>
 #include <utility>
 
-#include "pydata/py_ref.h"
+#include "stoker/pydata/py_ref.h"
 
 namespace stoker::python {
 

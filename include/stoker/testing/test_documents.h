@@ -1,3 +1,6 @@
+// TEST-ONLY (header-only; the C++ tests and _native.testing with STOKER_TESTING; never in a
+// wheel).
+//
 // VectorDocuments: a DocumentSet over documents held in memory, a test double for the packers
 // (packing_test.cc, and _native.testing with STOKER_TESTING). Document d's path is "doc-<d>";
 // a document listed in `fail` throws IoError when read, as a truncated file would.

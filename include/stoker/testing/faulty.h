@@ -1,3 +1,5 @@
+// TEST-ONLY (built into stoker_testing, with the C++ tests or STOKER_TESTING; never in a wheel).
+//
 // FaultySource: a synthetic source for tests and demos of failure handling and slow stages.
 //
 // Sample i has one int64 field of `width` values, all equal to i, so a batch shows exactly which

@@ -1,4 +1,4 @@
-// Batch buffers in shared memory for Python-dataset workers (internal to Stoker).
+// Batch buffers in shared memory for Python-dataset workers (the Python-dataset wing's API, for Stoker's own bindings).
 //
 // A SharedPool is a BatchPool carved from one SharedArena (a memfd): the consumer acquires a
 // buffer for each batch it hands to a worker process, the worker writes the batch's leaves at the
@@ -23,7 +23,7 @@
 #include <memory>
 
 #include "stoker/batch_pool.h"
-#include "engine/shared_arena.h"
+#include "stoker/shared_arena.h"
 
 namespace stoker::python {
 

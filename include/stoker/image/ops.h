@@ -1,4 +1,4 @@
-// Internal: torchvision.transforms.v2's image kernels on 8-bit RGB, for the pipeline's image
+// torchvision.transforms.v2's image kernels on 8-bit RGB, for the pipeline's image
 // stage (the operations that run on the decoded, cropped and resized image before it is written
 // to the batch: colour, auto-augment, blur, padding, affine warps).
 //

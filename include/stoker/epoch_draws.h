@@ -29,8 +29,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/block_order.h"
-#include "engine/mixture.h"
+#include "stoker/block_order.h"
+#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
