@@ -2,15 +2,16 @@
 # - a binding (bindings/*.cc, *.h) includes, of the project's headers, only the public API
 #   (include/stoker/..., as "stoker/...") and its own bindings.h, never a private header of
 #   src/ (the extension's targets have no src/ on their include path either);
-# - a test double's public header (include/stoker/testing/, include/stoker/gpu/emulated.h) is
-#   included only by the testing bindings (testing*.cc, STOKER_TESTING only) and, in src/, by
-#   tests and the test doubles themselves, never by product code.
+# - a test double's or benchmark helper's public header (include/stoker/testing/,
+#   include/stoker/gpu/emulated.h, include/stoker/ffmpeg/decode_bound.h) is included only by the
+#   testing bindings (testing*.cc, STOKER_TESTING only) and, in src/, by tests and by the test
+#   doubles themselves, never by product code.
 # Run: cmake -DROOT=<checkout> -P tools/check_includes.cmake
 if(NOT ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<checkout> -P check_includes.cmake")
 endif()
 set(failures "")
-set(test_only_re "^stoker/(testing/.*|gpu/emulated\\.h)$")
+set(test_only_re "^stoker/(testing/.*|gpu/emulated\\.h|ffmpeg/decode_bound\\.h)$")
 
 file(GLOB bindings ${ROOT}/bindings/*.cc ${ROOT}/bindings/*.h)
 file(GLOB_RECURSE sources ${ROOT}/src/*.cc ${ROOT}/src/*.h ${ROOT}/include/*.h)
@@ -31,8 +32,11 @@ foreach(f IN LISTS bindings sources)
         list(APPEND failures "${rel}: includes the test double \"${header}\" outside testing*.cc")
       endif()
     elseif(header MATCHES "${test_only_re}")
-      if(NOT (name MATCHES "_test\\.cc$" OR rel MATCHES "^src/testing/" OR rel MATCHES
-              "^include/stoker/(testing/|gpu/emulated\\.h)" OR name MATCHES "^emulated_backend"))
+      get_filename_component(stem ${f} NAME_WE)
+      get_filename_component(header_stem ${header} NAME_WE)
+      if(NOT (name MATCHES "_test\\.cc$" OR rel MATCHES "^src/testing/" OR
+              rel MATCHES "^include/stoker/" OR stem STREQUAL header_stem OR
+              name MATCHES "^emulated_backend"))
         list(APPEND failures "${rel}: product code includes the test double \"${header}\"")
       endif()
     endif()

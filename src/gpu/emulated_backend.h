@@ -1,7 +1,8 @@
 // Test double: the GPU stage's device (backend.h) emulated on the CPU, so that the stage's logic is
-// tested without a GPU. The tests of the stage use the backend itself; the testing module gets a
-// whole decoder through the public test-only header stoker/gpu/emulated.h. Built only for the C++ tests and the testing module (STOKER_TESTING), in
-// its own library (stoker_gpu_emulation): never in a wheel.
+// tested without a GPU. Built only for the C++ tests and the testing module (STOKER_TESTING), in
+// its own library (stoker_gpu_emulation): never in a wheel. The stage's tests use the backend
+// itself; the testing module gets a whole decoder through the public test-only header
+// stoker/gpu/emulated.h.
 #pragma once
 
 #include <cstdint>

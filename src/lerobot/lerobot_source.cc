@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "stoker/errors.h"
+#include "stoker/ffmpeg/sidecar.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
 #include "stoker/lerobot/lerobot_source.h"

@@ -23,10 +23,6 @@
 
 namespace stoker::video {
 
-// The index in the sidecar of the video at `path` (`stoker index`), when there is one that
-// describes it (the video's size matches); nullopt otherwise.
-std::optional<VideoIndex> read_sidecar(const std::string& path);
-
 class IndexCache {
  public:
   explicit IndexCache(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "stoker/errors.h"
+#include "stoker/ffmpeg/sidecar.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
 #include "stoker/video/video_source.h"

@@ -1,4 +1,5 @@
-// The columns of a batch of Python samples (the Python-dataset wing's API, for Stoker's own bindings).
+// The columns of a batch of Python samples (the Python-dataset wing's API, for Stoker's own
+// bindings).
 //
 // The batch tree, defined here once (its tags are exported as _native.pydata.TREE_TAGS, which
 // python/stoker/pydata/batch_structure.py builds and reads trees with): batch_structure.flatten

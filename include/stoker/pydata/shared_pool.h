@@ -1,4 +1,5 @@
-// Batch buffers in shared memory for Python-dataset workers (the Python-dataset wing's API, for Stoker's own bindings).
+// Batch buffers in shared memory for Python-dataset workers (the Python-dataset wing's API, for
+// Stoker's own bindings).
 //
 // A SharedPool is a BatchPool carved from one SharedArena (a memfd): the consumer acquires a
 // buffer for each batch it hands to a worker process, the worker writes the batch's leaves at the
