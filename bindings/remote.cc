@@ -1,4 +1,4 @@
-// stoker._native.remote: the shard cache of remote datasets (src/engine/shard_cache.h) and the
+// stoker._native.remote: the shard cache of remote datasets (stoker/shard_cache.h) and the
 // remote forms of the native sources that read through it. The network is the Python front's
 // (stoker/remote): its fetcher threads call next_request() and fetched() / failed().
 #include <nanobind/stl/optional.h>

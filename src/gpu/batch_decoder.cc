@@ -1,4 +1,4 @@
-// GpuBatchDecoder: the GPU stage of GPU decode (see gpu_decode.h).
+// GpuBatchDecoder: the GPU stage of GPU decode (see stoker/gpu/decode.h).
 //
 // Per batch: the staged JPEGs are decoded in chunks that fit the decode buffer (one nvJPEG call
 // and one render launch each), then the samples whose pixels the CPU made (staged fallbacks, and

@@ -1,4 +1,4 @@
-// GpuDecodeSource: the worker-thread half of GPU decode (see gpu_decode.h).
+// GpuDecodeSource: the worker-thread half of GPU decode (see stoker/gpu/decode.h).
 #include <algorithm>
 #include <cstring>
 
