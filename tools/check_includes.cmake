@@ -3,7 +3,8 @@
 #   (include/stoker/..., as "stoker/...") and its own bindings.h, never a private header of
 #   src/ (the extension's targets have no src/ on their include path either);
 # - a test double's or benchmark helper's public header (include/stoker/testing/,
-#   include/stoker/gpu/emulated.h, include/stoker/ffmpeg/decode_bound.h) is included only by the
+#   include/stoker/gpu/emulated.h, include/stoker/ffmpeg/decode_bound.h,
+#   include/stoker/image/decode_only.h) is included only by the
 #   testing bindings (testing*.cc, STOKER_TESTING only) and, in src/, by tests and by the test
 #   doubles themselves, never by product code.
 # Run: cmake -DROOT=<checkout> -P tools/check_includes.cmake
@@ -11,7 +12,7 @@ if(NOT ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<checkout> -P check_includes.cmake")
 endif()
 set(failures "")
-set(test_only_re "^stoker/(testing/.*|gpu/emulated\\.h|ffmpeg/decode_bound\\.h)$")
+set(test_only_re "^stoker/(testing/.*|gpu/emulated\\.h|ffmpeg/decode_bound\\.h|image/decode_only\\.h)$")
 
 file(GLOB bindings ${ROOT}/bindings/*.cc ${ROOT}/bindings/*.h)
 file(GLOB_RECURSE sources ${ROOT}/src/*.cc ${ROOT}/src/*.h ${ROOT}/include/*.h)
