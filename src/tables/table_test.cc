@@ -1,4 +1,4 @@
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 
 #include <arrow/api.h>
 #include <arrow/c/bridge.h>
