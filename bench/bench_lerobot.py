@@ -16,8 +16,8 @@ float32 [C, H, W] in [0, 1], batch 8, shuffled:
   with ``frame_dtype="uint8"`` (frames left for a GPU-side conversion: not lerobot's item).
 * bound: FFmpeg decoding, for each camera of each step, every frame from the keyframe before the
   step's first frame to its last, nothing converted, in a bare C++ loop on as many threads as
-  cores (``stoker._video.decode_bound``, as bench_video.py's): the cost no loader that delivers
-  these frames avoids.
+  cores (``stoker._video.testing.decode_bound``, as bench_video.py's; a STOKER_TESTING build): the
+  cost no loader that delivers these frames avoids.
 * lerobot-torchcodec:<w>: lerobot's ``LeRobotDataset(video_backend="torchcodec")`` in torch's
   DataLoader at w workers (persistent). lerobot's other backend, "pyav", goes through
   ``torchvision.io.VideoReader``, which torchvision no longer has (0.29 here): it is reported
@@ -175,8 +175,8 @@ def child_bound(args, threads):
             first = round(ep[f"videos/{cam}/from_timestamp"] * args.fps) + max(0, t - 1)
             last = round(ep[f"videos/{cam}/from_timestamp"] * args.fps) + t
             jobs.append((str(path), first, last))
-    V.decode_bound(jobs[:BATCH * len(CAMERAS)], threads)  # warm up: page cache, libraries
-    seconds, decoded = V.decode_bound(jobs, threads)
+    V.testing.decode_bound(jobs[:BATCH * len(CAMERAS)], threads)  # warm up: page cache, libraries
+    seconds, decoded = V.testing.decode_bound(jobs, threads)
     steps = args.batches * BATCH
     return {"steps_per_s": steps / seconds, "first_batch_s": 0.0,
             "decoded_per_delivered": decoded / (steps * 2 * len(CAMERAS))}

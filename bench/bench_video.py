@@ -22,10 +22,10 @@ Contenders, each in a fresh process (its peak RSS summed over it and its workers
   libavdevice too). A peer's best worker count is its figure.
 * bound: FFmpeg decoding each clip from its keyframe to its last frame, every frame, nothing
   converted, in a bare C++ loop on as many threads as Stoker's workers
-  (``stoker._video.decode_bound``): what a decoder that throws nothing away cannot beat. It
-  decodes the very clips that the same round's Stoker run timed (Stoker returns its frames'
-  timestamps), so that both do the same work; stoker / bound is the median of the rounds'
-  ratios.
+  (``stoker._video.testing.decode_bound``: a STOKER_TESTING build, as ``make install`` makes):
+  what a decoder that throws nothing away cannot beat. It decodes the very clips that the same
+  round's Stoker run timed (Stoker returns its frames' timestamps), so that both do the same work;
+  stoker / bound is the median of the rounds' ratios.
 Also reported: frames decoded per frame delivered (Stoker's counts; PyAV's and the bound's by
 counting), for the contenders that can tell.
 
@@ -324,8 +324,8 @@ def child_bound(args, p, videos, threads):
                             lambda count: rng.integers(count))
             jobs.append((path, f[0], f[-1]))
         which = "drawn"
-    V.decode_bound(jobs[:p["batch"]], threads)  # warm up: page cache, libraries
-    seconds, decoded = V.decode_bound(jobs, threads)
+    V.testing.decode_bound(jobs[:p["batch"]], threads)  # warm up: page cache, libraries
+    seconds, decoded = V.testing.decode_bound(jobs, threads)
     return {"clips_per_s": len(jobs) / seconds, "decoded_per_delivered":
             decoded / (len(jobs) * p["frames"]), "threads": threads, "clips": which}
 

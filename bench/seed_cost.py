@@ -1,4 +1,4 @@
-"""What per-sample seeding costs, written in place (rng_fields.py, src/pydata/global_seeder.h)
+"""What per-sample seeding costs, written in place (rng_fields.py, stoker/pydata/global_seeder.h)
 against the generators' public calls, and the fetch loop's cost a sample in each seeding mode.
 One process, timeit; on a shared machine compare the ratios, not the absolute figures.
 

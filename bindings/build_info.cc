@@ -5,7 +5,7 @@
 #include <nanobind/stl/string.h>
 
 #include "bindings.h"
-#include "image/codecs.h"
+#include "stoker/image/codecs.h"
 
 namespace stoker::python {
 namespace {

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "bindings.h"
-#include "engine/block_order.h"
-#include "engine/epoch_draws.h"
-#include "engine/mixture.h"
+#include "stoker/block_order.h"
+#include "stoker/epoch_draws.h"
+#include "stoker/mixture.h"
 #include "stoker/batch_transform.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"
@@ -409,7 +409,7 @@ void register_engine(nb::module_& m) {
            nb::arg("block_sizes"), nb::arg("window"), nb::arg("stripes"), nb::arg("seed"),
            nb::arg("epoch"),
            "An epoch's order of samples in blocks (shards) that keeps `window` blocks open per "
-           "rank of a `stripes`-rank job (src/engine/block_order.h).")
+           "rank of a `stripes`-rank job (stoker/block_order.h).")
       .def("__len__", &BlockOrder::size)
       .def_prop_ro("num_blocks", &BlockOrder::num_blocks)
       .def(
@@ -513,7 +513,7 @@ void register_engine(nb::module_& m) {
            nb::arg("epoch"), nb::arg("batch_size"), nb::arg("drop_last"), nb::arg("rank"),
            nb::arg("world_size"), nb::arg("position") = 0, nb::arg("first_step") = 0,
            nb::arg("bases") = std::vector<uint64_t>{},
-           "Rank `rank`'s batches of a mixture epoch (src/engine/mixture.h): `schedule` is "
+           "Rank `rank`'s batches of a mixture epoch (stoker/mixture.h): `schedule` is "
            "[(first_step, weights), ...]; the plan starts at global position `position`, step "
            "`first_step`, with each source's stream at `bases`.")
       .def("__len__", &MixturePlan::num_batches)

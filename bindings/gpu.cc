@@ -14,7 +14,7 @@
 //
 // GPU JPEG decode for the Python front (stoker/gpu/decode.py): the staging source the loader's
 // workers run, and the GPU stage the copy stage calls once per batch. The decode logic lives in
-// src/gpu/decode/; this file converts arguments and releases the GIL.
+// src/gpu/; this file converts arguments and releases the GIL.
 //
 // Test doubles are not here: the testing module (testing.cc) adds fake fences and pageable
 // fencing through set_fence_test_hooks, and a GpuBatchDecoder on the CPU emulation.
@@ -28,8 +28,8 @@
 #include <memory>
 
 #include "bindings.h"
-#include "gpu/cuda.h"
-#include "gpu/decode/gpu_decode.h"
+#include "stoker/cuda/cuda.h"
+#include "stoker/gpu/decode.h"
 #include "stoker/batch_pool.h"
 #include "stoker/errors.h"
 #include "stoker/sources/image_files.h"

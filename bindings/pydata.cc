@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "bindings.h"
-#include "engine/shared_arena.h"
-#include "pydata/column_gatherer.h"
-#include "pydata/global_seeder.h"
-#include "pydata/sample_fetcher.h"
-#include "pydata/shared_pool.h"
+#include "stoker/shared_arena.h"
+#include "stoker/pydata/column_gatherer.h"
+#include "stoker/pydata/global_seeder.h"
+#include "stoker/pydata/sample_fetcher.h"
+#include "stoker/pydata/shared_pool.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"
 #include "stoker/random.h"
@@ -112,10 +112,10 @@ void register_pydata(nb::module_& m) {
       nb::arg("np_dtypes"),
       "(array columns, object columns) of a batch whose samples all have `structure` "
       "(batch_structure.flatten's tree of sample 0) with leaves of the same types, else None "
-      "(src/pydata/column_gatherer.h).");
+      "(stoker/pydata/column_gatherer.h).");
 
   nb::class_<SharedArena>(m, "SharedArena",
-                          "Shared memory for batches: one memfd (src/engine/shared_arena.h).")
+                          "Shared memory for batches: one memfd (stoker/shared_arena.h).")
       .def_static(
           "attach", [](int fd) { return SharedArena::attach(fd); }, nb::arg("fd"),
           "Maps the arena of another process's memfd `fd` (this arena owns and closes it).")
@@ -131,7 +131,7 @@ void register_pydata(nb::module_& m) {
   nb::class_<Lease>(m, "Lease").def_ro("offset", &Lease::offset);
 
   nb::class_<SharedPool>(m, "SharedPool",
-                         "Batch buffers carved from a SharedArena (src/pydata/shared_pool.h).")
+                         "Batch buffers carved from a SharedArena (stoker/pydata/shared_pool.h).")
       .def(nb::init<size_t, size_t, bool>(), nb::arg("buffer_bytes"), nb::arg("budget_bytes"),
            nb::arg("pinned") = false)
       .def(
@@ -168,7 +168,7 @@ void register_pydata(nb::module_& m) {
   // prefetch_factor="auto": the depth it starts at, and 1 for batches above SMALL_BATCH_BYTES.
   m.attr("DEFAULT_PREFETCH_FACTOR") = kDefaultPrefetchFactor;
   m.attr("SMALL_BATCH_BYTES") = kSmallBatchBytes;
-  // The batch tree's tags by name (src/pydata/column_gatherer.h defines the tree).
+  // The batch tree's tags by name (stoker/pydata/column_gatherer.h defines the tree).
   nb::dict tree_tags;
   for (const auto& [name, tag] : tree_tag::kAll) tree_tags[name] = nb::str(&tag, 1);
   m.attr("TREE_TAGS") = tree_tags;
@@ -187,7 +187,7 @@ void register_pydata(nb::module_& m) {
 
   nb::class_<GlobalSeeder>(m, "GlobalSeeder",
                            "Writes the global generators' states in place "
-                           "(src/pydata/global_seeder.h); made by rng_fields.py only.")
+                           "(stoker/pydata/global_seeder.h); made by rng_fields.py only.")
       .def(
           "__init__",
           [](GlobalSeeder* self, uintptr_t py_index, uintptr_t py_state, nb::dict py_dict,
@@ -235,7 +235,7 @@ void register_pydata(nb::module_& m) {
 
   nb::class_<SampleFetcher>(m, "SampleFetcher",
                             "Runs __getitem__ for chunks of samples, each seeded "
-                            "(src/pydata/sample_fetcher.h).")
+                            "(stoker/pydata/sample_fetcher.h).")
       .def(
           "__init__",
           [](SampleFetcher* self, uint64_t seed, std::string_view seeding,

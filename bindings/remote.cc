@@ -1,4 +1,4 @@
-// stoker._native.remote: the shard cache of remote datasets (src/engine/shard_cache.h) and the
+// stoker._native.remote: the shard cache of remote datasets (stoker/shard_cache.h) and the
 // remote forms of the native sources that read through it. The network is the Python front's
 // (stoker/remote): its fetcher threads call next_request() and fetched() / failed().
 #include <nanobind/stl/optional.h>
@@ -9,9 +9,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "engine/mapped_file.h"
-#include "engine/shard_cache.h"
-#include "sources/megatron.h"
+#include "stoker/mapped_file.h"
+#include "stoker/shard_cache.h"
+#include "stoker/sources/megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/token_corpus.h"

@@ -12,7 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "engine/mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/sources/array.h"

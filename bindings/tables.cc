@@ -11,7 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -2,11 +2,11 @@
 // with STOKER_TESTING=ON (never in a plain wheel). Production code knows none of these types: the
 // fence provider turns what it does not recognize into fences through the test hooks this module
 // installs (set_fence_test_hooks: FakeCopy, pageable fencing), and the emulated GPU decoder is a
-// production GpuBatchDecoder on the test-only CPU backend (gpu/decode/emulated_backend.h).
+// production GpuBatchDecoder on the test-only CPU backend (stoker/gpu/emulated.h).
 //
 // Also here: bindings of production functions that only tests and bench/ call, as oracles
 // (position_key, random_resized_crop_box, classify_jpeg), and the decode-only throughput bound of
-// the benchmark.
+// the benchmark (stoker/image/decode_only.h: the binding reads the files and translates).
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -16,20 +16,19 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 
 #include "bindings.h"
-#include "gpu/decode/emulated_backend.h"
-#include "gpu/decode/gpu_decode.h"
-#include "pydata/sample_fetcher.h"
-#include "sources/faulty.h"
-#include "sources/test_documents.h"
+#include "stoker/pydata/sample_fetcher.h"
+#include "stoker/testing/faulty.h"
+#include "stoker/testing/test_documents.h"
 #include "stoker/errors.h"
 #include "stoker/fence.h"
+#include "stoker/gpu/decode.h"
+#include "stoker/gpu/emulated.h"
 #include "stoker/image/decode.h"
+#include "stoker/image/decode_only.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/random.h"
 
@@ -79,51 +78,21 @@ std::unique_ptr<Fence> fake_fence(nb::handle item) {
 FenceTestHooks fence_hooks{&fake_fence, false};
 
 nb::dict decode_only(const std::vector<std::string>& paths, int threads, double min_seconds) {
-  if (threads < 1) throw InvalidArgument("threads must be a positive integer");
-  if (paths.empty()) throw InvalidArgument("decode_only needs at least one file");
-  uint64_t images = 0, pixels = 0, failures = 0;
-  double seconds = 0;
+  image::DecodeOnly r;
   {
     nb::gil_scoped_release release;
     std::vector<std::vector<std::byte>> files;
     files.reserve(paths.size());
     for (const auto& p : paths) files.push_back(read_whole_file(p));
-    std::atomic<uint64_t> next{0}, n_images{0}, n_pixels{0}, n_fail{0};
-    std::atomic<bool> stop{false};
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto deadline = t0 + std::chrono::duration<double>(min_seconds);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        image::Decoder decoder;  // one per thread, as a loader's worker has
-        image::DecodedImage img;
-        for (;;) {
-          // Whole passes over the files: stop only after a pass once the time is up.
-          const uint64_t k = next.fetch_add(1);
-          if (k % files.size() == 0 && k > 0 && std::chrono::steady_clock::now() >= deadline)
-            stop = true;
-          if (stop) return;
-          try {
-            decoder.decode(files[k % files.size()], img);
-            n_images += 1;
-            n_pixels += static_cast<uint64_t>(img.width) * img.height;
-          } catch (const DecodeError&) {
-            n_fail += 1;
-          }
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    images = n_images, pixels = n_pixels, failures = n_fail;
+    r = image::decode_only(files, threads, min_seconds);
   }
   nb::dict d;
-  d["images"] = images;
-  d["failures"] = failures;
-  d["seconds"] = seconds;
+  d["images"] = r.images;
+  d["failures"] = r.failures;
+  d["seconds"] = r.seconds;
   d["threads"] = threads;
-  d["images_per_s"] = seconds > 0 ? images / seconds : 0.0;
-  d["megapixels_per_s"] = seconds > 0 ? pixels / seconds / 1e6 : 0.0;
+  d["images_per_s"] = r.seconds > 0 ? r.images / r.seconds : 0.0;
+  d["megapixels_per_s"] = r.seconds > 0 ? r.pixels / r.seconds / 1e6 : 0.0;
   return d;
 }
 
@@ -156,9 +125,8 @@ void register_testing(nb::module_& m) {
       "emulated_gpu_decoder",
       [](std::shared_ptr<image::gpu::GpuDecodeSource> source, bool skip,
          std::vector<uint64_t> reject) {
-        return std::make_unique<image::gpu::GpuBatchDecoder>(
-            std::move(source), image::gpu::make_emulated_backend(std::move(reject)),
-            skip ? OnError::kSkip : OnError::kRaise);
+        return image::gpu::make_emulated_decoder(
+            std::move(source), skip ? OnError::kSkip : OnError::kRaise, std::move(reject));
       },
       nb::arg("source"), nb::arg("skip") = false, nb::arg("reject") = std::vector<uint64_t>{},
       "A gpu.GpuBatchDecoder whose device is emulated on the CPU: images/labels are host "

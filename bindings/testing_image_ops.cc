@@ -1,4 +1,4 @@
-// stoker._native.testing.image_op: one image-stage operation (src/image/ops.h) on an HWC uint8
+// stoker._native.testing.image_op: one image-stage operation (stoker/image/ops.h) on an HWC uint8
 // RGB array with explicit parameters, so that tests can hold every kernel against torchvision's
 // on the same pixels (tests/python/test_vision_color_ops.py, test_vision_warp_ops.py). Test-only
 // (STOKER_TESTING).
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bindings.h"
-#include "image/ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 
 namespace stoker::python {
@@ -131,7 +131,7 @@ nb::ndarray<nb::numpy, uint8_t> image_op(const std::string& name, Image in, cons
 
 void register_testing_image_ops(nb::module_& m) {
   m.def("image_op", &image_op, nb::arg("name"), nb::arg("image"), nb::arg("params"),
-        "One image-stage operation (src/image/ops.h) on a copy of an HWC uint8 RGB array, with "
+        "One image-stage operation (stoker/image/ops.h) on a copy of an HWC uint8 RGB array, with "
         "its parameters as a dict (names as torchvision's functional API); returns the result.");
 }
 

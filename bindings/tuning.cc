@@ -14,9 +14,9 @@
 #include "bindings.h"
 #include "stoker/errors.h"
 #include "stoker/memory.h"
-#include "tuning/diagnosis.h"
-#include "tuning/executor_policy.h"
-#include "tuning/tuner.h"
+#include "stoker/tuning/diagnosis.h"
+#include "stoker/tuning/executor_policy.h"
+#include "stoker/tuning/tuner.h"
 
 namespace stoker::python {
 namespace {

@@ -1,27 +1,20 @@
-// The extension module stoker._video: the video wing (src/video/), apart from stoker._native
-// because it links FFmpeg's libraries, which a user without video need not have. Its classes
-// derive from stoker._native's (Source), whose module it imports first; nanobind shares their
-// types and the exception translation (errors.cc) between the two modules.
-#include "stoker/sources/lerobot.h"
-#include "stoker/sources/video.h"
+// The extension module stoker._video: the video, LeRobot and FFmpeg wings (src/video/,
+// src/lerobot/, src/ffmpeg/), apart from stoker._native because it links FFmpeg's libraries, which
+// a user without video need not have. Its classes derive from stoker._native's (Source), whose
+// module it imports first; nanobind shares their types and the exception translation (errors.cc)
+// between the two modules.
+#include "stoker/lerobot/lerobot_source.h"
+#include "stoker/video/video_source.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-#include <sys/stat.h>
-
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
 
 #include "stoker/errors.h"
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
+#include "stoker/ffmpeg/sidecar.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -126,20 +119,7 @@ nb::dict write_index(const std::string& path) {
   video::VideoIndex index;
   {
     nb::gil_scoped_release release;
-    video::VideoReader reader;
-    reader.open(path);
-    index = reader.build_index();
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw IoError("cannot stat " + path);
-    const std::string bytes = video::serialize_index(index, static_cast<uint64_t>(st.st_size));
-    const std::string sidecar = video::sidecar_path(path);
-    const std::string tmp = sidecar + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())) || !out.flush())
-        throw IoError("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), sidecar.c_str()) != 0) throw IoError("cannot write " + sidecar);
+    index = video::write_sidecar(path);
   }
   return describe(index);
 }
@@ -157,59 +137,12 @@ nb::dict probe_bytes(nb::bytes data, const std::string& name) {
   return describe(index);
 }
 
-// The decode bound of bench/bench_video.py: on `threads` threads, each job (path, first frame,
-// last frame) decoded from the keyframe before its first frame to its last, every frame, none
-// converted: a bare FFmpeg loop. Returns (seconds, frames decoded).
-std::tuple<double, uint64_t> decode_bound(
-    const std::vector<std::tuple<std::string, uint64_t, uint64_t>>& jobs, int threads,
-    int decoder_threads) {
-  nb::gil_scoped_release release;
-  // The indexes first, outside the timing (Stoker's are cached too).
-  std::vector<video::VideoIndex> indexes(jobs.size());
-  {
-    video::VideoReader reader(decoder_threads);
-    std::unordered_map<std::string, size_t> seen;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      const std::string& path = std::get<0>(jobs[j]);
-      auto it = seen.find(path);
-      if (it != seen.end()) {
-        indexes[j] = indexes[it->second];
-        continue;
-      }
-      reader.open(path);
-      indexes[j] = reader.build_index();
-      seen.emplace(path, j);
-    }
-  }
-  std::atomic<size_t> next{0};
-  std::atomic<uint64_t> frames{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t) {
-    pool.emplace_back([&] {
-      try {
-        video::VideoReader reader(decoder_threads);
-        for (size_t j = next++; j < jobs.size(); j = next++) {
-          const auto& [path, first, last] = jobs[j];
-          reader.open(path);
-          frames += reader.decode_span(indexes[j], first, last);
-        }
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {seconds, frames.load()};
-}
-
 }  // namespace
+
+#ifdef STOKER_TESTING
+void register_video_testing(nb::module_& m);  // testing_video.cc
+#endif
+
 }  // namespace stoker::python
 
 NB_MODULE(_video, m) {
@@ -226,9 +159,11 @@ NB_MODULE(_video, m) {
   m.def("write_index", &write_index, "path"_a,
         "Indexes the video at `path` and writes <path>.stoker-index beside it (atomically); "
         "returns what probe() does.");
-  m.def("decode_bound", &decode_bound, "jobs"_a, "threads"_a, "decoder_threads"_a = 1,
-        "(seconds, frames decoded) of decoding each (path, first, last) from its keyframe, "
-        "every frame, on `threads` threads: the bound of bench/bench_video.py.");
+#ifdef STOKER_TESTING
+  nb::module_ testing =
+      m.def_submodule("testing", "Benchmark helpers (STOKER_TESTING builds only).");
+  register_video_testing(testing);
+#endif
 
   nb::class_<VideoSource, Source>(m, "VideoSource")
       .def(nb::new_([](const std::vector<std::tuple<std::string, int64_t, double, double>>& videos,
@@ -270,8 +205,8 @@ NB_MODULE(_video, m) {
       .def(nb::new_(&make_lerobot), "values"_a, "timestamps"_a, "cameras"_a, "starts"_a,
            "episode_ids"_a, "labels"_a, "tolerance"_a, "decoder_threads"_a,
            "index_cache_bytes"_a,
-           "The steps of a LeRobot dataset (stoker/sources/lerobot.h). values: (name, dtype, "
-           "shape, bytes of every row, deltas) each; cameras: (name, pipeline, exact_size, "
+           "The steps of a LeRobot dataset (stoker/lerobot/lerobot_source.h). values: (name, "
+           "dtype, shape, bytes of every row, deltas) each; cameras: (name, pipeline, exact_size, "
            "deltas, video per episode, start seconds per episode) each; starts: the episodes' "
            "first rows and the rows.")
       .def("stats", [](const LeRobotSource& s) { return stats_dict(s.stats()); });

@@ -11,7 +11,7 @@
 
 #include "fuzz_file.h"
 #include "stoker/errors.h"
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("ARROW_DEFAULT_MEMORY_POOL", "system", 1);

@@ -14,7 +14,7 @@
 #include "fuzz_file.h"
 #include "image_fuzz.h"  // require()
 #include "stoker/errors.h"
-#include "stoker/video/reader.h"
+#include "stoker/ffmpeg/reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using stoker::fuzz::require;

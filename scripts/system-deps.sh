@@ -5,7 +5,7 @@ set -euo pipefail
 # libclang-rt-14-dev ships libFuzzer's runtime (libclang_rt.fuzzer*.a) and FuzzedDataProvider.h.
 # ccache: make's builds compile through it (tools/ccache.sh says why).
 # FFmpeg's development libraries (+ pkg-config, which finds them): the video wing, stoker._video
-# (decode only; src/video/CMakeLists.txt). libavdevice59: torchcodec (requirements.txt) loads it
+# (decode only; src/ffmpeg/CMakeLists.txt). libavdevice59: torchcodec (requirements.txt) loads it
 # with the others at run time.
 packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev
           ccache pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev

@@ -136,7 +136,7 @@ def section(shards, size, seed, body):
 `shuffle="shards"` reads each rank's samples from about `shard_window` shards at a time: the
 shards are permuted, a window of `shard_window` x world-size shards is dealt out one group of
 `shard_window` shards a rank, and each group's samples are shuffled together
-(src/engine/block_order.h). Remote storage then sees whole-shard reads, each shard by one
+(stoker/block_order.h). Remote storage then sees whole-shard reads, each shard by one
 rank, instead of a request a sample. How that mixes, on {shards} shards of {size} samples (seed
 {seed}), per rank and averaged over the ranks, from `tools/shuffle_quality.py`:
 

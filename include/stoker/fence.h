@@ -5,7 +5,7 @@
 // yet done when the last tensor viewing it dies. Whoever drops a buffer that the GPU may still
 // read records a fence for it (BatchPool::add_fence); the pool hands the buffer out again only once
 // every fence recorded for it has completed. On a GPU a fence is a CUDA event recorded on a stream
-// (src/gpu/cuda.h); tests use fences whose completion they control.
+// (include/stoker/cuda/cuda.h); tests use fences whose completion they control.
 //
 // Thread safety: completed() and wait() may be called from any thread, but never concurrently on
 // one fence (the pool calls them under its lock).

@@ -1,6 +1,6 @@
 // Host memory for batch buffers: pageable, or pinned (page-locked) for fast copies to a GPU.
 //
-// Pinned memory comes from the CUDA driver (src/gpu/cuda.h: libcuda.so.1, loaded at run time):
+// Pinned memory comes from the CUDA driver (include/stoker/cuda/cuda.h: libcuda.so.1, loaded at run time):
 // Stoker builds and runs without CUDA, and pinned memory is used only when a driver and a device
 // are present. It is exactly the bytes asked for (no power-of-two rounding).
 //

@@ -14,7 +14,7 @@ epoch's order has ``len(dataset) * k`` positions, a sample's k copies adjacent, 
 count them; the state records ``repeats``, which the loading loader must have too.
 
 A block order (``shuffle="shards"``, or a shuffled dataset in blocks such as Parquet row groups;
-src/engine/block_order.h) adds ``"shard_window"`` (the blocks a rank keeps open, which the
+stoker/block_order.h) adds ``"shard_window"`` (the blocks a rank keeps open, which the
 loading loader must have too) and ``"stripes"``: the world size the running epoch's order is
 arranged for. A loader of another world size finishes that epoch with the saved stripes, so that
 it reads exactly the rest of the epoch, and arranges the epochs after it for its own world size.

@@ -78,7 +78,7 @@ class DataLoader:
             its share of the dataset; needs labels (below). "shards": for a dataset in shards
             (remote storage: each shard a request), each rank reads about ``shard_window``
             shards at a time, their samples shuffled together, every sample still once an
-            epoch (src/engine/block_order.h; docs/remote.md, "Shuffle quality"). A dataset
+            epoch (stoker/block_order.h; docs/remote.md, "Shuffle quality"). A dataset
             whose ``default_shuffle`` is "shards" takes shuffle=True to mean it.
         seed: the seed of the order (and of per-sample randomness).
         drop_last: drop the final partial batch (and, across ranks, the uneven tail).

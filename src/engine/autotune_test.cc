@@ -6,7 +6,7 @@
 #include <random>
 
 #include "engine/engine_state.h"
-#include "sources/faulty.h"
+#include "stoker/testing/faulty.h"
 
 namespace stoker {
 namespace {

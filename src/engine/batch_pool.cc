@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "engine/shared_arena.h"
-#include "gpu/cuda.h"
+#include "stoker/shared_arena.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 #include "test_threads.h"
 

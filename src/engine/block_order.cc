@@ -1,4 +1,4 @@
-#include "engine/block_order.h"
+#include "stoker/block_order.h"
 
 #include <algorithm>
 #include <string>

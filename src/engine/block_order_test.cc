@@ -1,4 +1,4 @@
-#include "engine/block_order.h"
+#include "stoker/block_order.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "sources/faulty.h"
+#include "stoker/testing/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"
 

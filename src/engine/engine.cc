@@ -8,7 +8,7 @@
 
 #include "engine/engine_state.h"
 #include "engine/skip_policy.h"
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 

@@ -10,9 +10,9 @@
 #include <stop_token>
 
 #include "engine/autotune.h"
-#include "engine/block_order.h"
-#include "engine/epoch_draws.h"
-#include "engine/mixture.h"
+#include "stoker/block_order.h"
+#include "stoker/epoch_draws.h"
+#include "stoker/mixture.h"
 #include "engine/skip_policy.h"
 #include "stoker/batch_transform.h"
 #include "stoker/engine.h"

@@ -11,9 +11,9 @@
 #include <set>
 #include <thread>
 
-#include "engine/mixture.h"
-#include "gpu/cuda.h"
-#include "sources/faulty.h"
+#include "stoker/mixture.h"
+#include "stoker/cuda/cuda.h"
+#include "stoker/testing/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"

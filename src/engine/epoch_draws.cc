@@ -1,4 +1,4 @@
-#include "engine/epoch_draws.h"
+#include "stoker/epoch_draws.h"
 
 #include <algorithm>
 #include <string>

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 namespace stoker {
 

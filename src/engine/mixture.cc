@@ -1,11 +1,11 @@
-#include "engine/mixture.h"
+#include "stoker/mixture.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
 
-#include "engine/epoch_draws.h"
+#include "stoker/epoch_draws.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
 

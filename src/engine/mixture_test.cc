@@ -1,4 +1,4 @@
-#include "engine/mixture.h"
+#include "stoker/mixture.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/shard_cache.h"
+#include "stoker/shard_cache.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/source.h"
 

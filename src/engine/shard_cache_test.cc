@@ -1,4 +1,4 @@
-#include "engine/shard_cache.h"
+#include "stoker/shard_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/source.h"
 #include "test_temp_dir.h"

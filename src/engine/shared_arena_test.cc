@@ -1,4 +1,4 @@
-#include "engine/shared_arena.h"
+#include "stoker/shared_arena.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // on_error="skip": the one rule by which a failed sample is replaced and remembered. The native
-// loader (engine.cc), the GPU JPEG decoder (src/gpu/decode/batch_decoder.cc) and the
+// loader (engine.cc), the GPU JPEG decoder (src/gpu/batch_decoder.cc) and the
 // Python-dataset engine (src/pydata/sample_fetcher.cc) all follow it through this header.
 //
 // The rule:

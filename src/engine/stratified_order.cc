@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/epoch_draws.h"
+#include "stoker/epoch_draws.h"
 #include "stoker/errors.h"
 #include "stoker/order.h"
 #include "stoker/random.h"

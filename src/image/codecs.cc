@@ -1,4 +1,4 @@
-#include "codecs.h"
+#include "stoker/image/codecs.h"
 
 #include <png.h>
 

@@ -30,7 +30,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)

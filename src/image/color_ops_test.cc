@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::internal {

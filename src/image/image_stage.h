@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "geometry.h"
-#include "ops.h"
+#include "stoker/image/ops.h"
 #include "resample.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/image/transforms.h"

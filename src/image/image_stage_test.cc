@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "image_stage.h"
-#include "ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"

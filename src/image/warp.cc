@@ -26,7 +26,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops.h"
+#include "stoker/image/ops.h"
 #include "stoker/errors.h"
 
 namespace stoker::image::internal {

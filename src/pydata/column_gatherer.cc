@@ -1,4 +1,4 @@
-#include "pydata/column_gatherer.h"
+#include "stoker/pydata/column_gatherer.h"
 
 #include <cstddef>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "pydata/global_seeder.h"
+#include "stoker/pydata/global_seeder.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "pydata/sample_fetcher.h"
+#include "stoker/pydata/sample_fetcher.h"
 
 #include <gtest/gtest.h>
 

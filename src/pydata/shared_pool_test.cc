@@ -1,4 +1,4 @@
-#include "pydata/shared_pool.h"
+#include "stoker/pydata/shared_pool.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "pydata/global_seeder.h"
-#include "pydata/py_ref.h"
+#include "stoker/pydata/global_seeder.h"
+#include "stoker/pydata/py_ref.h"
 
 namespace stoker::python::testing {
 

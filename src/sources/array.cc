@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -12,8 +12,8 @@
 #include <limits>
 #include <unordered_map>
 
-#include "engine/mapped_file.h"
-#include "engine/shard_cache.h"
+#include "stoker/mapped_file.h"
+#include "stoker/shard_cache.h"
 #include "stoker/errors.h"
 
 namespace stoker {

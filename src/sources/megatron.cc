@@ -1,4 +1,4 @@
-#include "megatron.h"
+#include "stoker/sources/megatron.h"
 
 #include <sys/stat.h>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "engine/mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/mixture.h"
+#include "stoker/mixture.h"
 #include "stoker/errors.h"
 
 namespace stoker {

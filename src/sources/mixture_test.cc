@@ -5,8 +5,8 @@
 #include <numeric>
 #include <string>
 
-#include "engine/mixture.h"
-#include "sources/faulty.h"
+#include "stoker/mixture.h"
+#include "stoker/testing/faulty.h"
 #include "stoker/errors.h"
 #include "stoker/engine.h"
 #include "stoker/random.h"

@@ -6,7 +6,7 @@
 #include <limits>
 #include <optional>
 
-#include "engine/mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 
 namespace stoker {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/test_temp_dir.h"
-#include "sources/test_documents.h"
+#include "stoker/testing/test_documents.h"
 #include "stoker/errors.h"
 #include "stoker/sources/tokens.h"
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/mapped_file.h"
-#include "engine/shard_cache.h"
-#include "megatron.h"
+#include "stoker/mapped_file.h"
+#include "stoker/shard_cache.h"
+#include "stoker/sources/megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/tokens.h"
 #include "token_ids.h"

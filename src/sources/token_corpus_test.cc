@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/test_temp_dir.h"
-#include "megatron.h"
+#include "stoker/sources/megatron.h"
 #include "stoker/errors.h"
 #include "stoker/sources/tokens.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "engine/mapped_file.h"
+#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/sources/npy.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 
 namespace stoker::tables {
 

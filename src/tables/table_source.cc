@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "stoker/errors.h"
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 #include "tables/table_data.h"
 
 namespace stoker {

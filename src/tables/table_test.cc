@@ -1,4 +1,4 @@
-#include "stoker/sources/table.h"
+#include "stoker/tables/table.h"
 
 #include <arrow/api.h>
 #include <arrow/c/bridge.h>
@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/block_order.h"
+#include "stoker/block_order.h"
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
 #include "stoker/errors.h"

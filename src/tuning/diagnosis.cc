@@ -1,4 +1,4 @@
-#include "tuning/diagnosis.h"
+#include "stoker/tuning/diagnosis.h"
 
 #include <dlfcn.h>
 #include <time.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 namespace stoker {
 namespace {

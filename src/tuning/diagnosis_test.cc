@@ -1,4 +1,4 @@
-#include "tuning/diagnosis.h"
+#include "stoker/tuning/diagnosis.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <optional>
 
-#include "gpu/cuda.h"
+#include "stoker/cuda/cuda.h"
 
 namespace stoker {
 namespace {

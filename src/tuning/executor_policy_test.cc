@@ -1,4 +1,4 @@
-#include "tuning/executor_policy.h"
+#include "stoker/tuning/executor_policy.h"
 
 #include <gtest/gtest.h>
 

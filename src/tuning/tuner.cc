@@ -1,4 +1,4 @@
-#include "tuning/tuner.h"
+#include "stoker/tuning/tuner.h"
 
 #include <algorithm>
 #include <chrono>

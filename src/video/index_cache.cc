@@ -1,25 +1,6 @@
 #include "video/index_cache.h"
 
-#include <sys/stat.h>
-
-#include <fstream>
-#include <vector>
-
 namespace stoker::video {
-
-std::optional<VideoIndex> read_sidecar(const std::string& path) {
-  struct stat video {
-  }, side{};
-  const std::string sidecar = sidecar_path(path);
-  if (::stat(path.c_str(), &video) != 0 || ::stat(sidecar.c_str(), &side) != 0 ||
-      !S_ISREG(side.st_mode))
-    return std::nullopt;
-  std::ifstream in(sidecar, std::ios::binary);
-  std::vector<std::byte> bytes(static_cast<size_t>(side.st_size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
-    return std::nullopt;
-  return parse_index(bytes, static_cast<uint64_t>(video.st_size));
-}
 
 std::shared_ptr<const VideoIndex> IndexCache::get(uint64_t key,
                                                   const std::function<VideoIndex()>& build) {

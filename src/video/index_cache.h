@@ -18,14 +18,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "stoker/sources/video.h"
-#include "stoker/video/reader.h"
+#include "stoker/video/video_source.h"
+#include "stoker/ffmpeg/reader.h"
 
 namespace stoker::video {
-
-// The index in the sidecar of the video at `path` (`stoker index`), when there is one that
-// describes it (the video's size matches); nullopt otherwise.
-std::optional<VideoIndex> read_sidecar(const std::string& path);
 
 class IndexCache {
  public:

@@ -6,9 +6,10 @@
 #include <string>
 
 #include "stoker/errors.h"
+#include "stoker/ffmpeg/sidecar.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_source.h"
-#include "stoker/sources/video.h"
+#include "stoker/video/video_source.h"
 #include "video/index_cache.h"
 
 namespace stoker {

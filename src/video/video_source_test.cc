@@ -7,8 +7,8 @@
 #include "engine/test_temp_dir.h"
 #include "stoker/engine.h"
 #include "stoker/errors.h"
-#include "stoker/sources/video.h"
-#include "video/test_videos.h"
+#include "stoker/video/video_source.h"
+#include "ffmpeg/test_videos.h"
 
 namespace stoker {
 namespace {

@@ -52,7 +52,7 @@ NOT_REPO_PATHS = {
     "summary.json",         # tools/gpu_check.sh's summary on the GPU machine
     "OUT/soak.json",        # bench/soak.py, under its --out folder
     "root/manifest.json",   # stoker sample-data, under its root
-    "kernel_source.cc",     # generated in the build tree by src/gpu/decode/embed.cmake
+    "kernel_source.cc",     # generated in the build tree by src/gpu/embed.cmake
     # What transformers' Trainer and stoker.integrations.transformers write in a checkpoint.
     "stoker_loader.json", "trainer_state.json",
     # Results that bench/results/README.md says are not recorded yet (no GPU run so far).

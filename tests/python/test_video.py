@@ -321,7 +321,7 @@ def test_frames_decoded_are_fewer_than_a_naive_decoder_needs(folder):
     assert stats["clips"] == 2 and stats["frames_delivered"] == 8
     # A naive decoder goes from each clip's keyframe to its last frame: 50 frames, clips of 13
     # evenly spaced, starting at 0 and 37.
-    seconds, naive = video.decode_bound([(path, 0, 12), (path, 37, 49)], 1)
+    seconds, naive = video.testing.decode_bound([(path, 0, 12), (path, 37, 49)], 1)
     assert stats["frames_decoded"] < naive
 
 

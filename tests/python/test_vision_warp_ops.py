@@ -1,4 +1,4 @@
-"""The geometric operations of src/image/ops.h (warp.cc) against torchvision.transforms.v2 itself.
+"""The geometric operations of stoker/image/ops.h (warp.cc) against torchvision.transforms.v2 itself.
 
 Each case runs torchvision's kernel (``F.affine``, ``F.rotate``, ``F.pad`` on a uint8 CHW tensor)
 and Stoker's (``_native.testing.image_op`` on the same pixels, HWC) and compares: the mean

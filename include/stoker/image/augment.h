@@ -5,7 +5,7 @@
 // Semantics are torchvision v2's on uint8 images: each transform draws its random parameters
 // with torchvision's rules (ranges, probabilities, the order of the draws within the transform)
 // from the sample's SampleRng, and its pixels are those of v2's kernel for a uint8 tensor
-// (src/image/ops.h says how closely). Transforms validate their arguments on construction and
+// (stoker/image/ops.h says how closely). Transforms validate their arguments on construction and
 // throw InvalidArgument saying what is allowed (validate() repeats the check).
 //
 // Thread safety: plain values.

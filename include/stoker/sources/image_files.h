@@ -28,7 +28,7 @@
 
 namespace stoker {
 
-// The cache of remote shards (src/engine/shard_cache.h): the Python front (stoker.remote) makes
+// The cache of remote shards (stoker/shard_cache.h): the Python front (stoker.remote) makes
 // it and gives it to the remote constructor below; a C++ user reads local files.
 class ShardCache;
 

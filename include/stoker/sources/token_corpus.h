@@ -15,7 +15,7 @@
 //   Megatron picks uint16 or int32 by vocabulary size); float32 and float64 hold no token ids.
 //   A negative id in a signed type is an error when read, as an id outside the vocabulary is.
 //   Megatron writes a dataset's sequences end to end; a .idx whose sequences do not lie so is
-//   rejected (src/sources/megatron.h says why), so a shard is a flat array of tokens after
+//   rejected (stoker/sources/megatron.h says why), so a shard is a flat array of tokens after
 //   construction and its .idx is not kept.
 // Every shard's tokens are memory-mapped once, read-only, and shared by every thread; the bytes
 // are copied only by read(), under MappedFile's SIGBUS guard.
@@ -33,7 +33,7 @@
 //
 // Thread safety: immutable after construction; every member is safe from any number of threads.
 // Errors: the constructor throws InvalidArgument naming the file for a shard whose layout or
-// index is malformed (parse_token_file; src/sources/megatron.h), holds no tokens, or
+// index is malformed (parse_token_file; stoker/sources/megatron.h), holds no tokens, or
 // disagrees with its pair (a .bin shorter or longer than its .idx says), and IoError naming the
 // file for one that cannot be opened or mapped, or a Megatron prefix missing its .bin or .idx.
 // read() throws IoError naming the file when its bytes are gone (a shard truncated under its
@@ -54,7 +54,7 @@
 
 namespace stoker {
 
-// The cache of remote shards (src/engine/shard_cache.h): the Python front (stoker.remote) makes
+// The cache of remote shards (stoker/shard_cache.h): the Python front (stoker.remote) makes
 // it and gives it to the remote constructor below; a C++ user reads local files.
 class ShardCache;
 

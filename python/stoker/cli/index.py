@@ -24,7 +24,7 @@ import tempfile
 
 
 def index_video(path):
-    """Writes ``<path>.stoker-index`` beside a local video (its packet index, src/video); returns
+    """Writes ``<path>.stoker-index`` beside a local video (its packet index, src/ffmpeg); returns
     a line saying what it holds."""
     from ..sources.video import _video_module
     info = _video_module().write_index(path)

@@ -1,7 +1,7 @@
 """The one place where a Python dataset's batch order is computed.
 
 Without a sampler or batch_sampler: the engine's order (``_native.engine.BatchPlan.indices``, the
-engine's one batch-draws routine, src/engine/epoch_draws.h): the same indices a native dataset
+engine's one batch-draws routine, stoker/epoch_draws.h): the same indices a native dataset
 with the same settings visits, ``shuffle=True`` a seeded permutation of (seed, epoch), split
 across ranks as DistributedSampler splits it (with ``repeats``, a sample's copies at adjacent
 positions, each keyed by its cycle: ``BatchPlan.repeated_draws``); an epoch resumed with another

@@ -14,7 +14,7 @@ its arrays (each in the slot: written there by collate, or copied; pickled only 
 free or the batch does not fit) and its other leaves (pickled). ``decode`` rebuilds it in the
 training process with tensors viewing the slot, without a copy.
 
-Structures: the batch tree of src/pydata/column_gatherer.h, which defines it (its nodes, and the
+Structures: the batch tree of stoker/pydata/column_gatherer.h, which defines it (its nodes, and the
 tags, exported as ``_native.pydata.TREE_TAGS``); ``flatten`` builds it, ``rebuild`` reads it.
 """
 

@@ -1,7 +1,7 @@
 """num_workers="auto" for a Python dataset: whether workers pay, decided from measured timings.
 
 The decision is the engine's (``_native.tuning.ExecutorPolicy``; the rule, its thresholds and why they
-are what they are: src/tuning/executor_policy.h). This module gives its answers the shape the
+are what they are: stoker/tuning/executor_policy.h). This module gives its answers the shape the
 Python front uses: a ``Decision`` to stay in this process, start worker processes, or start worker
 threads.
 """

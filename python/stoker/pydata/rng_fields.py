@@ -1,6 +1,6 @@
 """Where the interpreter's three global generators keep their states, for per-sample seeding.
 
-This module and src/pydata/global_seeder.h are the only code that touches other libraries'
+This module and stoker/pydata/global_seeder.h are the only code that touches other libraries'
 private memory. ``locate()`` finds the fields listed below in this process by giving each generator
 a known state through its public calls and matching the generator's memory; it then seeds through
 the fields and checks every generator against its public getstate()/get_state(). When anything

@@ -8,7 +8,7 @@ has one, else from the loader's ``seed`` and the epoch. Worker ``w`` seeds ``ran
 Per-sample seeds (``seed_samples``, default True): before ``dataset[i]`` runs, the three global
 generators get states derived from the sample's key, ``_native.pydata.sample_key(seed, epoch, i)`` (63
 bits; ``torch.initial_seed()`` reports it), so a sample's randomness does not depend on which
-worker ran it (src/pydata/sample_fetcher.h has the adaptive rule). A generator that
+worker ran it (stoker/pydata/sample_fetcher.h has the adaptive rule). A generator that
 ``worker_init_fn`` seeded (or drew from) is left to it in that worker: the user's seeding wins.
 """
 

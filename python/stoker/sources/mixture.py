@@ -1,6 +1,6 @@
 """``stoker.Mixture``: a dataset made of Stoker datasets, drawn in proportion to weights.
 
-The order is the engine's (``src/engine/mixture.h``, docs/mixtures.md): every batch holds
+The order is the engine's (``stoker/mixture.h``, docs/mixtures.md): every batch holds
 each source within one sample of its weight's share, and each source is walked through an
 exactly-once order of its own, starting a new epoch of its own when it runs out. This module
 checks the datasets and the weights, and turns a schedule into the phases the engine plans with.

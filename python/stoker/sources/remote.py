@@ -1,6 +1,6 @@
 """The shards of a remote dataset as the native sources read them: their URLs, sizes and
 metadata (read once at construction), the node's disk cache, and the fetcher threads that fill
-the native ShardCache (src/engine/shard_cache.h) in the order the epoch needs.
+the native ShardCache (stoker/shard_cache.h) in the order the epoch needs.
 
 The network is stoker.remote's (obstore: one client per bucket, the GIL released while bytes
 move); the waiting, ordering, budget and eviction are the engine's. Per shard, not per sample:

@@ -10,7 +10,7 @@ through Python.
 
 Shuffling a Parquet table: a full permutation would decode a row group for nearly every sample.
 A shuffled epoch instead permutes the row groups, takes them ``shuffle_window`` rows at a time,
-and permutes the rows within each window (``src/engine/block_order.h``): every row exactly once,
+and permutes the rows within each window (``stoker/block_order.h``): every row exactly once,
 each row group decoded once per epoch, O(1) resume state. ``shuffle_window`` >= the table's
 rows gives a full permutation (docs/tables.md measures both).
 """

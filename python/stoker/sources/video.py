@@ -7,7 +7,7 @@ index); otherwise the k clips are evenly spaced. A video shorter than a clip rep
 frame. The transform (``stoker.transforms`` or torchvision v2, as for ``ImageFolder``) draws its
 random parameters once per clip: every frame gets the same crop, flip and jitter.
 
-Decoding (``src/video/``): each video's packets are indexed once (timestamps and keyframes,
+Decoding (``src/ffmpeg/``): each video's packets are indexed once (timestamps and keyframes,
 without decoding) and kept in a bounded cache; a clip seeks to the keyframe before its first
 frame, decodes only to its last, skips the non-reference frames no kept frame needs, and converts
 to RGB only the region the transform reads. The C++ module is ``stoker._video`` (FFmpeg's

@@ -8,7 +8,7 @@ transform and collate; "consumer" is the step), CPU utilization per core (/proc/
 memory, and GPU utilization and memory through NVML when a GPU is present (libnvidia-ml.so.1,
 loaded at run time: no Python package needed), averaged over readings every 100 ms during the run.
 The GPU read is the loader's ``device``, else torch's current device. The verdict rules live in
-C++ (``src/tuning/diagnosis.h``): with GPU figures, a GPU busy >= 90% of the time makes the
+C++ (``stoker/tuning/diagnosis.h``): with GPU figures, a GPU busy >= 90% of the time makes the
 run compute-bound even if the host waited for data (its waits overlapped queued GPU work).
 
 The report is a dict that also allows attribute access: ``report.verdict == report["verdict"]``,

@@ -2,7 +2,7 @@
 GPU) and batch_size (when allowed) for Stoker's loader or a user's ``torch.utils.data.DataLoader``.
 
 The search (coordinate hill-climbing with repeats, noise-aware moves, plateau rule, memory budget)
-runs in C++ (``src/tuning/tuner.h``). For Stoker's loader the measurements run natively too
+runs in C++ (``stoker/tuning/tuner.h``). For Stoker's loader the measurements run natively too
 (the bare loader, no model, no Python per batch); for torch, C++ calls back into Python, which
 times ``torch.utils.data.DataLoader`` over the user's Dataset.
 
