@@ -99,7 +99,7 @@ void register_tuning(nb::module_& m) {
   nb::class_<ExecutorPolicy> policy(
       m, "ExecutorPolicy",
       "num_workers=\"auto\" for a Python dataset: stay, or start worker processes or threads, "
-      "from measured timings (src/tuning/executor_policy.h). Decisions are (kind, workers, "
+      "from measured timings (stoker/tuning/executor_policy.h). Decisions are (kind, workers, "
       "reason) tuples.");
   policy
       .def(nb::init<int, bool, bool, bool, int>(), nb::arg("cores"), nb::arg("forked") = true,
@@ -264,7 +264,7 @@ void register_tuning(nb::module_& m) {
         out["reasons"] = d.reasons;
         return out;
       },
-      nb::arg("figures"), "The verdict for the figures of a run (see src/tuning/diagnosis.h).");
+      nb::arg("figures"), "The verdict for the figures of a run (see stoker/tuning/diagnosis.h).");
 
   nb::class_<GpuSampler>(m, "GpuSampler",
                          "Samples a GPU's utilization and memory through NVML on a thread until "

@@ -37,7 +37,7 @@ What the tools report:
 - ``_counters()`` and ``_figures(before, after)``: a reading of its own counters (any value, or
   None), and its figures for ``diagnose`` over a run between two readings: a list of
   ``figure(...)`` dicts (name, value, unit; worker seconds in a stage of its own with the advice
-  when that stage limits: src/tuning/diagnosis.h, SourceFigure).
+  when that stage limits: include/stoker/tuning/diagnosis.h, SourceFigure).
 - ``_where()``: where its samples are, in a few words, for a command's report.
 - ``_identity()``: what must be equal where the dataset is rebuilt in another process or node
   (the offload layer compares it): its files, say. Compared by ``repr``.
