@@ -30,8 +30,14 @@
 //   that starts there: iterate(epoch, 0, BatchPlan(..., start)). A block order (shard_window,
 //   or a source with blocks) is arranged for a world size (stripes): the resumed epoch must keep
 //   the one it started with (iterate's `stripes`) for the rest to be its exact complement.
+// - Budget (budget.h): with options.budget, batches are a BudgetPlan's: iterate() takes the epoch's
+//   BudgetEpoch (this rank's batches, every rank as many), a batch holds batch_length samples,
+//   and its ragged fields are padded to its longest sample (source.h). Without a budget, a
+//   source's ragged fields are padded to each batch's longest too.
 // - Memory: batch buffers come from one BatchPool bounded by memory_budget. A batch's buffer goes
-//   back to the pool when the last reference to the Batch is dropped.
+//   back to the pool when the last reference to the Batch is dropped. With a budget, a buffer
+//   holds the largest batch the plan can make (BudgetPlan::max_batch_size and
+//   max_padded_elements); with ragged fields and no budget, batch_size samples of shape[0].
 // - Errors: a sample that throws reaches the consumer, at its batch's turn, as a SampleError naming
 //   the sample (on_error = kRaise); with kSkip it is replaced deterministically by another sample
 //   and counted in stats(). The iterator then goes on with the next batch.
@@ -57,6 +63,8 @@
 namespace stoker {
 
 class BatchTransform;
+class BudgetEpoch;
+class BudgetPlan;
 class ClassGroups;
 struct MixtureOrder;
 class MixturePlan;
@@ -127,6 +135,12 @@ struct EngineOptions {
   // The world size a block order's epochs are arranged for (BlockOrder's stripes): 0 = world_size.
   // Resolved: never 0. An elastic resume keeps the arrangement of its epoch (iterate's stripes).
   uint64_t stripes = 0;
+  // Batches by a budget (see above; the plan's samples are the source's): not with classes,
+  // class_weights, a mixture, repeats, a batch transform or a shard order (InvalidArgument).
+  // batch_size is then unused. Null: batch_size samples a batch.
+  std::shared_ptr<const BudgetPlan> budget;
+  // A ragged field's padded length rounds up to a multiple of this (>= 1).
+  uint64_t pad_to_multiple_of = 1;
 };
 
 // The rules on a loader's options that every front applies (the Engine applies them to its
@@ -198,6 +212,9 @@ struct EngineStats {
   uint64_t batch_bytes = 0;            // one buffer
   double worker_cpu_seconds = 0;       // CPU time of worker threads producing batches
   double batch_transform_seconds = 0;  // worker time spent in the batch transform
+  // A source with ragged fields (source.h): their rows in the batches delivered, and the rows
+  // those batches hold padded (count x padded length): 1 - rows / padded_rows is the padding.
+  uint64_t ragged_rows = 0, ragged_padded_rows = 0;
   // Online autotune (num_workers and/or prefetch_factor "auto"): the values in use now and the
   // controller's most recent decisions (bounded list, oldest first).
   bool autotune = false;
@@ -218,7 +235,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Batches per epoch on this rank.
+  // Batches per epoch on this rank. With a budget: the epoch's BudgetEpoch says (InvalidArgument
+  // here: the count may differ from epoch to epoch).
   uint64_t num_batches() const;
   // How every epoch is split into this rank's batches (options' batch_size, drop_last, rank and
   // world_size over the source's samples).
@@ -255,6 +273,11 @@ class Engine {
   // batch b. REQUIRES: options().mixture, plan not null with the loader's sizes, seed, shuffle
   // and batch_size; start_batch <= plan->num_batches() (InvalidArgument otherwise).
   std::unique_ptr<EpochIterator> iterate(std::shared_ptr<const MixturePlan> plan,
+                                         uint64_t start_batch = 0) const;
+  // A budget's batches (options().budget): `epoch` is the BudgetEpoch of this rank, planned by
+  // that BudgetPlan; batch b of the iteration is epoch->batch(b). REQUIRES: options().budget,
+  // epoch not null, start_batch <= epoch->num_batches() (InvalidArgument otherwise).
+  std::unique_ptr<EpochIterator> iterate(std::shared_ptr<const BudgetEpoch> epoch,
                                          uint64_t start_batch = 0) const;
 
   // The blocks (shards, row groups: the block order's block numbers) that iterate(epoch,

@@ -8,7 +8,9 @@
 //   without repeats the cycle is the epoch;
 // - the block-local order (BlockOrder) of a source in blocks or shards, with repeats as above;
 // - an order that lays out whole batches: a StratifiedEpoch (the cycle is the draw's cycle through
-//   its class) or a MixturePlan (a source's own epoch).
+//   its class), a MixturePlan (a source's own epoch) or a BudgetEpoch (batches of unequal lengths
+//   under a budget, budget.h: the cycle is the epoch; the plan of such an iteration has one
+//   "position" a batch, and batch_length() says how many samples each holds).
 // draw() is the routine every caller shares: the Engine's iterators (a worker's chunk of a batch),
 // Engine::epoch_indices and block_schedule, and the Python fronts through the bindings
 // (BatchPlan.indices / repeated_draws, StratifiedPlan.batch_draws, MixturePlan.batch_draws), which
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "stoker/block_order.h"
+#include "stoker/budget.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
@@ -64,11 +67,21 @@ class EpochDraws {
   // strided view of it), or a mixture's, laid out on MixturePlan::batches(). REQUIRES: not null.
   explicit EpochDraws(StratifiedEpoch stratified);
   explicit EpochDraws(std::shared_ptr<const MixturePlan> mixture);
+  // A budget's epoch: batch b is budget->batch(b), on the plan budget_plan(*budget) lays out.
+  explicit EpochDraws(std::shared_ptr<const BudgetEpoch> budget);
+  // The plan of a budget's epoch: one position a batch (a batch's own key, first_position(b) = b).
+  static BatchPlan budget_plan(const BudgetEpoch& budget);
 
   uint64_t epoch() const { return epoch_; }
   uint64_t repeats() const { return repeats_; }
   // Whether batches are laid out whole (stratified, mixture), not mapped from global positions.
-  bool whole_batches() const { return stratified_ || mixture_; }
+  bool whole_batches() const { return stratified_ || mixture_ || budget_; }
+  // Samples in batch b of `plan`: plan.batch_length(b), or the budget's batch's length.
+  // REQUIRES: b < plan.num_batches().
+  uint64_t batch_length(const BatchPlan& plan, uint64_t b) const {
+    return budget_ ? budget_->batch(b).size() : plan.batch_length(b);
+  }
+  const BudgetEpoch* budget() const { return budget_.get(); }
   // Whether a draw's randomness is keyed by its cycle rather than the epoch (they differ).
   bool keyed_by_cycle() const { return whole_batches() || repeats_ > 1; }
   const BlockOrder* blocks() const { return blocks_ ? &*blocks_ : nullptr; }
@@ -96,6 +109,7 @@ class EpochDraws {
   std::optional<BlockOrder> blocks_;
   std::optional<StratifiedEpoch> stratified_;
   std::shared_ptr<const MixturePlan> mixture_;
+  std::shared_ptr<const BudgetEpoch> budget_;
   uint64_t epoch_ = 0;
   uint64_t repeats_ = 1;
 };

@@ -6,6 +6,13 @@
 // dimension. The loader asks a source to write sample `index` straight into its slot of each
 // field's batch array: no per-sample allocation, no intermediate copy.
 //
+// Variable-length samples (a document's tokens, an utterance's audio): a field may be ragged, its
+// first dimension the sample's own length (length(index)), at most shape[0]. The loader pads a
+// batch's ragged fields to the batch's longest sample (rounded up to the loader's
+// pad_to_multiple_of): a batch holds them as [B, L, shape[1:]...], the rows after a sample's
+// length set to the field's pad_value, and adds a field "lengths" (int64 [B]) after the source's.
+// read() writes the first length(index) rows of each ragged slot, and nothing after them.
+//
 // Thread safety: a Source is immutable after construction; read() is called concurrently from many
 // threads and must not modify shared state. Per-thread mutable state (decoder handles, scratch
 // buffers) lives in the WorkerState the source creates for each thread.
@@ -27,8 +34,14 @@ struct FieldSpec {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;  // per sample, without the batch dimension
+  // A variable-length field (see above): shape[0] is the longest a sample can be; rows past a
+  // sample's length are pad_value (converted to dtype) in a batch.
+  bool ragged = false;
+  double pad_value = 0;
 
   size_t sample_bytes() const;
+  // Bytes of one row of the first dimension (a ragged field's unit). REQUIRES: !shape.empty().
+  size_t row_bytes() const;
 };
 
 // Identifies the randomness of one sample: per-sample RNGs are keyed by these three numbers only.
@@ -88,6 +101,12 @@ class Source {
   // live in memory can start the first access of every one at once, so that their page-table
   // walks and first cache misses overlap instead of coming one by one. Must not throw.
   virtual void prefetch_batch(std::span<const uint64_t> /*indices*/) const {}
+
+  // The length of sample `index` along its ragged fields' first dimension, known without reading
+  // the sample (an index, a header): at most each ragged field's shape[0]. Only called on a source
+  // with ragged fields. REQUIRES: index < size(). Must not throw: a sample whose data turns out
+  // bad fails when it is read.
+  virtual uint64_t length(uint64_t /*index*/) const { return 0; }
 
   // Per-thread state for read(); nullptr when the source needs none.
   virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }

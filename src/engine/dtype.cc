@@ -22,6 +22,12 @@ std::string DType::name() const {
   return "unknown";
 }
 
+size_t FieldSpec::row_bytes() const {
+  size_t n = dtype.bytes();
+  for (size_t d = 1; d < shape.size(); ++d) n *= static_cast<size_t>(shape[d]);
+  return n;
+}
+
 size_t FieldSpec::sample_bytes() const {
   size_t n = dtype.bytes();
   for (int64_t d : shape) n *= static_cast<size_t>(d);

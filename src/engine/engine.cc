@@ -1,6 +1,7 @@
 #include "stoker/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <typeinfo>
@@ -8,6 +9,7 @@
 
 #include "engine/engine_state.h"
 #include "engine/skip_policy.h"
+#include "stoker/budget.h"
 #include "stoker/cuda/cuda.h"
 #include "stoker/errors.h"
 #include "stoker/random.h"
@@ -51,6 +53,53 @@ uint64_t epoch_positions(const Source& source, const EngineOptions& o) {
 }
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+uint64_t round_up(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+template <class T>
+void fill_as(std::byte* dst, size_t count, T value) {
+  for (size_t i = 0; i < count; ++i) std::memcpy(dst + i * sizeof(T), &value, sizeof(T));
+}
+
+// Whether a ragged field's pad value can be written in its dtype (a float16's cannot, but 0).
+bool can_pad(const FieldSpec& f) {
+  if (f.pad_value == 0) return true;
+  const DType d = f.dtype;
+  if (d.code == DType::kInt || d.code == DType::kUInt || d.code == DType::kBool) return true;
+  return (d.code == DType::kFloat && (d.bits == 32 || d.bits == 64)) ||
+         (d.code == DType::kBFloat && d.bits == 16);
+}
+
+// Sets `rows` rows of ragged field `f` at `dst` to its pad value.
+void pad_rows(std::byte* dst, const FieldSpec& f, size_t row_bytes, uint64_t rows) {
+  const size_t bytes = rows * row_bytes, count = bytes / f.dtype.bytes();
+  if (bytes == 0) return;
+  if (f.pad_value == 0) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  const double v = f.pad_value;
+  switch (f.dtype.code) {
+    case DType::kInt:
+    case DType::kUInt:
+    case DType::kBool:
+      switch (f.dtype.bits) {
+        case 8: return fill_as(dst, count, static_cast<int8_t>(v));
+        case 16: return fill_as(dst, count, static_cast<int16_t>(v));
+        case 32: return fill_as(dst, count, static_cast<int32_t>(v));
+        default: return fill_as(dst, count, static_cast<int64_t>(v));
+      }
+    case DType::kBFloat: {
+      const float x = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      return fill_as(dst, count, static_cast<uint16_t>(bits >> 16));
+    }
+    default:
+      if (f.dtype.bits == 64) return fill_as(dst, count, v);
+      return fill_as(dst, count, static_cast<float>(v));
+  }
+}
 
 // What an autotuned loader learned applies to another loader over the same data with the same
 // batch size and CPU budget: the source's type, length, fields and first and last files.
@@ -129,16 +178,56 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
   autotune_prefetch = opts.prefetch_factor == -1 && options.num_workers > 0;
   autotune_prefetch_now = options.prefetch_factor;
   fields = source->fields();
+  if (options.pad_to_multiple_of == 0) throw InvalidArgument("pad_to_multiple_of must be >= 1");
+  uint64_t longest = 0;  // a ragged field's longest sample
+  for (const FieldSpec& f : fields) {
+    if (!f.ragged) continue;
+    if (f.shape.empty() || !can_pad(f))
+      throw InvalidArgument("ragged field " + f.name + ": needs a first dimension and a pad value " +
+                            "its dtype holds");
+    if (lengths_field == kNoLengths) {
+      lengths_field = fields.size();
+      first_ragged = &f - fields.data();
+    }
+    longest = std::max<uint64_t>(longest, f.shape[0]);
+  }
+  if (options.budget) {
+    if (options.classes || !options.class_weights.empty() || options.mixture ||
+        options.repeats > 1 || options.batch_transform || options.shard_window > 0)
+      throw InvalidArgument(
+          "batches by a budget are planned by the budget: not with a stratified or class-weighted "
+          "order, a mixture, repeats, a batch transform or shuffle=\"shards\"");
+    if (options.budget->num_samples() != source->size())
+      throw InvalidArgument("the budget's plan has " + std::to_string(options.budget->num_samples()) +
+                            " samples but the source has " + std::to_string(source->size()));
+  }
+  if (lengths_field != kNoLengths) {
+    if (options.batch_transform)
+      throw InvalidArgument("a batch transform mixes images: not a source of ragged fields");
+    fields.push_back({"lengths", kInt64, {}});
+  }
   if (options.batch_transform) {
     mix_fields = options.batch_transform->check(fields);
     fields.push_back(options.batch_transform->soft_label_field());
+  }
+  // A buffer holds the largest batch: batch_size samples, or the budget's largest.
+  uint64_t rows = options.batch_size;
+  if (options.budget) rows = std::max<uint64_t>(options.budget->max_batch_size(), 1);
+  if (lengths_field != kNoLengths) {
+    if (options.budget) {
+      std::vector<uint64_t> lengths(source->size());
+      for (uint64_t i = 0; i < lengths.size(); ++i) lengths[i] = source->length(i);
+      ragged_capacity = options.budget->max_padded_elements(lengths, options.pad_to_multiple_of);
+    } else {
+      ragged_capacity = rows * round_up(longest, options.pad_to_multiple_of);
+    }
   }
   size_t bytes = 0;
   for (const FieldSpec& f : fields) {
     bytes = align_up(bytes, kFieldAlign);
     field_offsets.push_back(bytes);
-    sample_bytes.push_back(f.sample_bytes());
-    bytes += f.sample_bytes() * options.batch_size;
+    sample_bytes.push_back(f.ragged ? f.row_bytes() : f.sample_bytes());
+    bytes += f.ragged ? f.row_bytes() * ragged_capacity : f.sample_bytes() * rows;
   }
   // Large batches: the workers fill each batch together, so an autotuned depth starts at one
   // batch in flight for all of them (with the consumer's, two buffers) and deepens only when
@@ -184,7 +273,7 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
                        options.drop_last, options.rank, options.world_size);
   } else if (!options.class_weights.empty()) {
     throw InvalidArgument("class_weights need the classes of the samples");
-  } else if (options.shuffle) {
+  } else if (options.shuffle && !options.budget) {
     // A shard order visits the shards (else the blocks) with the loader's window; a source with
     // blocks alone keeps its own window.
     Source::Blocks b{options.shard_window > 0 ? source->shards() : std::vector<uint64_t>{}, 0};
@@ -216,19 +305,36 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
       options.pin_memory == PinMemory::kOn ? MemoryKind::kPinned : MemoryKind::kPageable);
 }
 
-std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
-                                                 Buffer buffer) const {
+std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const EpochDraws& draws,
+                                                 uint64_t epoch, uint64_t b, Buffer buffer) const {
   auto batch = std::make_shared<Batch>();
   batch->epoch = epoch;
   batch->index = b;
-  batch->length = plan.batch_length(b);
+  batch->length = draws.batch_length(plan, b);
   batch->pinned = pool->kind() == MemoryKind::kPinned;
+  // Ragged fields: padded to the batch's longest sample.
+  uint64_t padded = 0;
+  if (lengths_field != kNoLengths) {
+    std::vector<uint64_t> indices(batch->length);
+    draws.draw(plan, b, indices);
+    for (uint64_t i : indices) padded = std::max(padded, source->length(i));
+    padded = round_up(padded, options.pad_to_multiple_of);
+    if (padded * batch->length > ragged_capacity)
+      throw Error("batch " + std::to_string(b) + " of " + std::to_string(batch->length) +
+                  " samples padded to " + std::to_string(padded) + " exceeds its buffer's " +
+                  std::to_string(ragged_capacity) + " rows (a source's length() above its shape?)");
+  }
   const auto& specs = fields;
   batch->fields.reserve(specs.size());
   for (size_t f = 0; f < specs.size(); ++f) {
     BatchField field{buffer.get() + field_offsets[f], specs[f].dtype, {}, specs[f].name};
     field.shape.push_back(static_cast<int64_t>(batch->length));
-    field.shape.insert(field.shape.end(), specs[f].shape.begin(), specs[f].shape.end());
+    if (specs[f].ragged) {
+      field.shape.push_back(static_cast<int64_t>(padded));
+      field.shape.insert(field.shape.end(), specs[f].shape.begin() + 1, specs[f].shape.end());
+    } else {
+      field.shape.insert(field.shape.end(), specs[f].shape.begin(), specs[f].shape.end());
+    }
     batch->fields.push_back(std::move(field));
   }
   batch->buffer = std::move(buffer);
@@ -256,6 +362,13 @@ EpochDraws Engine::State::epoch_draws(uint64_t epoch, std::shared_ptr<const Mixt
 void Engine::State::delivered(const EpochDraws& draws, const Batch& batch) {
   ++batches;
   samples += batch.length;
+  if (lengths_field != kNoLengths) {
+    const auto* lengths = reinterpret_cast<const int64_t*>(batch.fields[lengths_field].data);
+    uint64_t rows = 0;
+    for (uint64_t s = 0; s < batch.length; ++s) rows += static_cast<uint64_t>(lengths[s]);
+    ragged_rows += rows;
+    ragged_padded_rows += batch.length * static_cast<uint64_t>(batch.fields[first_ragged].shape[1]);
+  }
   if (draws.mixture()) {
     const std::vector<uint64_t> counts = draws.mixture()->batch_counts(batch.index);
     for (size_t c = 0; c < counts.size(); ++c) mixture_samples[c] += counts[c];
@@ -278,12 +391,29 @@ void Engine::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& 
   // early, so that many memory accesses are in flight at once instead of one miss at a time.
   source->prefetch_batch(indices);
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, n); ++s) source->prefetch(indices[s]);
+  // Ragged fields: rows of the batch's padded length; "lengths" gets each sample's.
+  uint64_t padded = UINT64_MAX;
+  int64_t* lengths = nullptr;
+  if (lengths_field != kNoLengths) {
+    lengths = reinterpret_cast<int64_t*>(batch.fields[lengths_field].data);
+    for (size_t f = 0; f < nfields; ++f)
+      if (fields[f].ragged) padded = static_cast<uint64_t>(batch.fields[f].shape[1]);
+  }
   for (uint64_t s = 0; s < n; ++s) {
     if (s + kPrefetchAhead < n) source->prefetch(indices[s + kPrefetchAhead]);
     const uint64_t at = begin + s;
-    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + at * sample_bytes[f];
+    for (size_t f = 0; f < nfields; ++f)
+      slot[f] = batch.fields[f].data + at * (fields[f].ragged ? padded : 1) * sample_bytes[f];
     try {
-      read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s], {slot, nfields}, worker);
+      const uint64_t read = read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s],
+                                        {slot, nfields}, worker, padded);
+      if (lengths != nullptr) {
+        const uint64_t length = source->length(read);
+        lengths[at] = static_cast<int64_t>(length);
+        for (size_t f = 0; f < nfields; ++f)
+          if (fields[f].ragged)
+            pad_rows(slot[f] + length * sample_bytes[f], fields[f], sample_bytes[f], padded - length);
+      }
     } catch (...) {
       if (failed_at != nullptr) *failed_at = at;
       read_ns += elapsed_ns(start);
@@ -312,19 +442,24 @@ void Engine::State::transform(Batch& batch, const BatchPlan& plan, const EpochDr
   transform_ns += elapsed_ns(start);
 }
 
-void Engine::State::read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
-                                WorkerState* worker) {
+uint64_t Engine::State::read_sample(uint64_t epoch, uint64_t index,
+                                    std::span<std::byte* const> slots, WorkerState* worker,
+                                    uint64_t rows) {
   try {
     source->read({options.seed, epoch, index}, slots, worker);
-    return;
+    return index;
   } catch (...) {
     if (options.on_error == OnError::kRaise)
       throw SampleError(index, source->path(index), std::current_exception());
     skipped.record(index, source->path(index), std::current_exception());
   }
-  read_replacement(
-      options.seed, epoch, index, source->size(), source->path(index),
-      [&](uint64_t other) { source->read({options.seed, epoch, other}, slots, worker); });
+  return read_replacement(
+      options.seed, epoch, index, source->size(), source->path(index), [&](uint64_t other) {
+        // A ragged batch is padded to its own samples: a replacement must fit in it.
+        if (rows != UINT64_MAX && source->length(other) > rows)
+          throw Error("longer than the batch's padded length");
+        source->read({options.seed, epoch, other}, slots, worker);
+      });
 }
 
 void Engine::State::record_autotune(const AutotuneDecision& d) {
@@ -342,7 +477,12 @@ Engine::Engine(std::shared_ptr<const Source> source, EngineOptions options) {
 
 Engine::~Engine() = default;
 
-uint64_t Engine::num_batches() const { return state_->plan.num_batches(); }
+uint64_t Engine::num_batches() const {
+  if (state_->options.budget)
+    throw InvalidArgument("a budget's batches per epoch differ from epoch to epoch: ask the "
+                          "epoch's BudgetEpoch (BudgetPlan::epoch)");
+  return state_->plan.num_batches();
+}
 const BatchPlan& Engine::plan() const { return state_->plan; }
 uint64_t Engine::samples_per_rank() const { return state_->plan.samples_per_rank(); }
 const EngineOptions& Engine::options() const { return state_->options; }
@@ -352,9 +492,17 @@ bool Engine::pin_unavailable() const { return state_->pin_unavailable; }
 
 std::vector<uint64_t> Engine::epoch_indices(uint64_t epoch) const {
   const State& s = *state_;
+  std::vector<uint64_t> out;
+  if (const EngineOptions& o = s.options; o.budget) {
+    const auto e = o.budget->epoch(o.seed, epoch, o.shuffle, o.rank, o.world_size);
+    for (uint64_t b = 0; b < e->num_batches(); ++b) {
+      const std::span<const uint64_t> batch = e->batch(b);
+      out.insert(out.end(), batch.begin(), batch.end());
+    }
+    return out;
+  }
   const EpochDraws draws = s.epoch_draws(epoch);
   const BatchPlan& plan = draws.mixture() ? draws.mixture()->batches() : s.plan;
-  std::vector<uint64_t> out;
   for (uint64_t b = 0; b < plan.num_batches(); ++b) {
     const size_t at = out.size();
     out.resize(at + plan.batch_length(b));
@@ -376,6 +524,9 @@ std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Engine::Sta
 
 // Throws InvalidArgument for a plan the loader cannot iterate (Engine::iterate's REQUIRES).
 void check_plan(const Engine::State& state, const BatchPlan& plan) {
+  if (state.options.budget)
+    throw InvalidArgument("a budget's batches come from its BudgetEpoch (iterate(epoch, start)), "
+                          "not a BatchPlan");
   // Buffers hold batch_size samples of this source: a plan of other samples or batches would
   // overrun them.
   if (plan.num_samples() != state.plan.num_samples() ||
@@ -404,7 +555,20 @@ void check_plan(const Engine::State& state, const BatchPlan& plan) {
 }  // namespace
 
 std::unique_ptr<EpochIterator> Engine::iterate(uint64_t epoch, uint64_t start_batch) const {
+  const EngineOptions& o = state_->options;
+  if (o.budget)
+    return iterate(o.budget->epoch(o.seed, epoch, o.shuffle, o.rank, o.world_size), start_batch);
   return iterate(epoch, start_batch, state_->plan);
+}
+
+std::unique_ptr<EpochIterator> Engine::iterate(std::shared_ptr<const BudgetEpoch> epoch,
+                                               uint64_t start_batch) const {
+  if (!state_->options.budget)
+    throw InvalidArgument("a BudgetEpoch is for a loader that batches by a budget");
+  if (!epoch) throw InvalidArgument("iterate() needs a BudgetEpoch, got none");
+  const BatchPlan plan = EpochDraws::budget_plan(*epoch);
+  const uint64_t e = epoch->epoch();
+  return start_iteration(state_, plan, EpochDraws(std::move(epoch)), e, start_batch);
 }
 
 std::unique_ptr<EpochIterator> Engine::iterate(uint64_t epoch, uint64_t start_batch,
@@ -473,6 +637,8 @@ EngineStats Engine::stats() const {
   out.batch_bytes = s.pool->buffer_bytes();
   out.worker_cpu_seconds = s.worker_cpu_ns * 1e-9;
   out.batch_transform_seconds = s.transform_ns * 1e-9;
+  out.ragged_rows = s.ragged_rows;
+  out.ragged_padded_rows = s.ragged_padded_rows;
   out.autotune = s.autotune_workers || s.autotune_prefetch;
   {
     std::lock_guard lock(s.autotune_mu);

@@ -120,17 +120,27 @@ struct Engine::State {
   // Shuffled, unstratified: the shards (shard_window) or blocks of the source and the window.
   std::optional<Source::Blocks> blocks;
   std::vector<size_t> field_offsets;  // byte offset of each field's array in a batch buffer
-  std::vector<size_t> sample_bytes;   // bytes of one sample of each field
-  std::vector<FieldSpec> fields;      // of a batch: the source's, then the transform's
+  std::vector<size_t> sample_bytes;   // bytes of one sample of each field (ragged: one row)
+  // of a batch: the source's, then "lengths" (a source with ragged fields) or the transform's
+  std::vector<FieldSpec> fields;
+  // Ragged fields (source.h): the index of the "lengths" field the engine adds, or kNoLengths;
+  // the most elements of a ragged field's first dimension a buffer holds (count x padded length).
+  static constexpr size_t kNoLengths = SIZE_MAX;
+  size_t lengths_field = kNoLengths;
+  size_t first_ragged = 0;  // with lengths_field: the first ragged field
+  uint64_t ragged_capacity = 0;
+  // Over the batches delivered: a ragged source's rows, and its padded rows (count x padded).
+  std::atomic<uint64_t> ragged_rows{0}, ragged_padded_rows{0};
   // With options.batch_transform: the source's fields it reads (the soft labels are the last).
   BatchTransform::Fields mix_fields;
   std::shared_ptr<BatchPool> pool;
 
   State(std::shared_ptr<const Source> source, const EngineOptions& options);
 
-  // A Batch for batch `b` of `plan` in `epoch` whose fields point into `buffer`.
-  std::shared_ptr<Batch> make_batch(const BatchPlan& plan, uint64_t epoch, uint64_t b,
-                                    Buffer buffer) const;
+  // A Batch for batch `b` of `plan` (drawn by `draws`) in `epoch` whose fields point into
+  // `buffer`: batch_length samples, ragged fields padded to their longest.
+  std::shared_ptr<Batch> make_batch(const BatchPlan& plan, const EpochDraws& draws, uint64_t epoch,
+                                    uint64_t b, Buffer buffer) const;
   // The order of `epoch`; a mixture's follows `mixture`, or, when null, its default plan. A
   // block order is arranged for `stripes` ranks (0: options.stripes). A stratified order follows
   // the loader's own plan (or a strided view of it), a mixture's its MixturePlan::batches().
@@ -183,9 +193,10 @@ struct Engine::State {
   std::mutex worker_states_mu_;
   std::vector<std::unique_ptr<WorkerState>> worker_states_;  // guarded by worker_states_mu_
 
-  // Reads sample `index` into `slots`, replacing it under on_error = kSkip.
-  void read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
-                   WorkerState* worker);
+  // Reads sample `index` into `slots`, replacing it under on_error = kSkip by a sample of at most
+  // `rows` rows (a ragged batch's padded length); the sample read.
+  uint64_t read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
+                       WorkerState* worker, uint64_t rows);
 };
 
 // Iterator factories (epoch_iterator.cc).

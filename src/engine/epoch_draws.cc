@@ -43,18 +43,31 @@ EpochDraws::EpochDraws(StratifiedEpoch stratified)
 EpochDraws::EpochDraws(std::shared_ptr<const MixturePlan> mixture)
     : order_(0, false, 0, 0), mixture_(std::move(mixture)), epoch_(mixture_->epoch()) {}
 
+EpochDraws::EpochDraws(std::shared_ptr<const BudgetEpoch> budget)
+    : order_(0, false, 0, 0), budget_(std::move(budget)), epoch_(budget_->epoch()) {}
+
+BatchPlan EpochDraws::budget_plan(const BudgetEpoch& budget) {
+  return BatchPlan(budget.num_batches(), 1, false, 0, 1);
+}
+
 void EpochDraws::whole_batch(const BatchPlan& plan, uint64_t b, std::span<uint64_t> out,
                              std::span<uint64_t> cycles) const {
   // A stratified order is laid out on the unstrided plan's batches; a strided view (producers
   // sharing a rank's epoch) names them by its own numbers.
   if (stratified_) return stratified_->batch(plan.unstrided_batch(b), out, cycles);
+  if (budget_) {
+    const std::span<const uint64_t> s = budget_->batch(plan.unstrided_batch(b));
+    std::copy(s.begin(), s.end(), out.begin());
+    std::fill(cycles.begin(), cycles.end(), epoch_);
+    return;
+  }
   mixture_->batch(b, out, cycles);
 }
 
 void EpochDraws::draw(const BatchPlan& plan, uint64_t b, std::span<uint64_t> out,
                       std::span<uint64_t> cycles, uint64_t begin) const {
   if (whole_batches()) {
-    const uint64_t length = plan.batch_length(b);
+    const uint64_t length = batch_length(plan, b);
     if (begin == 0 && out.size() == length) return whole_batch(plan, b, out, cycles);
     // A row range of a whole-batch order: the layout makes rows a batch at a time.
     std::vector<uint64_t> all(length), all_cycles(cycles.empty() ? 0 : length);
@@ -82,7 +95,7 @@ void EpochDraws::draw(const BatchPlan& plan, uint64_t b, std::span<uint64_t> out
 Draws EpochDraws::batch(const BatchPlan& plan, uint64_t b, bool with_cycles) const {
   check_batch(plan, b);
   Draws d;
-  d.indices.resize(plan.batch_length(b));
+  d.indices.resize(batch_length(plan, b));
   if (with_cycles) d.cycles.resize(d.indices.size());
   draw(plan, b, d.indices, d.cycles);
   return d;

@@ -74,7 +74,7 @@ class InlineIterator final : public EpochIterator {
       return Status::kTimeout;
     }
     stall_.reset();
-    auto batch = st_->make_batch(plan_, epoch_, position_++, std::move(buffer));
+    auto batch = st_->make_batch(plan_, draws_, epoch_, position_++, std::move(buffer));
     st_->fill(*batch, plan_, draws_, worker_.get(), 0, batch->length);
     st_->transform(*batch, plan_, draws_);
     st_->delivered(draws_, *batch);
@@ -317,7 +317,7 @@ class ThreadedIterator final : public EpochIterator {
           const uint64_t b = next_claim_++;
           Slot& slot = ring_[b % ring_size_];
           slot = Slot{};
-          slot.batch = st_->make_batch(plan_, epoch_, b, std::move(buffer));
+          slot.batch = st_->make_batch(plan_, draws_, epoch_, b, std::move(buffer));
         }
         const bool wake = workers_waiting_ > 0;
         lock.unlock();
