@@ -19,6 +19,8 @@
 #   remote       the peers of bench/bench_remote.py, streaming from S3 (a local moto server):
 #                WebDataset 1.0.2, Mosaic Streaming 0.13.0, LitData 0.2.76, with boto3,
 #                Pillow and torchvision for their decode and transforms
+#   budget       the peer of bench/bench_budget.py that .venv lacks: Lhotse's
+#                DynamicBucketingSampler (lhotse 1.33.0; torch, the CPU build, under it)
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -102,6 +104,13 @@ env_remote() {
       filelock requests urllib3 idna certifi charset-normalizer
 }
 
+env_budget() {
+  # Lhotse's samplers are pure Python over a CutSet; its audio readers (soundfile, audioread)
+  # come along as dependencies but are not used: the cuts are made from lengths, no audio.
+  # lhotse 1.33.0 imports urllib3 (lhotse.ais) without declaring it.
+  torch_cpu && $PIP numpy psutil urllib3 lhotse==1.33.0
+}
+
 env_ffcv() {
   # FFCV 1.0.2's setup.py compiles libffcv against pkg-config's opencv4 and libturbojpeg (apt);
   # its Python side needs numba, OpenCV's bindings and torch (the CPU build). Its sdist's
@@ -126,7 +135,7 @@ apt_packages() {
   esac
 }
 
-ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote)
+ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote budget)
 if [ $# -gt 0 ]; then NAMES=("$@"); else NAMES=("${ALL[@]}"); fi
 for name in "${NAMES[@]}"; do
   case " ${ALL[*]} " in
