@@ -21,6 +21,7 @@ namespace nb = nanobind;
 
 void register_errors(nb::module_& m);  // the exception translator, for the whole module
 void register_engine(nb::module_& m);
+void register_budget(nb::module_& m);  // into the engine's submodule (budget.cc)
 void register_sources(nb::module_& m);
 void register_image(nb::module_& m);
 void register_gpu(nb::module_& m);

@@ -33,6 +33,7 @@
 
 #include "bindings.h"
 #include "stoker/block_order.h"
+#include "stoker/budget.h"
 #include "stoker/epoch_draws.h"
 #include "stoker/mixture.h"
 #include "stoker/batch_transform.h"
@@ -138,6 +139,8 @@ nb::dict stats_dict(const EngineStats& s) {
   d["batches"] = s.batches;
   d["samples"] = s.samples;
   d["skipped"] = s.skipped;
+  d["ragged_rows"] = s.ragged_rows;
+  d["ragged_padded_rows"] = s.ragged_padded_rows;
   d["skipped_samples"] = s.skipped_samples;
   d["read_s"] = s.read_seconds;
   d["buffer_wait_s"] = s.buffer_wait_seconds;
@@ -250,7 +253,8 @@ void register_engine(nb::module_& m) {
                        std::shared_ptr<ClassGroups> classes, std::vector<double> class_weights,
                        std::vector<uint64_t> mixture_sizes, const Schedule& mixture_schedule,
                        uint64_t repeats, std::shared_ptr<BatchTransform> batch_transform,
-                       uint64_t shard_window, uint64_t stripes) {
+                       uint64_t shard_window, uint64_t stripes, std::shared_ptr<BudgetPlan> budget,
+                       uint64_t pad_to_multiple_of) {
              EngineOptions o;
              o.batch_size = batch_size;
              o.shuffle = shuffle;
@@ -273,6 +277,9 @@ void register_engine(nb::module_& m) {
              o.batch_transform = std::move(batch_transform);
              o.shard_window = shard_window;
              o.stripes = stripes;
+             o.budget = std::move(budget);
+             o.pad_to_multiple_of = pad_to_multiple_of;
+             nb::gil_scoped_release release;  // a budget sizes its buffers: O(samples)
              return std::make_shared<Engine>(std::move(source), o);
            }),
            nb::arg("source"), nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"),
@@ -283,7 +290,8 @@ void register_engine(nb::module_& m) {
            nb::arg("mixture_sizes") = std::vector<uint64_t>{},
            nb::arg("mixture_schedule") = Schedule{}, nb::arg("repeats") = 1,
            nb::arg("batch_transform").none() = nb::none(), nb::arg("shard_window") = 0,
-           nb::arg("stripes") = 0)
+           nb::arg("stripes") = 0, nb::arg("budget").none() = nb::none(),
+           nb::arg("pad_to_multiple_of") = 1)
       .def("__len__", &Engine::num_batches)
       .def_prop_ro("samples_per_rank", &Engine::samples_per_rank)
       .def_prop_ro("num_workers", [](const Engine& l) { return l.options().num_workers; })
@@ -331,6 +339,14 @@ void register_engine(nb::module_& m) {
           },
           nb::arg("plan"), nb::arg("start_batch") = 0, nb::call_guard<nb::gil_scoped_release>(),
           "A mixture's batches as `plan` (a MixturePlan) lays them out, from `start_batch` on.")
+      .def(
+          "iterate_budget",
+          [](const Engine& l, std::shared_ptr<BudgetEpoch> epoch, uint64_t start_batch) {
+            return l.iterate(std::shared_ptr<const BudgetEpoch>(std::move(epoch)), start_batch);
+          },
+          nb::arg("epoch"), nb::arg("start_batch") = 0, nb::call_guard<nb::gil_scoped_release>(),
+          "A budget's batches: those of `epoch` (a BudgetEpoch of the loader's BudgetPlan), from "
+          "`start_batch` on.")
       .def("stats", [](const Engine& l) { return stats_dict(l.stats()); })
       .def(
           "epoch_indices",
@@ -347,12 +363,13 @@ void register_engine(nb::module_& m) {
         const SampleOrder o = order == "engine"       ? SampleOrder::kPlain
                               : order == "stratified" ? SampleOrder::kStratified
                               : order == "mixture"    ? SampleOrder::kMixture
+                              : order == "budget"     ? SampleOrder::kBudget
                                                       : SampleOrder::kExternal;
         check_repeats(repeats, o);
       },
       nb::arg("repeats"), nb::arg("order"),
       "InvalidArgument unless `repeats` copies of every sample fit the order (\"engine\", "
-      "\"stratified\", \"mixture\", \"sampler\" or \"iterable\").");
+      "\"stratified\", \"mixture\", \"budget\", \"sampler\" or \"iterable\").");
   m.def("resolve_memory_budget", &resolve_memory_budget, nb::arg("memory_budget"),
         "The batch buffers' bytes: memory_budget, or half of physical memory for 0.");
 

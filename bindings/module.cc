@@ -22,6 +22,7 @@ NB_MODULE(_native, m) {
   nb::module_ pydata = m.def_submodule("pydata", "Support for Python datasets");
   nb::module_ remote = m.def_submodule("remote", "The shard cache of remote datasets");
   stoker::python::register_engine(engine);
+  stoker::python::register_budget(engine);
   stoker::python::register_sources(sources);
   stoker::python::register_image(image);
   stoker::python::register_gpu(gpu);

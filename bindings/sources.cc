@@ -17,6 +17,7 @@
 #include "stoker/image/pipeline.h"
 #include "stoker/sources/array.h"
 #include "stoker/sources/array_documents.h"
+#include "stoker/sources/document_source.h"
 #include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
@@ -146,9 +147,11 @@ nb::list read_sample(const Source& src, uint64_t index, uint64_t seed, uint64_t 
     src.read({seed, epoch, index}, slots, state.get());
   }
   nb::list result;
-  for (size_t f = 0; f < out.size(); ++f)
-    result.append(
-        nb::bytes(reinterpret_cast<const char*>(slots[f]), src.fields()[f].sample_bytes()));
+  for (size_t f = 0; f < out.size(); ++f) {
+    const FieldSpec& spec = src.fields()[f];  // a ragged field: the sample's own rows
+    const size_t bytes = spec.ragged ? src.length(index) * spec.row_bytes() : spec.sample_bytes();
+    result.append(nb::bytes(reinterpret_cast<const char*>(slots[f]), bytes));
+  }
   return result;
 }
 
@@ -227,6 +230,28 @@ void register_sources(nb::module_& m) {
                      for (const auto& f : s.fields()) out.push_back(f.shape);
                      return out;
                    })
+      .def_prop_ro(
+          "field_ragged",
+          [](const Source& s) {
+            std::vector<bool> out;
+            for (const auto& f : s.fields()) out.push_back(f.ragged);
+            return out;
+          },
+          "Whether each field is variable-length (its first dimension the sample's length).")
+      .def(
+          "lengths",
+          [](const Source& s) {
+            auto* v = new std::vector<int64_t>(s.size());
+            {
+              nb::gil_scoped_release release;
+              for (uint64_t i = 0; i < v->size(); ++i) (*v)[i] = static_cast<int64_t>(s.length(i));
+            }
+            nb::capsule owner(
+                v, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+            return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+          },
+          "Every sample's length along its ragged fields (an int64 array), read without the "
+          "samples; zeros for a source without ragged fields.")
       .def("path", &Source::path, nb::arg("index"),
            "What sample `index` is read from, as errors name it (a file); empty when nothing.")
       .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
@@ -337,6 +362,19 @@ void register_sources(nb::module_& m) {
                                                      name, vocab_size, owner);
            }),
            nb::arg("values"), nb::arg("offsets"), nb::arg("name"), nb::arg("vocab_size") = 0);
+
+  nb::class_<DocumentSource, Source>(
+      m, "DocumentSource",
+      "A DocumentSet's documents as variable-length samples: input_ids and labels (the next "
+      "token of the same document), ragged. See stoker/sources/document_source.h.")
+      .def(nb::new_([](std::shared_ptr<DocumentSet> documents, int64_t pad_id, int64_t label_ignore,
+                       uint64_t max_length) {
+             nb::gil_scoped_release release;  // O(documents)
+             return std::make_shared<DocumentSource>(std::move(documents), pad_id, label_ignore,
+                                                     max_length);
+           }),
+           nb::arg("documents"), nb::arg("pad_id") = 0, nb::arg("label_ignore") = -100,
+           nb::arg("max_length") = 0);
 
   nb::class_<PackedTokenSource, Source>(
       m, "PackedTokenSource",

@@ -122,7 +122,7 @@ class BudgetEpoch {
   // The samples of batch (step) b, in batch order. REQUIRES: b < num_batches().
   std::span<const uint64_t> batch(uint64_t b) const;
   // The bucket of step b. REQUIRES: b < num_batches().
-  uint64_t bucket_of(uint64_t b) const { return steps_[b].bucket; }
+  uint64_t bucket_of(uint64_t b) const;
   // The consumed counts the epoch was planned from, and after its first `steps` steps on every
   // rank: what a state saves. REQUIRES: steps <= num_batches().
   const std::vector<uint64_t>& consumed() const { return consumed_; }

@@ -148,9 +148,9 @@ struct EngineOptions {
 // included, so that each rule and its message live here once). Each throws InvalidArgument.
 
 // Who orders an epoch's samples: the engine's plain (or block) order, its stratified or
-// class-weighted order, a mixture's weights, or an order the engine does not make (a user's
-// sampler, a stream's own).
-enum class SampleOrder { kPlain, kStratified, kMixture, kExternal };
+// class-weighted order, a mixture's weights, a budget's plan (budget.h), or an order the engine
+// does not make (a user's sampler, a stream's own).
+enum class SampleOrder { kPlain, kStratified, kMixture, kBudget, kExternal };
 // repeats >= 1, and repeats > 1 only in the plain order: the others lay out whole batches (or
 // streams) and key their draws by cycles of their own.
 void check_repeats(uint64_t repeats, SampleOrder order);

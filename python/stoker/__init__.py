@@ -14,6 +14,7 @@ from ._version import __version__
 from ._native.gpu import cuda_available
 from ._native.engine import usable_cores
 from . import transforms
+from .budget import Budget
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .loader import DataLoader
 from .offload.producer import RayOffload
@@ -33,6 +34,7 @@ if "torch" in _sys.modules:  # the Python-dataset producer imports torch: load i
 
 __all__ = [
     "ArrayDataset",
+    "Budget",
     "DataLoader",
     "DecodeError",
     "ImageFolder",

@@ -19,6 +19,7 @@ import dataclasses
 import re
 
 from . import _native, _ranks, balance, batch_transforms
+from .budget import Budget
 from ._checks import is_int
 from .gpu import feed as _feed
 
@@ -82,7 +83,8 @@ class Options:
     (_ranks.py) when the options were made; the loader replaces them when an iteration
     resolves another (a producer that shards nothing ignores them); ``order`` says who orders the samples
     (``ORDERS``)."""
-    batch_size: object
+    batch_size: object  # as given: an int, None (Python datasets) or a stoker.Budget
+    budget: object  # the stoker.Budget given as batch_size, else None
     shuffle: object  # None (unspecified: no shuffle), True, False, "stratified" or "shards"
     seed: int
     drop_last: bool
@@ -122,23 +124,39 @@ class Options:
 
 
 # Who orders a loader's samples: the engine's plain order (EpochOrder + BatchPlan, or a block
-# order), its class-stratified or class-weighted order, a Mixture's weights, a sampler or
-# batch_sampler of the user's, or an IterableDataset's own stream.
-ORDERS = ("engine", "stratified", "mixture", "sampler", "iterable")
+# order), its class-stratified or class-weighted order, a Mixture's weights, a Budget's plan
+# (budget.py), a sampler or batch_sampler of the user's, or an IterableDataset's own stream.
+ORDERS = ("engine", "stratified", "mixture", "budget", "sampler", "iterable")
 
-def order_of(dataset, kind, stratified, python):
-    """Who orders the samples of ``dataset`` read by producer ``kind``."""
-    if stratified:
-        return "stratified"
+
+def order_of(dataset, kind, stratified, python, budget=None):
+    """Who orders the samples of ``dataset`` read by producer ``kind`` (``budget``: the
+    stoker.Budget given as batch_size, or None). ValueError for a budget with an order of its
+    own."""
     from .sources.mixture import Mixture
-    if isinstance(dataset, Mixture):
-        return "mixture"
+    iterable = False
     if kind == "python":
         from torch.utils.data import IterableDataset
-        if isinstance(dataset, IterableDataset):
-            return "iterable"
-        if python["sampler"] is not None or python["batch_sampler"] is not None:
-            return "sampler"
+        iterable = isinstance(dataset, IterableDataset)
+    if budget is not None:
+        other = ('shuffle="stratified" or class_weights' if stratified else
+                 "a Mixture" if isinstance(dataset, Mixture) else
+                 "an IterableDataset" if iterable else
+                 "a sampler or batch_sampler" if kind == "python" and (
+                     python["sampler"] is not None or python["batch_sampler"] is not None)
+                 else None)
+        if other:
+            raise ValueError(f"batch_size={budget!r} plans the epoch's batches by their cost; "
+                             f"{other} orders samples by rules of its own: not both")
+        return "budget"
+    if stratified:
+        return "stratified"
+    if isinstance(dataset, Mixture):
+        return "mixture"
+    if iterable:
+        return "iterable"
+    if kind == "python" and (python["sampler"] is not None or python["batch_sampler"] is not None):
+        return "sampler"
     return "engine"
 
 
@@ -192,8 +210,9 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
             if kind == "native":
                 raise ValueError(f"{next(iter(python_given))} is for Python datasets; native "
                                  f"datasets order, batch and seed samples in the engine")
-        if not is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(batch_size, Budget) and (not is_int(batch_size) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or a stoker.Budget, got "
+                             f"{batch_size!r}")
         knob("prefetch_factor", prefetch_factor, 1, MAX_PREFETCH)
         if kind == "native":
             knob("num_workers", num_workers, 0, MAX_WORKERS)
@@ -204,9 +223,13 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
         drop_last = bool(drop_last)  # any truth value, as torch takes it
     elif not isinstance(drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
-    order = order_of(dataset, kind, stratified, python)
+    budget_given = batch_size if isinstance(batch_size, Budget) else None
+    if budget_given is not None and offload is not None:
+        raise ValueError(f"batch_size={budget_given!r} is not supported with offload yet: load "
+                         f"without offload")
+    order = order_of(dataset, kind, stratified, python, budget_given)
     _native.engine.check_repeats(repeats, order)  # the engine's rule (include/stoker/engine.h)
-    return Options(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+    return Options(batch_size=batch_size, budget=budget_given, shuffle=shuffle, seed=seed, drop_last=drop_last,
                    num_workers=num_workers, prefetch_factor=prefetch_factor,
                    pin_memory=pin_memory, memory_budget=budget, rank=share.rank,
                    world_size=share.world_size, rank_spec=rank_spec, output=output, on_error=on_error,

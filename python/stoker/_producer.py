@@ -29,6 +29,8 @@ class Producer(abc.ABC):
     device_output = None
     #: a Python dataset's ``multiprocessing_context`` (torch's attribute)
     context = None
+    #: batches by a stoker.Budget: the loader's budget.BudgetOrder (the plan and its epochs)
+    budget_order = None
 
     @property
     @abc.abstractmethod

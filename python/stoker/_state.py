@@ -80,6 +80,9 @@ class Position:
     start: int = 0
     stripes: int | None = None
     mixture: MixtureStart | None = None
+    # A budget's epoch: the buckets' batches consumed when its plan starts (None: the epoch's
+    # start), the BudgetEpoch's `consumed`.
+    budget: tuple | None = None
     resumed: bool = False
 
     def for_epoch(self, epoch):
@@ -98,15 +101,17 @@ class Cursor:
     mixture's MixturePlan of the epoch; ``stripes`` a block order's arrangement (None: the
     loader's world size)."""
 
-    __slots__ = ("epoch", "batch", "start", "num_batches", "mixture", "stripes")
+    __slots__ = ("epoch", "batch", "start", "num_batches", "mixture", "stripes", "budget")
 
-    def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None, stripes=None):
+    def __init__(self, epoch, batch, start=0, num_batches=None, mixture=None, stripes=None,
+                 budget=None):
         self.epoch = epoch
         self.batch = batch
         self.start = start
         self.num_batches = num_batches
         self.mixture = mixture
         self.stripes = stripes
+        self.budget = budget  # a budget's BudgetEpoch of this iteration
 
     def running(self):
         """Whether batches of this iteration remain to be delivered."""
@@ -194,7 +199,10 @@ def block_window(settings):
 
 def config(settings):
     """What a state must match to be resumed by ``loader``."""
-    out = {"seed": settings.seed, "shuffle": settings.shuffle, "batch_size": settings.batch_size,
+    batch_size = settings.batch_size
+    if settings.order == "budget":
+        batch_size = batch_size.describe()  # a stoker.Budget, as JSON
+    out = {"seed": settings.seed, "shuffle": settings.shuffle, "batch_size": batch_size,
            "drop_last": settings.drop_last, "num_samples": num_samples(settings.dataset),
            "repeats": repeats(settings), "rank": settings.rank, "world_size": settings.world_size,
            "order": order_kind(settings),
@@ -210,6 +218,10 @@ def begin(settings):
     position, and the position after it (the next epoch's start)."""
     at = settings.next
     start, mixture, after = at.start, None, None
+    if order_kind(settings) == "budget":
+        epoch = budget_epoch(settings, at)
+        return Cursor(at.epoch, at.batch, 0, epoch.num_batches, budget=epoch), \
+            Position(at.epoch + 1)
     if order_kind(settings) == "mixture":
         mixture = mixture_plan(settings, at)
         start, num_batches = mixture.position, mixture.num_batches
@@ -228,6 +240,8 @@ def save(settings):
     """``loader.state_dict()``: where the next batch comes from."""
     if order_kind(settings) == "mixture":
         return _save_mixture(settings)
+    if order_kind(settings) == "budget":
+        return _save_budget(settings)
     cursor = settings.cursor
     if cursor is not None and cursor.running():
         epoch, batch, start, stripes = cursor.epoch, cursor.batch, cursor.start, cursor.stripes
@@ -251,6 +265,8 @@ def load(settings, state):
     saved_order = state.get("order", "engine")
     if saved_order == "mixture" and mine["order"] == "mixture":
         return _load_mixture(settings, state, mine)
+    if saved_order == "budget" and mine["order"] == "budget":
+        return _load_budget(settings, state, mine)
     if saved_order != mine["order"]:
         raise ValueError(f"the state was saved by a loader ordered by "
                          f"{_ORDERS.get(saved_order, repr(saved_order))}, this loader is ordered "
@@ -306,6 +322,57 @@ def _check_matching(state, mine):
                 f"the state was saved with {key}={saved!r} but this loader has "
                 f"{key}={mine.get(key, _DEFAULTS.get(key))!r}; resuming would not reproduce "
                 f"the same batches")
+
+
+# -- budgets ---------------------------------------------------------------------------------------
+
+def budget_epoch(settings, at):
+    """The BudgetEpoch of the loader's rank that position ``at`` starts (budget.BudgetOrder)."""
+    return settings.producer.budget_order.epoch(at.epoch, at.budget)
+
+
+def _save_budget(settings):
+    """A budget's state: the epoch, the batches delivered of its plan and the buckets' counts the
+    plan started from (with the buckets' bounds, which a loading plan must have too): O(buckets)."""
+    cursor = settings.cursor
+    if cursor is not None and cursor.running():
+        epoch, batch, consumed = cursor.epoch, cursor.batch, list(cursor.budget.consumed)
+    else:
+        at = settings.next
+        epoch, batch = at.epoch, at.batch
+        consumed = list(at.budget) if at.budget is not None else \
+            list(budget_epoch(settings, at).consumed)
+    return {"version": VERSION, "epoch": epoch, "batch": batch, "start": 0, **config(settings),
+            "budget": {"consumed": consumed,
+                       "bounds": settings.producer.budget_order.bounds}}
+
+
+def _load_budget(settings, state, mine):
+    order = settings.producer.budget_order
+    _check_matching(state, mine)
+    saved = state.get("budget")
+    epoch, batch, old_world = state.get("epoch"), state.get("batch"), state.get("world_size")
+    consumed = saved.get("consumed") if isinstance(saved, dict) else None
+    if not (isinstance(consumed, list) and len(consumed) == len(order.bounds) + 1
+            and all(_is_int(c) and c >= 0 for c in consumed)):
+        raise ValueError(f"invalid budget position in state: {saved!r}")
+    if saved.get("bounds") != order.bounds:
+        raise ValueError(f"the state was saved with the buckets {saved.get('bounds')!r}, this "
+                         f"loader's budget has {order.bounds!r}: its batches differ")
+    if not (_is_int(epoch) and epoch >= 0 and _is_int(batch) and batch >= 0
+            and _is_int(old_world) and old_world >= 1):
+        raise ValueError(f"invalid position in state: epoch={epoch!r}, batch={batch!r}, "
+                         f"world_size={old_world!r}")
+    old = order.epoch(epoch, consumed, rank=0, world_size=old_world)
+    if batch > old.num_batches:
+        raise ValueError(f"invalid position in state: batch {batch} of an epoch of "
+                         f"{old.num_batches} (world_size={old_world})")
+    if batch == old.num_batches:  # the saving job finished the epoch
+        return Position(epoch + 1, resumed=True)
+    if old_world == settings.world_size:  # the saved plan itself: the same batches
+        return Position(epoch, batch, budget=tuple(consumed), resumed=True)
+    # Another world size: a plan of the batches the saving job's ranks had not consumed together.
+    return Position(epoch, 0, budget=tuple(old.consumed_after(batch)), resumed=True)
 
 
 # -- mixtures ---------------------------------------------------------------------------------------
@@ -416,6 +483,7 @@ def _load_mixture(settings, state, mine):
 
 
 _ORDERS = {"engine": "the engine (shuffle and seed)",
+           "budget": "a stoker.Budget (batches by their cost)",
            "mixture": "a Mixture's weights",
            "stratified": 'a stratified or class-weighted order (shuffle="stratified", '
                          'class_weights), laid out for the ranks that saved the state',

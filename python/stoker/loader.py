@@ -313,6 +313,8 @@ class DataLoader:
 
     def __len__(self):
         self._share(strict=False)
+        if self._producer.budget_order is not None:  # the pending epoch's own count
+            return _state.budget_epoch(self._settings(), self._next).num_batches
         return self._producer.num_batches()
 
     def set_epoch(self, epoch):
@@ -427,6 +429,13 @@ class DataLoader:
                                                 s.pop("mixture_samples", None))
         for key in ("batches", "samples", "skipped"):
             s.setdefault(key, 0)
+        order = self._producer.budget_order
+        if order is not None:  # batches by a budget: the running (or pending) epoch's figures
+            cursor = self._cursor
+            epoch = cursor.budget if cursor is not None and cursor.budget is not None else \
+                _state.budget_epoch(self._settings(), self._next)
+            s["budget"] = order.stats(epoch, s)
+            s["skipped"] += order.oversized  # left out of every epoch (on_error="skip")
         s.setdefault("skipped_samples", [])
         if isinstance(self.dataset, StokerDataset):
             s.update(self.dataset._stats())  # the dataset's own sections (sources/base.py)
@@ -515,6 +524,9 @@ class EpochSampler:
 
     def __len__(self):
         loader = self.loader()
+        if loader._producer.budget_order is not None:  # this rank's samples of the epoch
+            epoch = _state.budget_epoch(loader._settings(), loader._next)
+            return sum(len(epoch.batch(b)) for b in range(epoch.num_batches))
         return _state.plan(loader._settings()).num_samples if loader.batch_size is not None \
             else len(loader)
 

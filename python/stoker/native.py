@@ -107,12 +107,20 @@ class NativeProducer(EngineOrdered):
                 mixing, o.seed, images.image_layout, tuple(images.image_shape),
                 lambda cursor: self.plan(cursor.start))
             mixing = None
+        budget = o.budget
+        if budget is not None:  # the plan of the dataset's lengths (budget.py)
+            from .budget import BudgetOrder
+            self.budget_order = BudgetOrder(budget, dataset, o.seed, self.shuffle is not False,
+                                            o.rank, o.world_size, o.on_error, source.path)
         self.engine = _native.engine.Engine(
-            source, o.batch_size, self.shuffle is not False, o.seed, o.drop_last,
+            source, 1 if budget else o.batch_size, self.shuffle is not False, o.seed, o.drop_last,
             _options.auto(o.num_workers), _options.auto(o.prefetch_factor), pin,
             o.memory_budget, o.rank, o.world_size, o.on_error, cpu_budget=cpu_budget,
             classes=self.classes, class_weights=self.weights, repeats=o.repeats,
-            batch_transform=mixing, shard_window=self.shard_window, **self._mixture_order())
+            batch_transform=mixing, shard_window=self.shard_window,
+            budget=None if budget is None else self.budget_order.plan,
+            pad_to_multiple_of=1 if budget is None else budget.pad_to_multiple_of,
+            **self._mixture_order())
         if self.engine.pin_unavailable:  # fell back to pageable memory (stoker/engine.h)
             warnings.warn("pin_memory=True but no CUDA device was found; using pageable memory",
                           stacklevel=4)
@@ -139,6 +147,8 @@ class NativeProducer(EngineOrdered):
                 "pin_memory": self.engine.pinned, "memory_budget": self.engine.memory_budget}
 
     def num_batches(self):
+        if self.budget_order is not None:  # the first epoch's; len(loader) asks _state for its own
+            return self.budget_order.epoch(0).num_batches
         return len(self.engine)
 
     @property
@@ -179,7 +189,9 @@ class NativeProducer(EngineOrdered):
 
     def batches(self, cursor):
         self._schedule_remote(cursor)
-        if cursor.mixture is not None:
+        if cursor.budget is not None:
+            native = self.engine.iterate_budget(cursor.budget, cursor.batch)
+        elif cursor.mixture is not None:
             native = self.engine.iterate_mixture(cursor.mixture, cursor.batch)
         else:
             plan = self.plan(cursor.start) if cursor.start else None

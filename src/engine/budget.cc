@@ -296,6 +296,13 @@ std::span<const uint64_t> BudgetEpoch::batch(uint64_t b) const {
   return bucket_batch(steps_[b].bucket, steps_[b].first + rank_);
 }
 
+uint64_t BudgetEpoch::bucket_of(uint64_t b) const {
+  if (b >= steps_.size())
+    throw InvalidArgument("batch " + std::to_string(b) + " of an epoch of " +
+                          std::to_string(steps_.size()));
+  return steps_[b].bucket;
+}
+
 std::vector<std::span<const uint64_t>> BudgetEpoch::step(uint64_t b) const {
   if (b >= steps_.size())
     throw InvalidArgument("step " + std::to_string(b) + " of an epoch of " +

@@ -135,8 +135,8 @@ void check_repeats(uint64_t repeats, SampleOrder order) {
   if (repeats > 1 && order != SampleOrder::kPlain)
     throw InvalidArgument(
         "repeats is for the plain order (shuffle=True or False): not with shuffle=\"stratified\", "
-        "class_weights, a Mixture, a sampler, a batch_sampler or an IterableDataset, which order "
-        "whole batches or streams by rules of their own");
+        "class_weights, a Mixture, a Budget, a sampler, a batch_sampler or an IterableDataset, "
+        "which order whole batches or streams by rules of their own");
 }
 
 uint64_t resolve_memory_budget(uint64_t memory_budget) {

@@ -59,6 +59,7 @@ class BatchOrder:
     sampler: object = None  # the user's sampler: batch_size keys a batch (None: one a batch)
     stratified: object = None  # a _native.engine.StratifiedPlan (shuffle="stratified", class_weights)
     repeats: int = 1  # every sample this many times an epoch (the engine's order only)
+    budget: object = None  # batches by a stoker.Budget: the loader's budget.BudgetOrder
     # The next epoch's iterator of a user's sampler, made early by pending_state.
     _pending: object = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -66,7 +67,10 @@ class BatchOrder:
         return self.num_batches()
 
     def num_batches(self, origin=0):
-        """Batches of an epoch whose plan starts at global position ``origin``."""
+        """Batches of an epoch whose plan starts at global position ``origin`` (a budget's: its
+        BudgetEpoch)."""
+        if self.budget is not None:
+            return (self.budget.epoch(0) if isinstance(origin, int) else origin).num_batches
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         if self.sampler is not None:
@@ -87,7 +91,11 @@ class BatchOrder:
         sampler key). A user's order: ``resume``, a stateful sampler's state as of batch
         ``start`` (None: replay), and ``note(b, state)``, called with its state after each batch
         ``b`` it yields (and ``start - 1`` before the first)."""
-        if self.batch_sampler is not None or self.sampler is not None:
+        if self.budget is not None:
+            plan = self.budget.epoch(epoch) if isinstance(origin, int) else origin  # BudgetEpoch
+            for b in range(start, plan.num_batches):
+                yield b, Draws([int(i) for i in plan.batch(b)])
+        elif self.batch_sampler is not None or self.sampler is not None:
             yield from self._user_batches(start, resume, note)
         elif self.stratified is not None:
             for b in range(start, len(self.stratified)):

@@ -196,6 +196,57 @@ def default_collate_fast(samples, writer):
     return default_collate(samples)
 
 
+def _padded(values, multiple, pad):
+    """``values`` (one leaf of every sample) stacked, padded along the first dimension to the
+    longest rounded up to ``multiple``, with their lengths; None where they are not arrays or
+    tensors of one rank and one trailing shape that differ in length."""
+    if not values or not all(isinstance(v, (torch.Tensor, np.ndarray)) for v in values):
+        return None
+    shapes = {tuple(v.shape[1:]) for v in values}
+    if values[0].ndim == 0 or len(shapes) != 1 or len({v.ndim for v in values}) != 1:
+        return None
+    lengths = [v.shape[0] for v in values]
+    if len(set(lengths)) == 1:
+        return None
+    longest = -(-max(lengths) // multiple) * multiple
+    tensors = [torch.as_tensor(v) for v in values]
+    out = torch.full((len(values), longest, *tensors[0].shape[1:]), pad, dtype=tensors[0].dtype)
+    for row, t in enumerate(tensors):
+        out[row, :t.shape[0]] = t
+    return out, torch.tensor(lengths, dtype=torch.int64)
+
+
+def pad_collate(samples, pad_to_multiple_of=1):
+    """The default collate of a loader batching by a ``stoker.Budget``: torch's default collate,
+    but leaves of unequal lengths (sequences, a document's token ids, audio) are padded along
+    their first dimension to the batch's longest (rounded up to ``pad_to_multiple_of``) with 0,
+    ``labels`` with -100. Dict samples with ``input_ids`` also get ``attention_mask`` (1 on
+    tokens, 0 on padding) where they have none."""
+    first = samples[0]
+    if isinstance(first, collections.abc.Mapping):
+        out = {}
+        for key in first:
+            values = [s[key] for s in samples]
+            got = _padded(values, pad_to_multiple_of, -100 if key == "labels" else 0)
+            out[key] = default_collate(values) if got is None else got[0]
+        if "input_ids" in out and "attention_mask" not in out:
+            ids = [s["input_ids"] for s in samples]
+            lengths = torch.tensor([len(x) for x in ids], dtype=torch.int64)
+            positions = torch.arange(out["input_ids"].shape[1])
+            out["attention_mask"] = (positions[None, :] < lengths[:, None]).long()
+        return out
+    if isinstance(first, (tuple, list)):
+        columns = list(zip(*samples))
+        out = []
+        for values in columns:
+            got = _padded(list(values), pad_to_multiple_of, 0)
+            out.append(default_collate(list(values)) if got is None else got[0])
+        return type(first)(out) if isinstance(first, tuple) and not hasattr(first, "_fields") \
+            else out
+    got = _padded(list(samples), pad_to_multiple_of, 0)
+    return default_collate(samples) if got is None else got[0]
+
+
 def collate(samples, collate_fn, auto_collation, writer):
     """The batch of ``samples`` as torch's DataLoader makes it: ``collate_fn`` (None: the default
     collate) of the list of samples, or, without auto-collation (batch_size=None), of the one

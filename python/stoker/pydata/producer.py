@@ -28,6 +28,7 @@ producing while it waits (each sample sees the process it runs in).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -43,11 +44,13 @@ from torch.utils.data import BatchSampler, IterableDataset
 
 from .. import _native, balance
 from .._checks import is_int
+from ..budget import Budget, BudgetOrder
 from .._producer import Producer
 from ..sources.base import StokerDataset
 from ..gpu import feed as _feed
 from . import seeding
 from .batch_order import BatchOrder
+from .batch_structure import pad_collate
 from .policy import Decision, ExecutorPolicy
 from .batch_maker import ProducerConfig
 from .scheduling import PythonBatches, PoolSession
@@ -107,7 +110,7 @@ def validate(dataset, batch_size, shuffle, python, drop_last, num_workers, prefe
         if drop_last:
             raise ValueError("batch_size=None option disables auto-batching and is mutually "
                              "exclusive with drop_last")
-    elif not is_int(batch_size) or batch_size <= 0:
+    elif not isinstance(batch_size, Budget) and (not is_int(batch_size) or batch_size <= 0):
         raise ValueError(f"batch_size should be a positive integer value, but got "
                          f"batch_size={batch_size}")
     if num_workers != "auto" and (not is_int(num_workers)
@@ -291,11 +294,15 @@ class PythonProducer(Producer):
         if plan is not None:
             self.shuffle = shuffle_arg
         self.order_kind = o.order
+        if o.budget is not None:  # batches by a budget: the plan of the lengths (budget.py)
+            self.budget_order = BudgetOrder(o.budget, dataset, lambda: self.seed, shuffle, rank,
+                                            world_size, o.on_error)
         self._order = None if iterable else BatchOrder(
             dataset, batch_size if users_batch_sampler is None else None, shuffle, drop_last,
             rank, world_size, batch_sampler=users_batch_sampler,
             sampler=sampler if users_batch_sampler is None else None,
-            stratified=plan.plan if plan is not None else None, repeats=o.repeats)
+            stratified=plan.plan if plan is not None else None, repeats=o.repeats,
+            budget=self.budget_order)
         self._shared_pool = None
         self._session = None  # the persistent workers, when there are
         self._policy = None
@@ -400,10 +407,16 @@ class PythonProducer(Producer):
     def _config(self):
         threads = self._kind == "threads" or (self._auto_decision is not None and
                                               self._auto_decision.kind == "threads")
+        collate_fn, batch_size = self.collate_fn, self.batch_size
+        if self.budget_order is not None:  # unequal lengths: padded unless the user collates
+            batch_size = None  # (an IterableDataset's count; a budget is never one's)
+            if collate_fn is None:
+                collate_fn = functools.partial(pad_collate,
+                                               pad_to_multiple_of=self.options.budget.pad_to_multiple_of)
         return ProducerConfig(
             seed=self.seed, seed_samples=False if threads else self.seed_samples,
-            collate_fn=self.collate_fn, auto_collation=self._auto_collation,
-            batch_size=self.batch_size, drop_last=self.drop_last, on_error=self.on_error,
+            collate_fn=collate_fn, auto_collation=self._auto_collation,
+            batch_size=batch_size, drop_last=self.drop_last, on_error=self.on_error,
             size=len(self.dataset) if self.on_error == "skip" else 0)
 
     def _shared(self, workers):
@@ -468,7 +481,8 @@ class PythonProducer(Producer):
                     persistent=self.persistent_workers,
                     threads_allowed=(self.worker_type == "auto" and self.seed_samples is False
                                      and _thread_safe(self.dataset)),
-                    batch_size=self.batch_size or 1)
+                    batch_size=self.budget_order.plan.max_batch_size
+                    if self.budget_order is not None else self.batch_size or 1)
             policy = self._policy
         stream_seed = None
         if _is_datapipe(self.dataset):  # torch's shared seed, drawn for every epoch
@@ -499,7 +513,7 @@ class PythonProducer(Producer):
     def batches(self, cursor):
         epoch, start = cursor.epoch, cursor.batch
         self._next_epoch = epoch + 1
-        plan = self._plan(epoch, cursor.start)
+        plan = self._plan(epoch, cursor.budget if cursor.budget is not None else cursor.start)
         states = self._sampler_states = {}
         resume, self._sampler_resume = self._sampler_resume, None
 

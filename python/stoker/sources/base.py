@@ -30,6 +30,9 @@ What a batch is:
 - ``_labels_are_next_tokens``: the batch's labels are already the next tokens (a language
   model's), so a trainer must not shift them again.
 - ``_text``: names of columns a batch looks up in Python (a table's text), else empty.
+- ``_lengths(unit)``: every sample's length in ``unit`` ("tokens", "seconds", "pixels"), known
+  without reading a sample (a float or int array), for batches by a ``stoker.Budget``;
+  ValueError where the dataset does not know them in that unit.
 
 What the tools report:
 - ``_stats()``: its sections of ``loader.stats()`` (a dict: "remote", "transforms", "packing",
@@ -82,6 +85,11 @@ class StokerDataset:
 
     def _assemble_batch(self, fields):
         return fields[0] if len(fields) == 1 else fields
+
+    def _lengths(self, unit):
+        raise ValueError(f"Budget({unit}=...) needs the samples' lengths: {type(self).__name__} "
+                         f"does not know them in {unit}; pass Budget(..., lengths=...) (an array, "
+                         f"or a callable index -> length)")
 
     def _batch_names(self):
         """By default the engine source's field names."""

@@ -16,7 +16,7 @@ from . import remote as _remote_shards
 from .samples import read_sample
 from .base import StokerDataset
 
-PACK_MODES = ("concat", "document", "best_fit")
+PACK_MODES = ("concat", "document", "best_fit", None)
 _TOKEN_SUFFIXES = (".bin", ".npy", ".idx")
 
 
@@ -200,6 +200,11 @@ def _column_documents(source, column, vocab_size):
     return _native.sources.ArrayDocuments(values, offsets, label, vocab_size or 0), label
 
 
+def _torch():
+    import torch
+    return torch
+
+
 def _check_int(name, value, low, none_ok=False):
     if value is None and none_ok:
         return
@@ -237,6 +242,12 @@ class TokenDataset(StokerDataset):
     - ``"best_fit"``: whole documents bin-packed into sequences of ``L`` (best-fit decreasing;
       a document longer than ``L`` is split into ``L``-token pieces), padded at the end; same
       fields as ``"document"``. ``padding_fraction`` is the share of padding tokens.
+    - ``None``: no packing: sample ``d`` is document ``d`` whole (its first ``seq_len`` tokens
+      when ``seq_len`` is given), of its own length. A batch pads its documents to its longest
+      (``eos``, else 0; labels ``label_ignore``): a dict of ``input_ids`` and ``labels`` (the
+      next token of the same document) ``[B, L]``, ``attention_mask`` (1 on tokens, 0 on
+      padding) and ``lengths`` ``[B]``. With ``batch_size=stoker.Budget(tokens=N)`` batches hold
+      about N padded tokens each (docs/budget.md); the lengths come from the index.
 
     Each is a pure function of ``(seed, epoch, index)``: every token of every document once per
     epoch, bit-identical batches whatever the workers, resumable with the loader's O(1) state.
@@ -257,7 +268,8 @@ class TokenDataset(StokerDataset):
                  cache_budget=None):
         if dtype not in ("uint16", "uint32"):
             raise ValueError(f'dtype must be "uint16" or "uint32", got {dtype!r}')
-        check_positive_int("seq_len", seq_len)
+        if pack is not None or seq_len is not None:
+            check_positive_int("seq_len", seq_len)
         if pack not in PACK_MODES:
             raise ValueError(f"pack must be one of {', '.join(map(repr, PACK_MODES))}, "
                              f"got {pack!r}")
@@ -291,9 +303,10 @@ class TokenDataset(StokerDataset):
         self.loss_mask = bool(loss_mask)
         self.label_ignore = int(label_ignore)
         self.max_segments = max_segments
-        if pack == "concat" and (loss_mask or max_segments is not None):
+        if pack in ("concat", None) and (loss_mask or max_segments is not None):
             raise ValueError('loss_mask and max_segments are for pack="document" and '
-                             '"best_fit"; concat windows are (input, target)')
+                             '"best_fit"; concat windows are (input, target), unpacked '
+                             'documents mark padding with labels and attention_mask')
         if column is not None:
             self._corpus, name = _column_documents(path, column, vocab_size)
             self.formats = ["table"]
@@ -308,17 +321,27 @@ class TokenDataset(StokerDataset):
             self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
                                                        vocab_size=vocab_size or 0)
             self.formats = list(self._corpus.formats)
-        self._source = _native.sources.PackedTokenSource(
-            self._corpus, pack, seq_len, eos,
-            shuffle_documents=self.shuffle_documents and pack != "concat",
-            label_ignore=self.label_ignore, loss_mask=self.loss_mask,
-            max_segments=max_segments or 0)
+        if pack is None:
+            if self._remote is not None:
+                raise ValueError("pack=None (whole documents) reads local token files; stream "
+                                 "remote shards with a packing")
+            self._source = _native.sources.DocumentSource(
+                self._corpus, pad_id=eos or 0, label_ignore=self.label_ignore,
+                max_length=seq_len or 0)
+        else:
+            self._source = _native.sources.PackedTokenSource(
+                self._corpus, pack, seq_len, eos,
+                shuffle_documents=self.shuffle_documents and pack != "concat",
+                label_ignore=self.label_ignore, loss_mask=self.loss_mask,
+                max_segments=max_segments or 0)
         if self._remote is not None:
             self._block_shards = _token_block_shards(self._source, self._corpus, seq_len)
         self.num_tokens = self._corpus.num_tokens
         self.num_documents = self._corpus.num_documents
         self.format = self.formats[0] if len(set(self.formats)) == 1 else "mixed"
-        if pack != "concat":  # the native producer's hook: a packed batch is a dict
+        if pack is None:  # the native producer's hook: a batch of documents is a dict
+            self._assemble_batch = self._documents_batch
+        elif pack != "concat":  # a packed batch is a dict
             self._fields = tuple(self._source.field_names)
             self._assemble_batch = self._as_dict
 
@@ -330,8 +353,9 @@ class TokenDataset(StokerDataset):
 
     @property
     def padding_fraction(self):
-        """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``)."""
-        return self._source.padding_fraction
+        """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``; for
+        ``None``, the batches' padding: ``loader.stats()["budget"]``)."""
+        return 0.0 if self.pack is None else self._source.padding_fraction
 
     _labels_are_next_tokens = True  # y is x shifted by one token (or labels of a pack)
 
@@ -341,9 +365,17 @@ class TokenDataset(StokerDataset):
     def _identity(self):
         return self.paths
 
+    def _lengths(self, unit):
+        if unit != "tokens" or self.pack is not None:
+            return super()._lengths(unit) if unit != "tokens" else np.full(
+                len(self), self.seq_len, dtype=np.float64)  # windows: seq_len tokens each
+        return self._source.lengths()  # documents: from the index
+
     def _stats(self):
         """Adds ``loader.stats()["packing"]``: how the corpus is packed (the same every
         epoch)."""
+        if self.pack is None:
+            return super()._stats()
         return {**super()._stats(), "packing": self._packing()}
 
     def _packing(self):
@@ -354,6 +386,15 @@ class TokenDataset(StokerDataset):
 
     def _as_dict(self, fields):
         return dict(zip(self._fields, fields))
+
+    def _documents_batch(self, fields):
+        """An unpacked batch: input_ids, labels, attention_mask (from the lengths), lengths."""
+        ids, labels, lengths = fields
+        positions = (np if isinstance(ids, np.ndarray) else _torch()).arange(ids.shape[1])
+        mask = positions[None, :] < lengths[:, None]
+        return {"input_ids": ids, "labels": labels,
+                "attention_mask": mask.astype(np.int64) if isinstance(mask, np.ndarray)
+                else mask.long(), "lengths": lengths}
 
     def __reduce__(self):  # pickled as its spec: the shards must be readable at the same paths
         source = self.paths if self.column is None else self._table_source
@@ -375,6 +416,8 @@ class TokenDataset(StokerDataset):
         fields = read_sample(self._source, index)
         if self.pack == "concat":
             return tuple(fields)
+        if self.pack is None:
+            return {"input_ids": fields[0], "labels": fields[1]}
         return self._as_dict(fields)
 
     def document(self, d):
