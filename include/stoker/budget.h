@@ -17,9 +17,11 @@
 //   no batch, and oversized() lists it (a front raises an error naming it, or counts it skipped).
 // - An epoch (epoch()). Each bucket's samples are permuted by (seed, epoch, bucket) (not with
 //   shuffle = false), cut into windows of kSortWindow samples, each window sorted by length (ties
-//   by index), and filled greedily into batches in that order; a bucket's batches are then
-//   permuted by (seed, epoch, bucket). So batches hold neighbours in length (little padding) and
-//   still differ from epoch to epoch. Every sample that is not oversized is in exactly one batch.
+//   by index; up and down in turn, so that lengths change smoothly from one window to the next),
+//   and filled greedily into batches in that order; runs of kBatchRun consecutive batches are
+//   then permuted by (seed, epoch, bucket). So batches hold neighbours in length (little padding),
+//   a step's batches are neighbours too (about the same cost on every rank), and both differ from
+//   epoch to epoch. Every sample that is not oversized is in exactly one batch.
 // - Steps and ranks. A step gives each of world_size ranks one batch, all from one bucket: rank r
 //   takes the bucket's next batches c + r (c: the bucket's batches consumed before the step). A
 //   bucket with b batches left has b / world_size whole steps; its last b % world_size batches
@@ -66,6 +68,8 @@ struct BudgetOptions {
 inline constexpr uint64_t kAutoBuckets = 32;
 // Samples sorted together by length within a bucket's epoch order.
 inline constexpr uint64_t kSortWindow = 4096;
+// Consecutive batches of a bucket kept together when its batches are permuted.
+inline constexpr uint64_t kBatchRun = 32;
 
 class BudgetEpoch;
 

@@ -187,10 +187,14 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
     std::vector<uint64_t> order(n);
     const EpochOrder perm(n, shuffle, hash_key(seed, j, kSampleSalt), epoch);
     for (uint64_t p = 0; p < n; ++p) order[p] = samples[perm[p]];
+    // Windows sorted up and down in turn: lengths change smoothly across a window's end too,
+    // so no batch joins one window's longest to the next one's shortest.
     for (uint64_t w = 0; w < n; w += kSortWindow) {
+      const bool down = (w / kSortWindow) % 2 == 1;
       std::sort(order.begin() + w, order.begin() + std::min(n, w + kSortWindow),
                 [&](uint64_t a, uint64_t b) {
-                  return lengths_[a] < lengths_[b] || (lengths_[a] == lengths_[b] && a < b);
+                  const bool less = lengths_[a] < lengths_[b] || (lengths_[a] == lengths_[b] && a < b);
+                  return down ? !less && a != b : less;
                 });
     }
     // Greedy batches in that order.
@@ -211,17 +215,21 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
     }
     if (n > 0) starts.push_back(n);
     else starts.clear();
-    // The bucket's batches in a permuted order.
+    // The bucket's batches, runs of kBatchRun neighbours (in length) in a permuted order: a
+    // step's ranks take consecutive batches, of about the same length and cost.
     BudgetEpoch::BucketBatches& bb = e.buckets_[j];
     const uint64_t nb = starts.empty() ? 0 : starts.size() - 1;
-    const EpochOrder batch_perm(nb, shuffle, hash_key(seed, j, kBatchSalt), epoch);
+    const uint64_t runs = (nb + kBatchRun - 1) / kBatchRun;
+    const EpochOrder run_perm(runs, shuffle, hash_key(seed, j, kBatchSalt), epoch);
     bb.order.reserve(n);
     bb.starts.reserve(nb + 1);
     bb.starts.push_back(0);
-    for (uint64_t k = 0; k < nb; ++k) {
-      const uint64_t src = batch_perm[k];
-      bb.order.insert(bb.order.end(), order.begin() + starts[src], order.begin() + starts[src + 1]);
-      bb.starts.push_back(bb.order.size());
+    for (uint64_t r = 0; r < runs; ++r) {
+      const uint64_t first = run_perm[r] * kBatchRun, last = std::min(nb, first + kBatchRun);
+      for (uint64_t src = first; src < last; ++src) {
+        bb.order.insert(bb.order.end(), order.begin() + starts[src], order.begin() + starts[src + 1]);
+        bb.starts.push_back(bb.order.size());
+      }
     }
     if (nb == 0) bb.starts.clear();
   }

@@ -258,7 +258,9 @@ TEST(BudgetPlan, MaxPaddedElementsBoundsEveryBatch) {
       }
     }
     EXPECT_LE(most, bound);
-    EXPECT_GT(most, bound / 2) << "a bound, not a gross overestimate";
+    if (cost == BudgetCost::kPadded) {  // a sum's bound is the worst mix, which sorting avoids
+      EXPECT_GT(most, bound / 2) << "a bound, not a gross overestimate";
+    }
   }
 }
 
