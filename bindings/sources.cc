@@ -363,6 +363,21 @@ void register_sources(nb::module_& m) {
            }),
            nb::arg("values"), nb::arg("offsets"), nb::arg("name"), nb::arg("vocab_size") = 0);
 
+  m.def(
+      "image_pixels",
+      [](std::shared_ptr<ImageFiles> files, int threads, uint64_t max_pixels) {
+        std::vector<uint64_t> pixels;
+        {
+          nb::gil_scoped_release release;
+          pixels = image_pixels(*files, threads, max_pixels);
+        }
+        auto* v = new std::vector<uint64_t>(std::move(pixels));
+        nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+      },
+      nb::arg("files"), nb::arg("threads"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
+      "Each image's width x height from its header (a uint64 array; 0 where unreadable).");
+
   nb::class_<DocumentSource, Source>(
       m, "DocumentSource",
       "A DocumentSet's documents as variable-length samples: input_ids and labels (the next "

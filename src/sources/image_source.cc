@@ -1,7 +1,9 @@
 #include "stoker/sources/image_source.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
@@ -101,6 +103,29 @@ void ChannelStatsSource::read(const SampleKey& key, std::span<std::byte* const> 
   }
   out[6] = static_cast<double>(n);
   std::memcpy(slots[0], out, sizeof out);
+}
+
+std::vector<uint64_t> image_pixels(const ImageFiles& files, int threads, uint64_t max_pixels) {
+  std::vector<uint64_t> out(files.size(), 0);
+  const uint64_t n = files.size();
+  const int used = static_cast<int>(std::clamp<uint64_t>(n, 1, std::max(threads, 1)));
+  auto work = [&](int t) {
+    std::vector<std::byte> buffer;
+    for (uint64_t i = t; i < n; i += used) {
+      try {
+        files.read(i, buffer);
+        const image::ImageInfo info = image::read_info(buffer, max_pixels);
+        out[i] = static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height);
+      } catch (...) {
+        out[i] = 0;  // the sample's own read reports it
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < used; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  return out;
 }
 
 }  // namespace stoker

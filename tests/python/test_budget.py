@@ -318,3 +318,47 @@ def test_two_gloo_ranks_over_a_skewed_corpus_finish_together(tmp_path):
     total = sum(len(d) for d in docs)
     # Two epochs; with the default remainder ("drop") a few batches wait for the next epoch.
     assert 0.9 * 2 * total <= reports[0]["tokens"] <= 2 * total
+
+
+def test_image_sizes_come_from_the_headers(tmp_path):
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    sizes = {}
+    for k in range(12):
+        w, h = int(rng.integers(8, 64)), int(rng.integers(8, 64))
+        (tmp_path / str(k % 2)).mkdir(exist_ok=True)
+        path = tmp_path / str(k % 2) / f"{k}.{'png' if k % 3 else 'jpg'}"
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(path)
+        sizes[str(path)] = w * h
+    from stoker import transforms as T
+    ds = stoker.ImageFolder(tmp_path, transform=T.Compose([T.Resize((8, 8)), T.ToTensor()]))
+    assert list(ds._lengths("pixels")) == [sizes[p] for p, _ in ds.samples]
+    budget = 6000
+    loader = stoker.DataLoader(ds, batch_size=stoker.Budget(pixels=budget), shuffle=True)
+    seen = []
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 8, 8)
+        seen.append(len(labels))
+    assert sum(seen) == len(ds) - sum(s > budget for s in sizes.values())  # oversized: raise?
+    with pytest.raises(ValueError, match="does not know them in seconds"):
+        stoker.DataLoader(ds, batch_size=stoker.Budget(seconds=5))
+
+
+def test_a_tables_list_column_gives_its_lengths(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rows = [list(range(1, k + 1)) for k in (3, 9, 1, 14, 6, 2, 11, 5)]
+    pq.write_table(pa.table({"input_ids": rows, "y": list(range(8))}), tmp_path / "t.parquet")
+    ds = stoker.TableDataset(tmp_path / "t.parquet", max_length=12)
+    assert list(ds._lengths("tokens")) == [min(len(r), 12) for r in rows]
+    loader = stoker.DataLoader(ds, batch_size=stoker.Budget(tokens=24), output="numpy")
+    assert sorted(int(y) for b in loader for y in b["y"]) == list(range(8))
+
+
+def test_diagnose_reports_the_padding_and_the_cost_spread(corpus):
+    path, _ = corpus
+    loader = stoker.DataLoader(documents(path), batch_size=stoker.Budget(tokens=BUDGET),
+                               shuffle=True, rank=0, world_size=2)
+    report = stoker.diagnose(loader, max_batches=5, seconds=10)
+    assert report["budget"]["padding_fraction"] < 0.1
+    assert any("padding" in r and "cost of a step" in r for r in report.reasons)

@@ -82,4 +82,11 @@ class ChannelStatsSource final : public ImageFilesSource {
   uint64_t max_pixels_;
 };
 
+// Each image's width x height, read from its header without decoding it (a batch's cost in
+// pixels, for a budget: budget.h), by `threads` threads (>= 1) that share the files in strides.
+// An image whose file or header cannot be read counts 0 pixels: it fails with its own error when
+// the loader reads it. Thread safety: reentrant.
+std::vector<uint64_t> image_pixels(const ImageFiles& files, int threads,
+                                   uint64_t max_pixels = image::kDefaultMaxPixels);
+
 }  // namespace stoker

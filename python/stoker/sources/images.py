@@ -196,6 +196,13 @@ class HoldsImages(StokerDataset):
     def _batch_names(self):
         return ("pixel_values", "labels") if self._images is not None else super()._batch_names()
 
+    def _lengths(self, unit):
+        """Pixels: each image's width x height from its header, read natively (no decode)."""
+        if unit != "pixels" or self._images is None:
+            return super()._lengths(unit)
+        threads = max(1, min(8, _native.engine.usable_cores()))
+        return _native.sources.image_pixels(self._files, threads, self.max_pixels)
+
     @property
     def _decodes_on_gpu(self):
         return self._images is not None and self._images.decodes_on_gpu

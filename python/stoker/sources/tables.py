@@ -172,6 +172,7 @@ class TableDataset(HoldsImages):
         self.shuffle_window = shuffle_window
         self.cache_bytes = cache_bytes
         schema, open_data = self._opener(pa, arrow, source)
+        self._schema = schema
         names = list(schema.names)
         wanted = [image] + ([label] if label else []) if image is not None else columns
         if wanted is not None:
@@ -287,6 +288,26 @@ class TableDataset(HoldsImages):
 
     def _identity(self):
         return self.paths
+
+    def _lengths(self, unit):
+        """Tokens: each row's longest list (of its list columns: token ids), up to max_length,
+        read from the column without the engine; pixels of an image table: from the headers."""
+        if unit != "tokens" or self.image is not None:
+            return super()._lengths(unit)
+        pa = _pyarrow()
+        import pyarrow.compute as pc
+        table = self._table if not self.paths else None
+        types = {c: self._schema.field(c).type for c in self.columns}
+        lists = [c for c, t in types.items() if pa.types.is_list(t) or pa.types.is_large_list(t)]
+        if not lists:
+            raise ValueError(f"Budget(tokens=...) needs the rows' lengths: this TableDataset has "
+                             f"no list column (token ids); pass Budget(..., lengths=...)")
+        table = table if table is not None else read_columns(pa, self.paths, lists)
+        lengths = np.zeros(len(self), dtype=np.int64)
+        for c in lists:
+            counts = pc.list_value_length(table.column(c)).fill_null(0)
+            lengths = np.maximum(lengths, counts.to_numpy(zero_copy_only=False))
+        return np.minimum(lengths, self.max_length) if self.max_length else lengths
 
     def _where(self):
         return self._name

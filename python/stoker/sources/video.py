@@ -336,6 +336,19 @@ class VideoDataset(StokerDataset):
         return ("pixel_values", "labels", "timestamps") if self.timestamps else \
             ("pixel_values", "labels")
 
+    def _lengths(self, unit):
+        """Pixels: each clip's frame width x height, from its video's header (its packet
+        index)."""
+        if unit != "pixels":
+            return super()._lengths(unit)
+        sizes = {}
+        for i, (path, *_rest) in enumerate(self.videos):
+            if path not in sizes:
+                info = probe(path) if self._files is None else \
+                    self._module.probe(self._files.read(i), self._files.path(i))
+                sizes[path] = info["width"] * info["height"]
+        return np.repeat([sizes[v[0]] for v in self.videos], self.clips_per_video)
+
     def _counters(self):
         return self.stats()
 

@@ -158,6 +158,13 @@ def diagnose(loader, step_fn=None, *, seconds=10.0, max_batches=None, warmup_bat
     report.update(figures=figures, batches=batches, samples=samples,
                   samples_per_s=samples / wall if wall else 0.0,
                   step_seconds=step, wait_seconds=wait)
+    if stoker_loader and (budget := loader.stats().get("budget")) is not None:
+        # Batches by a budget: the padding's share and how much a step's cost differs by rank.
+        report["budget"] = budget
+        report["reasons"].append(
+            f"batches by {loader.batch_size!r}: padding {budget['padding_fraction']:.1%} of the "
+            f"batches' size, the ranks' cost of a step within {budget['mean_cost_spread']:.1%} "
+            f"on average ({budget['max_cost_spread']:.1%} at most)")
     return report
 
 
