@@ -42,6 +42,8 @@ What the tools report:
   ``figure(...)`` dicts (name, value, unit; worker seconds in a stage of its own with the advice
   when that stage limits: include/stoker/tuning/diagnosis.h, SourceFigure).
 - ``_where()``: where its samples are, in a few words, for a command's report.
+- ``_extra``: the extra of ``pip install 'stoker[...]'`` it needs installed (pyproject.toml's
+  [project.optional-dependencies]: "tables", "video", ...), or None.
 - ``_identity()``: what must be equal where the dataset is rebuilt in another process or node
   (the offload layer compares it): its files, say. Compared by ``repr``.
 
@@ -78,6 +80,7 @@ class StokerDataset:
     _block_shards = None
     _text = ()
     _labels_are_next_tokens = False
+    _extra = None
     default_shuffle = True
 
     def _source_for(self, shuffle):

@@ -57,6 +57,8 @@ class LeRobotDataset(StokerDataset):
     with ``task`` a list of strings.
     """
 
+    _extra = "video"  # stoker[video]: the FFmpeg module
+
     def __init__(self, root, delta_timestamps=None, episodes=None, transform=None,
                  tolerance_s=1e-4, *, frame_dtype="float32", stratify="task",
                  decoder_threads=1, index_cache_bytes=64 << 20, max_pixels=DEFAULT_MAX_PIXELS,

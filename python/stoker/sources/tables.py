@@ -36,7 +36,7 @@ _TABLE_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
 
 
 def _pyarrow():
-    return require("pyarrow", "tables", "stoker.TableDataset")
+    return require("pyarrow", TableDataset._extra, "stoker.TableDataset")
 
 
 def _arrow_module():
@@ -144,6 +144,8 @@ class TableDataset(HoldsImages):
     read as local files: a shuffled table reads row groups from all its files, so they must fit
     the cache budget together (ValueError naming the sizes otherwise).
     """
+
+    _extra = "tables"
 
     def __init__(self, source, columns=None, image=None, transform=None, label=None, *,
                  max_length=None, pad_value=0, shuffle_window=None, cache_bytes=None,

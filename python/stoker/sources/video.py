@@ -182,6 +182,8 @@ class VideoDataset(StokerDataset):
     bounds the packet indexes kept in memory.
     """
 
+    _extra = "video"  # stoker[video]: the FFmpeg module
+
     def __init__(self, source, frames=16, stride=1, fps=None, clips_per_video=1, transform=None,
                  timestamps=False, layout="TCHW", *, random_clips=None, path_column="path",
                  label_column="label", start_column="start", end_column="end",
