@@ -20,6 +20,7 @@
 // hash_key of random.h, and the loader's limits.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -357,6 +358,9 @@ void register_engine(nb::module_& m) {
   m.def("physical_memory_bytes", &physical_memory_bytes);
   // The option rules every producer shares (engine.h): the front asks them once, in
   // _options.parse, so that each rule and its message live in the engine.
+  m.def("check_knobs", &check_knobs, nb::arg("num_workers").none(),
+        nb::arg("prefetch_factor").none(), nb::arg("cpu_budget").none(),
+        "InvalidArgument unless each knob given is in its range (None: \"auto\").");
   m.def(
       "check_repeats",
       [](uint64_t repeats, const std::string& order) {

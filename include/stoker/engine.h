@@ -52,6 +52,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,10 @@ struct EngineOptions {
 // class-weighted order, a mixture's weights, a budget's plan (budget.h), or an order the engine
 // does not make (a user's sampler, a stream's own).
 enum class SampleOrder { kPlain, kStratified, kMixture, kBudget, kExternal };
+// The knobs' ranges: num_workers in [0, kMaxWorkers], prefetch_factor in [1, kMaxPrefetchFactor],
+// cpu_budget in [1, kMaxWorkers]; nullopt is "auto" (for cpu_budget: the usable cores).
+void check_knobs(std::optional<int64_t> num_workers, std::optional<int64_t> prefetch_factor,
+                 std::optional<int64_t> cpu_budget);
 // repeats >= 1, and repeats > 1 only in the plain order: the others lay out whole batches (or
 // streams) and key their draws by cycles of their own.
 void check_repeats(uint64_t repeats, SampleOrder order);

@@ -23,8 +23,6 @@ from .budget import Budget
 from ._checks import is_int
 from .gpu import feed as _feed
 
-MAX_WORKERS = _native.engine.MAX_WORKERS
-MAX_PREFETCH = _native.engine.MAX_PREFETCH_FACTOR
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -54,13 +52,22 @@ def parse_bytes(value, name="memory_budget"):
         f"'512MB', got {value!r}")
 
 
-def knob(name, value, low, high):
-    """-1 for "auto", else ``value`` checked to lie in [low, high]."""
+def knob(name, value):
+    """None for "auto", else ``value``, an integer (its range is the engine's rule:
+    ``check_knobs``)."""
     if value == "auto":
-        return -1
-    if not is_int(value) or not low <= value <= high:
-        raise ValueError(f'{name} must be "auto" or an integer in [{low}, {high}], got {value!r}')
+        return None
+    if not is_int(value):
+        raise ValueError(f'{name} must be "auto" or an integer, got {value!r}')
     return value
+
+
+def check_knobs(num_workers="auto", prefetch_factor="auto", cpu_budget=None):
+    """The knobs as the engine checks them (include/stoker/engine.h ``check_knobs``, its message):
+    ValueError naming the first out of its range. cpu_budget None: the usable cores."""
+    _native.engine.check_knobs(knob("num_workers", num_workers),
+                               knob("prefetch_factor", prefetch_factor),
+                               None if cpu_budget is None else knob("cpu_budget", cpu_budget))
 
 
 def auto(value):
@@ -149,6 +156,10 @@ def order_of(dataset, kind, stratified, python, budget=None):
             raise ValueError(f"batch_size={budget!r} plans the epoch's batches by their cost; "
                              f"{other} orders samples by rules of its own: not both")
         return "budget"
+    if stratified and isinstance(dataset, Mixture):
+        raise ValueError('shuffle="stratified" and class_weights balance classes; a Mixture draws '
+                         "its sources by its own weights (Mixture(weights=...)): pass shuffle=True "
+                         "or False")
     if stratified:
         return "stratified"
     if isinstance(dataset, Mixture):
@@ -196,14 +207,9 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     if shard_window != "auto" and not (is_int(shard_window) and shard_window >= 1):
         raise ValueError(f'shard_window must be "auto" or a positive integer (shards each rank '
                          f'keeps open), got {shard_window!r}')
-    if offload is not None and repeats != 1:
-        raise ValueError("repeats is not supported with offload yet: load without offload")
     spec = None
     if batch_transform is not None:
         spec = batch_transforms.parse(batch_transform)
-        if offload is not None:
-            raise ValueError("batch_transform is not supported with offload yet: load without "
-                             "offload")
     if kind != "python":  # a Python dataset's were torch's checks, with torch's messages
         if python_given := {k: v for k, v in python.items()
                             if v is not PYTHON_ONLY[k] and v != PYTHON_ONLY[k]}:
@@ -213,20 +219,16 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
         if not isinstance(batch_size, Budget) and (not is_int(batch_size) or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or a stoker.Budget, got "
                              f"{batch_size!r}")
-        knob("prefetch_factor", prefetch_factor, 1, MAX_PREFETCH)
         if kind == "native":
-            knob("num_workers", num_workers, 0, MAX_WORKERS)
-            if cpu_budget is not None:
-                knob("cpu_budget", cpu_budget, 1, MAX_WORKERS)
+            check_knobs(num_workers, prefetch_factor, cpu_budget)
+        else:
+            check_knobs(prefetch_factor=prefetch_factor)
     stratified = balance.check_shuffle(False if shuffle is None else shuffle, class_weights)
     if kind == "python":
         drop_last = bool(drop_last)  # any truth value, as torch takes it
     elif not isinstance(drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
     budget_given = batch_size if isinstance(batch_size, Budget) else None
-    if budget_given is not None and offload is not None:
-        raise ValueError(f"batch_size={budget_given!r} is not supported with offload yet: load "
-                         f"without offload")
     order = order_of(dataset, kind, stratified, python, budget_given)
     _native.engine.check_repeats(repeats, order)  # the engine's rule (include/stoker/engine.h)
     return Options(batch_size=batch_size, budget=budget_given, shuffle=shuffle, seed=seed, drop_last=drop_last,

@@ -35,17 +35,10 @@ class EngineOrdered(Producer):
                              f"shuffle={self.shuffle!r}")
         # Shards each rank keeps open (the engine's shard_window); 0: no shard order.
         self.shard_window = _options.shard_window(o) if self.shuffle == "shards" else 0
-        self.mixture = dataset if isinstance(dataset, Mixture) else None
-        if self.mixture is not None and o.stratified:
-            raise ValueError('shuffle="stratified" and class_weights balance classes; a Mixture '
-                             "draws its sources by its own weights (Mixture(weights=...)): pass "
-                             "shuffle=True or False")
-        if self.shuffle == "shards" and (self.mixture is not None or o.offload is not None):
-            raise ValueError('shuffle="shards" is not supported with a Mixture or offload yet: '
-                             "pass shuffle=True")
-        if self.mixture is not None and o.offload is not None:
-            raise ValueError("a Mixture cannot be offloaded to Ray yet: its batches are laid out "
-                             "whole for the loader's ranks; load it without offload")
+        self.mixture = dataset if o.order == "mixture" else None
+        if self.shuffle == "shards" and self.mixture is not None:
+            raise ValueError('shuffle="shards" is not supported with a Mixture yet: pass '
+                             "shuffle=True")
         self.classes = balance.class_groups(dataset, o.labels) if o.stratified else None
         self.weights = balance.weights_for(self.classes, o.class_weights) \
             if o.stratified else []

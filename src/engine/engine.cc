@@ -21,16 +21,10 @@ constexpr size_t kFieldAlign = 64;
 constexpr uint64_t kPrefetchAhead = 8;  // samples hinted ahead of the one being read
 
 EngineOptions resolve(EngineOptions o) {
-  if (o.num_workers < -1 || o.num_workers > kMaxWorkers)
-    throw InvalidArgument("num_workers must be \"auto\" or an integer in [0, " +
-                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.num_workers));
-  if (o.prefetch_factor == 0 || o.prefetch_factor < -1 || o.prefetch_factor > kMaxPrefetchFactor)
-    throw InvalidArgument("prefetch_factor must be \"auto\" or an integer in [1, " +
-                          std::to_string(kMaxPrefetchFactor) + "], got " +
-                          std::to_string(o.prefetch_factor));
-  if (o.cpu_budget < 0 || o.cpu_budget > kMaxWorkers)
-    throw InvalidArgument("cpu_budget must be 0 (usable cores) or an integer in [1, " +
-                          std::to_string(kMaxWorkers) + "], got " + std::to_string(o.cpu_budget));
+  // -1 is "auto" (0 for cpu_budget); any other value below the range is out of it.
+  check_knobs(o.num_workers == -1 ? std::nullopt : std::optional<int64_t>(o.num_workers),
+              o.prefetch_factor == -1 ? std::nullopt : std::optional<int64_t>(o.prefetch_factor),
+              o.cpu_budget == 0 ? std::nullopt : std::optional<int64_t>(o.cpu_budget));
   if (o.cpu_budget == 0) o.cpu_budget = usable_cores();
   if (o.num_workers == -1) o.num_workers = o.cpu_budget;
   if (o.prefetch_factor == -1) o.prefetch_factor = kDefaultPrefetchFactor;
@@ -127,6 +121,20 @@ std::string autotune_key_of(const Source& source, const EngineOptions& o) {
 }
 
 }  // namespace
+
+void check_knobs(std::optional<int64_t> num_workers, std::optional<int64_t> prefetch_factor,
+                 std::optional<int64_t> cpu_budget) {
+  if (num_workers && (*num_workers < 0 || *num_workers > kMaxWorkers))
+    throw InvalidArgument("num_workers must be \"auto\" or an integer in [0, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(*num_workers));
+  if (prefetch_factor && (*prefetch_factor < 1 || *prefetch_factor > kMaxPrefetchFactor))
+    throw InvalidArgument("prefetch_factor must be \"auto\" or an integer in [1, " +
+                          std::to_string(kMaxPrefetchFactor) + "], got " +
+                          std::to_string(*prefetch_factor));
+  if (cpu_budget && (*cpu_budget < 1 || *cpu_budget > kMaxWorkers))
+    throw InvalidArgument("cpu_budget must be unset (the usable cores) or an integer in [1, " +
+                          std::to_string(kMaxWorkers) + "], got " + std::to_string(*cpu_budget));
+}
 
 void check_repeats(uint64_t repeats, SampleOrder order) {
   if (repeats < 1)

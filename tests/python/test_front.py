@@ -181,7 +181,8 @@ def test_each_shared_rule_has_one_message_for_every_producer():
             stoker.DataLoader(dataset, batch_size=2, repeats=2, **kw)
     # batch_size: one message for every producer the engine orders (a Python dataset: torch's)
     for kw in ({}, dict(offload=stoker.RayOffload()) if importlib.util.find_spec("ray") else {}):
-        with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got 0$"):
+        with pytest.raises(ValueError,
+                           match=r"^batch_size must be a positive integer or a stoker.Budget, got 0$"):
             stoker.DataLoader(arrays, batch_size=0, **kw)
     with pytest.raises(ValueError, match=r"^batch_size should be a positive integer value"):
         stoker.DataLoader(MapStyle(), batch_size=0)

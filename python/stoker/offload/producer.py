@@ -206,8 +206,20 @@ class RayProducer(EngineOrdered):
         if o.pin_memory is True:
             raise ValueError("pin_memory=True is not supported with offload: batches arrive in "
                              "Ray's object store")
+        for given, what in ((o.repeats != 1, "repeats"),
+                            (o.batch_transform is not None, "batch_transform"),
+                            (o.budget is not None, f"batch_size={o.budget!r}")):
+            if given:
+                raise ValueError(f"{what} is not supported with offload yet: load without "
+                                 f"offload")
         # A stratified or weighted order: the actors build the same one from the same labels.
         super().__init__(dataset, o)
+        if self.mixture is not None:
+            raise ValueError("a Mixture cannot be offloaded to Ray yet: its batches are laid out "
+                             "whole for the loader's ranks; load it without offload")
+        if self.shuffle == "shards":
+            raise ValueError('shuffle="shards" is not supported with offload yet: pass '
+                             'shuffle=True')
         self.offload = o.offload
         # A dataset in blocks (Parquet row groups), shuffled: the actors' engines visit it in a
         # block order, whose arrangement the resume state records (_state.py).

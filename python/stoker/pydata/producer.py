@@ -45,6 +45,7 @@ from torch.utils.data import BatchSampler, IterableDataset
 from .. import _native, balance
 from .._checks import is_int
 from ..budget import Budget, BudgetOrder
+from .._options import check_knobs
 from .._producer import Producer
 from ..sources.base import StokerDataset
 from ..gpu import feed as _feed
@@ -123,11 +124,8 @@ def validate(dataset, batch_size, shuffle, python, drop_last, num_workers, prefe
         raise ValueError("prefetch_factor option could only be specified in multiprocessing. "
                          "let num_workers > 0 to enable multiprocessing, otherwise set "
                          "prefetch_factor to None.")
-    if prefetch_factor not in ("auto", None) and (
-            not is_int(prefetch_factor)
-            or not 1 <= prefetch_factor <= _native.engine.MAX_PREFETCH_FACTOR):
-        raise ValueError(f'prefetch_factor must be "auto", None or an integer in '
-                         f'[1, {_native.engine.MAX_PREFETCH_FACTOR}], got {prefetch_factor!r}')
+    if prefetch_factor is not None:  # the engine's rule (None: torch's value without workers)
+        check_knobs(prefetch_factor=prefetch_factor)
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0")
 
