@@ -70,6 +70,7 @@ class StreamEnd:
 @dataclasses.dataclass(frozen=True)
 class InitFailed:
     error: RemoteError
+    task_id = None  # it answers no task: a worker that could not start
 
 
 Result = BatchDone | TaskFailed | StreamEnd

@@ -67,7 +67,7 @@ class PoolSession:
     def drain(self):
         while self.outstanding:
             for _, answer in self.pool.wait(_WAIT_SLICE_S):
-                self.outstanding.pop(getattr(answer, "task_id", None), None)
+                self.outstanding.pop(answer.task_id, None)
 
 
 def _close_epoch(session, pending, owned):

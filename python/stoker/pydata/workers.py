@@ -144,7 +144,7 @@ def _unpicklable(answer):
     """The answer to send instead of ``answer``, which does not pickle: the error names the type
     of the object that cannot be sent."""
     culprit = None
-    for obj in getattr(answer.batch, "objects", ()):
+    for obj in answer.batch.objects if isinstance(answer, BatchDone) else ():
         try:
             pickle.dumps(obj, 5)
         except Exception:
