@@ -84,7 +84,7 @@ def without_segments(jpeg, marker):
 def sample_jpegs(count):
     """`count` sample JPEGs: the first progressive and the first grayscale file, then others
     spread over the dataset, as (name, bytes)."""
-    from stoker.cli import sample_data
+    from stoker import sample_data
 
     root = Path(sample_data.default_sample_root())
     sample_data.make_sample(root)  # cached: built once per machine
@@ -448,7 +448,7 @@ def seeds(small):
         if small:
             out["tar"][name.replace(".tar", "-cut.tar")] = tar + fdp_tail([(30000, 2)])
     if not small:
-        from stoker.cli import sample_data
+        from stoker import sample_data
         shard = Path(sample_data.default_sample_root()) / "shards" / "train-0000.tar"
         with open(shard, "rb") as f:
             head = f.read(600_000)
