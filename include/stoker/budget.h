@@ -19,7 +19,8 @@
 //   shuffle = false), cut into windows of kSortWindow samples, each window sorted by length (ties
 //   by index; up and down in turn, so that lengths change smoothly from one window to the next),
 //   and filled greedily into batches in that order; runs of kBatchRun consecutive batches are
-//   then permuted by (seed, epoch, bucket). So batches hold neighbours in length (little padding),
+//   then permuted by (seed, epoch, bucket), but for the run holding the bucket's last batch (the
+//   one partly filled), which stays last. So batches hold neighbours in length (little padding),
 //   a step's batches are neighbours too (about the same cost on every rank), and both differ from
 //   epoch to epoch. Every sample that is not oversized is in exactly one batch.
 // - Steps and ranks. A step gives each of world_size ranks one batch, all from one bucket: rank r

@@ -478,6 +478,15 @@ def _replaceable(root: Path) -> bool:
     return m is not None and m.get("generator") == _GENERATOR
 
 
+def sample_dataset(root=None, transform=None):
+    """The built-in sample data (made if missing, under ``root`` or the default root) as a
+    ``stoker.ImageFolder`` of its training split, with ``transform``."""
+    from .sources.images import ImageFolder
+    make_sample(root) if root else make_sample()
+    base = root or default_sample_root()
+    return ImageFolder(os.path.join(base, "train"), transform=transform)
+
+
 def make_sample(
     root: str | os.PathLike | None = None,
     *,

@@ -219,13 +219,17 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
     // step's ranks take consecutive batches, of about the same length and cost.
     BudgetEpoch::BucketBatches& bb = e.buckets_[j];
     const uint64_t nb = starts.empty() ? 0 : starts.size() - 1;
+    // The run holding the bucket's last batch, the one partly filled, stays last: it is then
+    // the batch a remainder drops, or the last step's, not a step among full batches.
     const uint64_t runs = (nb + kBatchRun - 1) / kBatchRun;
-    const EpochOrder run_perm(runs, shuffle, hash_key(seed, j, kBatchSalt), epoch);
+    const EpochOrder run_perm(runs > 0 ? runs - 1 : 0, shuffle, hash_key(seed, j, kBatchSalt),
+                              epoch);
     bb.order.reserve(n);
     bb.starts.reserve(nb + 1);
     bb.starts.push_back(0);
     for (uint64_t r = 0; r < runs; ++r) {
-      const uint64_t first = run_perm[r] * kBatchRun, last = std::min(nb, first + kBatchRun);
+      const uint64_t run = r + 1 < runs ? run_perm[r] : runs - 1;
+      const uint64_t first = run * kBatchRun, last = std::min(nb, first + kBatchRun);
       for (uint64_t src = first; src < last; ++src) {
         bb.order.insert(bb.order.end(), order.begin() + starts[src], order.begin() + starts[src + 1]);
         bb.starts.push_back(bb.order.size());

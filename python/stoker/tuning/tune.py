@@ -81,15 +81,12 @@ def default_knobs(max_workers=None, batch_sizes=None, batch_size=64, torch=False
 
 
 def sample_dataset(root=None):
-    """The built-in sample data with the standard ImageNet training pipeline."""
+    """The built-in sample data with the standard ImageNet training pipeline (the sample data's
+    own module makes it: tune names no dataset)."""
     from .. import transforms as T
-    from ..sample_data import default_sample_root, make_sample
-    from ..sources.images import ImageFolder
-
-    make_sample(root) if root else make_sample()
-    base = root or default_sample_root()
-    return ImageFolder(os.path.join(base, "train"), transform=T.Compose([
-        T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]))
+    from ..sample_data import sample_dataset as make
+    return make(root, T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                 T.ToTensor(), T.Normalize(MEAN, STD)]))
 
 
 def _open_dataset(spec, image=None, label=None):
