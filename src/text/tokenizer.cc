@@ -7,7 +7,10 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <fstream>
+#include <thread>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +26,7 @@ namespace {
 
 struct AddedToken {
   std::string content;
+  std::string shown;  // as decode() and id_to_token() give it: normalized if `normalized`
   int32_t id;
   bool special, lstrip, rstrip, single_word, normalized;
 };
@@ -208,8 +212,10 @@ Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origi
     }
   }
   for (const auto& a : added) {
+    // `tokenizers` matches a normalized token's normalized form, and shows that form too.
+    a->shown = a->normalized && normalizer ? normalizer->normalize(a->content) : a->content;
     if (a->normalized) {
-      normalized.add(normalizer ? normalizer->normalize(a->content) : a->content, a.get());
+      normalized.add(a->shown, a.get());
     } else {
       raw.add(a->content, a.get());
     }
@@ -439,6 +445,35 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                                          bool add_special_tokens,
+                                                          int threads) const {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  const size_t n = std::min(texts.size(), static_cast<size_t>(std::max(threads, 1)));
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(std::max<size_t>(n, 1));
+  auto work = [&](size_t worker) {
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < texts.size();) {
+        out[i] = encode(texts[i], add_special_tokens);
+      }
+    } catch (...) {
+      errors[worker] = std::current_exception();
+      next = texts.size();  // the others stop at their next text
+    }
+  };
+  if (n <= 1) {
+    work(0);
+  } else {
+    std::vector<std::jthread> pool;
+    for (size_t w = 0; w < n; ++w) pool.emplace_back(work, w);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
   std::vector<std::string> tokens;
@@ -446,7 +481,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   for (int32_t id : ids) {
     const std::string* token = nullptr;
     if (auto it = m.added_by_id.find(id); it != m.added_by_id.end()) {
-      token = &it->second->content;
+      token = &it->second->shown;
     } else {
       token = m.model->id_to_token(id);
     }
@@ -478,7 +513,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) {
-    return it->second->content;
+    return it->second->shown;
   }
   if (const std::string* t = impl_->model->id_to_token(id)) return *t;
   return std::nullopt;

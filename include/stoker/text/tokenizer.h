@@ -49,6 +49,10 @@ class Tokenizer {
 
   // The ids of `text`; with add_special_tokens, as the file's post-processor frames them.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  // encode() of each text, on up to `threads` threads (at least 1; never more than the texts);
+  // the first failure is rethrown, typed, after every thread has finished.
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
+                                                 bool add_special_tokens, int threads) const;
   // The text of `ids` (unknown ids are skipped, as `tokenizers` does).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
