@@ -126,10 +126,13 @@ class BertNormalizer : public Normalizer {
       for (size_t i = 0; i < s.size();) {
         size_t start = i;
         char32_t c = next_code_point(s, i);
-        bool space = c == '\t' || c == '\n' || c == '\r' || is_whitespace(c);
-        if (space) {
+        // Controls go first (a control that is also White_Space, U+0085 or \f, goes too); then
+        // whitespace becomes a space.
+        bool control = c != '\t' && c != '\n' && c != '\r' && is_other(c);
+        if (c == 0 || c == 0xFFFD || control) continue;
+        if (is_whitespace(c)) {
           out += ' ';
-        } else if (c != 0 && c != 0xFFFD && !is_other(c)) {
+        } else {
           out.append(s, start, i - start);
         }
       }

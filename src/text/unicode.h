@@ -22,7 +22,7 @@ bool is_whitespace(char32_t c);   // White_Space
 bool is_alphanumeric(char32_t c);  // letters and numbers
 bool is_numeric(char32_t c);      // Nd, Nl, No
 bool is_punctuation(char32_t c);  // P*
-bool is_other(char32_t c);        // C*
+bool is_other(char32_t c);        // Cc, Cf, Cs, Co: not Cn (as the unicode_categories crate)
 bool is_mark(char32_t c);         // M*
 bool is_mark_nonspacing(char32_t c);  // Mn
 

@@ -4,6 +4,7 @@ library and a multilingual text), and stoker's ids and decoded text must equal t
 
 import json
 import os
+import random
 
 import pytest
 
@@ -195,8 +196,39 @@ def unigram(corpus):
     return _add_tokens(tok)
 
 
-FAMILIES = ["gpt2", "llama3", "llama2", "mistral", "bert", "wordpiece_misc", "unigram"]
-WITH_POST_PROCESSOR = {"llama3", "llama2", "mistral", "bert"}
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.fixture(scope="module")
+def roberta(gpt2):
+    """GPT-2's model with RoBERTa's prefix space and post-processor."""
+    spec = json.loads(gpt2.to_str())
+    spec["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                             "use_regex": True}
+    spec["post_processor"] = {"type": "RobertaProcessing", "trim_offsets": True,
+                              "add_prefix_space": True,
+                              "sep": ["<|im_end|>", gpt2.token_to_id("<|im_end|>")],
+                              "cls": ["<|im_start|>", gpt2.token_to_id("<|im_start|>")]}
+    return HfTokenizer.from_str(json.dumps(spec))
+
+
+@pytest.fixture(scope="module")
+def qwen(gpt2):
+    """GPT-2's model behind Qwen 2's pipeline: NFC, Qwen's regex, then bytes."""
+    spec = json.loads(gpt2.to_str())
+    spec["normalizer"] = {"type": "NFC"}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
+    return HfTokenizer.from_str(json.dumps(spec))
+
+
+FAMILIES = ["gpt2", "roberta", "qwen", "llama3", "llama2", "mistral", "bert", "wordpiece_misc",
+            "unigram"]
+WITH_POST_PROCESSOR = {"roberta", "llama3", "llama2", "mistral", "bert"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -218,6 +250,33 @@ def test_ids_and_decode_equal_hugging_face(family, texts, request):
     for i in (0, 5, hf.get_vocab_size() - 1, hf.get_vocab_size() + 10,
               *want[texts.index(MULTILINGUAL)]):
         assert ours.id_to_token(i) == hf.id_to_token(i)
+
+
+# Random strings over scripts, marks, whitespace and controls, symbols, CJK, emoji. Characters
+# assigned since Unicode 9 are left out: the libraries' Unicode tables differ there (tokenizers'
+# Rust crates, PCRE2 10.42 and utf8proc each have their own version; a full scan of the code
+# points finds them only in the Unicode-sensitive BERT normalizer, \w and marks, NFKC).
+RANDOM_POOLS = [range(0x20, 0x7F), range(0xA0, 0x250), range(0x300, 0x370), range(0x370, 0x400),
+                range(0x400, 0x500), range(0x590, 0x61D), range(0x900, 0x980), range(0xE00, 0xE5C),
+                range(0x1100, 0x1200), range(0x2000, 0x2065), range(0x2100, 0x2190),
+                range(0x3000, 0x3100), range(0x4E00, 0x4F00), range(0xAC00, 0xAD00),
+                range(0xFF00, 0xFFEF), range(0x1F300, 0x1F5FF), range(0x20000, 0x20100),
+                [0x9, 0xA, 0xB, 0xC, 0xD, 0x85, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000,
+                 0x200B, 0x200C, 0x200D, 0xFEFF, 0x0, 0x7F, 0xAD, 0xE000, 0xFFFD, 0x130, 0x3A3,
+                 0xDF, 0x1E9E]]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_random_unicode_equals_hugging_face(family, request):
+    rng = random.Random(20261129)
+    texts = ["".join(chr(rng.choice(rng.choice(RANDOM_POOLS))) for _ in range(rng.randint(1, 40)))
+             for _ in range(400)]
+    hf = request.getfixturevalue(family)
+    want = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    ours = stoker.Tokenizer.from_hf(hf)
+    assert ours.encode_batch(texts) == want
+    assert [ours.decode(ids) for ids in want] == [hf.decode(ids, skip_special_tokens=False)
+                                                  for ids in want]
 
 
 def test_from_file_of_a_json_and_of_a_directory(gpt2, tmp_path, texts):
