@@ -325,3 +325,19 @@ def test_invalid_utf8_and_bad_input_raise(gpt2):
         ours.encode(b"bytes")
     with pytest.raises(TypeError):
         stoker.Tokenizer.from_hf(object())
+
+
+def test_a_build_without_the_text_module_says_what_it_needs(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "stoker._text", None)  # as if the build had none
+    monkeypatch.delattr(stoker, "_text", raising=False)
+    with pytest.raises(ImportError, match="without its text module.*PCRE2, utf8proc and simdjson"):
+        stoker.Tokenizer.from_file("tokenizer.json")
+
+
+def test_import_stoker_does_not_load_the_text_module():
+    import subprocess
+    import sys
+    code = "import sys, stoker; stoker.Tokenizer; print('stoker._text' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

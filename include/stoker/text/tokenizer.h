@@ -15,6 +15,10 @@
 //                   RobertaProcessing, ByteLevel, Sequence;
 //   decoders:       ByteLevel, Metaspace, WordPiece, ByteFallback, Fuse, Strip, Replace, BPEDecoder,
 //                   Sequence.
+// Characters assigned in recent Unicode versions may classify differently from `tokenizers`
+// (each library has its own Unicode tables: PCRE2's, utf8proc's, tokenizers' Rust crates'): a scan
+// of every code point found differences only there, in BertNormalizer, Whitespace's \w, StripAccents
+// and NFKC; none in the byte-level and SentencePiece-style BPE pipelines.
 // Anything else (another component, BPE dropout, a truncation or padding setting, an option value
 // not listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
 //
