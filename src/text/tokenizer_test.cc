@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 
 #include "stoker/errors.h"
 
@@ -143,6 +144,30 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
 TEST(TokenizerTest, InvalidUtf8IsADecodeError) {
   Tokenizer t = Tokenizer::from_json(kByteLevel);
   EXPECT_THROW(t.encode("hi\xFF"), DecodeError);
+}
+
+TEST(TokenizerTest, ManyThreadsGetTheIdsOneThreadGets) {
+  Tokenizer t = Tokenizer::from_json(sentencepiece_json());
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back(std::string(i % 7, 'a') + " b" + std::string(i % 5, 'b') + " \xC3\xA9");
+  }
+  std::vector<Ids> one;
+  for (const auto& text : texts) one.push_back(t.encode(text));
+  EXPECT_EQ(t.encode_batch(texts, false, 4), one);
+  EXPECT_TRUE(t.encode_batch({}, false, 4).empty());
+  std::vector<std::vector<Ids>> seen(4);
+  {
+    std::vector<std::jthread> threads;
+    for (int w = 0; w < 4; ++w) {
+      threads.emplace_back([&, w] {
+        for (const auto& text : texts) seen[w].push_back(t.encode(text));
+      });
+    }
+  }
+  for (const auto& s : seen) EXPECT_EQ(s, one);
+  texts[100] = "\xFF";  // the failure reaches the caller, typed
+  EXPECT_THROW(t.encode_batch(texts, false, 4), DecodeError);
 }
 
 }  // namespace
