@@ -59,14 +59,15 @@ class Tokenizer:
     def from_hf(cls, obj):
         """A ``tokenizers.Tokenizer``, or a transformers fast tokenizer (its backend tokenizer,
         chat template and bos/eos tokens)."""
+        origin = f"{type(obj).__module__}.{type(obj).__name__} (from_hf)"  # errors name it
         backend = getattr(obj, "backend_tokenizer", None)
         if backend is not None:
-            native = _text_module().Tokenizer.from_json(backend.to_str(), type(obj).__name__)
+            native = _text_module().Tokenizer.from_json(backend.to_str(), origin)
             return cls(native, getattr(obj, "chat_template", None),
                        _token_text(getattr(obj, "bos_token", None)),
                        _token_text(getattr(obj, "eos_token", None)))
         if hasattr(obj, "to_str"):
-            return cls(_text_module().Tokenizer.from_json(obj.to_str(), type(obj).__name__))
+            return cls(_text_module().Tokenizer.from_json(obj.to_str(), origin))
         raise TypeError(f"from_hf takes a tokenizers.Tokenizer or a transformers fast tokenizer, "
                         f"not {type(obj).__name__}")
 
