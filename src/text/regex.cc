@@ -39,7 +39,13 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const
   while (at <= s.size()) {
     int rc = pcre2_match(code_->code, subject, s.size(), at, PCRE2_NO_UTF_CHECK, data.get(),
                          nullptr);
-    if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a resource limit: no further match
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {  // a resource limit (JIT stack, match limit): never a silently shorter split
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof message);
+      throw Error(std::string("PCRE2 could not match a pre-tokenizer or normalizer regex: ") +
+                  reinterpret_cast<const char*>(message));
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
     size_t b = ov[0], e = ov[1];
     if (e == b) {  // an empty match: not a piece; step over one character

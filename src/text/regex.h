@@ -20,7 +20,8 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // The [begin, end) byte ranges of the non-overlapping matches, left to right (an empty match
-  // advances one character). `s` must be valid UTF-8.
+  // advances one character). `s` must be valid UTF-8. Throws stoker::Error when PCRE2 stops on a
+  // resource limit rather than return fewer matches.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view s) const;
 
   static std::string escape(std::string_view literal);
