@@ -166,6 +166,7 @@ class Tokenizer::Impl {
  private:
   void parse_model(simdjson::dom::element e);
   void parse_post(simdjson::dom::element e);
+  int32_t added_token_id(const std::string& content) const;
 };
 
 Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origin(origin_) {
@@ -198,19 +199,21 @@ Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origi
     for (auto t : tokens) {
       auto a = std::make_unique<AddedToken>();
       a->content = json::string_or(t, "content", "");
-      a->id = static_cast<int32_t>(json::int_or(t, "id", -1));
-      if (a->id < 0) throw InvalidArgument(origin + ": an added token without an id");
       a->special = json::bool_or(t, "special", false);
       a->lstrip = json::bool_or(t, "lstrip", false);
       a->rstrip = json::bool_or(t, "rstrip", false);
       a->single_word = json::bool_or(t, "single_word", false);
       a->normalized = json::bool_or(t, "normalized", !a->special);
-      added_by_id[a->id] = a.get();
-      added_by_content[a->content] = a->id;
+      if (a->content.empty()) continue;
+      a->id = added_token_id(a->content);
       if (a->special) special.insert(a->content);
+      added_by_id[a->id] = a.get();  // a token added again replaces its flags
+      added_by_content[a->content] = a->id;
       added.push_back(std::move(a));
     }
   }
+  // The tokens as last added: one per id.
+  std::erase_if(added, [&](const auto& a) { return added_by_id.at(a->id) != a.get(); });
   for (const auto& a : added) {
     // `tokenizers` matches a normalized token's normalized form, and shows that form too.
     a->shown = a->normalized && normalizer ? normalizer->normalize(a->content) : a->content;
@@ -226,6 +229,18 @@ Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origi
   for (const auto& a : added) {
     if (!model->token_to_id(a->content)) ++vocab_size;
   }
+}
+
+// The id `tokenizers` gives an added token as it reads the file (AddedVocabulary::add_tokens):
+// the file's "id" is only checked there (a warning), so a file whose ids disagree gets these.
+int32_t Tokenizer::Impl::added_token_id(const std::string& content) const {
+  if (auto it = added_by_content.find(content); it != added_by_content.end()) return it->second;
+  if (auto id = model->token_to_id(content)) return *id;
+  const auto vocab = static_cast<int32_t>(model->size());
+  if (added_by_id.empty()) return vocab;
+  int32_t max = INT32_MIN;
+  for (const auto& [id, token] : added_by_id) max = std::max(max, id);
+  return max >= vocab || vocab == 0 ? max + 1 : vocab;
 }
 
 void Tokenizer::Impl::parse_model(simdjson::dom::element e) {
