@@ -7,9 +7,11 @@ set -euo pipefail
 # FFmpeg's development libraries (+ pkg-config, which finds them): the video wing, stoker._video
 # (decode only; src/ffmpeg/CMakeLists.txt). libavdevice59: torchcodec (requirements.txt) loads it
 # with the others at run time.
+# libpcre2-dev, libutf8proc-dev, libsimdjson-dev: the text wing, stoker.Tokenizer (tokenizer.json's
+# regexes, Unicode normalization and case, JSON; src/text/CMakeLists.txt).
 packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev
           ccache pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
-          libavdevice59)
+          libavdevice59 libpcre2-dev libutf8proc-dev libsimdjson-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

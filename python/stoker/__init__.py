@@ -7,7 +7,8 @@ worker count, resumable mid-epoch, bounded memory.
 One front, ``DataLoader`` (loader.py), hands its options to a producer: native.py (the C++
 engine), pydata/ (Python datasets in worker processes) or offload/ (Ray actors). The other
 subpackages: sources/ (Stoker's datasets), gpu/ (the GPU feed and GPU decode), tuning/ (tune,
-diagnose, stats); cli/ (the ``stoker`` command and its sample data) is never imported from here.
+diagnose, stats), text/ (the tokenizer, its extension loaded on first use); cli/ (the ``stoker``
+command and its sample data) is never imported from here.
 """
 
 from ._version import __version__
@@ -25,6 +26,7 @@ from .sources.mixture import Mixture
 from .sources.tables import TableDataset
 from .sources.tokens import TokenDataset
 from .sources.video import VideoDataset
+from .text import Tokenizer
 from .tuning.diagnose import diagnose
 
 import sys as _sys
@@ -46,6 +48,7 @@ __all__ = [
     "TableDataset",
     "TarShards",
     "TokenDataset",
+    "Tokenizer",
     "VideoDataset",
     "cuda_available",
     "diagnose",

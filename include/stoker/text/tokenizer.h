@@ -1,0 +1,75 @@
+// Tokenizer: text to token ids and back, as Hugging Face `tokenizers` does it, read from a
+// tokenizer.json.
+//
+// Contract: for the files it accepts, encode() returns the ids `tokenizers` returns
+// (Tokenizer.encode(text, add_special_tokens).ids) and decode() its decode(). Supported:
+//   models:         BPE (byte-level: GPT-2, RoBERTa, Llama 3, Qwen, DeepSeek; SentencePiece-style
+//                   with byte_fallback and fuse_unk: Llama 2, Mistral), WordPiece (BERT), Unigram;
+//   normalizers:    NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend,
+//                   BertNormalizer, Sequence;
+//   pre-tokenizers: ByteLevel, Split, Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer,
+//                   Punctuation, Digits, Sequence;
+//   added tokens:   matched before the model, with their normalized, lstrip, rstrip and
+//                   single_word flags; special ones skipped by decode(skip_special_tokens);
+//   post-processors (add_special_tokens): TemplateProcessing (single sequences), BertProcessing,
+//                   RobertaProcessing, ByteLevel, Sequence;
+//   decoders:       ByteLevel, Metaspace, WordPiece, ByteFallback, Fuse, Strip, Replace, BPEDecoder,
+//                   Sequence.
+// Characters assigned in recent Unicode versions may classify differently from `tokenizers`
+// (each library has its own Unicode tables: PCRE2's, utf8proc's, tokenizers' Rust crates'): a scan
+// of every code point found differences only there, in BertNormalizer, Whitespace's \w, StripAccents
+// and NFKC; none in the byte-level and SentencePiece-style BPE pipelines.
+// Anything else (another component, BPE dropout, a truncation or padding setting, an option value
+// not listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
+//
+// Thread safety: a loaded Tokenizer is immutable; encode(), decode() and the lookups are safe from
+// many threads at once without external synchronization. Each thread keeps its own bounded cache
+// of the BPE ids of frequent words (thread-local, no locks).
+//
+// Errors: a file that cannot be read throws IoError; a file that is not a tokenizer.json, or names a
+// component or option listed nowhere above, throws InvalidArgument naming the file (its origin)
+// and the component; encode() of text that is not valid UTF-8 throws DecodeError.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stoker::text {
+
+class Tokenizer {
+ public:
+  // Parses tokenizer.json text; `origin` (a path, or a description) names it in errors.
+  static Tokenizer from_json(std::string_view json, const std::string& origin = "tokenizer.json");
+  // Reads and parses a tokenizer.json file.
+  static Tokenizer from_file(const std::string& path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // The ids of `text`; with add_special_tokens, as the file's post-processor frames them.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  // encode() of each text, on up to `threads` threads (at least 1; never more than the texts);
+  // the first failure is rethrown, typed, after every thread has finished.
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
+                                                 bool add_special_tokens, int threads) const;
+  // The text of `ids` (unknown ids are skipped, as `tokenizers` does).
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  // Distinct tokens, the model's and the added ones.
+  size_t vocab_size() const;
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::optional<std::string> id_to_token(int32_t id) const;
+
+  class Impl;
+
+ private:
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker::text

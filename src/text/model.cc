@@ -1,0 +1,350 @@
+#include "text/model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <queue>
+
+#include "stoker/errors.h"
+#include "text/unicode.h"
+
+namespace stoker::text {
+
+Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
+  int32_t max_id = -1;
+  for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
+  tokens_.resize(static_cast<size_t>(max_id + 1));
+  for (const auto& [token, id] : vocab_) tokens_[static_cast<size_t>(id)] = token;
+}
+
+std::optional<int32_t> Model::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* Model::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) return nullptr;
+  const std::string& t = tokens_[static_cast<size_t>(id)];
+  if (t.empty() && !vocab_.contains(t)) return nullptr;
+  return &t;
+}
+
+// ---- BPE ----------------------------------------------------------------------------------------
+
+namespace {
+std::atomic<uint64_t> next_serial{1};
+
+// A thread's cache of words' ids, for one model at a time: bounded (cleared when full), never
+// shared between threads, so no lock.
+struct WordCache {
+  static constexpr size_t kMaxEntries = 1 << 14;
+  static constexpr size_t kMaxWordBytes = 128;
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
+};
+thread_local WordCache word_cache;
+
+std::string byte_token(uint8_t b) {
+  char name[8];
+  std::snprintf(name, sizeof name, "<0x%02X>", b);
+  return name;
+}
+}  // namespace
+
+Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+         BpeOptions options, const std::string& origin)
+    : Model(std::move(vocab)), options_(std::move(options)), serial_(next_serial++) {
+  const size_t prefix = options_.continuing_subword_prefix.size();
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [a, b] = merges[rank];
+    auto ia = token_to_id(a), ib = token_to_id(b);
+    if (!ia || !ib) {
+      throw InvalidArgument(origin + ": BPE merge \"" + a + " " + b +
+                            "\" names a token outside the vocabulary");
+    }
+    std::string joined = a + (b.size() >= prefix ? b.substr(prefix) : b);
+    auto in = token_to_id(joined);
+    if (!in) {
+      throw InvalidArgument(origin + ": BPE merge \"" + a + " " + b + "\" makes \"" + joined +
+                            "\", which is not in the vocabulary");
+    }
+    merges_[key(*ia, *ib)] = Merge{static_cast<uint32_t>(rank), *in};  // a later duplicate wins
+  }
+  if (options_.unk_token) {
+    unk_id_ = token_to_id(*options_.unk_token);
+    if (!unk_id_) {
+      throw InvalidArgument(origin + ": BPE unk_token \"" + *options_.unk_token +
+                            "\" is not in the vocabulary");
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto id = options_.byte_fallback ? token_to_id(byte_token(static_cast<uint8_t>(b)))
+                                     : std::nullopt;
+    byte_ids_[b] = id ? *id : -1;
+  }
+}
+
+void Bpe::merge(std::vector<int32_t>& ids) const {
+  if (ids.size() < 2) return;
+  struct Symbol {
+    int32_t id;
+    int32_t prev, next;
+    bool removed;
+  };
+  struct Candidate {
+    uint32_t rank;
+    int32_t pos;
+    int32_t id;
+    bool operator<(const Candidate& o) const {  // the heap's top: lowest rank, then leftmost
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  const int32_t n = static_cast<int32_t>(ids.size());
+  std::vector<Symbol> sym(ids.size());
+  std::vector<Candidate> heap;
+  heap.reserve(ids.size());
+  for (int32_t i = 0; i < n; ++i) {
+    sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, false};
+    if (i + 1 < n) {
+      auto it = merges_.find(key(ids[i], ids[i + 1]));
+      if (it != merges_.end()) heap.push_back(Candidate{it->second.rank, i, it->second.id});
+    }
+  }
+  std::priority_queue<Candidate> queue(std::less<Candidate>{}, std::move(heap));
+  while (!queue.empty()) {
+    Candidate top = queue.top();
+    queue.pop();
+    Symbol& left = sym[top.pos];
+    if (left.removed || left.next < 0) continue;
+    Symbol& right = sym[left.next];
+    auto it = merges_.find(key(left.id, right.id));
+    if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
+    left.id = top.id;
+    right.removed = true;
+    left.next = right.next;
+    if (right.next >= 0) sym[right.next].prev = top.pos;
+    if (left.prev >= 0) {
+      auto m = merges_.find(key(sym[left.prev].id, left.id));
+      if (m != merges_.end()) queue.push(Candidate{m->second.rank, left.prev, m->second.id});
+    }
+    if (left.next >= 0) {
+      auto m = merges_.find(key(left.id, sym[left.next].id));
+      if (m != merges_.end()) queue.push(Candidate{m->second.rank, top.pos, m->second.id});
+    }
+  }
+  ids.clear();
+  for (int32_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
+}
+
+void Bpe::encode(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (word.size() > WordCache::kMaxWordBytes) return encode_uncached(word, out);
+  WordCache& cache = word_cache;
+  if (cache.owner != serial_) {
+    cache.ids.clear();
+    cache.owner = serial_;
+  }
+  auto it = cache.ids.find(word);
+  if (it != cache.ids.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  std::vector<int32_t> ids;
+  encode_uncached(word, ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
+  cache.ids.emplace(std::string(word), std::move(ids));
+}
+
+void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& out) const {
+  if (options_.ignore_merges) {
+    if (auto id = token_to_id(word)) {
+      out.push_back(*id);
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  int32_t pending_unk = -1;  // the unknown token not yet written (fuse_unk: one for a run)
+  std::string s;
+  for (size_t i = 0; i < word.size();) {
+    size_t start = i;
+    next_code_point(word, i);
+    std::string_view c = word.substr(start, i - start);
+    s.clear();
+    if (start > 0) s += options_.continuing_subword_prefix;
+    s += c;
+    if (i == word.size()) s += options_.end_of_word_suffix;
+    if (auto id = token_to_id(s)) {
+      if (pending_unk >= 0) ids.push_back(pending_unk);
+      pending_unk = -1;
+      ids.push_back(*id);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all = std::all_of(s.begin(), s.end(),
+                             [&](char b) { return byte_ids_[static_cast<uint8_t>(b)] >= 0; });
+      if (all) {  // as `tokenizers`: a pending unknown stays pending across the bytes
+        for (char b : s) ids.push_back(byte_ids_[static_cast<uint8_t>(b)]);
+        continue;
+      }
+    }
+    if (unk_id_) {
+      if (pending_unk >= 0 && !options_.fuse_unk) ids.push_back(pending_unk);
+      pending_unk = *unk_id_;
+    }
+  }
+  if (pending_unk >= 0) ids.push_back(pending_unk);
+  merge(ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+// ---- WordPiece ----------------------------------------------------------------------------------
+
+WordPiece::WordPiece(Vocab vocab, const std::string& unk_token, std::string prefix,
+                     size_t max_chars, const std::string& origin)
+    : Model(std::move(vocab)), prefix_(std::move(prefix)), max_chars_(max_chars) {
+  auto unk = token_to_id(unk_token);
+  if (!unk) {
+    throw InvalidArgument(origin + ": WordPiece unk_token \"" + unk_token +
+                          "\" is not in the vocabulary");
+  }
+  unk_id_ = *unk;
+}
+
+void WordPiece::encode(std::string_view word, std::vector<int32_t>& out) const {
+  size_t chars = 0;
+  for (size_t i = 0; i < word.size(); ++chars) next_code_point(word, i);
+  if (chars > max_chars_) {
+    out.push_back(unk_id_);
+    return;
+  }
+  std::vector<int32_t> pieces;
+  std::string candidate;
+  for (size_t start = 0; start < word.size();) {
+    size_t end = word.size();
+    std::optional<int32_t> found;
+    while (start < end) {
+      candidate.clear();
+      if (start > 0) candidate += prefix_;
+      candidate += word.substr(start, end - start);
+      if ((found = token_to_id(candidate))) break;
+      do --end;  // back one character
+      while (end > start && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80);
+    }
+    if (!found) {
+      out.push_back(unk_id_);
+      return;
+    }
+    pieces.push_back(*found);
+    start = end;
+  }
+  out.insert(out.end(), pieces.begin(), pieces.end());
+}
+
+// ---- Unigram ------------------------------------------------------------------------------------
+
+namespace {
+Vocab unigram_vocab(const std::vector<std::pair<std::string, double>>& pieces) {
+  Vocab v;
+  for (size_t i = 0; i < pieces.size(); ++i) v.emplace(pieces[i].first, static_cast<int32_t>(i));
+  return v;
+}
+}  // namespace
+
+Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
+                 std::optional<int32_t> unk_id, bool byte_fallback, const std::string& origin)
+    : Model(unigram_vocab(pieces)), unk_id_(unk_id), byte_fallback_(byte_fallback),
+      min_score_(std::numeric_limits<double>::infinity()), origin_(origin) {
+  if (unk_id_ && (*unk_id_ < 0 || static_cast<size_t>(*unk_id_) >= pieces.size())) {
+    throw InvalidArgument(origin + ": Unigram unk_id " + std::to_string(*unk_id_) +
+                          " is outside the vocabulary");
+  }
+  for (const auto& [piece, score] : pieces) {
+    scores_.push_back(score);
+    min_score_ = std::min(min_score_, score);
+    max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
+  }
+}
+
+void Unigram::encode(std::string_view s, std::vector<int32_t>& out) const {
+  if (s.empty()) return;
+  struct Node {
+    int32_t id = -1;
+    double score = 0;
+    int64_t start = -1;  // -1: no path ends here yet
+  };
+  const double unk_score = min_score_ - 10.0;
+  std::vector<Node> best(s.size() + 1);
+  for (size_t at = 0; at < s.size();) {
+    const double here = best[at].score;
+    const size_t char_len = std::min(utf8_length(static_cast<unsigned char>(s[at])), s.size() - at);
+    bool single = false;
+    const size_t longest = std::min(max_piece_bytes_, s.size() - at);
+    for (size_t len = char_len; len <= longest;) {
+      auto it = vocab_.find(s.substr(at, len));
+      if (it != vocab_.end()) {
+        Node& target = best[at + len];
+        double candidate = scores_[static_cast<size_t>(it->second)] + here;
+        if (target.start < 0 || candidate > target.score) {
+          target = Node{it->second, candidate, static_cast<int64_t>(at)};
+        }
+        if (len == char_len) single = true;
+      }
+      if (at + len >= s.size()) break;
+      len += utf8_length(static_cast<unsigned char>(s[at + len]));
+    }
+    if (!single) {
+      if (!unk_id_) {
+        throw InvalidArgument(origin_ + ": Unigram has no unk_id for a character outside its "
+                                        "vocabulary");
+      }
+      Node& target = best[at + char_len];
+      double candidate = unk_score + here;
+      if (target.start < 0 || candidate > target.score) {
+        target = Node{*unk_id_, candidate, static_cast<int64_t>(at)};
+      }
+    }
+    at += char_len;
+  }
+  // Back from the end: the best path's pieces, consecutive unknowns fused into one string.
+  std::vector<std::string_view> pieces;
+  size_t end = s.size(), unk_end = 0;
+  bool in_unk = false;
+  while (end > 0) {
+    const Node& node = best[end];
+    const size_t start = static_cast<size_t>(node.start);
+    if (unk_id_ && node.id == *unk_id_) {  // fuse_unk is always on for Unigram
+      if (!in_unk) unk_end = end;
+      in_unk = true;
+    } else {
+      if (in_unk) pieces.push_back(s.substr(end, unk_end - end));
+      in_unk = false;
+      pieces.push_back(s.substr(start, end - start));
+    }
+    end = start;
+  }
+  if (in_unk) pieces.push_back(s.substr(0, unk_end));
+  for (auto p = pieces.rbegin(); p != pieces.rend(); ++p) {
+    if (auto id = token_to_id(*p)) {
+      out.push_back(*id);
+      continue;
+    }
+    if (byte_fallback_) {
+      std::vector<int32_t> bytes;
+      for (char b : *p) {
+        auto id = token_to_id(byte_token(static_cast<uint8_t>(b)));
+        if (!id) break;
+        bytes.push_back(*id);
+      }
+      if (bytes.size() == p->size()) {
+        out.insert(out.end(), bytes.begin(), bytes.end());
+        continue;
+      }
+    }
+    out.push_back(*unk_id_);
+  }
+}
+
+}  // namespace stoker::text

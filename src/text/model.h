@@ -1,0 +1,109 @@
+// The models of the text wing: what turns one pre-tokenized piece into ids (BPE, WordPiece,
+// Unigram). Each is immutable once built; encode() is safe from many threads. Private to src/text/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace stoker::text {
+
+// A string-keyed map that looks up string_views without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+class Model {
+ public:
+  explicit Model(Vocab vocab);
+  virtual ~Model() = default;
+  // Appends the ids of one piece (already normalized and pre-tokenized).
+  virtual void encode(std::string_view piece, std::vector<int32_t>& out) const = 0;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  const std::string* id_to_token(int32_t id) const;  // nullptr when the model has no such id
+  size_t size() const { return vocab_.size(); }
+  const Vocab& vocab() const { return vocab_; }
+
+ protected:
+  Vocab vocab_;
+  std::vector<std::string> tokens_;  // by id ("" where the vocabulary skips an id)
+};
+
+struct BpeOptions {
+  std::optional<std::string> unk_token;
+  std::string continuing_subword_prefix;
+  std::string end_of_word_suffix;
+  bool fuse_unk = false;
+  bool byte_fallback = false;
+  bool ignore_merges = false;
+};
+
+// Byte-pair encoding: a word's characters (or, with byte_fallback, the <0xXX> tokens of a
+// character outside the vocabulary) merged by rank, lowest first, as `tokenizers`' Word::merge_all
+// does. A merge's pair is given by its two tokens; throws InvalidArgument (naming `origin`) when a
+// merge names a token outside the vocabulary.
+class Bpe : public Model {
+ public:
+  Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+      BpeOptions options, const std::string& origin);
+  void encode(std::string_view word, std::vector<int32_t>& out) const override;
+
+  // The merge loop alone: `ids` (the word's symbols) merged in place. Exposed for the tests.
+  void merge(std::vector<int32_t>& ids) const;
+
+ private:
+  void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
+  struct Merge {
+    uint32_t rank;
+    int32_t id;
+  };
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  std::unordered_map<uint64_t, Merge> merges_;
+  BpeOptions options_;
+  std::optional<int32_t> unk_id_;
+  int32_t byte_ids_[256];  // <0xXX>'s id, or -1 (byte_fallback)
+  uint64_t serial_;  // tells this model's entries in a thread's cache from another model's
+};
+
+// WordPiece (BERT): the longest vocabulary prefix, then `##`-prefixed continuations; a word with
+// no such split (or longer than max_input_chars_per_word) is the unknown token.
+class WordPiece : public Model {
+ public:
+  WordPiece(Vocab vocab, const std::string& unk_token, std::string prefix, size_t max_chars,
+            const std::string& origin);
+  void encode(std::string_view word, std::vector<int32_t>& out) const override;
+
+ private:
+  int32_t unk_id_;
+  std::string prefix_;
+  size_t max_chars_;
+};
+
+// Unigram: the Viterbi best segmentation by the pieces' log-probabilities (SentencePiece's
+// algorithm, as `tokenizers` runs it: an unknown character scores min_score - 10; consecutive
+// unknowns fuse).
+class Unigram : public Model {
+ public:
+  Unigram(std::vector<std::pair<std::string, double>> pieces, std::optional<int32_t> unk_id,
+          bool byte_fallback, const std::string& origin);
+  void encode(std::string_view piece, std::vector<int32_t>& out) const override;
+
+ private:
+  std::vector<double> scores_;
+  std::optional<int32_t> unk_id_;
+  bool byte_fallback_;
+  double min_score_;
+  size_t max_piece_bytes_ = 0;
+  std::string origin_;
+};
+
+}  // namespace stoker::text

@@ -1,0 +1,119 @@
+#include "text/model.h"
+
+#include <gtest/gtest.h>
+
+#include "stoker/errors.h"
+#include "text/unicode.h"
+
+namespace stoker::text {
+namespace {
+
+Vocab vocab_of(std::vector<std::string> tokens) {
+  Vocab v;
+  for (size_t i = 0; i < tokens.size(); ++i) v.emplace(tokens[i], static_cast<int32_t>(i));
+  return v;
+}
+
+TEST(BpeTest, MergesByRankLowestFirstThenLeftmost) {
+  // a=0 b=1 c=2 ab=3 bc=4 abc=5; "b c" ranks before "a b", so "abc" is a + bc, then no merge
+  // "a bc" exists: stays [a, bc].
+  Bpe bpe(vocab_of({"a", "b", "c", "ab", "bc", "abc"}), {{"b", "c"}, {"a", "b"}}, {}, "t");
+  std::vector<int32_t> ids{0, 1, 2};
+  bpe.merge(ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 4}));
+  // Equal pairs: the leftmost merges first ("aaa" -> aa + a).
+  Bpe rep(vocab_of({"a", "aa"}), {{"a", "a"}}, {}, "t");
+  std::vector<int32_t> three{0, 0, 0};
+  rep.merge(three);
+  EXPECT_EQ(three, (std::vector<int32_t>{1, 0}));
+}
+
+TEST(BpeTest, NewPairsFormedByAMergeAreMergedToo) {
+  Bpe bpe(vocab_of({"h", "e", "l", "o", "he", "ll", "hell", "hello"}),
+          {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}}, {}, "t");
+  std::vector<int32_t> out;
+  bpe.encode("hello", out);
+  EXPECT_EQ(out, (std::vector<int32_t>{7}));
+  out.clear();
+  bpe.encode("hello", out);  // the thread's cache answers the second time, identically
+  EXPECT_EQ(out, (std::vector<int32_t>{7}));
+  out.clear();
+  bpe.encode("lleh", out);
+  EXPECT_EQ(out, (std::vector<int32_t>{5, 1, 0}));
+}
+
+TEST(BpeTest, ByteFallbackAndFusedUnknowns) {
+  std::vector<std::string> tokens{"<unk>", "a"};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.push_back(name);
+  }
+  BpeOptions o;
+  o.unk_token = "<unk>";
+  o.byte_fallback = true;
+  Bpe bpe(vocab_of(tokens), {}, o, "t");
+  std::vector<int32_t> out;
+  bpe.encode("a\xC3\xA9", out);  // é: its two bytes
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2 + 0xC3, 2 + 0xA9}));
+
+  BpeOptions fuse;
+  fuse.unk_token = "<unk>";
+  fuse.fuse_unk = true;
+  Bpe fused(vocab_of({"<unk>", "a"}), {}, fuse, "t");
+  out.clear();
+  fused.encode("xya", out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
+  fuse.fuse_unk = false;
+  Bpe unfused(vocab_of({"<unk>", "a"}), {}, fuse, "t");
+  out.clear();
+  unfused.encode("xya", out);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 0, 1}));
+}
+
+TEST(BpeTest, AMergeOutsideTheVocabularyIsRefused) {
+  EXPECT_THROW(Bpe(vocab_of({"a", "b"}), {{"a", "b"}}, {}, "t"), InvalidArgument);
+}
+
+TEST(WordPieceTest, LongestPrefixThenContinuations) {
+  WordPiece wp(vocab_of({"[UNK]", "un", "##aff", "##able", "unx"}), "[UNK]", "##", 100, "t");
+  std::vector<int32_t> out;
+  wp.encode("unaffable", out);
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 3}));
+  out.clear();
+  wp.encode("unaffy", out);  // no split of "y": the whole word is unknown
+  EXPECT_EQ(out, (std::vector<int32_t>{0}));
+}
+
+TEST(UnigramTest, ViterbiPicksTheBestScoringSplit) {
+  Unigram u({{"<unk>", 0}, {"a", -1}, {"b", -1}, {"ab", -1.5}, {"abc", -5}, {"c", -2}}, 0, false,
+            "t");
+  std::vector<int32_t> out;
+  u.encode("abc", out);  // ab + c = -3.5 beats abc = -5 and a + b + c = -4
+  EXPECT_EQ(out, (std::vector<int32_t>{3, 5}));
+  out.clear();
+  u.encode("xxa", out);  // unknowns fuse into one
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(ByteLevelTest, MapsEveryByteReversibly) {
+  EXPECT_EQ(byte_to_unicode(' '), "\xC4\xA0");  // Ġ
+  EXPECT_EQ(byte_to_unicode('\n'), "\xC4\x8A");  // Ċ
+  EXPECT_EQ(byte_to_unicode('a'), "a");
+  for (int b = 0; b < 256; ++b) {
+    const std::string& s = byte_to_unicode(static_cast<uint8_t>(b));
+    size_t i = 0;
+    EXPECT_EQ(unicode_to_byte(next_code_point(s, i)), b);
+  }
+}
+
+TEST(UnicodeTest, LossyReplacesMaximalInvalidSubparts) {
+  EXPECT_EQ(utf8_lossy("a\xC3"), "a\xEF\xBF\xBD");
+  EXPECT_EQ(utf8_lossy("\xF0\x9F\x98" "b"), "\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // a surrogate
+  EXPECT_EQ(lowercase("\xC3\x89T\xC4\xB0"), "\xC3\xA9ti\xCC\x87");
+}
+
+}  // namespace
+}  // namespace stoker::text

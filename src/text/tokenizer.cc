@@ -1,0 +1,537 @@
+// Tokenizer (include/stoker/text/tokenizer.h): tokenizer.json read with simdjson into the stages,
+// and the encode pipeline `tokenizers` runs: added tokens split out of the raw text, the rest
+// normalized, added tokens split out of that, pre-tokenized, each piece through the model; then
+// the post-processor's special tokens.
+#include "stoker/text/tokenizer.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <fstream>
+#include <thread>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "stoker/errors.h"
+#include "text/components.h"
+#include "text/model.h"
+#include "text/unicode.h"
+
+namespace stoker::text {
+
+namespace {
+
+struct AddedToken {
+  std::string content;
+  std::string shown;  // as decode() and id_to_token() give it: normalized if `normalized`
+  int32_t id;
+  bool special, lstrip, rstrip, single_word, normalized;
+};
+
+// The added tokens of one kind (matched in the raw text, or in the normalized text), found as
+// `tokenizers` finds them: leftmost, then longest, non-overlapping.
+class AddedMatcher {
+ public:
+  void add(const std::string& pattern, const AddedToken* token) {
+    if (pattern.empty()) return;
+    by_first_byte_[static_cast<uint8_t>(pattern[0])].push_back({pattern, token});
+    empty_ = false;
+  }
+  void finish() {
+    for (auto& list : by_first_byte_) {
+      std::stable_sort(list.begin(), list.end(),
+                       [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    }
+  }
+  bool empty() const { return empty_; }
+
+  struct Segment {
+    size_t begin, end;
+    const AddedToken* token;  // nullptr: text for the model
+  };
+  std::vector<Segment> split(std::string_view s) const {
+    std::vector<Segment> out;
+    size_t start_offset = 0;
+    for (size_t i = 0; i < s.size();) {
+      const auto& list = by_first_byte_[static_cast<uint8_t>(s[i])];
+      const std::pair<std::string, const AddedToken*>* found = nullptr;
+      for (const auto& candidate : list) {
+        if (s.compare(i, candidate.first.size(), candidate.first) == 0) {
+          found = &candidate;
+          break;
+        }
+      }
+      if (!found) {
+        ++i;
+        continue;
+      }
+      size_t start = i, stop = i + found->first.size();
+      const AddedToken& t = *found->second;
+      i = stop;
+      if (t.single_word) {
+        bool word_before = start > 0 && is_word(last_char(s.substr(0, start)));
+        bool word_after = stop < s.size() && is_word(first_char(s.substr(stop)));
+        if (word_before || word_after) continue;
+      }
+      if (t.lstrip) {
+        size_t b = start;
+        while (b > 0) {
+          size_t p = b - 1;
+          while (p > 0 && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+          size_t q = p;
+          if (!is_whitespace(next_code_point(s, q))) break;
+          b = p;
+        }
+        start = std::max(b, start_offset);
+      }
+      if (t.rstrip) {
+        while (stop < s.size()) {
+          size_t q = stop;
+          if (!is_whitespace(next_code_point(s, q))) break;
+          stop = q;
+        }
+        i = stop;
+      }
+      if (start_offset < start) out.push_back({start_offset, start, nullptr});
+      out.push_back({start, stop, &t});
+      start_offset = stop;
+    }
+    if (start_offset != s.size()) out.push_back({start_offset, s.size(), nullptr});
+    return out;
+  }
+
+ private:
+  static char32_t last_char(std::string_view s) {
+    size_t p = s.size() - 1;
+    while (p > 0 && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+    return next_code_point(s, p);
+  }
+  static char32_t first_char(std::string_view s) {
+    size_t p = 0;
+    return next_code_point(s, p);
+  }
+  static bool is_word(char32_t c) { return c == '_' || is_alphanumeric(c); }
+
+  std::vector<std::pair<std::string, const AddedToken*>> by_first_byte_[256];
+  bool empty_ = true;
+};
+
+// A post-processor as the single-sequence template it amounts to: ids before and after.
+struct Template {
+  std::vector<int32_t> before, after;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError("cannot read " + path);
+  return ss.str();
+}
+
+// e[key], or a JSON null where e has no such key (a default element is no value at all).
+simdjson::dom::element member(simdjson::dom::element e, const char* key) {
+  simdjson::dom::element v;
+  if (e[key].get(v) == simdjson::SUCCESS) return v;
+  static simdjson::dom::parser null_parser;
+  static const simdjson::dom::element null = null_parser.parse(std::string_view("null")).value();
+  return null;
+}
+
+}  // namespace
+
+class Tokenizer::Impl {
+ public:
+  Impl(std::string_view json, const std::string& origin);
+
+  std::string origin;
+  std::unique_ptr<Normalizer> normalizer;
+  std::unique_ptr<PreTokenizer> pre_tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Decoder> decoder;
+  std::vector<Template> post;  // applied in order (a Sequence of processors)
+  std::vector<std::unique_ptr<AddedToken>> added;
+  std::unordered_map<int32_t, const AddedToken*> added_by_id;
+  std::unordered_map<std::string, int32_t> added_by_content;
+  std::unordered_set<std::string> special;
+  AddedMatcher raw, normalized;
+  size_t vocab_size = 0;
+
+  void encode_segment(std::string_view s, bool at_origin, std::vector<int32_t>& out) const;
+
+ private:
+  void parse_model(simdjson::dom::element e);
+  void parse_post(simdjson::dom::element e);
+  int32_t added_token_id(const std::string& content) const;
+};
+
+Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origin(origin_) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(text);
+  simdjson::dom::element root;
+  if (auto error = parser.parse(padded).get(root); error || !root.is_object()) {
+    throw InvalidArgument(origin + ": not a tokenizer.json (" +
+                          (error ? simdjson::error_message(error) : "not a JSON object") + ")");
+  }
+  for (const char* key : {"truncation", "padding"}) {
+    if (json::has(root, key)) {
+      throw InvalidArgument(origin + ": " + key +
+                            " is set; not supported (encode returns whole, unpadded sequences: "
+                            "save the file with " + key + " disabled)");
+    }
+  }
+  simdjson::dom::element model_json;
+  if (root["model"].get(model_json) != simdjson::SUCCESS || !model_json.is_object()) {
+    throw InvalidArgument(origin + ": not a tokenizer.json (no \"model\")");
+  }
+  normalizer = parse_normalizer(member(root, "normalizer"), origin);
+  pre_tokenizer = parse_pre_tokenizer(member(root, "pre_tokenizer"), origin);
+  parse_model(model_json);
+  decoder = parse_decoder(member(root, "decoder"), origin);
+  parse_post(member(root, "post_processor"));
+
+  simdjson::dom::array tokens;
+  if (root["added_tokens"].get(tokens) == simdjson::SUCCESS) {
+    for (auto t : tokens) {
+      auto a = std::make_unique<AddedToken>();
+      a->content = json::string_or(t, "content", "");
+      a->special = json::bool_or(t, "special", false);
+      a->lstrip = json::bool_or(t, "lstrip", false);
+      a->rstrip = json::bool_or(t, "rstrip", false);
+      a->single_word = json::bool_or(t, "single_word", false);
+      a->normalized = json::bool_or(t, "normalized", !a->special);
+      if (a->content.empty()) continue;
+      a->id = added_token_id(a->content);
+      if (a->special) special.insert(a->content);
+      added_by_id[a->id] = a.get();  // a token added again replaces its flags
+      added_by_content[a->content] = a->id;
+      added.push_back(std::move(a));
+    }
+  }
+  // The tokens as last added: one per id.
+  std::erase_if(added, [&](const auto& a) { return added_by_id.at(a->id) != a.get(); });
+  for (const auto& a : added) {
+    // `tokenizers` matches a normalized token's normalized form, and shows that form too.
+    a->shown = a->normalized && normalizer ? normalizer->normalize(a->content) : a->content;
+    if (a->normalized) {
+      normalized.add(a->shown, a.get());
+    } else {
+      raw.add(a->content, a.get());
+    }
+  }
+  raw.finish();
+  normalized.finish();
+  vocab_size = model->size();
+  for (const auto& a : added) {
+    if (!model->token_to_id(a->content)) ++vocab_size;
+  }
+}
+
+// The id `tokenizers` gives an added token as it reads the file (AddedVocabulary::add_tokens):
+// the file's "id" is only checked there (a warning), so a file whose ids disagree gets these.
+int32_t Tokenizer::Impl::added_token_id(const std::string& content) const {
+  if (auto it = added_by_content.find(content); it != added_by_content.end()) return it->second;
+  if (auto id = model->token_to_id(content)) return *id;
+  const auto vocab = static_cast<int32_t>(model->size());
+  if (added_by_id.empty()) return vocab;
+  int32_t max = INT32_MIN;
+  for (const auto& [id, token] : added_by_id) max = std::max(max, id);
+  return max >= vocab || vocab == 0 ? max + 1 : vocab;
+}
+
+void Tokenizer::Impl::parse_model(simdjson::dom::element e) {
+  std::string type = json::string_or(e, "type", "");
+  simdjson::dom::element vocab_json = member(e, "vocab");
+  if (type.empty()) {  // files older than the "type" field: BPE has merges, Unigram a list
+    type = json::has(e, "merges") ? "BPE" : vocab_json.is_array() ? "Unigram" : "WordPiece";
+  }
+  auto read_vocab = [&] {
+    Vocab v;
+    simdjson::dom::object o;
+    if (vocab_json.get(o) != simdjson::SUCCESS) {
+      throw InvalidArgument(origin + ": model " + type + " without a vocab object");
+    }
+    for (auto [token, id] : o) {
+      int64_t i;
+      if (id.get(i) != simdjson::SUCCESS || i < 0 || i > INT32_MAX) {
+        throw InvalidArgument(origin + ": model " + type + " vocab id of \"" +
+                              std::string(token) + "\" is not a non-negative integer");
+      }
+      v.emplace(std::string(token), static_cast<int32_t>(i));
+    }
+    return v;
+  };
+  if (type == "BPE") {
+    if (json::has(e, "dropout")) {
+      double d = 0;
+      if (e["dropout"].get(d) != simdjson::SUCCESS || d != 0.0) {
+        throw InvalidArgument(origin + ": BPE dropout is not supported (ids would be random)");
+      }
+    }
+    BpeOptions o;
+    if (json::has(e, "unk_token")) o.unk_token = json::string_or(e, "unk_token", "");
+    o.continuing_subword_prefix = json::string_or(e, "continuing_subword_prefix", "");
+    o.end_of_word_suffix = json::string_or(e, "end_of_word_suffix", "");
+    o.fuse_unk = json::bool_or(e, "fuse_unk", false);
+    o.byte_fallback = json::bool_or(e, "byte_fallback", false);
+    o.ignore_merges = json::bool_or(e, "ignore_merges", false);
+    std::vector<std::pair<std::string, std::string>> merges;
+    simdjson::dom::array list;
+    if (e["merges"].get(list) == simdjson::SUCCESS) {
+      merges.reserve(list.size());
+      for (auto m : list) {
+        std::string_view s;
+        simdjson::dom::array pair;
+        if (m.get(s) == simdjson::SUCCESS) {
+          size_t space = s.find(' ');
+          if (space == std::string_view::npos || s.find(' ', space + 1) != std::string_view::npos) {
+            throw InvalidArgument(origin + ": BPE merge \"" + std::string(s) +
+                                  "\" is not two tokens");
+          }
+          merges.emplace_back(std::string(s.substr(0, space)), std::string(s.substr(space + 1)));
+        } else if (m.get(pair) == simdjson::SUCCESS && pair.size() == 2) {
+          std::string_view a, b;
+          if (pair.at(0).get(a) || pair.at(1).get(b)) {
+            throw InvalidArgument(origin + ": a BPE merge that is not two strings");
+          }
+          merges.emplace_back(std::string(a), std::string(b));
+        } else {
+          throw InvalidArgument(origin + ": a BPE merge that is neither \"a b\" nor [a, b]");
+        }
+      }
+    }
+    model = std::make_unique<Bpe>(read_vocab(), merges, std::move(o), origin);
+  } else if (type == "WordPiece") {
+    model = std::make_unique<WordPiece>(
+        read_vocab(), json::string_or(e, "unk_token", "[UNK]"),
+        json::string_or(e, "continuing_subword_prefix", "##"),
+        static_cast<size_t>(json::int_or(e, "max_input_chars_per_word", 100)), origin);
+  } else if (type == "Unigram") {
+    std::vector<std::pair<std::string, double>> pieces;
+    simdjson::dom::array list;
+    if (vocab_json.get(list) != simdjson::SUCCESS) {
+      throw InvalidArgument(origin + ": model Unigram without a vocab list");
+    }
+    for (auto item : list) {
+      simdjson::dom::array pair;
+      std::string_view piece;
+      double score;
+      if (item.get(pair) || pair.size() != 2 || pair.at(0).get(piece) || pair.at(1).get(score)) {
+        throw InvalidArgument(origin + ": a Unigram vocab entry that is not [piece, score]");
+      }
+      pieces.emplace_back(std::string(piece), score);
+    }
+    std::optional<int32_t> unk;
+    if (json::has(e, "unk_id")) unk = static_cast<int32_t>(json::int_or(e, "unk_id", 0));
+    model = std::make_unique<Unigram>(std::move(pieces), unk, json::bool_or(e, "byte_fallback", false),
+                                      origin);
+  } else {
+    throw InvalidArgument(origin + ": model " + type +
+                          " is not supported (BPE, WordPiece, Unigram are)");
+  }
+}
+
+void Tokenizer::Impl::parse_post(simdjson::dom::element e) {
+  if (e.is_null()) return;
+  const std::string type = json::type_of(e, origin, "post-processor");
+  auto pair_id = [&](const char* key) {
+    simdjson::dom::array a;
+    int64_t id;
+    if (e[key].get(a) || a.size() != 2 || a.at(1).get(id)) {
+      throw InvalidArgument(origin + ": " + type + " without its " + key + " [token, id]");
+    }
+    return static_cast<int32_t>(id);
+  };
+  if (type == "ByteLevel") return;  // offsets only
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    post.push_back(Template{{pair_id("cls")}, {pair_id("sep")}});
+    return;
+  }
+  if (type == "TemplateProcessing") {
+    Template t;
+    bool seen_sequence = false;
+    simdjson::dom::array single;
+    if (e["single"].get(single)) {
+      throw InvalidArgument(origin + ": TemplateProcessing without a single template");
+    }
+    for (auto piece : single) {
+      simdjson::dom::element inner;
+      if (piece["Sequence"].get(inner) == simdjson::SUCCESS) {
+        if (json::string_or(inner, "id", "A") != "A" || seen_sequence) {
+          throw InvalidArgument(origin + ": TemplateProcessing single template with a sequence "
+                                         "other than one $A is not supported");
+        }
+        seen_sequence = true;
+      } else if (piece["SpecialToken"].get(inner) == simdjson::SUCCESS) {
+        std::string name = json::string_or(inner, "id", "");
+        simdjson::dom::array ids;
+        if (e["special_tokens"][name]["ids"].get(ids)) {
+          throw InvalidArgument(origin + ": TemplateProcessing names special token \"" + name +
+                                "\" without its ids");
+        }
+        for (auto id : ids) {
+          int64_t v;
+          if (id.get(v)) throw InvalidArgument(origin + ": TemplateProcessing id not an integer");
+          (seen_sequence ? t.after : t.before).push_back(static_cast<int32_t>(v));
+        }
+      } else {
+        throw InvalidArgument(origin + ": TemplateProcessing piece neither Sequence nor "
+                                       "SpecialToken");
+      }
+    }
+    post.push_back(std::move(t));
+    return;
+  }
+  if (type == "Sequence") {
+    simdjson::dom::array items;
+    if (e["processors"].get(items) == simdjson::SUCCESS) {
+      for (auto item : items) parse_post(item);
+    }
+    return;
+  }
+  throw InvalidArgument(origin + ": post-processor " + type +
+                        " is not supported (TemplateProcessing, BertProcessing, "
+                        "RobertaProcessing, ByteLevel, Sequence are)");
+}
+
+void Tokenizer::Impl::encode_segment(std::string_view s, bool at_origin,
+                                     std::vector<int32_t>& out) const {
+  std::vector<Piece> pieces;
+  pieces.push_back(Piece{std::string(s), at_origin});
+  if (pre_tokenizer) pre_tokenizer->split(pieces);
+  for (const auto& p : pieces) model->encode(p.text, out);
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_json(std::string_view json, const std::string& origin) {
+  return Tokenizer(std::make_unique<Impl>(json, origin));
+}
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  return from_json(read_file(path), path);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (!valid_utf8(text)) throw DecodeError(impl_->origin + ": encode of text that is not UTF-8");
+  const Impl& m = *impl_;
+  std::vector<int32_t> ids;
+  auto normalized_part = [&](std::string_view part, bool at_origin) {
+    std::string n = m.normalizer ? m.normalizer->normalize(std::string(part)) : std::string(part);
+    if (m.normalized.empty()) {
+      if (!n.empty()) m.encode_segment(n, at_origin, ids);
+      return;
+    }
+    for (const auto& seg : m.normalized.split(n)) {
+      if (seg.token) {
+        ids.push_back(seg.token->id);
+      } else if (seg.end > seg.begin) {
+        m.encode_segment(std::string_view(n).substr(seg.begin, seg.end - seg.begin),
+                         at_origin && seg.begin == 0, ids);
+      }
+    }
+  };
+  if (m.raw.empty()) {
+    if (!text.empty()) normalized_part(text, true);
+  } else {
+    for (const auto& seg : m.raw.split(text)) {
+      if (seg.token) {
+        ids.push_back(seg.token->id);
+      } else if (seg.end > seg.begin) {
+        normalized_part(text.substr(seg.begin, seg.end - seg.begin), seg.begin == 0);
+      }
+    }
+  }
+  if (add_special_tokens) {
+    for (const auto& t : m.post) {
+      std::vector<int32_t> framed = t.before;
+      framed.insert(framed.end(), ids.begin(), ids.end());
+      framed.insert(framed.end(), t.after.begin(), t.after.end());
+      ids = std::move(framed);
+    }
+  }
+  return ids;
+}
+
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                                          bool add_special_tokens,
+                                                          int threads) const {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  const size_t n = std::min(texts.size(), static_cast<size_t>(std::max(threads, 1)));
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(std::max<size_t>(n, 1));
+  auto work = [&](size_t worker) {
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < texts.size();) {
+        out[i] = encode(texts[i], add_special_tokens);
+      }
+    } catch (...) {
+      errors[worker] = std::current_exception();
+      next = texts.size();  // the others stop at their next text
+    }
+  };
+  if (n <= 1) {
+    work(0);
+  } else {
+    std::vector<std::jthread> pool;
+    for (size_t w = 0; w < n; ++w) pool.emplace_back(work, w);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  const Impl& m = *impl_;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    const std::string* token = nullptr;
+    if (auto it = m.added_by_id.find(id); it != m.added_by_id.end()) {
+      token = &it->second->shown;
+    } else {
+      token = m.model->id_to_token(id);
+    }
+    if (!token) continue;
+    if (skip_special_tokens && m.special.contains(*token)) continue;
+    tokens.push_back(*token);
+  }
+  std::string out;
+  if (m.decoder) {
+    for (auto& s : m.decoder->decode_chain(std::move(tokens))) out += s;
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+  }
+  return out;
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (auto it = impl_->added_by_content.find(std::string(token));
+      it != impl_->added_by_content.end()) {
+    return it->second;
+  }
+  return impl_->model->token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) {
+    return it->second->shown;
+  }
+  if (const std::string* t = impl_->model->id_to_token(id)) return *t;
+  return std::nullopt;
+}
+
+}  // namespace stoker::text

@@ -1,0 +1,188 @@
+#include "stoker/text/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "stoker/errors.h"
+
+namespace stoker::text {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+// Byte-level BPE, GPT-2 style: Ġ is the space byte.
+const char* kByteLevel = R"({
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [{"id": 10, "content": "<|endoftext|>", "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": true}],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                    "use_regex": true},
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+    "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [10], "tokens": ["<|endoftext|>"]}}},
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "vocab": {"h": 0, "i": 1, "\u0120": 2, "y": 3, "o": 4, "u": 5, "hi": 6, "\u0120y": 7,
+                      "\u0120you": 8, "ou": 9},
+            "merges": [["h", "i"], ["\u0120", "y"], ["o", "u"], ["\u0120y", "ou"]]}
+})";
+
+TEST(TokenizerTest, ByteLevelBpeWithASpecialToken) {
+  Tokenizer t = Tokenizer::from_json(kByteLevel);
+  EXPECT_EQ(t.encode("hi you"), (Ids{6, 8}));
+  EXPECT_EQ(t.encode("hi<|endoftext|>hi"), (Ids{6, 10, 6}));
+  EXPECT_EQ(t.encode("hi you", true), (Ids{6, 8, 10}));
+  EXPECT_EQ(t.decode({6, 8, 10}), "hi you<|endoftext|>");
+  EXPECT_EQ(t.decode({6, 8, 10}, true), "hi you");
+  EXPECT_EQ(t.token_to_id("<|endoftext|>"), 10);
+  EXPECT_EQ(t.id_to_token(8), "\xC4\xA0you");
+  EXPECT_EQ(t.vocab_size(), 11u);
+}
+
+// SentencePiece-style BPE (Llama 2): Metaspace, byte fallback.
+std::string sentencepiece_json() {
+  std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2)";
+  for (int b = 0; b < 256; ++b) {
+    char entry[32];
+    std::snprintf(entry, sizeof entry, ", \"<0x%02X>\": %d", b, 3 + b);
+    vocab += entry;
+  }
+  vocab += R"(, "\u2581": 259, "a": 260, "b": 261, "\u2581a": 262, "\u2581ab": 263)";
+  return std::string(R"({"added_tokens": [
+      {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+      {"id": 2, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": null,
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+        {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+              "vocab": {)") + vocab + R"(}, "merges": ["\u2581 a", "\u2581a b"]}})";
+}
+
+TEST(TokenizerTest, SentencePieceBpeFallsBackToBytes) {
+  Tokenizer t = Tokenizer::from_json(sentencepiece_json());
+  EXPECT_EQ(t.encode("ab a\xC3\xA9"), (Ids{263, 262, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(t.encode("ab", true), (Ids{1, 263}));
+  EXPECT_EQ(t.decode({1, 263, 262, 3 + 0xC3, 3 + 0xA9}, true), "ab a\xC3\xA9");
+}
+
+const char* kWordPiece = R"({
+  "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                 "strip_accents": null, "lowercase": true},
+  "pre_tokenizer": {"type": "BertPreTokenizer"},
+  "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+  "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+  "added_tokens": [{"id": 2, "content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true},
+                   {"id": 3, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true}],
+  "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": 100,
+            "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "un": 5,
+                      "##aff": 6, "##able": 7, "!": 8, "cafe": 9}}
+})";
+
+TEST(TokenizerTest, WordPieceWithBertNormalizer) {
+  Tokenizer t = Tokenizer::from_json(kWordPiece);
+  EXPECT_EQ(t.encode("Hello, UNAFFABLE! Caf\xC3\xA9"), (Ids{4, 1, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(t.encode("hello", true), (Ids{2, 4, 3}));
+  EXPECT_EQ(t.decode({2, 5, 6, 7, 8, 3}, true), "unaffable!");
+}
+
+const char* kUnigram = R"({
+  "normalizer": null,
+  "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true},
+  "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true},
+  "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": false,
+            "vocab": [["<unk>", 0.0], ["\u2581", -2.0], ["\u2581ab", -1.0], ["a", -1.5], ["b", -1.5],
+                      ["c", -3.0], ["\u2581a", -1.2]]}
+})";
+
+TEST(TokenizerTest, UnigramWithMetaspace) {
+  Tokenizer t = Tokenizer::from_json(kUnigram);
+  EXPECT_EQ(t.encode("ab abc"), (Ids{2, 2, 5}));
+  EXPECT_EQ(t.decode({2, 2, 5}), "ab abc");
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
+  auto message = [](const std::string& json) -> std::string {
+    try {
+      Tokenizer::from_json(json, "my/tokenizer.json");
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  std::string m = message(replace(kUnigram, R"({"type": "Metaspace", "replacement")",
+                                   R"({"type": "UnicodeScripts", "replacement")"));
+  EXPECT_NE(m.find("my/tokenizer.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("pre-tokenizer UnicodeScripts"), std::string::npos) << m;
+  m = message(replace(kWordPiece, "\"type\": \"WordPiece\", \"prefix\"", "\"type\": \"CTC\", \"prefix\""));
+  EXPECT_NE(m.find("decoder CTC"), std::string::npos) << m;
+  m = message(replace(kWordPiece, "\"type\": \"BertNormalizer\"", "\"type\": \"Precompiled\""));
+  EXPECT_NE(m.find("normalizer Precompiled"), std::string::npos) << m;
+  m = message(replace(kByteLevel, "\"dropout\": null", "\"dropout\": 0.1"));
+  EXPECT_NE(m.find("dropout"), std::string::npos) << m;
+  m = message(replace(kByteLevel, "\"truncation\": null", "\"truncation\": {\"max_length\": 8}"));
+  EXPECT_NE(m.find("truncation"), std::string::npos) << m;
+  m = message(replace(kWordPiece, "\"type\": \"BertProcessing\"", "\"type\": \"Something\""));
+  EXPECT_NE(m.find("post-processor Something"), std::string::npos) << m;
+  EXPECT_THROW(Tokenizer::from_json("{not json"), InvalidArgument);
+  EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), IoError);
+}
+
+TEST(TokenizerTest, AddedTokenIdsAreTheOnesTokenizersAssigns) {
+  // A file whose added token's id disagrees with the vocabulary: `tokenizers` numbers it after the
+  // model's tokens (and only warns), so this does too.
+  std::string json = replace(kByteLevel, R"("id": 10, "content": "<|endoftext|>")",
+                             R"("id": 3, "content": "<|endoftext|>")");
+  Tokenizer t = Tokenizer::from_json(json);
+  EXPECT_EQ(t.token_to_id("<|endoftext|>"), 10);
+  EXPECT_EQ(t.encode("hi<|endoftext|>"), (Ids{6, 10}));
+}
+
+TEST(TokenizerTest, InvalidUtf8IsADecodeError) {
+  Tokenizer t = Tokenizer::from_json(kByteLevel);
+  EXPECT_THROW(t.encode("hi\xFF"), DecodeError);
+}
+
+TEST(TokenizerTest, ManyThreadsGetTheIdsOneThreadGets) {
+  Tokenizer t = Tokenizer::from_json(sentencepiece_json());
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back(std::string(i % 7, 'a') + " b" + std::string(i % 5, 'b') + " \xC3\xA9");
+  }
+  std::vector<Ids> one;
+  for (const auto& text : texts) one.push_back(t.encode(text));
+  EXPECT_EQ(t.encode_batch(texts, false, 4), one);
+  EXPECT_TRUE(t.encode_batch({}, false, 4).empty());
+  std::vector<std::vector<Ids>> seen(4);
+  {
+    std::vector<std::jthread> threads;
+    for (int w = 0; w < 4; ++w) {
+      threads.emplace_back([&, w] {
+        for (const auto& text : texts) seen[w].push_back(t.encode(text));
+      });
+    }
+  }
+  for (const auto& s : seen) EXPECT_EQ(s, one);
+  texts[100] = "\xFF";  // the failure reaches the caller, typed
+  EXPECT_THROW(t.encode_batch(texts, false, 4), DecodeError);
+}
+
+}  // namespace
+}  // namespace stoker::text
