@@ -58,6 +58,8 @@ NOT_REPO_PATHS = {
     # Results that bench/results/README.md says are not recorded yet (no GPU run so far).
     "bench/results/bench_gpu.md", "bench/results/bench_gpu_decode.md",
     "bench_gpu.md", "bench_gpu_decode.md", "seed_cost.md",
+    # A Hugging Face tokenizer's files (the user's: stoker.Tokenizer.from_file reads them).
+    "tokenizer.json", "tokenizer_config.json",
     # Files of a LeRobot dataset (the user's: stoker.LeRobotDataset reads them).
     "meta/info.json", "info.json", "meta/tasks.parquet",
     # Placeholders and the user's own files in examples.
