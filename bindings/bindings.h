@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <cstddef>
 #include <memory>
@@ -40,6 +41,9 @@ std::vector<image::Transform> parse_transforms(const nb::list& spec);
 // The pipeline of such a spec (image.cc).
 std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
                                                           uint64_t max_pixels);
+
+// A vector as a NumPy uint64 array that owns it, no copy (engine.cc).
+nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> to_array(std::vector<uint64_t> values);
 
 // A whole file's bytes (image.cc).
 std::vector<std::byte> read_whole_file(const std::string& path);

@@ -18,9 +18,7 @@ using Lengths = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device:
 using UInt64Array = nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>;
 
 UInt64Array as_array(std::span<const uint64_t> values) {
-  auto* v = new std::vector<uint64_t>(values.begin(), values.end());
-  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-  return UInt64Array(v->data(), {v->size()}, owner);
+  return to_array(std::vector<uint64_t>(values.begin(), values.end()));
 }
 
 BudgetCost parse_cost(const std::string& s) {

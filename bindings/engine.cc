@@ -176,12 +176,6 @@ using Labels = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device:
 using Positions = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using UInt64Array = nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>;
 
-// A vector as a NumPy array that owns it (no copy).
-UInt64Array to_array(std::vector<uint64_t> values) {
-  auto* v = new std::vector<uint64_t>(std::move(values));
-  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-  return UInt64Array(v->data(), {v->size()}, owner);
-}
 
 // A batch's draws as Python takes them: (indices, cycles).
 std::pair<std::vector<uint64_t>, std::vector<uint64_t>> as_pair(Draws d) {
@@ -234,6 +228,12 @@ nb::object apply_batch_transform(const BatchTransform& t, const BatchMixParams& 
 }
 
 }  // namespace
+
+UInt64Array to_array(std::vector<uint64_t> values) {
+  auto* v = new std::vector<uint64_t>(std::move(values));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+  return UInt64Array(v->data(), {v->size()}, owner);
+}
 
 void register_engine(nb::module_& m) {
   nb::class_<EpochIterator>(m, "EpochIterator")

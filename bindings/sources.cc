@@ -371,9 +371,7 @@ void register_sources(nb::module_& m) {
           nb::gil_scoped_release release;
           pixels = image_pixels(*files, threads, max_pixels);
         }
-        auto* v = new std::vector<uint64_t>(std::move(pixels));
-        nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
+        return to_array(std::move(pixels));
       },
       nb::arg("files"), nb::arg("threads"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
       "Each image's width x height from its header (a uint64 array; 0 where unreadable).");
