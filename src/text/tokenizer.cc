@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <thread>
@@ -144,11 +147,59 @@ simdjson::dom::element member(simdjson::dom::element e, const char* key) {
 
 }  // namespace
 
+// The double Hugging Face tokenizers holds for a number read from a tokenizer.json file: serde_json
+// without its float_roundtrip feature, which is not correctly rounded: the decimal significand
+// (at most 19 digits) made a double, then multiplied or divided by the power of ten, two
+// roundings. A Unigram's scores then differ from the exact values by an ulp now and then, and
+// so, on ties, does the best path. `exact` is the correctly rounded value of the file's digits,
+// which are the shortest that round-trip to it (tokenizers and Python write them so).
+static double serde_json_double(double exact) {
+  if (!std::isfinite(exact) || exact == 0) return exact;
+  char buf[64];
+  const auto written = std::to_chars(buf, buf + sizeof buf, exact);  // shortest round trip
+  std::string_view s(buf, written.ptr - buf);
+  const bool negative = s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  uint64_t significand = 0;
+  int exponent = 0;
+  bool fraction = false;
+  size_t i = 0;
+  for (; i < s.size() && s[i] != 'e'; ++i) {
+    if (s[i] == '.') {
+      fraction = true;
+      continue;
+    }
+    if (significand > (UINT64_MAX - 9) / 10) return exact;  // not the shortest digits
+    significand = significand * 10 + static_cast<uint64_t>(s[i] - '0');
+    if (fraction) --exponent;
+  }
+  if (i < s.size()) exponent += std::atoi(std::string(s.substr(i + 1)).c_str());
+  double f = static_cast<double>(significand);
+  for (;;) {
+    const int magnitude = exponent < 0 ? -exponent : exponent;
+    if (magnitude <= 308) {
+      // serde_json's table: the literals 1e0 .. 1e308, each the correctly rounded double.
+      static const std::vector<double> pow10 = [] {
+        std::vector<double> t(309);
+        for (int k = 0; k <= 308; ++k) t[k] = std::strtod(("1e" + std::to_string(k)).c_str(), nullptr);
+        return t;
+      }();
+      f = exponent >= 0 ? f * pow10[magnitude] : f / pow10[magnitude];
+      break;
+    }
+    if (f == 0 || exponent >= 0) break;
+    f /= 1e308;
+    exponent += 308;
+  }
+  return negative ? -f : f;
+}
+
 class Tokenizer::Impl {
  public:
-  Impl(std::string_view json, const std::string& origin);
+  Impl(std::string_view json, const std::string& origin, bool file_numbers);
 
   std::string origin;
+  bool file_numbers;  // read numbers as Hugging Face reads a file's (serde_json_double)
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Model> model;
@@ -169,7 +220,8 @@ class Tokenizer::Impl {
   int32_t added_token_id(const std::string& content) const;
 };
 
-Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_) : origin(origin_) {
+Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_, bool file_numbers_)
+    : origin(origin_), file_numbers(file_numbers_) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(text);
   simdjson::dom::element root;
@@ -323,7 +375,7 @@ void Tokenizer::Impl::parse_model(simdjson::dom::element e) {
       if (item.get(pair) || pair.size() != 2 || pair.at(0).get(piece) || pair.at(1).get(score)) {
         throw InvalidArgument(origin + ": a Unigram vocab entry that is not [piece, score]");
       }
-      pieces.emplace_back(std::string(piece), score);
+      pieces.emplace_back(std::string(piece), file_numbers ? serde_json_double(score) : score);
     }
     std::optional<int32_t> unk;
     if (json::has(e, "unk_id")) unk = static_cast<int32_t>(json::int_or(e, "unk_id", 0));
@@ -412,11 +464,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& origin) {
-  return Tokenizer(std::make_unique<Impl>(json, origin));
+  return Tokenizer(std::make_unique<Impl>(json, origin, false));
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  return from_json(read_file(path), path);
+  return Tokenizer(std::make_unique<Impl>(read_file(path), path, true));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

@@ -342,3 +342,19 @@ def test_import_stoker_does_not_load_the_text_module():
     code = "import sys, stoker; stoker.Tokenizer; print('stoker._text' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_from_file_reads_numbers_as_hugging_face_reads_a_file(unigram, tmp_path, texts):
+    # tokenizers reads a file's floats with serde_json's default parse, not correctly rounded: a
+    # Unigram score can be an ulp off the file's digits, and on a tie (the same pieces in
+    # another order: runs of dashes, tabs) the best path then differs. from_file reads them so;
+    # from_hf takes the values in memory.
+    path = tmp_path / "unigram.json"
+    unigram.save(str(path))
+    theirs = tokenizers.Tokenizer.from_file(str(path))
+    ours = stoker.Tokenizer.from_file(path)
+    runs = [c * n for c in ("-", "\t", "=", "#", " ", "*") for n in range(1, 160)]
+    lines = runs + [f"    # -- {t} " + "-" * n for n, t in enumerate(texts[:80])]
+    want = [e.ids for e in theirs.encode_batch(lines, add_special_tokens=False)]
+    assert ours.encode_batch(lines) == want
+    assert stoker.Tokenizer.from_hf(theirs).encode_batch(lines) == want

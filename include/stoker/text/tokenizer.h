@@ -42,9 +42,14 @@ namespace stoker::text {
 
 class Tokenizer {
  public:
-  // Parses tokenizer.json text; `origin` (a path, or a description) names it in errors.
+  // Parses tokenizer.json text; `origin` (a path, or a description) names it in errors. Numbers
+  // are read exactly: the text of a tokenizer in memory (Hugging Face's to_str()) gives the
+  // values it holds.
   static Tokenizer from_json(std::string_view json, const std::string& origin = "tokenizer.json");
-  // Reads and parses a tokenizer.json file.
+  // Reads and parses a tokenizer.json file, its numbers read as Hugging Face tokenizers reads a
+  // file's (serde_json, not correctly rounded: a Unigram's scores may then differ by an ulp from
+  // the exact values, and so, on ties, may the best path), so that ids equal those of
+  // tokenizers.Tokenizer.from_file of the same file.
   static Tokenizer from_file(const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
