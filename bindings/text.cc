@@ -1,5 +1,6 @@
 // The extension module stoker._text: the text wing (src/text/), apart from stoker._native because
-// it links PCRE2, utf8proc and simdjson, which a build without them need not have. It imports
+// it links PCRE2, utf8proc and simdjson (and sentencepiece, where found), which a build without
+// them need not have. It imports
 // stoker._native first for the exception translator (errors.cc), shared between the modules.
 #include "stoker/text/tokenizer.h"
 
@@ -17,9 +18,12 @@ using namespace nb::literals;
 NB_MODULE(_text, m) {
   using stoker::text::Tokenizer;
   nb::module_::import_("stoker._native");  // the exception translator
+  // Whether from_file reads SentencePiece .model files (the build found libsentencepiece).
+  m.attr("SENTENCEPIECE") = Tokenizer::sentencepiece_supported();
 
   nb::class_<Tokenizer>(m, "Tokenizer",
-                        "A tokenizer.json run natively (include/stoker/text/tokenizer.h).")
+                        "A tokenizer.json run natively, or a SentencePiece .model through the "
+                        "sentencepiece library (include/stoker/text/tokenizer.h).")
       .def_static("from_json", &Tokenizer::from_json, "json"_a, "origin"_a,
                   nb::call_guard<nb::gil_scoped_release>())
       .def_static("from_file", &Tokenizer::from_file, "path"_a,

@@ -1,7 +1,8 @@
 // Tokenizer (include/stoker/text/tokenizer.h): tokenizer.json read with simdjson into the stages,
 // and the encode pipeline `tokenizers` runs: added tokens split out of the raw text, the rest
 // normalized, added tokens split out of that, pre-tokenized, each piece through the model; then
-// the post-processor's special tokens.
+// the post-processor's special tokens. A SentencePiece .model goes to the sentencepiece library
+// itself (text/sentencepiece.h) instead.
 #include "stoker/text/tokenizer.h"
 
 #include <simdjson.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <sstream>
@@ -21,6 +23,7 @@
 #include "stoker/errors.h"
 #include "text/components.h"
 #include "text/model.h"
+#include "text/sentencepiece.h"
 #include "text/unicode.h"
 
 namespace stoker::text {
@@ -197,9 +200,15 @@ static double serde_json_double(double exact) {
 class Tokenizer::Impl {
  public:
   Impl(std::string_view json, const std::string& origin, bool file_numbers);
+  // A SentencePiece model: everything goes to it; the members below stay empty.
+  Impl(std::unique_ptr<SentencePieceModel> model, const std::string& origin_)
+      : origin(origin_), file_numbers(false), sentencepiece(std::move(model)) {
+    vocab_size = sentencepiece->size();
+  }
 
   std::string origin;
   bool file_numbers;  // read numbers as Hugging Face reads a file's (serde_json_double)
+  std::unique_ptr<SentencePieceModel> sentencepiece;  // a .model file's, or none
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Model> model;
@@ -467,13 +476,43 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& origin)
   return Tokenizer(std::make_unique<Impl>(json, origin, false));
 }
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
-  return Tokenizer(std::make_unique<Impl>(read_file(path), path, true));
+// Whether a file's `bytes` are a SentencePiece model rather than a tokenizer.json: its name ends
+// in .model; or its first byte is not JSON's (whitespace, then '{') but 0x0A, the tag a serialized
+// ModelProto starts with (field 1, its first piece).
+static bool is_sentencepiece(const std::string& path, std::string_view bytes) {
+  if (path.ends_with(".model")) return true;
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && bytes[first] == '{') return false;
+  return !bytes.empty() && bytes[0] == '\x0A';
+}
+
+bool Tokenizer::sentencepiece_supported() { return SentencePieceModel::supported(); }
+
+Tokenizer Tokenizer::from_file(const std::string& path_or_directory) {
+  std::string path = path_or_directory;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path dir(path);
+    if (std::filesystem::exists(dir / "tokenizer.json", ec)) {
+      path = (dir / "tokenizer.json").string();
+    } else if (std::filesystem::exists(dir / "tokenizer.model", ec)) {
+      path = (dir / "tokenizer.model").string();
+    } else {
+      throw IoError(path + ": a directory with neither a tokenizer.json nor a tokenizer.model");
+    }
+  }
+  const std::string bytes = read_file(path);
+  if (is_sentencepiece(path, bytes)) {
+    auto model = std::make_unique<SentencePieceModel>(bytes, path);
+    return Tokenizer(std::make_unique<Impl>(std::move(model), path));
+  }
+  return Tokenizer(std::make_unique<Impl>(bytes, path, true));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   if (!valid_utf8(text)) throw DecodeError(impl_->origin + ": encode of text that is not UTF-8");
   const Impl& m = *impl_;
+  if (m.sentencepiece) return m.sentencepiece->encode(text, add_special_tokens);
   std::vector<int32_t> ids;
   auto normalized_part = [&](std::string_view part, bool at_origin) {
     std::string n = m.normalizer ? m.normalizer->normalize(std::string(part)) : std::string(part);
@@ -543,6 +582,7 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
+  if (m.sentencepiece) return m.sentencepiece->decode(ids, skip_special_tokens);
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
@@ -571,6 +611,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (impl_->sentencepiece) return impl_->sentencepiece->token_to_id(token);
   if (auto it = impl_->added_by_content.find(std::string(token));
       it != impl_->added_by_content.end()) {
     return it->second;
@@ -579,6 +620,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+  if (impl_->sentencepiece) return impl_->sentencepiece->id_to_token(id);
   if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) {
     return it->second->shown;
   }

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "stoker/errors.h"
 
@@ -182,6 +186,90 @@ TEST(TokenizerTest, ManyThreadsGetTheIdsOneThreadGets) {
   for (const auto& s : seen) EXPECT_EQ(s, one);
   texts[100] = "\xFF";  // the failure reaches the caller, typed
   EXPECT_THROW(t.encode_batch(texts, false, 4), DecodeError);
+}
+
+// SentencePiece .model files: a ModelProto written here by hand (protobuf's wire format), loaded
+// by the sentencepiece library itself. The Python tests compare trained models with the library.
+std::string varint(uint64_t v) {
+  std::string out;
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7F) | 0x80);
+  out += static_cast<char>(v);
+  return out;
+}
+std::string field(int number, std::string_view bytes) {  // length-delimited
+  return varint(static_cast<uint64_t>(number) << 3 | 2) + varint(bytes.size()) + std::string(bytes);
+}
+std::string field(int number, uint64_t value) {  // a varint
+  return varint(static_cast<uint64_t>(number) << 3) + varint(value);
+}
+std::string piece(std::string_view text, float score, int type) {  // NORMAL 1, UNKNOWN 2, CONTROL 3
+  std::string f = varint(2 << 3 | 5);  // score: a fixed32 float, little-endian
+  uint32_t bits;
+  std::memcpy(&bits, &score, 4);
+  for (int i = 0; i < 4; ++i) f += static_cast<char>(bits >> (8 * i) & 0xFF);
+  return field(1, field(1, text) + f + field(3, static_cast<uint64_t>(type)));
+}
+// A Unigram model: <unk> <s> </s> ▁ a b ▁ab; no normalization table ("identity").
+std::string unigram_model() {
+  return piece("<unk>", 0, 2) + piece("<s>", 0, 3) + piece("</s>", 0, 3) +
+         piece("\xE2\x96\x81", -1, 1) + piece("a", -2, 1) + piece("b", -2, 1) +
+         piece("\xE2\x96\x81" "ab", -1, 1) + field(2, field(3, uint64_t{1})) +
+         field(3, field(1, std::string_view("identity")));
+}
+
+std::string write_file(const std::string& name, const std::string& bytes) {
+  const std::string path = ::testing::TempDir() + name;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+TEST(TokenizerTest, SentencePieceModelGoesThroughTheLibrary) {
+  if (!Tokenizer::sentencepiece_supported()) GTEST_SKIP() << "built without sentencepiece";
+  const std::string path = write_file("stoker_sp/unigram.model", unigram_model());
+  Tokenizer t = Tokenizer::from_file(path);
+  EXPECT_EQ(t.encode("ab ba"), (Ids{6, 3, 5, 4}));
+  EXPECT_EQ(t.encode("ab", true), (Ids{1, 6, 2}));  // the model's bos_id and eos_id
+  EXPECT_EQ(t.encode("c"), (Ids{3, 0}));
+  EXPECT_EQ(t.decode({1, 6, 3, 5, 4, 2}), "ab ba");
+  EXPECT_EQ(t.decode({6, 99, -1}), "ab");  // out of range: skipped
+  EXPECT_EQ(t.decode({6, 0}, true), "ab");
+  EXPECT_EQ(t.vocab_size(), 7u);
+  EXPECT_EQ(t.token_to_id("\xE2\x96\x81" "ab"), 6);
+  EXPECT_EQ(t.token_to_id("zz"), std::nullopt);  // the library would say unk_id
+  EXPECT_EQ(t.id_to_token(4), "a");
+  EXPECT_EQ(t.id_to_token(7), std::nullopt);
+  EXPECT_THROW(t.encode("a\xFF"), DecodeError);
+  // Read by content too, and as a directory's tokenizer.model.
+  EXPECT_EQ(Tokenizer::from_file(write_file("stoker_sp/model.bin", unigram_model())).encode("ab"),
+            (Ids{6}));
+  write_file("stoker_sp_dir/tokenizer.model", unigram_model());
+  EXPECT_EQ(Tokenizer::from_file(::testing::TempDir() + "stoker_sp_dir").encode("ab"), (Ids{6}));
+  std::vector<std::string> texts;
+  std::vector<Ids> one;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back(std::string(i % 7, 'a') + " b" + std::string(i % 5, 'b') + " ab");
+    one.push_back(t.encode(texts.back(), true));
+  }
+  EXPECT_EQ(t.encode_batch(texts, true, 4), one);
+}
+
+TEST(TokenizerTest, ABadSentencePieceModelIsNamed) {
+  for (const auto& [name, bytes] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"stoker_sp/bad.model", "this is not a SentencePiece model\n"},
+           {"stoker_sp/empty.model", ""},
+           {"stoker_sp/bad.bin", "\x0A\x05<unk>\xFF\xFF"}}) {  // a ModelProto's start, then junk
+    const std::string path = write_file(name, bytes);
+    try {
+      Tokenizer::from_file(path);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::create_directories(::testing::TempDir() + "stoker_sp_empty");
+  EXPECT_THROW(Tokenizer::from_file(::testing::TempDir() + "stoker_sp_empty"), IoError);
 }
 
 }  // namespace

@@ -60,6 +60,7 @@ NOT_REPO_PATHS = {
     "bench_gpu.md", "bench_gpu_decode.md", "seed_cost.md",
     # A Hugging Face tokenizer's files (the user's: stoker.Tokenizer.from_file reads them).
     "tokenizer.json", "tokenizer_config.json",
+    "llama-3/tokenizer.json",  # docs/text.md's example of one
     # Files of a LeRobot dataset (the user's: stoker.LeRobotDataset reads them).
     "meta/info.json", "info.json", "meta/tasks.parquet",
     # Placeholders and the user's own files in examples.
@@ -76,6 +77,7 @@ NOT_REPO_PATHS = {
     # Headers of the system, the compiler and the image and CUDA libraries.
     "jpeglib.h", "jconfig.h", "jmorecfg.h", "jerror.h", "jpegint.h", "png.h", "pngconf.h",
     "pnglibconf.h", "zlib.h", "zconf.h", "stddef.h", "FuzzedDataProvider.h", "nvjpeg.h",
+    "sentencepiece_processor.h",
 }
 
 _PATH = re.compile(

@@ -1,10 +1,13 @@
 """stoker.Tokenizer against Hugging Face ``tokenizers``: tokenizers of each supported family are
 trained here (small vocabularies, the trainers of ``tokenizers`` itself, on Python's standard
-library and a multilingual text), and stoker's ids and decoded text must equal theirs."""
+library and a multilingual text), and stoker's ids and decoded text must equal theirs. SentencePiece
+``.model`` files, trained here with the ``sentencepiece`` package, against that package."""
 
+import io
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -358,3 +361,76 @@ def test_from_file_reads_numbers_as_hugging_face_reads_a_file(unigram, tmp_path,
     want = [e.ids for e in theirs.encode_batch(lines, add_special_tokens=False)]
     assert ours.encode_batch(lines) == want
     assert stoker.Tokenizer.from_hf(theirs).encode_batch(lines) == want
+
+
+# SentencePiece .model files go through the sentencepiece library itself: models trained here
+# with the sentencepiece package (BPE with byte fallback, as Llama 2's; Unigram, as T5's) must
+# give the ids and text of that package's SentencePieceProcessor. The package (0.2.x here) is
+# another version than the C++ library stoker links (Debian's libsentencepiece, 0.1.97), and
+# where two Unigram segmentations tie (the same pieces in another order, the same score: one text
+# of these, a run of '='), the two versions' Viterbi keeps a different one.
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def sentencepiece_model(request, corpus, tmp_path_factory):
+    spm = pytest.importorskip("sentencepiece")
+    if not stoker._text.SENTENCEPIECE:
+        pytest.skip("this build's text module has no sentencepiece")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_writer=model,
+                                   vocab_size=1000, model_type=request.param,
+                                   byte_fallback=request.param == "bpe")
+    path = tmp_path_factory.mktemp("sentencepiece") / f"{request.param}.model"
+    path.write_bytes(model.getvalue())
+    return path, spm.SentencePieceProcessor(model_file=str(path))
+
+
+def test_sentencepiece_model_ids_equal_the_library(sentencepiece_model, texts):
+    path, sp = sentencepiece_model
+    ours = stoker.Tokenizer.from_file(path)
+    rng = random.Random(20261129)
+    texts = texts + ["".join(chr(rng.choice(rng.choice(RANDOM_POOLS)))
+                             for _ in range(rng.randint(1, 40))) for _ in range(400)]
+    want = sp.encode(texts)
+    got = ours.encode_batch(texts)
+    ties = []
+    for text, w, g in zip(texts, want, got):
+        if g != w:
+            score = [sum(sp.get_score(i) for i in ids) for ids in (w, g)]
+            assert sorted(g) == sorted(w), text
+            assert score[0] == pytest.approx(score[1], abs=1e-4), text
+            ties.append(text)
+    # BPE has no ties to break; a Unigram only a few.
+    assert len(ties) <= (0 if path.stem == "bpe" else 5), ties
+    assert ours.encode(MULTILINGUAL) == sp.encode(MULTILINGUAL)
+    assert sp.bos_id() >= 0 and sp.eos_id() >= 0  # the trainer's defaults: both framed
+    assert ours.encode_batch(texts, add_special_tokens=True) == [
+        [sp.bos_id()] + g + [sp.eos_id()] for g in got]
+    assert ours.encode(texts[0], True) == sp.encode(texts[0], add_bos=True, add_eos=True)
+    for ids in want:
+        assert ours.decode(ids) == sp.decode(ids), ids
+        assert ours.decode([sp.bos_id()] + ids + [sp.eos_id()]) == sp.decode(ids)
+    assert ours.decode([sp.unk_id()], skip_special_tokens=True) == ""
+    assert ours.vocab_size == sp.get_piece_size()
+    for i in range(sp.get_piece_size()):
+        assert ours.id_to_token(i) == sp.id_to_piece(i)
+        assert ours.token_to_id(sp.id_to_piece(i)) == i
+    assert ours.token_to_id("nonexistent-token") is None  # the library says unk_id
+    assert ours.id_to_token(sp.get_piece_size()) is None
+
+
+def test_from_file_of_a_directory_with_a_tokenizer_model(sentencepiece_model, tmp_path, texts):
+    path, sp = sentencepiece_model
+    (tmp_path / "tokenizer.model").write_bytes(path.read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>",
+                                                                "eos_token": "</s>"}))
+    by_dir = stoker.Tokenizer.from_file(tmp_path)  # as a Llama 2 checkpoint ships it
+    assert by_dir.encode_batch(texts[:50]) == sp.encode(texts[:50])
+    assert (by_dir.bos_token, by_dir.eos_token) == ("<s>", "</s>")
+
+
+def test_a_file_that_is_not_a_model_is_named(tmp_path):
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(b"this is not a SentencePiece model\n")
+    with pytest.raises(ValueError, match=re.escape(str(bad))):
+        stoker.Tokenizer.from_file(bad)
+    with pytest.raises(OSError):
+        stoker.Tokenizer.from_file(tmp_path / "missing")

@@ -1,5 +1,5 @@
 // Tokenizer: text to token ids and back, as Hugging Face `tokenizers` does it, read from a
-// tokenizer.json.
+// tokenizer.json; or as the sentencepiece library does it, read from a SentencePiece .model.
 //
 // Contract: for the files it accepts, encode() returns the ids `tokenizers` returns
 // (Tokenizer.encode(text, add_special_tokens).ids) and decode() its decode(). Supported:
@@ -22,13 +22,30 @@
 // Anything else (another component, BPE dropout, a truncation or padding setting, an option value
 // not listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
 //
+// SentencePiece .model files (from_file; Llama 2's tokenizer.model, T5's, any model_type) go
+// through the sentencepiece library itself (SentencePieceProcessor, linked where the build found
+// it: sentencepiece_supported()), so ids are the library's: encode() is EncodeAsIds (no sampling,
+// no extra options), decode() DecodeIds, vocab_size() GetPieceSize, token_to_id() PieceToId (only
+// for a piece of the model: nullopt, not unk_id, for any other), id_to_token() IdToPiece.
+// add_special_tokens: bos_id() before the ids and eos_id() after, each only where the model
+// defines it (>= 0; a model trained with bos_id=-1 gets no BOS; transformers' LlamaTokenizer adds
+// the BOS only). decode() skips ids out of range; skip_special_tokens also drops control (<s>,
+// </s>) and unknown (<unk>) ids. The ids are those of the library version linked (Debian's 0.1.97);
+// where two Unigram segmentations tie, another version may keep the other (the Python package
+// 0.2.3 did on one text of 1,194 in tests/python/test_text_tokenizer.py).
+//
 // Thread safety: a loaded Tokenizer is immutable; encode(), decode() and the lookups are safe from
 // many threads at once without external synchronization. Each thread keeps its own bounded cache
-// of the BPE ids of frequent words (thread-local, no locks).
+// of the BPE ids of frequent words (thread-local, no locks). A .model's SentencePieceProcessor is
+// loaded once and only its const methods are called after; sentencepiece_processor.h makes no
+// thread-safety statement, but the library's own Python binding encodes a batch on many threads
+// over one processor, as encode_batch() does (src/text/sentencepiece.cc).
 //
-// Errors: a file that cannot be read throws IoError; a file that is not a tokenizer.json, or names a
-// component or option listed nowhere above, throws InvalidArgument naming the file (its origin)
-// and the component; encode() of text that is not valid UTF-8 throws DecodeError.
+// Errors: a file that cannot be read (or a directory with neither file) throws IoError; a file
+// that is not a tokenizer.json, or names a component or option listed nowhere above, throws
+// InvalidArgument naming the file (its origin) and the component; a .model the sentencepiece
+// library does not load (or any .model, in a build without sentencepiece) throws InvalidArgument
+// naming the file; encode() of text that is not valid UTF-8 throws DecodeError (for a .model too).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +67,13 @@ class Tokenizer {
   // file's (serde_json, not correctly rounded: a Unigram's scores may then differ by an ulp from
   // the exact values, and so, on ties, may the best path), so that ids equal those of
   // tokenizers.Tokenizer.from_file of the same file.
+  // Or loads a SentencePiece model: a file whose name ends in .model, or whose content is not
+  // JSON's ('{' after whitespace) but starts as a serialized ModelProto does (byte 0x0A).
+  // `path` may be a directory: its tokenizer.json, or, where it has none, its tokenizer.model
+  // (as Llama 2 checkpoints ship).
   static Tokenizer from_file(const std::string& path);
+  // Whether this build reads SentencePiece .model files (it found libsentencepiece).
+  static bool sentencepiece_supported();
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

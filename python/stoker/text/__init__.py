@@ -1,4 +1,5 @@
-"""The text modality: ``Tokenizer``, Hugging Face ``tokenizer.json`` files run natively.
+"""The text modality: ``Tokenizer``, Hugging Face ``tokenizer.json`` files run natively, and
+SentencePiece ``.model`` files through the sentencepiece library itself (its ids).
 
 The tokenizer is the C++ text wing (include/stoker/text/tokenizer.h says what it supports); its
 extension, ``stoker._text``, is imported on first use, so that ``import stoker`` never needs it.
@@ -26,7 +27,9 @@ def _text_module():
 
 class Tokenizer:
     """Text to token ids and back, with the ids Hugging Face ``tokenizers`` gives for the same
-    ``tokenizer.json``. Immutable once loaded; every method may be called from many threads.
+    ``tokenizer.json``, or the ids the ``sentencepiece`` library gives for the same ``.model``
+    (``add_special_tokens=True`` then adds the model's bos and eos ids, each where it has one).
+    Immutable once loaded; every method may be called from many threads.
 
     ``chat_template``, ``bos_token`` and ``eos_token`` come from a ``tokenizer_config.json``
     beside the file (``from_file`` of a directory) or from a transformers tokenizer
@@ -41,16 +44,17 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path):
-        """A ``tokenizer.json``, or a directory holding one (and perhaps its
-        ``tokenizer_config.json``)."""
+        """A ``tokenizer.json``, a SentencePiece ``.model``, or a directory holding a
+        ``tokenizer.json`` or else a ``tokenizer.model`` (Llama 2's layout), and perhaps its
+        ``tokenizer_config.json``. A ``.model`` the sentencepiece library does not load raises
+        ValueError naming it."""
         path = os.fspath(path)
         config = {}
-        if os.path.isdir(path):
+        if os.path.isdir(path):  # the native from_file picks the directory's file
             config_path = os.path.join(path, "tokenizer_config.json")
             if os.path.exists(config_path):
                 with open(config_path, encoding="utf-8") as f:
                     config = json.load(f)
-            path = os.path.join(path, "tokenizer.json")
         native = _text_module().Tokenizer.from_file(path)
         return cls(native, config.get("chat_template"), _token_text(config.get("bos_token")),
                    _token_text(config.get("eos_token")))
