@@ -217,6 +217,15 @@ std::string unigram_model() {
          field(3, field(1, std::string_view("identity")));
 }
 
+// Removes a test's folders under the temp dir when the test ends: make test holds every lane's
+// temp dir to being left empty. Each test has folders of its own (ctest runs tests side by side).
+struct RemovedAtEnd {
+  std::vector<std::string> names;
+  ~RemovedAtEnd() {
+    for (const auto& n : names) std::filesystem::remove_all(::testing::TempDir() + n);
+  }
+};
+
 std::string write_file(const std::string& name, const std::string& bytes) {
   const std::string path = ::testing::TempDir() + name;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -226,6 +235,7 @@ std::string write_file(const std::string& name, const std::string& bytes) {
 
 TEST(TokenizerTest, SentencePieceModelGoesThroughTheLibrary) {
   if (!Tokenizer::sentencepiece_supported()) GTEST_SKIP() << "built without sentencepiece";
+  const RemovedAtEnd cleanup{{"stoker_sp", "stoker_sp_dir"}};
   const std::string path = write_file("stoker_sp/unigram.model", unigram_model());
   Tokenizer t = Tokenizer::from_file(path);
   EXPECT_EQ(t.encode("ab ba"), (Ids{6, 3, 5, 4}));
@@ -255,11 +265,12 @@ TEST(TokenizerTest, SentencePieceModelGoesThroughTheLibrary) {
 }
 
 TEST(TokenizerTest, ABadSentencePieceModelIsNamed) {
+  const RemovedAtEnd cleanup{{"stoker_sp_bad", "stoker_sp_empty"}};
   for (const auto& [name, bytes] :
        std::vector<std::pair<std::string, std::string>>{
-           {"stoker_sp/bad.model", "this is not a SentencePiece model\n"},
-           {"stoker_sp/empty.model", ""},
-           {"stoker_sp/bad.bin", "\x0A\x05<unk>\xFF\xFF"}}) {  // a ModelProto's start, then junk
+           {"stoker_sp_bad/bad.model", "this is not a SentencePiece model\n"},
+           {"stoker_sp_bad/empty.model", ""},
+           {"stoker_sp_bad/bad.bin", "\x0A\x05<unk>\xFF\xFF"}}) {  // a ModelProto's start, then junk
     const std::string path = write_file(name, bytes);
     try {
       Tokenizer::from_file(path);
