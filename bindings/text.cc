@@ -6,6 +6,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -14,6 +15,18 @@
 
 namespace nb = nanobind;
 using namespace nb::literals;
+
+namespace {
+// Python indexes a str by characters: the offsets made character offsets, as tuples.
+std::pair<std::vector<int32_t>, std::vector<std::pair<uint32_t, uint32_t>>> with_char_offsets(
+    std::string_view text, stoker::text::Encoding e) {
+  stoker::text::Tokenizer::to_char_offsets(text, e.offsets);
+  std::vector<std::pair<uint32_t, uint32_t>> offsets;
+  offsets.reserve(e.offsets.size());
+  for (const auto& o : e.offsets) offsets.emplace_back(o.begin, o.end);
+  return {std::move(e.ids), std::move(offsets)};
+}
+}  // namespace
 
 NB_MODULE(_text, m) {
   using stoker::text::Tokenizer;
@@ -37,6 +50,28 @@ NB_MODULE(_text, m) {
           },
           "texts"_a, "add_special_tokens"_a, nb::call_guard<nb::gil_scoped_release>(),
           "encode() of each text, on min(texts, usable cores) threads.")
+      .def(
+          "encode_with_offsets",
+          [](const Tokenizer& t, std::string_view text, bool add_special_tokens) {
+            return with_char_offsets(text, t.encode_with_offsets(text, add_special_tokens));
+          },
+          "text"_a, "add_special_tokens"_a, nb::call_guard<nb::gil_scoped_release>(),
+          "(ids, offsets): offsets in characters of the str, as tokenizers' Encoding.offsets.")
+      .def(
+          "encode_batch_with_offsets",
+          [](const Tokenizer& t, const std::vector<std::string>& texts, bool add_special_tokens) {
+            auto encodings =
+                t.encode_batch_with_offsets(texts, add_special_tokens, stoker::usable_cores());
+            std::vector<std::pair<std::vector<int32_t>, std::vector<std::pair<uint32_t, uint32_t>>>>
+                out;
+            out.reserve(texts.size());
+            for (size_t i = 0; i < texts.size(); ++i) {
+              out.push_back(with_char_offsets(texts[i], std::move(encodings[i])));
+            }
+            return out;
+          },
+          "texts"_a, "add_special_tokens"_a, nb::call_guard<nb::gil_scoped_release>(),
+          "encode_with_offsets() of each text, on min(texts, usable cores) threads.")
       .def("decode", &Tokenizer::decode, "ids"_a, "skip_special_tokens"_a,
            nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)

@@ -9,19 +9,26 @@
 #include <string>
 #include <vector>
 
+#include "text/alignment.h"
+
 namespace stoker::text {
 
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual std::string normalize(std::string s) const = 0;
+  // The same text, keeping where each byte came from as `tokenizers` does (encode_with_offsets).
+  virtual void normalize(AlignedText& t) const = 0;
 };
 
 // A piece of the text on its way to the model. at_origin: it starts at the original text's first
-// byte (Metaspace's prepend_scheme "first" prepends to that piece only).
+// byte (Metaspace's prepend_scheme "first" prepends to that piece only). align: each byte's
+// original bytes, kept by the pre-tokenizers where encode_with_offsets asks (else empty).
 struct Piece {
   std::string text;
   bool at_origin;
+  Alignment align = {};
+  uint32_t origin = 0;
 };
 
 class PreTokenizer {

@@ -42,7 +42,11 @@ struct WordCache {
   static constexpr size_t kMaxEntries = 1 << 14;
   static constexpr size_t kMaxWordBytes = 128;
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
+  struct Entry {
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> lengths;  // each id's bytes of the word
+  };
+  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> words;
 };
 thread_local WordCache word_cache;
 
@@ -50,6 +54,15 @@ std::string byte_token(uint8_t b) {
   char name[8];
   std::snprintf(name, sizeof name, "<0x%02X>", b);
   return name;
+}
+
+// Spans of consecutive lengths from the piece's start.
+void append_spans(const std::vector<uint32_t>& lengths, std::vector<TokenSpan>& spans) {
+  uint32_t at = 0;
+  for (uint32_t n : lengths) {
+    spans.push_back({at, at + n});
+    at += n;
+  }
 }
 }  // namespace
 
@@ -86,11 +99,12 @@ Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& me
   }
 }
 
-void Bpe::merge(std::vector<int32_t>& ids) const {
+void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const {
   if (ids.size() < 2) return;
   struct Symbol {
     int32_t id;
     int32_t prev, next;
+    uint32_t length;
     bool removed;
   };
   struct Candidate {
@@ -106,7 +120,7 @@ void Bpe::merge(std::vector<int32_t>& ids) const {
   std::vector<Candidate> heap;
   heap.reserve(ids.size());
   for (int32_t i = 0; i < n; ++i) {
-    sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, false};
+    sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, lengths ? (*lengths)[i] : 0u, false};
     if (i + 1 < n) {
       auto it = merges_.find(key(ids[i], ids[i + 1]));
       if (it != merges_.end()) heap.push_back(Candidate{it->second.rank, i, it->second.id});
@@ -122,6 +136,7 @@ void Bpe::merge(std::vector<int32_t>& ids) const {
     auto it = merges_.find(key(left.id, right.id));
     if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
     left.id = top.id;
+    left.length += right.length;
     right.removed = true;
     left.next = right.next;
     if (right.next >= 0) sym[right.next].prev = top.pos;
@@ -135,38 +150,50 @@ void Bpe::merge(std::vector<int32_t>& ids) const {
     }
   }
   ids.clear();
-  for (int32_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
+  if (lengths) lengths->clear();
+  for (int32_t i = 0; i >= 0; i = sym[i].next) {
+    ids.push_back(sym[i].id);
+    if (lengths) lengths->push_back(sym[i].length);
+  }
 }
 
-void Bpe::encode(std::string_view word, std::vector<int32_t>& out) const {
+void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
+                 std::vector<TokenSpan>* spans) const {
   if (word.empty()) return;
-  if (word.size() > WordCache::kMaxWordBytes) return encode_uncached(word, out);
+  auto emit = [&](const WordCache::Entry& e) {
+    out.insert(out.end(), e.ids.begin(), e.ids.end());
+    if (spans) append_spans(e.lengths, *spans);
+  };
+  if (word.size() > WordCache::kMaxWordBytes) {
+    WordCache::Entry e;
+    encode_uncached(word, e.ids, e.lengths);
+    return emit(e);
+  }
   WordCache& cache = word_cache;
   if (cache.owner != serial_) {
-    cache.ids.clear();
+    cache.words.clear();
     cache.owner = serial_;
   }
-  auto it = cache.ids.find(word);
-  if (it != cache.ids.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    return;
-  }
-  std::vector<int32_t> ids;
-  encode_uncached(word, ids);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
-  cache.ids.emplace(std::string(word), std::move(ids));
+  auto it = cache.words.find(word);
+  if (it != cache.words.end()) return emit(it->second);
+  WordCache::Entry e;
+  encode_uncached(word, e.ids, e.lengths);
+  emit(e);
+  if (cache.words.size() >= WordCache::kMaxEntries) cache.words.clear();
+  cache.words.emplace(std::string(word), std::move(e));
 }
 
-void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& out) const {
+void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
+                          std::vector<uint32_t>& lengths) const {
   if (options_.ignore_merges) {
     if (auto id = token_to_id(word)) {
-      out.push_back(*id);
+      ids.push_back(*id);
+      lengths.push_back(static_cast<uint32_t>(word.size()));
       return;
     }
   }
-  std::vector<int32_t> ids;
   int32_t pending_unk = -1;  // the unknown token not yet written (fuse_unk: one for a run)
+  uint32_t pending_length = 0;
   std::string s;
   for (size_t i = 0; i < word.size();) {
     size_t start = i;
@@ -176,28 +203,46 @@ void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& out) cons
     if (start > 0) s += options_.continuing_subword_prefix;
     s += c;
     if (i == word.size()) s += options_.end_of_word_suffix;
+    const auto length = static_cast<uint32_t>(c.size());
     if (auto id = token_to_id(s)) {
-      if (pending_unk >= 0) ids.push_back(pending_unk);
+      if (pending_unk >= 0) {
+        ids.push_back(pending_unk);
+        lengths.push_back(pending_length);
+      }
       pending_unk = -1;
       ids.push_back(*id);
+      lengths.push_back(length);
       continue;
     }
     if (options_.byte_fallback) {
       bool all = std::all_of(s.begin(), s.end(),
                              [&](char b) { return byte_ids_[static_cast<uint8_t>(b)] >= 0; });
-      if (all) {  // as `tokenizers`: a pending unknown stays pending across the bytes
-        for (char b : s) ids.push_back(byte_ids_[static_cast<uint8_t>(b)]);
+      if (all) {  // as `tokenizers`: a pending unknown stays pending across the bytes, one each
+        for (char b : s) {
+          ids.push_back(byte_ids_[static_cast<uint8_t>(b)]);
+          lengths.push_back(1);
+        }
         continue;
       }
     }
     if (unk_id_) {
-      if (pending_unk >= 0 && !options_.fuse_unk) ids.push_back(pending_unk);
+      if (pending_unk >= 0 && options_.fuse_unk) {
+        pending_length += length;
+        continue;
+      }
+      if (pending_unk >= 0) {
+        ids.push_back(pending_unk);
+        lengths.push_back(pending_length);
+      }
       pending_unk = *unk_id_;
+      pending_length = length;
     }
   }
-  if (pending_unk >= 0) ids.push_back(pending_unk);
-  merge(ids);
-  out.insert(out.end(), ids.begin(), ids.end());
+  if (pending_unk >= 0) {
+    ids.push_back(pending_unk);
+    lengths.push_back(pending_length);
+  }
+  merge(ids, &lengths);
 }
 
 // ---- WordPiece ----------------------------------------------------------------------------------
@@ -213,14 +258,18 @@ WordPiece::WordPiece(Vocab vocab, const std::string& unk_token, std::string pref
   unk_id_ = *unk;
 }
 
-void WordPiece::encode(std::string_view word, std::vector<int32_t>& out) const {
+void WordPiece::encode(std::string_view word, std::vector<int32_t>& out,
+                       std::vector<TokenSpan>* spans) const {
+  const TokenSpan whole{0, static_cast<uint32_t>(word.size())};
   size_t chars = 0;
   for (size_t i = 0; i < word.size(); ++chars) next_code_point(word, i);
   if (chars > max_chars_) {
     out.push_back(unk_id_);
+    if (spans) spans->push_back(whole);
     return;
   }
   std::vector<int32_t> pieces;
+  std::vector<TokenSpan> piece_spans;
   std::string candidate;
   for (size_t start = 0; start < word.size();) {
     size_t end = word.size();
@@ -235,12 +284,15 @@ void WordPiece::encode(std::string_view word, std::vector<int32_t>& out) const {
     }
     if (!found) {
       out.push_back(unk_id_);
+      if (spans) spans->push_back(whole);
       return;
     }
     pieces.push_back(*found);
+    piece_spans.push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(end)});
     start = end;
   }
   out.insert(out.end(), pieces.begin(), pieces.end());
+  if (spans) spans->insert(spans->end(), piece_spans.begin(), piece_spans.end());
 }
 
 // ---- Unigram ------------------------------------------------------------------------------------
@@ -268,7 +320,8 @@ Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
   }
 }
 
-void Unigram::encode(std::string_view s, std::vector<int32_t>& out) const {
+void Unigram::encode(std::string_view s, std::vector<int32_t>& out,
+                     std::vector<TokenSpan>* spans) const {
   if (s.empty()) return;
   struct Node {
     int32_t id = -1;
@@ -326,9 +379,17 @@ void Unigram::encode(std::string_view s, std::vector<int32_t>& out) const {
     end = start;
   }
   if (in_unk) pieces.push_back(s.substr(0, unk_end));
+  uint32_t at = 0;
   for (auto p = pieces.rbegin(); p != pieces.rend(); ++p) {
+    const TokenSpan span{at, at + static_cast<uint32_t>(p->size())};  // byte fallback: each id
+    at = span.end;
+    const size_t before = out.size();
+    auto spanned = [&] {
+      if (spans) spans->insert(spans->end(), out.size() - before, span);
+    };
     if (auto id = token_to_id(*p)) {
       out.push_back(*id);
+      spanned();
       continue;
     }
     if (byte_fallback_) {
@@ -340,10 +401,12 @@ void Unigram::encode(std::string_view s, std::vector<int32_t>& out) const {
       }
       if (bytes.size() == p->size()) {
         out.insert(out.end(), bytes.begin(), bytes.end());
+        spanned();
         continue;
       }
     }
     out.push_back(*unk_id_);
+    spanned();
   }
 }
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "stoker/text/tokenizer.h"
+
 namespace stoker::text {
 
 // A string-keyed map that looks up string_views without a copy.
@@ -23,8 +25,10 @@ class Model {
  public:
   explicit Model(Vocab vocab);
   virtual ~Model() = default;
-  // Appends the ids of one piece (already normalized and pre-tokenized).
-  virtual void encode(std::string_view piece, std::vector<int32_t>& out) const = 0;
+  // Appends the ids of one piece (already normalized and pre-tokenized) and, where `spans` is
+  // given, each id's bytes of the piece, as `tokenizers`' models give a Token's offsets.
+  virtual void encode(std::string_view piece, std::vector<int32_t>& out,
+                      std::vector<TokenSpan>* spans = nullptr) const = 0;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;  // nullptr when the model has no such id
@@ -53,13 +57,16 @@ class Bpe : public Model {
  public:
   Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
       BpeOptions options, const std::string& origin);
-  void encode(std::string_view word, std::vector<int32_t>& out) const override;
+  void encode(std::string_view word, std::vector<int32_t>& out,
+              std::vector<TokenSpan>* spans = nullptr) const override;
 
-  // The merge loop alone: `ids` (the word's symbols) merged in place. Exposed for the tests.
-  void merge(std::vector<int32_t>& ids) const;
+  // The merge loop alone: `ids` (the word's symbols) merged in place, and their byte lengths in
+  // `lengths` (where given) summed alike. Exposed for the tests.
+  void merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths = nullptr) const;
 
  private:
-  void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_uncached(std::string_view word, std::vector<int32_t>& ids,
+                       std::vector<uint32_t>& lengths) const;
   struct Merge {
     uint32_t rank;
     int32_t id;
@@ -80,7 +87,8 @@ class WordPiece : public Model {
  public:
   WordPiece(Vocab vocab, const std::string& unk_token, std::string prefix, size_t max_chars,
             const std::string& origin);
-  void encode(std::string_view word, std::vector<int32_t>& out) const override;
+  void encode(std::string_view word, std::vector<int32_t>& out,
+              std::vector<TokenSpan>* spans = nullptr) const override;
 
  private:
   int32_t unk_id_;
@@ -95,7 +103,8 @@ class Unigram : public Model {
  public:
   Unigram(std::vector<std::pair<std::string, double>> pieces, std::optional<int32_t> unk_id,
           bool byte_fallback, const std::string& origin);
-  void encode(std::string_view piece, std::vector<int32_t>& out) const override;
+  void encode(std::string_view piece, std::vector<int32_t>& out,
+              std::vector<TokenSpan>* spans = nullptr) const override;
 
  private:
   std::vector<double> scores_;

@@ -19,10 +19,36 @@ std::string filter_chars(const std::string& s, Keep keep) {
   return out;
 }
 
+// Each character replaced by what `fn(c, out)` appends (nothing: removed), every byte of that
+// aligned to the character: what `tokenizers`' map, filter and per-character transforms keep.
+template <class Fn>
+void map_chars(AlignedText& t, Fn fn) {
+  AlignedText out{std::string(), Alignment(), t.origin};
+  out.text.reserve(t.text.size());
+  out.align.reserve(t.text.size());
+  for (size_t i = 0; i < t.text.size();) {
+    const TokenSpan span = t.align[i];
+    const char32_t c = next_code_point(t.text, i);
+    const size_t before = out.text.size();
+    fn(c, out.text);
+    out.align.insert(out.align.end(), out.text.size() - before, span);
+  }
+  t = std::move(out);
+}
+
+void lowercase_char(char32_t c, std::string& out) {
+  std::string one;
+  append_utf8(one, c);
+  out += lowercase(one);
+}
+
 class UnicodeForm : public Normalizer {
  public:
   explicit UnicodeForm(NormalForm form) : form_(form) {}
   std::string normalize(std::string s) const override { return text::normalize(s, form_); }
+  void normalize(AlignedText& t) const override {
+    transform(t, normalize_changes(t.text, form_), 0);
+  }
 
  private:
   NormalForm form_;
@@ -31,12 +57,24 @@ class UnicodeForm : public Normalizer {
 class Lowercase : public Normalizer {
  public:
   std::string normalize(std::string s) const override { return lowercase(s); }
+  void normalize(AlignedText& t) const override { map_chars(t, lowercase_char); }
 };
 
 class Strip : public Normalizer {
  public:
   Strip(bool left, bool right) : left_(left), right_(right) {}
   std::string normalize(std::string s) const override {
+    auto [b, e] = kept(s);
+    return s.substr(b, e - b);
+  }
+  void normalize(AlignedText& t) const override {
+    auto [b, e] = kept(t.text);
+    if (b == 0 && e == t.text.size()) return;
+    t = t.slice(b, e);
+  }
+
+ private:
+  std::pair<size_t, size_t> kept(const std::string& s) const {
     size_t b = 0, e = s.size();
     if (left_) {
       for (size_t i = 0; i < s.size();) {
@@ -53,10 +91,9 @@ class Strip : public Normalizer {
       }
       e = last_non_space_end;
     }
-    return s.substr(b, e - b);
+    return {b, e};
   }
 
- private:
   bool left_, right_;
 };
 
@@ -64,6 +101,11 @@ class StripAccents : public Normalizer {
  public:
   std::string normalize(std::string s) const override {
     return filter_chars(s, [](char32_t c) { return !is_mark(c); });
+  }
+  void normalize(AlignedText& t) const override {
+    map_chars(t, [](char32_t c, std::string& out) {
+      if (!is_mark(c)) append_utf8(out, c);
+    });
   }
 };
 
@@ -74,20 +116,42 @@ class Replace : public Normalizer {
   std::string normalize(std::string s) const override {
     std::string out;
     size_t at = 0;
-    if (regex_) {
-      for (auto [b, e] : regex_->find_all(s)) {
-        out.append(s, at, b - at);
-        out += content_;
-        at = e;
-      }
-    } else {
-      if (literal_.empty()) return s;
-      for (size_t b; (b = s.find(literal_, at)) != std::string::npos; at = b + literal_.size()) {
-        out.append(s, at, b - at);
-        out += content_;
-      }
+    for (auto [b, e] : matches(s)) {
+      out.append(s, at, b - at);
+      out += content_;
+      at = e;
     }
     out.append(s, at, std::string::npos);
+    return out;
+  }
+  // The content takes the alignment of the match's last byte (of the byte before an empty
+  // match), as NormalizedString::replace's inserted characters do.
+  void normalize(AlignedText& t) const override {
+    AlignedText out{std::string(), Alignment(), t.origin};
+    size_t at = 0;
+    for (auto [b, e] : matches(t.text)) {
+      out.text.append(t.text, at, b - at);
+      out.align.insert(out.align.end(), t.align.begin() + static_cast<ptrdiff_t>(at),
+                       t.align.begin() + static_cast<ptrdiff_t>(b));
+      const size_t last = e > b ? e : b;
+      const TokenSpan span = last > 0 ? t.align[last - 1] : TokenSpan{t.origin, t.origin};
+      out.text += content_;
+      out.align.insert(out.align.end(), content_.size(), span);
+      at = e;
+    }
+    out.text.append(t.text, at, std::string::npos);
+    out.align.insert(out.align.end(), t.align.begin() + static_cast<ptrdiff_t>(at), t.align.end());
+    t = std::move(out);
+  }
+
+ private:
+  std::vector<std::pair<size_t, size_t>> matches(const std::string& s) const {
+    if (regex_) return regex_->find_all(s);
+    std::vector<std::pair<size_t, size_t>> out;
+    if (literal_.empty()) return out;
+    for (size_t b = 0; (b = s.find(literal_, b)) != std::string::npos; b += literal_.size()) {
+      out.emplace_back(b, b + literal_.size());
+    }
     return out;
   }
 
@@ -103,6 +167,7 @@ class Prepend : public Normalizer {
   std::string normalize(std::string s) const override {
     return s.empty() ? s : prefix_ + s;
   }
+  void normalize(AlignedText& t) const override { prepend(t, prefix_); }
 
  private:
   std::string prefix_;
@@ -156,6 +221,29 @@ class BertNormalizer : public Normalizer {
     if (lowercase_) s = lowercase(s);
     return s;
   }
+  void normalize(AlignedText& t) const override {
+    if (clean_text_) {
+      map_chars(t, [](char32_t c, std::string& out) {
+        bool control = c != '\t' && c != '\n' && c != '\r' && is_other(c);
+        if (c == 0 || c == 0xFFFD || control) return;
+        append_utf8(out, is_whitespace(c) ? U' ' : c);
+      });
+    }
+    if (chinese_) {
+      map_chars(t, [](char32_t c, std::string& out) {
+        if (is_chinese_char(c)) out += ' ';
+        append_utf8(out, c);
+        if (is_chinese_char(c)) out += ' ';
+      });
+    }
+    if (strip_accents_) {
+      transform(t, normalize_changes(t.text, NormalForm::kNfd), 0);
+      map_chars(t, [](char32_t c, std::string& out) {
+        if (!is_mark_nonspacing(c)) append_utf8(out, c);
+      });
+    }
+    if (lowercase_) map_chars(t, lowercase_char);
+  }
 
  private:
   bool clean_text_, chinese_, strip_accents_, lowercase_;
@@ -167,6 +255,9 @@ class Sequence : public Normalizer {
   std::string normalize(std::string s) const override {
     for (const auto& n : steps_) s = n->normalize(std::move(s));
     return s;
+  }
+  void normalize(AlignedText& t) const override {
+    for (const auto& n : steps_) n->normalize(t);
   }
 
  private:

@@ -38,6 +38,17 @@ std::vector<Span> spans_of(size_t size, const std::vector<std::pair<size_t, size
   return out;
 }
 
+// The bytes [begin, end) of a piece, with their alignment where it keeps one.
+Piece sub_piece(const Piece& piece, size_t begin, size_t end) {
+  Piece out{piece.text.substr(begin, end - begin), piece.at_origin && begin == 0};
+  if (!piece.align.empty()) {
+    out.align.assign(piece.align.begin() + static_cast<ptrdiff_t>(begin),
+                     piece.align.begin() + static_cast<ptrdiff_t>(end));
+    out.origin = piece.align[begin].begin;
+  }
+  return out;
+}
+
 // NormalizedString::split: the pieces `s` splits into by the delimiter spans and the behaviour.
 void split_piece(const Piece& piece, std::vector<Span> spans, Behavior behavior,
                  std::vector<Piece>& out) {
@@ -90,7 +101,7 @@ void split_piece(const Piece& piece, std::vector<Span> spans, Behavior behavior,
   }
   for (const auto& s : kept) {
     if (s.match || s.begin == s.end) continue;
-    out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_origin && s.begin == 0});
+    out.push_back(sub_piece(piece, s.begin, s.end));
   }
 }
 
@@ -122,6 +133,26 @@ bool is_bert_punctuation(char32_t c) {
 const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Each byte as GPT-2's character for it; every byte of that aligned to the byte's alignment.
+void map_bytes(Piece& p) {
+  std::string mapped;
+  mapped.reserve(p.text.size() * 2);
+  if (p.align.empty()) {
+    for (char b : p.text) mapped += byte_to_unicode(static_cast<uint8_t>(b));
+    p.text = std::move(mapped);
+    return;
+  }
+  Alignment align;
+  align.reserve(p.text.size() * 2);
+  for (size_t k = 0; k < p.text.size(); ++k) {
+    const std::string& c = byte_to_unicode(static_cast<uint8_t>(p.text[k]));
+    mapped += c;
+    align.insert(align.end(), c.size(), p.align[k]);
+  }
+  p.text = std::move(mapped);
+  p.align = std::move(align);
+}
+
 class ByteLevel : public PreTokenizer {
  public:
   ByteLevel(bool add_prefix_space, bool use_regex, const std::string& origin)
@@ -130,8 +161,11 @@ class ByteLevel : public PreTokenizer {
                          : nullptr) {}
   void split(std::vector<Piece>& pieces) const override {
     each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-      Piece q{add_prefix_space_ && (p.text.empty() || p.text[0] != ' ') ? " " : "", p.at_origin};
-      q.text += p.text;
+      Piece q = p;
+      if (add_prefix_space_ && (p.text.empty() || p.text[0] != ' ')) {
+        q.text.insert(0, 1, ' ');
+        if (!q.align.empty()) q.align.insert(q.align.begin(), q.align.front());
+      }
       size_t first = out.size();
       if (regex_) {
         split_piece(q, spans_of(q.text.size(), regex_->find_all(q.text), false),
@@ -139,12 +173,7 @@ class ByteLevel : public PreTokenizer {
       } else if (!q.text.empty()) {
         out.push_back(std::move(q));
       }
-      for (size_t i = first; i < out.size(); ++i) {
-        std::string mapped;
-        mapped.reserve(out[i].text.size() * 2);
-        for (char b : out[i].text) mapped += byte_to_unicode(static_cast<uint8_t>(b));
-        out[i].text = std::move(mapped);
-      }
+      for (size_t i = first; i < out.size(); ++i) map_bytes(out[i]);
     });
   }
 
@@ -177,17 +206,22 @@ class Metaspace : public PreTokenizer {
       : replacement_(std::move(replacement)), prepend_(prepend), split_(split) {}
   void split(std::vector<Piece>& pieces) const override {
     each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-      Piece q{"", p.at_origin};
-      for (char c : p.text) {
-        if (c == ' ') {
+      Piece q{"", p.at_origin, {}, p.origin};
+      const bool aligned = !p.align.empty();
+      for (size_t k = 0; k < p.text.size(); ++k) {
+        const bool space = p.text[k] == ' ';
+        if (space) {
           q.text += replacement_;
         } else {
-          q.text += c;
+          q.text += p.text[k];
         }
+        if (aligned) q.align.insert(q.align.end(), space ? replacement_.size() : 1, p.align[k]);
       }
       bool starts = q.text.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts && (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && q.at_origin))) {
+      if (!starts && !q.text.empty() &&
+          (prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && q.at_origin))) {
         q.text.insert(0, replacement_);
+        if (aligned) q.align.insert(q.align.begin(), replacement_.size(), q.align.front());
       }
       if (!split_) {
         if (!q.text.empty()) out.push_back(std::move(q));

@@ -60,6 +60,29 @@ std::vector<int32_t> SentencePieceModel::encode(std::string_view text,
   return framed;
 }
 
+Encoding SentencePieceModel::encode_with_offsets(std::string_view text,
+                                                 bool add_special_tokens) const {
+  const auto proto = state_->sp.EncodeAsImmutableProto(text);
+  Encoding e;
+  const size_t n = proto.pieces_size();
+  e.ids.reserve(n + 2);
+  e.offsets.reserve(n + 2);
+  if (add_special_tokens && state_->bos >= 0) {
+    e.ids.push_back(state_->bos);
+    e.offsets.push_back({});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const auto piece = proto.pieces(static_cast<int>(i));
+    e.ids.push_back(static_cast<int32_t>(piece.id()));
+    e.offsets.push_back({piece.begin(), piece.end()});
+  }
+  if (add_special_tokens && state_->eos >= 0) {
+    e.ids.push_back(state_->eos);
+    e.offsets.push_back({});
+  }
+  return e;
+}
+
 std::string SentencePieceModel::decode(const std::vector<int32_t>& ids,
                                        bool skip_special_tokens) const {
   std::vector<int> kept;
@@ -104,6 +127,7 @@ SentencePieceModel::SentencePieceModel(std::string_view, const std::string& orig
 
 SentencePieceModel::~SentencePieceModel() = default;
 std::vector<int32_t> SentencePieceModel::encode(std::string_view, bool) const { return {}; }
+Encoding SentencePieceModel::encode_with_offsets(std::string_view, bool) const { return {}; }
 std::string SentencePieceModel::decode(const std::vector<int32_t>&, bool) const { return {}; }
 size_t SentencePieceModel::size() const { return 0; }
 std::optional<int32_t> SentencePieceModel::token_to_id(std::string_view) const { return {}; }

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/text/tokenizer.h"
+
 namespace stoker::text {
 
 class SentencePieceModel {
@@ -27,6 +29,9 @@ class SentencePieceModel {
   // EncodeAsIds; with add_special_tokens, bos_id() before and eos_id() after, each only where the
   // model defines it (>= 0). `text` is valid UTF-8 (Tokenizer checks).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // encode() and each id's bytes of `text`: EncodeAsImmutableProto's pieces' begin and end (bos
+  // and eos [0, 0)).
+  Encoding encode_with_offsets(std::string_view text, bool add_special_tokens) const;
   // DecodeIds of the ids in range (others are skipped); skip_special_tokens also drops the
   // control (<s>, </s>: DecodeIds renders them empty anyway) and unknown (<unk>) ids.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;

@@ -15,12 +15,13 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "stoker/errors.h"
+#include "text/alignment.h"
 #include "text/components.h"
 #include "text/model.h"
 #include "text/sentencepiece.h"
@@ -125,10 +126,61 @@ class AddedMatcher {
   bool empty_ = true;
 };
 
-// A post-processor as the single-sequence template it amounts to: ids before and after.
-struct Template {
+// One step of a post-processor, for a single sequence: the ids a template frames it with
+// (add_special_tokens only), or ByteLevel's trim_offsets (offsets only, always).
+struct PostStep {
   std::vector<int32_t> before, after;
+  bool trim_offsets = false;
+  bool add_prefix_space = true;  // ByteLevel's: the first token keeps one leading space
 };
+
+// A token's leading and trailing characters that are spaces ('Ġ', U+0120, in a byte-level
+// token, or whitespace), as ByteLevel's process_offsets counts them.
+struct Blanks {
+  uint32_t leading = 0, trailing = 0;
+};
+Blanks blanks_of(std::string_view token) {
+  std::vector<bool> blank;
+  for (size_t i = 0; i < token.size();) {
+    const char32_t c = next_code_point(token, i);
+    blank.push_back(c == 0x120 || is_whitespace(c));
+  }
+  Blanks b;
+  while (b.leading < blank.size() && blank[b.leading]) ++b.leading;
+  while (b.trailing < blank.size() && blank[blank.size() - 1 - b.trailing]) ++b.trailing;
+  return b;
+}
+
+// ByteLevel's process_offsets on character offsets, done on byte offsets by stepping over the
+// text's characters (the same offsets once converted, even where a space is aligned to a
+// multibyte character).
+void trim_offsets(std::string_view text, const std::vector<Blanks>& blanks, bool add_prefix_space,
+                  std::vector<TokenSpan>& offsets) {
+  auto forward = [&](uint32_t at, uint32_t chars, uint32_t limit) {
+    for (; chars > 0 && at < limit; --chars) {
+      at += static_cast<uint32_t>(utf8_length(static_cast<uint8_t>(text[at])));
+    }
+    return std::min(at, limit);
+  };
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    TokenSpan& o = offsets[i];
+    uint32_t leading = blanks[i].leading;
+    const uint32_t trailing = blanks[i].trailing;
+    if (leading > 0) {
+      const bool first = i == 0 || o.begin == 0;
+      if (first && add_prefix_space && leading == 1) leading = 0;
+      o.begin = forward(o.begin, leading, o.end);
+    }
+    if (trailing > 0) {
+      uint32_t at = o.end, back = trailing;
+      for (; back > 0 && at > 0; --back) {
+        do --at;
+        while (at > 0 && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80);
+      }
+      if (back == 0) o.end = std::max(at, o.begin);  // the end had `trailing` characters before it
+    }
+  }
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -213,7 +265,8 @@ class Tokenizer::Impl {
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Model> model;
   std::unique_ptr<Decoder> decoder;
-  std::vector<Template> post;  // applied in order (a Sequence of processors)
+  std::vector<PostStep> post;  // applied in order (a Sequence of processors)
+  bool trims = false;          // a step trims offsets
   std::vector<std::unique_ptr<AddedToken>> added;
   std::unordered_map<int32_t, const AddedToken*> added_by_id;
   std::unordered_map<std::string, int32_t> added_by_content;
@@ -222,11 +275,16 @@ class Tokenizer::Impl {
   size_t vocab_size = 0;
 
   void encode_segment(std::string_view s, bool at_origin, std::vector<int32_t>& out) const;
+  Encoding encode_with_offsets(std::string_view text, bool add_special_tokens) const;
 
  private:
   void parse_model(simdjson::dom::element e);
   void parse_post(simdjson::dom::element e);
   int32_t added_token_id(const std::string& content) const;
+  // encode_segment() keeping offsets (and, where a step trims, each token's blanks).
+  void encode_segment(AlignedText s, bool at_origin, Encoding& e,
+                      std::vector<Blanks>& blanks) const;
+  std::string_view token_text(int32_t id) const;
 };
 
 Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_, bool file_numbers_)
@@ -407,13 +465,22 @@ void Tokenizer::Impl::parse_post(simdjson::dom::element e) {
     }
     return static_cast<int32_t>(id);
   };
-  if (type == "ByteLevel") return;  // offsets only
+  auto trim_step = [&] {
+    if (!json::bool_or(e, "trim_offsets", true)) return;
+    post.push_back(PostStep{{}, {}, true, json::bool_or(e, "add_prefix_space", true)});
+    trims = true;
+  };
+  if (type == "ByteLevel") {  // offsets only
+    trim_step();
+    return;
+  }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    post.push_back(Template{{pair_id("cls")}, {pair_id("sep")}});
+    if (type == "RobertaProcessing") trim_step();
+    post.push_back(PostStep{{pair_id("cls")}, {pair_id("sep")}});
     return;
   }
   if (type == "TemplateProcessing") {
-    Template t;
+    PostStep t;
     bool seen_sequence = false;
     simdjson::dom::array single;
     if (e["single"].get(single)) {
@@ -465,6 +532,96 @@ void Tokenizer::Impl::encode_segment(std::string_view s, bool at_origin,
   pieces.push_back(Piece{std::string(s), at_origin});
   if (pre_tokenizer) pre_tokenizer->split(pieces);
   for (const auto& p : pieces) model->encode(p.text, out);
+}
+
+std::string_view Tokenizer::Impl::token_text(int32_t id) const {
+  if (auto it = added_by_id.find(id); it != added_by_id.end()) return it->second->content;
+  const std::string* t = model->id_to_token(id);
+  return t ? std::string_view(*t) : std::string_view();
+}
+
+void Tokenizer::Impl::encode_segment(AlignedText s, bool at_origin, Encoding& e,
+                                     std::vector<Blanks>& blanks) const {
+  std::vector<Piece> pieces;
+  pieces.push_back(Piece{std::move(s.text), at_origin, std::move(s.align), s.origin});
+  if (pre_tokenizer) pre_tokenizer->split(pieces);
+  std::vector<TokenSpan> spans;
+  for (const auto& p : pieces) {
+    spans.clear();
+    const size_t first = e.ids.size();
+    model->encode(p.text, e.ids, &spans);
+    for (const TokenSpan& span : spans) {  // NormalizedString::convert_offsets
+      if (span.end <= span.begin || span.end > p.align.size()) {
+        e.offsets.push_back({p.origin, p.origin});
+      } else {
+        e.offsets.push_back({p.align[span.begin].begin, p.align[span.end - 1].end});
+      }
+    }
+    if (trims) {
+      for (size_t i = first; i < e.ids.size(); ++i) {
+        blanks.push_back(blanks_of(token_text(e.ids[i])));
+      }
+    }
+  }
+}
+
+// encode()'s pipeline on aligned text: the same stages, each keeping where its bytes came from.
+Encoding Tokenizer::Impl::encode_with_offsets(std::string_view text,
+                                              bool add_special_tokens) const {
+  Encoding e;
+  std::vector<Blanks> blanks;  // per id, where a step trims offsets
+  auto added_token = [&](const AddedToken& token, TokenSpan span, std::string_view matched) {
+    e.ids.push_back(token.id);
+    e.offsets.push_back(span);
+    if (trims) blanks.push_back(blanks_of(matched));  // the matched text, stripped spaces too
+  };
+  auto normalized_part = [&](std::string_view part, uint32_t begin, bool at_origin) {
+    AlignedText n = AlignedText::identity(part, begin);
+    if (normalizer) normalizer->normalize(n);
+    if (normalized.empty()) {
+      if (!n.text.empty()) encode_segment(std::move(n), at_origin, e, blanks);
+      return;
+    }
+    for (const auto& seg : normalized.split(n.text)) {
+      if (seg.token) {
+        added_token(*seg.token, n.original(seg.begin, seg.end),
+                    std::string_view(n.text).substr(seg.begin, seg.end - seg.begin));
+      } else if (seg.end > seg.begin) {
+        encode_segment(n.slice(seg.begin, seg.end), at_origin && seg.begin == 0, e, blanks);
+      }
+    }
+  };
+  if (raw.empty()) {
+    if (!text.empty()) normalized_part(text, 0, true);
+  } else {
+    for (const auto& seg : raw.split(text)) {
+      const auto b = static_cast<uint32_t>(seg.begin), end = static_cast<uint32_t>(seg.end);
+      if (seg.token) {
+        added_token(*seg.token, {b, end}, text.substr(b, end - b));
+      } else if (end > b) {
+        normalized_part(text.substr(b, end - b), b, b == 0);
+      }
+    }
+  }
+  for (const PostStep& step : post) {
+    if (step.trim_offsets) trim_offsets(text, blanks, step.add_prefix_space, e.offsets);
+    if (!add_special_tokens || (step.before.empty() && step.after.empty())) continue;
+    Encoding framed;
+    std::vector<Blanks> framed_blanks;
+    auto special = [&](int32_t id) {
+      framed.ids.push_back(id);
+      framed.offsets.push_back({});
+      if (trims) framed_blanks.push_back(blanks_of(token_text(id)));
+    };
+    for (int32_t id : step.before) special(id);
+    framed.ids.insert(framed.ids.end(), e.ids.begin(), e.ids.end());
+    framed.offsets.insert(framed.offsets.end(), e.offsets.begin(), e.offsets.end());
+    framed_blanks.insert(framed_blanks.end(), blanks.begin(), blanks.end());
+    for (int32_t id : step.after) special(id);
+    e = std::move(framed);
+    blanks = std::move(framed_blanks);
+  }
+  return e;
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -542,6 +699,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   }
   if (add_special_tokens) {
     for (const auto& t : m.post) {
+      if (t.before.empty() && t.after.empty()) continue;
       std::vector<int32_t> framed = t.before;
       framed.insert(framed.end(), ids.begin(), ids.end());
       framed.insert(framed.end(), t.after.begin(), t.after.end());
@@ -551,21 +709,30 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
-std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
-                                                          bool add_special_tokens,
-                                                          int threads) const {
-  std::vector<std::vector<int32_t>> out(texts.size());
-  const size_t n = std::min(texts.size(), static_cast<size_t>(std::max(threads, 1)));
+Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_tokens) const {
+  if (!valid_utf8(text)) throw DecodeError(impl_->origin + ": encode of text that is not UTF-8");
+  if (text.size() >= UINT32_MAX) {
+    throw InvalidArgument(impl_->origin + ": encode_with_offsets of a text of 4 GiB or more");
+  }
+  if (impl_->sentencepiece) {
+    return impl_->sentencepiece->encode_with_offsets(text, add_special_tokens);
+  }
+  return impl_->encode_with_offsets(text, add_special_tokens);
+}
+
+// `encode(i, out)` for each text on up to `threads` threads; the first failure rethrown.
+template <class Result, class Encode>
+static std::vector<Result> on_threads(size_t count, int threads, Encode encode) {
+  std::vector<Result> out(count);
+  const size_t n = std::min(count, static_cast<size_t>(std::max(threads, 1)));
   std::atomic<size_t> next{0};
   std::vector<std::exception_ptr> errors(std::max<size_t>(n, 1));
   auto work = [&](size_t worker) {
     try {
-      for (size_t i; (i = next.fetch_add(1)) < texts.size();) {
-        out[i] = encode(texts[i], add_special_tokens);
-      }
+      for (size_t i; (i = next.fetch_add(1)) < count;) out[i] = encode(i);
     } catch (...) {
       errors[worker] = std::current_exception();
-      next = texts.size();  // the others stop at their next text
+      next = count;  // the others stop at their next text
     }
   };
   if (n <= 1) {
@@ -578,6 +745,38 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
     if (e) std::rethrow_exception(e);
   }
   return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch_with_offsets(const std::vector<std::string>& texts,
+                                                           bool add_special_tokens,
+                                                           int threads) const {
+  return on_threads<Encoding>(texts.size(), threads, [&](size_t i) {
+    return encode_with_offsets(texts[i], add_special_tokens);
+  });
+}
+
+void Tokenizer::to_char_offsets(std::string_view text, std::vector<TokenSpan>& offsets) {
+  // The character each byte belongs to (BytesToCharOffsetConverter's map), and past the end the
+  // text's length in characters.
+  std::vector<uint32_t> char_of(text.size() + 1);
+  uint32_t chars = 0;
+  for (size_t i = 0; i < text.size(); ++chars) {
+    const size_t n = std::min(utf8_length(static_cast<uint8_t>(text[i])), text.size() - i);
+    for (size_t k = 0; k < n; ++k) char_of[i + k] = chars;
+    i += n;
+  }
+  char_of[text.size()] = chars;
+  for (TokenSpan& o : offsets) {
+    o.begin = char_of[std::min<size_t>(o.begin, text.size())];
+    o.end = char_of[std::min<size_t>(o.end, text.size())];
+  }
+}
+
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                                          bool add_special_tokens,
+                                                          int threads) const {
+  return on_threads<std::vector<int32_t>>(
+      texts.size(), threads, [&](size_t i) { return encode(texts[i], add_special_tokens); });
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {

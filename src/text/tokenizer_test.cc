@@ -78,6 +78,68 @@ TEST(TokenizerTest, SentencePieceBpeFallsBackToBytes) {
   EXPECT_EQ(t.decode({1, 263, 262, 3 + 0xC3, 3 + 0xA9}, true), "ab a\xC3\xA9");
 }
 
+// Offsets are `tokenizers`' Encoding.offsets, in bytes: the values below are its (characters,
+// converted) for the same files.
+using Spans = std::vector<TokenSpan>;
+
+TEST(TokenizerOffsetsTest, ByteLevelTokensCoverTheirBytesAndSpecialTokensNone) {
+  Tokenizer t = Tokenizer::from_json(kByteLevel);
+  Encoding e = t.encode_with_offsets("hi you", true);
+  EXPECT_EQ(e.ids, (Ids{6, 8, 10}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 2}, {2, 6}, {0, 0}}));
+  e = t.encode_with_offsets("hi<|endoftext|>hi");
+  EXPECT_EQ(e.ids, (Ids{6, 10, 6}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 2}, {2, 15}, {15, 17}}));
+  EXPECT_TRUE(t.encode_with_offsets("").ids.empty());
+}
+
+TEST(TokenizerOffsetsTest, NormalizersAndByteFallbackKeepTheOriginalCharacter) {
+  Tokenizer t = Tokenizer::from_json(sentencepiece_json());
+  // Prepend's and Replace's ▁ take the character they stand before or for; the two byte-fallback
+  // tokens of é share its bytes; <s> covers nothing.
+  Encoding e = t.encode_with_offsets("ab a\xC3\xA9", true);
+  EXPECT_EQ(e.ids, (Ids{1, 263, 262, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 0}, {0, 2}, {2, 4}, {4, 6}, {4, 6}}));
+
+  auto with_normalizer = [](const std::string& normalizer) {
+    std::string json = sentencepiece_json();
+    const std::string from = json.substr(json.find("\"normalizer\""));
+    json.replace(json.find("\"normalizer\""), from.find("\"pre_tokenizer\""),
+                 "\"normalizer\": " + normalizer + ", ");
+    return Tokenizer::from_json(json);
+  };
+  // NFC composes a + U+0301 into á, aligned to the a alone: the mark is no token's.
+  e = with_normalizer(R"({"type": "NFC"})").encode_with_offsets(std::string("a\xCC\x81") + "b");
+  EXPECT_EQ(e.ids, (Ids{3 + 0xC3, 3 + 0xA1, 261}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 1}, {0, 1}, {3, 4}}));
+  // Lowercase makes İ two characters (i and U+0307), both İ's.
+  e = with_normalizer(R"({"type": "Lowercase"})")
+          .encode_with_offsets(std::string("\xC4\xB0") + "b");
+  EXPECT_EQ(e.ids, (Ids{3 + 'i', 3 + 0xCC, 3 + 0x87, 261}));
+  EXPECT_EQ(e.offsets, (Spans{{0, 2}, {0, 2}, {0, 2}, {2, 3}}));
+}
+
+TEST(TokenizerOffsetsTest, ByteOffsetsBecomeCharacterOffsets) {
+  const std::string text = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";  // a é € 😀
+  Spans offsets{{0, 1}, {1, 3}, {3, 6}, {6, 10}, {0, 0}, {1, 10}};
+  Tokenizer::to_char_offsets(text, offsets);
+  EXPECT_EQ(offsets, (Spans{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {0, 0}, {1, 4}}));
+}
+
+TEST(TokenizerOffsetsTest, EncodeBatchWithOffsetsEqualsEachEncode) {
+  Tokenizer t = Tokenizer::from_json(kByteLevel);
+  const std::vector<std::string> texts{"hi you", "you hi", "", "hi<|endoftext|>"};
+  const auto batch = t.encode_batch_with_offsets(texts, true, 3);
+  ASSERT_EQ(batch.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Encoding one = t.encode_with_offsets(texts[i], true);
+    EXPECT_EQ(batch[i].ids, one.ids);
+    EXPECT_EQ(batch[i].offsets, one.offsets);
+    EXPECT_EQ(one.ids, t.encode(texts[i], true));
+  }
+  EXPECT_THROW(t.encode_with_offsets("\xFF"), DecodeError);
+}
+
 const char* kWordPiece = R"({
   "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
                  "strip_accents": null, "lowercase": true},

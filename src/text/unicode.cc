@@ -166,6 +166,32 @@ std::string lowercase(std::string_view s) {
   return out;
 }
 
+int combining_class(char32_t c) {
+  return utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class;
+}
+
+void decompose(char32_t c, bool compat, std::vector<char32_t>& out) {
+  utf8proc_int32_t buf[32];
+  int last_boundclass = 0;
+  const int options = UTF8PROC_DECOMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+  auto n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), buf, 32,
+                                   static_cast<utf8proc_option_t>(options), &last_boundclass);
+  out.clear();
+  if (n < 0 || n > 32) {
+    out.push_back(c);
+    return;
+  }
+  for (utf8proc_ssize_t i = 0; i < n; ++i) out.push_back(static_cast<char32_t>(buf[i]));
+}
+
+std::optional<char32_t> compose(char32_t starter, char32_t c) {
+  if (c < 0x300) return std::nullopt;  // no composition has a second character below U+0300
+  utf8proc_int32_t buf[2] = {static_cast<utf8proc_int32_t>(starter),
+                             static_cast<utf8proc_int32_t>(c)};
+  if (utf8proc_normalize_utf32(buf, 2, UTF8PROC_COMPOSE) != 1) return std::nullopt;
+  return static_cast<char32_t>(buf[0]);
+}
+
 namespace {
 struct ByteMap {
   std::array<std::string, 256> to_unicode;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,12 @@ bool is_mark_nonspacing(char32_t c);  // Mn
 enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 std::string normalize(std::string_view s, NormalForm form);
 std::string lowercase(std::string_view s);  // per character, full mappings (Rust's to_lowercase)
+// One character at a time, for the alignment of normalized text (text/alignment.h).
+int combining_class(char32_t c);
+// The full canonical (or, with compat, compatibility) decomposition of c into `out`.
+void decompose(char32_t c, bool compat, std::vector<char32_t>& out);
+// The primary composite of a starter and the character after it, where there is one.
+std::optional<char32_t> compose(char32_t starter, char32_t c);
 
 // GPT-2's reversible map of the 256 bytes to printable characters (as UTF-8), and back.
 const std::string& byte_to_unicode(uint8_t b);

@@ -2,7 +2,8 @@
 // tokenizer.json; or as the sentencepiece library does it, read from a SentencePiece .model.
 //
 // Contract: for the files it accepts, encode() returns the ids `tokenizers` returns
-// (Tokenizer.encode(text, add_special_tokens).ids) and decode() its decode(). Supported:
+// (Tokenizer.encode(text, add_special_tokens).ids), encode_with_offsets() also its offsets
+// (.offsets, as bytes), and decode() its decode(). Supported:
 //   models:         BPE (byte-level: GPT-2, RoBERTa, Llama 3, Qwen, DeepSeek; SentencePiece-style
 //                   with byte_fallback and fuse_unk: Llama 2, Mistral), WordPiece (BERT), Unigram;
 //   normalizers:    NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend,
@@ -57,6 +58,19 @@
 
 namespace stoker::text {
 
+// A token's place in the text it was encoded from: its bytes [begin, end).
+struct TokenSpan {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  bool operator==(const TokenSpan&) const = default;
+};
+
+// Ids and, per id, its offsets: encode_with_offsets().
+struct Encoding {
+  std::vector<int32_t> ids;
+  std::vector<TokenSpan> offsets;  // one per id
+};
+
 class Tokenizer {
  public:
   // Parses tokenizer.json text; `origin` (a path, or a description) names it in errors. Numbers
@@ -85,6 +99,26 @@ class Tokenizer {
   // the first failure is rethrown, typed, after every thread has finished.
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
                                                  bool add_special_tokens, int threads) const;
+  // encode(), and per id the bytes of `text` it stands for: `tokenizers`' Encoding.offsets
+  // (character offsets into the Python str) as byte offsets, for every file encode() accepts.
+  // As there: a token of a character the normalizer expanded (or of one of the tokens a
+  // character's byte-fallback bytes became) covers the whole character, so several tokens may
+  // share a range; a character the normalizer removed is covered by none; a post-processor's
+  // special token is [0, 0); ByteLevel's trim_offsets (a ByteLevel or RobertaProcessing
+  // post-processor) narrows tokens past their leading and trailing spaces, with and without
+  // add_special_tokens. For a .model: SentencePieceText's pieces' begin and end (the library's
+  // EncodeAsImmutableProto), bos and eos [0, 0). Texts of 4 GiB or more throw InvalidArgument.
+  // Costs more than encode() (the normalized text keeps an alignment per byte), which is
+  // unchanged by it.
+  Encoding encode_with_offsets(std::string_view text, bool add_special_tokens = false) const;
+  // encode_with_offsets() of each text, on threads as encode_batch().
+  std::vector<Encoding> encode_batch_with_offsets(const std::vector<std::string>& texts,
+                                                  bool add_special_tokens, int threads) const;
+  // Byte offsets into `text` (valid UTF-8) made character (code point) offsets in place, as
+  // Python indexes a str (encode_with_offsets' offsets fall on character boundaries; a byte
+  // inside a character would count as that character). One pass over the text.
+  static void to_char_offsets(std::string_view text, std::vector<TokenSpan>& offsets);
+
   // The text of `ids` (unknown ids are skipped, as `tokenizers` does).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 

@@ -83,6 +83,20 @@ class Tokenizer:
         """``encode`` of each text, on min(len(texts), usable cores) threads."""
         return self._native.encode_batch(list(texts), bool(add_special_tokens))
 
+    def encode_with_offsets(self, text, add_special_tokens=False):
+        """``(ids, offsets)``: the ids of ``text`` and, per id, the ``(start, end)`` characters of
+        ``text`` it stands for, as ``tokenizers``' ``Encoding.offsets`` gives them (a
+        post-processor's special tokens ``(0, 0)``); so that ``Encoding.char_to_token`` (what
+        transformers' assistant masks use) can be computed from them. For a ``.model``, the
+        sentencepiece library's pieces' begin and end."""
+        ids, offsets = self._native.encode_with_offsets(text, bool(add_special_tokens))
+        return ids, offsets
+
+    def encode_batch_with_offsets(self, texts, add_special_tokens=False):
+        """``encode_with_offsets`` of each text (a list of ``(ids, offsets)``), on
+        min(len(texts), usable cores) threads."""
+        return self._native.encode_batch_with_offsets(list(texts), bool(add_special_tokens))
+
     def decode(self, ids, skip_special_tokens=False):
         return self._native.decode([int(i) for i in ids], bool(skip_special_tokens))
 
