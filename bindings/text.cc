@@ -15,6 +15,8 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+void bind_chat_template(nb::module_& m);  // text_chat.cc
+
 NB_MODULE(_text, m) {
   using stoker::text::Tokenizer;
   nb::module_::import_("stoker._native");  // the exception translator
@@ -42,4 +44,5 @@ NB_MODULE(_text, m) {
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("token_to_id", &Tokenizer::token_to_id, "token"_a)
       .def("id_to_token", &Tokenizer::id_to_token, "id"_a);
+  bind_chat_template(m);
 }
