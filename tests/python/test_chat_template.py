@@ -502,6 +502,9 @@ SNIPPETS = [
     "{{ '123'.isdigit() }} {{ 'abc'.isalpha() }} {{ 'a1'.isalnum() }} {{ ' '.isspace() }}"
     " {{ 'ABC'.isupper() }} {{ 'abc'.islower() }} {{ '{} and {}'.format('x', 2) }}",
     "{{ 'préfix'.removeprefix('pré') }} {{ 'é'.upper() }} {{ 'ÉCOLE'.lower() }}",
+    "{{ 'straße ﬁx' | upper }} {{ 'İSTANBUL ΟΔΟΣ ΣΑΣ' | lower }} {{ 'ǆemal ßa' | title }}"
+    " {{ 'ǆemal ßa'.title() }} {{ 'ßa' | capitalize }} {{ 'Ǆ'.swapcase() }}",
+    "{{ {'é': 'ü🙂'} | tojson(true) }} {{ d | tojson(4) }}",
     # filters
     "{{ '  x  ' | trim }}|{{ 'xax' | trim('x') }}|{{ [1, 2] | length }} {{ 'héllo' | count }}",
     "{{ 'hello WORLD' | upper }} {{ 'Hello' | lower }} {{ 'hello world' | title }}"

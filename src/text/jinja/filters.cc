@@ -263,20 +263,29 @@ std::string indent(std::string_view s, const Value& width, bool first, bool blan
 }
 
 std::string title(std::string_view s) {
-  // jinja2's do_title: words split at runs of [-\s({\[<]; each word's first character upper.
+  // jinja2's do_title: words split at runs of [-\s({\[<]; each word's first character upper(),
+  // the rest lower().
   std::string out;
-  bool word_start = true;
+  size_t word = std::string_view::npos;  // where the current word starts
+  auto flush = [&](size_t end) {
+    if (word == std::string_view::npos) return;
+    size_t i = word;
+    append_case(Case::kUpper, next_code_point(s, i), out);
+    out += to_lower(s.substr(i, end - i));
+    word = std::string_view::npos;
+  };
   for (size_t i = 0; i < s.size();) {
+    size_t at = i;
     char32_t c = next_code_point(s, i);
     bool delim = is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     if (delim) {
-      append_utf8(c, out);
-      word_start = true;
-    } else {
-      append_utf8(word_start ? utf8proc_toupper(c) : utf8proc_tolower(c), out);
-      word_start = false;
+      flush(at);
+      out.append(s.substr(at, i - at));
+    } else if (word == std::string_view::npos) {
+      word = at;
     }
   }
+  flush(s.size());
   return out;
 }
 
@@ -419,16 +428,9 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       }
       return Value::iterator(std::move(rows), "generator");
     }
-    case Filter::kCapitalize: {
+    case Filter::kCapitalize:
       Bound(args, {}, "capitalize");
-      std::string_view s = soft_str(v, storage);
-      std::string out;
-      for (size_t i = 0; i < s.size();) {
-        char32_t c = next_code_point(s, i);
-        append_utf8(out.empty() ? utf8proc_totitle(c) : utf8proc_tolower(c), out);
-      }
-      return Value::string(std::move(out));
-    }
+      return Value::string(py_capitalize(soft_str(v, storage)));
     case Filter::kDefault: {
       Bound b(args, {"default_value", "boolean"}, "default");
       bool boolean = b.has(1) && b.get(1).truthy();
@@ -651,7 +653,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
     case Filter::kTojson: {
       Bound b(args, {"ensure_ascii", "indent", "separators", "sort_keys"}, "tojson");
       JsonOptions o;
-      if (b.has(0) && b.get(0).truthy()) fail("tojson with ensure_ascii=True is not supported");
+      o.ensure_ascii = b.has(0) && b.get(0).truthy();
       if (b.has(1) && !b.get(1).is_none()) {
         o.has_indent = true;
         const Value& i = b.get(1);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "stoker/text/chat_template.h"
+#include "text/jinja/case_tables.h"
 
 namespace stoker::text::jinja {
 
@@ -79,10 +80,6 @@ Value method(const Value& self, std::string_view name) {
 utf8proc_category_t category(char32_t c) {
   return utf8proc_category(static_cast<utf8proc_int32_t>(c));
 }
-bool is_cased(char32_t c) {
-  auto k = category(c);
-  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
-}
 bool is_alpha(char32_t c) {
   auto k = category(c);
   return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
@@ -92,37 +89,6 @@ bool is_numeric(char32_t c) {
   return k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO;
 }
 bool is_decimal(char32_t c) { return category(c) == UTF8PROC_CATEGORY_ND; }
-
-template <class F>
-std::string map_code_points(std::string_view s, F f) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) append_utf8(f(next_code_point(s, i)), out);
-  return out;
-}
-char32_t lower1(char32_t c) { return utf8proc_tolower(static_cast<utf8proc_int32_t>(c)); }
-char32_t upper1(char32_t c) { return utf8proc_toupper(static_cast<utf8proc_int32_t>(c)); }
-char32_t title1(char32_t c) { return utf8proc_totitle(static_cast<utf8proc_int32_t>(c)); }
-
-std::string py_title(std::string_view s) {
-  std::string out;
-  bool prev_cased = false;
-  for (size_t i = 0; i < s.size();) {
-    char32_t c = next_code_point(s, i);
-    append_utf8(prev_cased ? lower1(c) : title1(c), out);
-    prev_cased = is_cased(c);
-  }
-  return out;
-}
-
-std::string py_capitalize(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    char32_t c = next_code_point(s, i);
-    append_utf8(out.empty() ? title1(c) : lower1(c), out);
-  }
-  return out;
-}
 
 template <class P>
 bool all_of_code_points(std::string_view s, P p) {
@@ -350,10 +316,17 @@ Value str_method(std::string_view s, std::string_view name, const Args& args) {
   if (name == "title") return Value::string(py_title(s));
   if (name == "capitalize") return Value::string(py_capitalize(s));
   if (name == "swapcase") {
-    return Value::string(map_code_points(s, [](char32_t c) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      char32_t c = next_code_point(s, i);
       auto k = category(c);
-      return k == UTF8PROC_CATEGORY_LU ? lower1(c) : k == UTF8PROC_CATEGORY_LL ? upper1(c) : c;
-    }));
+      if (k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL) {
+        append_case(k == UTF8PROC_CATEGORY_LU ? Case::kLower : Case::kUpper, c, out);
+      } else {
+        append_utf8(c, out);
+      }
+    }
+    return Value::string(std::move(out));
   }
   if (name == "replace") {
     Bound b = bound({"old", "new", "count"});
@@ -552,22 +525,112 @@ Bound::Bound(const Args& args, std::initializer_list<const char*> names, const c
   }
 }
 
+bool is_cased(char32_t c) {
+  auto k = category(c);
+  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
+}
+
+void append_case(Case which, char32_t c, std::string& out) {
+  const CaseTable& t = which == Case::kUpper   ? kUpperTable
+                       : which == Case::kLower ? kLowerTable
+                                               : kTitleTable;
+  const CaseSingle* single_end = t.single + t.single_size;
+  const CaseSingle* one = std::lower_bound(
+      t.single, single_end, c, [](const CaseSingle& e, char32_t v) { return e.from < v; });
+  if (one != single_end && one->from == c) {
+    append_utf8(one->to, out);
+    return;
+  }
+  const CaseMulti* multi_end = t.multi + t.multi_size;
+  const CaseMulti* many = std::lower_bound(
+      t.multi, multi_end, c, [](const CaseMulti& e, char32_t v) { return e.from < v; });
+  if (many != multi_end && many->from == c) {
+    out += many->to;
+    return;
+  }
+  append_utf8(c, out);
+}
+
+namespace {
+
+// Python's lower() of the code point c at [at, next) of s: a capital sigma that ends a word (a
+// cased letter before it, none after) becomes the final sigma.
+void append_lower_at(std::string_view s, size_t at, size_t next, char32_t c, std::string& out) {
+  if (c == 0x3A3) {
+    bool before = false, after = false;
+    if (at > 0) {
+      size_t p = at - 1;
+      while (p > 0 && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+      before = is_cased(next_code_point(s, p));
+    }
+    if (next < s.size()) {
+      size_t q = next;
+      after = is_cased(next_code_point(s, q));
+    }
+    if (before && !after) {
+      append_utf8(0x3C2, out);
+      return;
+    }
+  }
+  append_case(Case::kLower, c, out);
+}
+
+}  // namespace
+
 std::string to_lower(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
   if (is_ascii(s)) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return out;
   }
-  return map_code_points(s, lower1);
+  for (size_t i = 0; i < s.size();) {
+    size_t at = i;
+    char32_t c = next_code_point(s, i);
+    append_lower_at(s, at, i, c, out);
+  }
+  return out;
 }
 
 std::string to_upper(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
   if (is_ascii(s)) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (char c : s) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return out;
   }
-  return map_code_points(s, upper1);
+  for (size_t i = 0; i < s.size();) append_case(Case::kUpper, next_code_point(s, i), out);
+  return out;
+}
+
+std::string py_title(std::string_view s) {
+  std::string out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < s.size();) {
+    size_t at = i;
+    char32_t c = next_code_point(s, i);
+    if (prev_cased) {
+      append_lower_at(s, at, i, c, out);
+    } else {
+      append_case(Case::kTitle, c, out);
+    }
+    prev_cased = is_cased(c);
+  }
+  return out;
+}
+
+std::string py_capitalize(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    size_t at = i;
+    char32_t c = next_code_point(s, i);
+    if (at == 0) {
+      append_case(Case::kTitle, c, out);
+    } else {
+      append_lower_at(s, at, i, c, out);
+    }
+  }
+  return out;
 }
 
 size_t code_points(std::string_view s) {

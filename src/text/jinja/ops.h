@@ -76,9 +76,15 @@ void require_defined(const Value& v);
 Value apply_filter(Filter f, const Value& v, const Args& args);
 bool apply_test(Test t, const Value& v, const Args& args);
 
-// str helpers, on code points as Python counts them.
+// str helpers, on code points as Python counts them, with Python's full case mappings
+// (case_tables.h: 'ß'.upper() is 'SS'; lower() makes a word's last Σ a ς).
+enum class Case { kUpper, kLower, kTitle };
+void append_case(Case which, char32_t c, std::string& out);
+bool is_cased(char32_t c);
 std::string to_lower(std::string_view s);
 std::string to_upper(std::string_view s);
+std::string py_title(std::string_view s);       // str.title()
+std::string py_capitalize(std::string_view s);  // str.capitalize()
 size_t code_points(std::string_view s);
 std::vector<std::string> split_lines(std::string_view s, bool keep_ends);
 std::string strip(std::string_view s, const Value& chars, bool left, bool right);

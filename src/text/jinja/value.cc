@@ -439,10 +439,26 @@ bool less(const Value& a, const Value& b) {
 
 namespace {
 
-void append_json_string(std::string_view s, std::string& out) {
+void append_json_string(std::string_view s, bool ascii, std::string& out) {
   out += '"';
-  for (char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    char ch = s[i];
     auto c = static_cast<unsigned char>(ch);
+    if (ascii && (c >= 0x7F)) {
+      char32_t cp = next_code_point(s, i);
+      --i;
+      auto unit = [&](char32_t u) {
+        out += "\\u";
+        append_hex(u, 4, out);
+      };
+      if (cp >= 0x10000) {
+        unit(0xD800 + ((cp - 0x10000) >> 10));
+        unit(0xDC00 + ((cp - 0x10000) & 0x3FF));
+      } else {
+        unit(cp);
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";
@@ -509,7 +525,7 @@ void append_json(const Value& v, const JsonOptions& o, std::string& out, int lev
       append_json_float(v.as_double(), out);
       return;
     case Type::kString:
-      append_json_string(v.str(), out);
+      append_json_string(v.str(), o.ensure_ascii, out);
       return;
     case Type::kList:
     case Type::kTuple: {
@@ -548,7 +564,7 @@ void append_json(const Value& v, const JsonOptions& o, std::string& out, int lev
         const Value& k = e->first;
         switch (k.type()) {
           case Type::kString:
-            append_json_string(k.str(), out);
+            append_json_string(k.str(), o.ensure_ascii, out);
             break;
           case Type::kNone:
             out += "\"null\"";

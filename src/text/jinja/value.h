@@ -159,8 +159,9 @@ struct JsonOptions {
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;
+  bool ensure_ascii = false;  // \uXXXX for every character outside ' '..'~'
 };
-// json.dumps(value, ensure_ascii=False, ...): throws std::invalid_argument for what json refuses.
+// json.dumps(value, ensure_ascii, ...): throws std::invalid_argument for what json refuses.
 void append_json(const Value& v, const JsonOptions& options, std::string& out, int level = 0);
 
 // Decodes the UTF-8 code point at s[i], advancing i (an invalid byte reads as itself).
