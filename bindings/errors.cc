@@ -30,6 +30,8 @@ nb::object to_python(const std::exception_ptr& error) {
     return error_class("DecodeError")(e.what());
   } catch (const BudgetExceeded& e) {
     return error_class("MemoryBudgetError")(e.what());
+  } catch (const TemplateError& e) {
+    return error_class("TemplateError")(e.what());
   } catch (const InvalidArgument& e) {
     return nb::steal(PyObject_CallFunction(PyExc_ValueError, "s", e.what()));
   } catch (const IoError& e) {

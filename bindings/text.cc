@@ -16,6 +16,8 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+void bind_chat_template(nb::module_& m);  // text_chat.cc
+
 namespace {
 // Python indexes a str by characters: the offsets made character offsets, as tuples.
 std::pair<std::vector<int32_t>, std::vector<std::pair<uint32_t, uint32_t>>> with_char_offsets(
@@ -77,4 +79,5 @@ NB_MODULE(_text, m) {
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("token_to_id", &Tokenizer::token_to_id, "token"_a)
       .def("id_to_token", &Tokenizer::id_to_token, "id"_a);
+  bind_chat_template(m);
 }

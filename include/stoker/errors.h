@@ -4,8 +4,9 @@
 // caught on the worker thread, kept as an exception_ptr and rethrown on the consumer's thread as a
 // SampleError that names the sample (index, and path where the source has one) and keeps the
 // original exception as its cause. The Python bindings map each type to a Python exception class
-// (InvalidArgument -> ValueError, DecodeError -> stoker.DecodeError, SampleError ->
-// stoker.SampleError, BudgetExceeded -> stoker.MemoryBudgetError).
+// (InvalidArgument -> ValueError, TemplateError -> stoker.errors.TemplateError (a ValueError),
+// DecodeError -> stoker.DecodeError, SampleError -> stoker.SampleError, BudgetExceeded ->
+// stoker.MemoryBudgetError).
 //
 // Thread safety: exceptions are immutable after construction, safe to rethrow on another thread
 // (which is how a worker's failure reaches the consumer).
@@ -27,6 +28,13 @@ class Error : public std::runtime_error {
 class InvalidArgument : public Error {
  public:
   using Error::Error;
+};
+
+// A chat template's own error: it called raise_exception(message) (stoker/text/chat_template.h).
+// what() is the template's message, unchanged, as transformers' jinja2 raises it.
+class TemplateError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
 };
 
 // Input data that cannot be decoded: corrupt, truncated, empty, unsupported format, or larger than

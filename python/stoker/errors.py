@@ -18,6 +18,10 @@ class DecodeError(ValueError):
     """Input data that cannot be decoded: corrupt, truncated, empty, unsupported or too large."""
 
 
+class TemplateError(ValueError):
+    """A chat template called raise_exception(message): the message is the template's."""
+
+
 class MemoryBudgetError(MemoryError):
     """The memory budget cannot hold what was asked for (for example, every batch is kept)."""
 

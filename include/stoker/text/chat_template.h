@@ -1,0 +1,79 @@
+// ChatTemplate: a Hugging Face chat template (a tokenizer_config.json's `chat_template`, Jinja)
+// rendered natively, as transformers renders it: jinja2's ImmutableSandboxedEnvironment with
+// trim_blocks and lstrip_blocks, loop controls (break, continue), the {% generation %} tag of its
+// AssistantTracker, its tojson filter (json.dumps with ensure_ascii=False) and its globals
+// raise_exception, strftime_now, dict and namespace. Python's jinja2 is never called.
+//
+// Contract: for the templates it accepts, render() returns the text transformers'
+// render_jinja_template returns for the same variables, and the generation spans of
+// return_assistant_tokens_mask (as byte offsets into the UTF-8 text, not Python's code points).
+// Values print as Python prints them (True, None, 1.0, ['a', 1], {'k': 'v'}); undefined names and
+// attributes behave as jinja2's default Undefined (print as '', false, iterate as empty, raise on
+// attribute access or arithmetic). The subset (src/text/jinja/README.md lists it in full):
+//   tags:      if/elif/else, for (loop.*, `if` filter, else, tuple targets), break, continue, set
+//              (names, tuples, namespace attributes, blocks), macro (defaults, caller), call,
+//              filter, with, raw, comments, generation;
+//   filters:   those jinja2 has that a chat template uses (tojson, trim, join, map, selectattr,
+//   ...); tests:     defined, none, string, mapping, sequence, eq, in, divisibleby, ... ; methods:
+//   str's (strip, split, startswith, replace, ...), dict's items/keys/values/get, and the
+//              globals range, dict, namespace, raise_exception, strftime_now.
+// Anything else (include, extends, import, block, an unknown filter or test) is refused by parse();
+// an unknown method, or a value outside what the subset computes exactly (an integer beyond 64
+// bits), by render(): an error, never text that differs from jinja2's.
+//
+// Thread safety: a parsed ChatTemplate is immutable; render() is safe from many threads at once
+// without external synchronization (each call has its own state; each thread keeps its own JSON
+// parser). Copies share the parsed template.
+//
+// Errors: parse() throws InvalidArgument naming `origin`, the line and column, and the construct
+// (a syntax error, an unknown tag, filter or test). render() throws TemplateError (stoker/errors.h)
+// with exactly the message of the template's raise_exception(message), and InvalidArgument naming
+// origin, line and column for any other failure (context_json not a JSON object, an undefined
+// value's attribute, a type error, a list method that would mutate, as the immutable sandbox
+// refuses it).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "stoker/errors.h"
+
+namespace stoker::text {
+
+struct RenderedChat {
+  std::string text;
+  // Byte ranges [begin, end) of `text` rendered inside {% generation %} ... {% endgeneration %},
+  // in the order transformers' AssistantTracker records them (a block's end, so an inner block
+  // before the block around it). As there, a range counts from the output of the template's top
+  // level: a generation block inside a macro, a set block or a filter block gets the position the
+  // enclosing output had when the block ran.
+  std::vector<std::pair<size_t, size_t>> generation;
+};
+
+class ChatTemplate {
+ public:
+  // Parses a template. `origin` names it in errors (a path, or a model name).
+  static ChatTemplate parse(std::string_view source, const std::string& origin = "chat_template");
+
+  // Renders with the variables of `context_json`, the text of a JSON object (for example
+  // {"messages": [...], "add_generation_prompt": false, "bos_token": "<s>", "tools": [...]}).
+  // Names the object does not hold are undefined, as with jinja2.
+  RenderedChat render(std::string_view context_json) const;
+
+  // Whether the template has a {% generation %} block.
+  bool marks_generation() const;
+
+  const std::string& origin() const;
+
+  struct Parsed;  // src/text/jinja/ast.h
+
+ private:
+  explicit ChatTemplate(std::shared_ptr<const Parsed> parsed);
+  std::shared_ptr<const Parsed> parsed_;
+};
+
+}  // namespace stoker::text
