@@ -459,6 +459,63 @@ def test_offsets_equal_hugging_face(family, texts, request):
         assert ours.encode_with_offsets(cases[-1], special) == (want[-1].ids, want[-1].offsets)
 
 
+def _byte_level(**options):
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True,
+            **options}
+
+
+# Pipelines the families above leave out, on GPT-2's model (any text has ids) or Mistral's:
+# ByteLevel's trim_offsets with and without the prefix space, the normalizers that move text
+# (NFKD, StripAccents, a regex Replace, Strip, an expanding Replace after Prepend, NFD,
+# BertNormalizer), the split behaviours, Metaspace's other schemes.
+OFFSET_PIPELINES = {
+    "trim_offsets": ("gpt2", {"post_processor": _byte_level()}),
+    "prefix_space_trim_offsets": ("gpt2", {"pre_tokenizer": _byte_level(add_prefix_space=True),
+                                           "post_processor": _byte_level(add_prefix_space=True)}),
+    "nfkd_strip_accents_replace_lowercase_strip": ("gpt2", {"normalizer": {
+        "type": "Sequence", "normalizers": [
+            {"type": "NFKD"}, {"type": "StripAccents"},
+            {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "},
+            {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": True}]}}),
+    "nfkc_split_behaviours": ("gpt2", {"normalizer": {"type": "NFKC"}, "pre_tokenizer": {
+        "type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\d"}, "behavior": "MergedWithPrevious",
+             "invert": False},
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext",
+             "invert": False},
+            {"type": "Punctuation", "behavior": "Contiguous"}, _byte_level(use_regex=False)]}}),
+    "prepend_expanding_replace_nfd": ("gpt2", {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581\u2581"},
+        {"type": "NFD"}]}}),
+    "bert_normalizer_bytes": ("gpt2", {
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": True, "lowercase": True},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Whitespace"}, {"type": "Digits", "individual_digits": False},
+            _byte_level(use_regex=False)]}}),
+    "metaspace_never": ("mistral", {"pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True}}),
+    "metaspace_always_unsplit_nfkc": ("mistral", {"normalizer": {"type": "NFKC"}, "pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": False}}),
+}
+
+
+@pytest.mark.parametrize("pipeline", OFFSET_PIPELINES)
+def test_offsets_of_other_pipelines_equal_hugging_face(pipeline, texts, request):
+    family, changes = OFFSET_PIPELINES[pipeline]
+    spec = json.loads(request.getfixturevalue(family).to_str())
+    spec.update(changes)
+    hf = HfTokenizer.from_str(json.dumps(spec))
+    ours = stoker.Tokenizer.from_hf(hf)
+    cases = texts + _random_texts(20261134, 300)
+    for special in (False, True):
+        want = hf.encode_batch(cases, add_special_tokens=special)
+        got = ours.encode_batch_with_offsets(cases, add_special_tokens=special)
+        for text, w, (ids, offsets) in zip(cases, want, got):
+            assert (ids, offsets) == (w.ids, w.offsets), f"{pipeline}, {special}: {text!r}"
+
+
 def _char_to_token(offsets, position):
     """Encoding.char_to_token from offsets alone: the first token whose range holds the
     character."""
