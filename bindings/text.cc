@@ -5,6 +5,7 @@
 #include "stoker/text/tokenizer.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -41,8 +42,15 @@ NB_MODULE(_text, m) {
                         "sentencepiece library (include/stoker/text/tokenizer.h).")
       .def_static("from_json", &Tokenizer::from_json, "json"_a, "origin"_a,
                   nb::call_guard<nb::gil_scoped_release>())
-      .def_static("from_file", &Tokenizer::from_file, "path"_a,
-                  nb::call_guard<nb::gil_scoped_release>())
+      .def_static(
+          "from_file",
+          [](const std::string& path, std::optional<std::string> pattern,
+             std::optional<std::map<std::string, int32_t>> special_tokens) {
+            return Tokenizer::from_file(
+                path, stoker::text::TiktokenOptions{std::move(pattern), std::move(special_tokens)});
+          },
+          "path"_a, "pattern"_a = nb::none(), "special_tokens"_a = nb::none(),
+          nb::call_guard<nb::gil_scoped_release>())
       .def("encode", &Tokenizer::encode, "text"_a, "add_special_tokens"_a,
            nb::call_guard<nb::gil_scoped_release>())
       .def(

@@ -99,6 +99,23 @@ Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& me
   }
 }
 
+std::unique_ptr<Bpe> Bpe::from_ranks(Vocab vocab, BpeOptions options, const std::string& origin) {
+  auto bpe =
+      std::make_unique<Bpe>(std::move(vocab), std::vector<std::pair<std::string, std::string>>{},
+                            std::move(options), origin);
+  for (const auto& [token, id] : bpe->vocab_) {
+    size_t split = 0;
+    next_code_point(token, split);
+    while (split < token.size()) {
+      auto left = bpe->token_to_id(std::string_view(token).substr(0, split));
+      auto right = bpe->token_to_id(std::string_view(token).substr(split));
+      if (left && right) bpe->merges_[key(*left, *right)] = Merge{static_cast<uint32_t>(id), id};
+      next_code_point(token, split);
+    }
+  }
+  return bpe;
+}
+
 void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const {
   if (ids.size() < 2) return;
   struct Symbol {

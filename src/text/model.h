@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,11 @@ class Bpe : public Model {
  public:
   Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
       BpeOptions options, const std::string& origin);
+  // tiktoken's BPE: the merges are implied by the ranks (the ids): any two adjacent symbols whose
+  // concatenation is a token merge, the lowest such token first (leftmost on a tie), as
+  // tiktoken's byte_pair_merge does. The vocabulary is byte-level (one character per byte).
+  static std::unique_ptr<Bpe> from_ranks(Vocab vocab, BpeOptions options,
+                                         const std::string& origin);
   void encode(std::string_view word, std::vector<int32_t>& out,
               std::vector<TokenSpan>* spans = nullptr) const override;
 

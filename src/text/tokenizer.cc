@@ -25,6 +25,7 @@
 #include "text/components.h"
 #include "text/model.h"
 #include "text/sentencepiece.h"
+#include "text/tiktoken.h"
 #include "text/unicode.h"
 
 namespace stoker::text {
@@ -252,6 +253,9 @@ static double serde_json_double(double exact) {
 class Tokenizer::Impl {
  public:
   Impl(std::string_view json, const std::string& origin, bool file_numbers);
+  // A tiktoken BPE file: its (token bytes, rank) with a pattern and special tokens.
+  Impl(const std::vector<std::pair<std::string, int32_t>>& ranks, const std::string& pattern,
+       const std::map<std::string, int32_t>& special_tokens, const std::string& origin);
   // A SentencePiece model: everything goes to it; the members below stay empty.
   Impl(std::unique_ptr<SentencePieceModel> model, const std::string& origin_)
       : origin(origin_), file_numbers(false), sentencepiece(std::move(model)) {
@@ -347,6 +351,72 @@ Tokenizer::Impl::Impl(std::string_view text, const std::string& origin_, bool fi
   vocab_size = model->size();
   for (const auto& a : added) {
     if (!model->token_to_id(a->content)) ++vocab_size;
+  }
+}
+
+// A JSON string literal of `s`.
+static std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// tiktoken's pipeline in the stages of a tokenizer.json: the special tokens as added tokens
+// (matched in the raw text), the pattern's matches kept (Split, inverted: what no match covers is
+// dropped, as tiktoken's find_iter drops it), bytes as GPT-2's characters (ByteLevel without its
+// regex) and the rank-merge BPE; a match that is a token whole is that token (ignore_merges).
+Tokenizer::Impl::Impl(const std::vector<std::pair<std::string, int32_t>>& ranks,
+                      const std::string& pattern,
+                      const std::map<std::string, int32_t>& special_tokens,
+                      const std::string& origin_)
+    : origin(origin_), file_numbers(false) {
+  const std::string stages =
+      R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": )"
+      R"({"Regex": )" +
+      json_quote(pattern) +
+      R"(}, "behavior": "Removed", "invert": true}, )"
+      R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}, )"
+      R"("decoder": {"type": "ByteLevel"}})";
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(stages);
+  const simdjson::dom::element root = parser.parse(padded).value();
+  pre_tokenizer = parse_pre_tokenizer(root["pre_tokenizer"].value(), origin + ": pattern");
+  decoder = parse_decoder(root["decoder"].value(), origin);
+  Vocab vocab;
+  for (const auto& [bytes, rank] : ranks) {
+    std::string token;
+    for (char b : bytes) token += byte_to_unicode(static_cast<uint8_t>(b));
+    vocab.emplace(std::move(token), rank);
+  }
+  BpeOptions options;
+  options.ignore_merges = true;
+  model = Bpe::from_ranks(std::move(vocab), std::move(options), origin);
+  for (const auto& [content, id] : special_tokens) {
+    if (content.empty()) continue;
+    auto a = std::make_unique<AddedToken>(
+        AddedToken{content, content, id, true, false, false, false, false});
+    special.insert(content);
+    added_by_id[id] = a.get();
+    added_by_content[content] = id;
+    raw.add(content, a.get());
+    added.push_back(std::move(a));
+  }
+  raw.finish();
+  normalized.finish();
+  vocab_size = model->size();
+  for (const auto& a : added) {
+    if (!model->id_to_token(a->id)) ++vocab_size;
   }
 }
 
@@ -645,7 +715,8 @@ static bool is_sentencepiece(const std::string& path, std::string_view bytes) {
 
 bool Tokenizer::sentencepiece_supported() { return SentencePieceModel::supported(); }
 
-Tokenizer Tokenizer::from_file(const std::string& path_or_directory) {
+Tokenizer Tokenizer::from_file(const std::string& path_or_directory,
+                               const TiktokenOptions& tiktoken) {
   std::string path = path_or_directory;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -659,6 +730,30 @@ Tokenizer Tokenizer::from_file(const std::string& path_or_directory) {
     }
   }
   const std::string bytes = read_file(path);
+  const bool is_tiktoken =
+      !is_sentencepiece(path, bytes) && (path.ends_with(".tiktoken") || looks_like_tiktoken(bytes));
+  if (!is_tiktoken && (tiktoken.pattern || tiktoken.special_tokens)) {
+    throw InvalidArgument(path +
+                          ": a pattern and special tokens are for tiktoken files, and this "
+                          "is none (a tiktoken file's lines are \"<base64 token> <rank>\")");
+  }
+  if (is_tiktoken) {
+    // tiktoken files hold neither: those given, else the known encoding's of the file's name.
+    const std::string name = std::filesystem::path(path).stem().string();
+    const auto known = known_tiktoken_encoding(name);
+    if (!tiktoken.pattern && !known) {
+      throw InvalidArgument(path + ": a tiktoken file holds no split pattern, and \"" + name +
+                            "\" is none of the encodings known by name (" + known_tiktoken_names() +
+                            "): give its pattern (tiktoken's pat_str) and special tokens");
+    }
+    const std::string& pattern = tiktoken.pattern ? *tiktoken.pattern : known->pattern;
+    const std::map<std::string, int32_t> none;
+    const auto& special_tokens = tiktoken.special_tokens ? *tiktoken.special_tokens
+                                 : known                 ? known->special_tokens
+                                                         : none;
+    return Tokenizer(
+        std::make_unique<Impl>(parse_tiktoken(bytes, path), pattern, special_tokens, path));
+  }
   if (is_sentencepiece(path, bytes)) {
     auto model = std::make_unique<SentencePieceModel>(bytes, path);
     return Tokenizer(std::make_unique<Impl>(std::move(model), path));

@@ -345,5 +345,42 @@ TEST(TokenizerTest, ABadSentencePieceModelIsNamed) {
   EXPECT_THROW(Tokenizer::from_file(::testing::TempDir() + "stoker_sp_empty"), IoError);
 }
 
+// A tiktoken file: the 256 bytes (rank = byte), then "ab", " a", " ab"; merges by rank.
+std::string tiktoken_file() {
+  static const char* kBase64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (int b = 0; b < 256; ++b) {
+    out += kBase64[b >> 2];
+    out += kBase64[(b & 3) << 4];
+    out += "== " + std::to_string(b) + "\n";
+  }
+  return out + "YWI= 256\nIGE= 257\nIGFi 258\n";
+}
+
+TEST(TokenizerTest, TiktokenFileMergesByRank) {
+  const RemovedAtEnd cleanup{{"stoker_tiktoken"}};
+  // Named after r50k_base: its pattern, and <|endoftext|> as 50256.
+  Tokenizer t =
+      Tokenizer::from_file(write_file("stoker_tiktoken/r50k_base.tiktoken", tiktoken_file()));
+  EXPECT_EQ(t.encode("ab<|endoftext|> ab"), (Ids{256, 50256, 258}));
+  // "ba" is no token: " ba" stays bytes.
+  EXPECT_EQ(t.encode("abab ba"), (Ids{256, 256, ' ', 'b', 'a'}));
+  EXPECT_EQ(t.decode({256, 50256, 258}), "ab<|endoftext|> ab");
+  EXPECT_EQ(t.decode({256, 50256, 258}, true), "ab ab");
+  EXPECT_EQ(t.vocab_size(), 260u);
+  EXPECT_EQ(t.encode_with_offsets("ab<|endoftext|> ab").offsets,
+            (std::vector<TokenSpan>{{0, 2}, {2, 15}, {15, 18}}));
+
+  // Another name needs its pattern; special tokens as given.
+  const std::string other = write_file("stoker_tiktoken/mine.bpe", tiktoken_file());
+  EXPECT_THROW(Tokenizer::from_file(other), InvalidArgument);
+  Tokenizer mine =
+      Tokenizer::from_file(other, TiktokenOptions{R"( ?\p{L}+|\s+)", {{{"<x>", 300}}}});
+  EXPECT_EQ(mine.encode("ab<x> ab"), (Ids{256, 300, 258}));
+  EXPECT_THROW(Tokenizer::from_file(write_file("stoker_tiktoken/tokenizer.json", kByteLevel),
+                                    TiktokenOptions{"\\w+", {}}),
+               InvalidArgument);
+}
+
 }  // namespace
 }  // namespace stoker::text

@@ -3,6 +3,7 @@ trained here (small vocabularies, the trainers of ``tokenizers`` itself, on Pyth
 library and a multilingual text), and stoker's ids and decoded text must equal theirs. SentencePiece
 ``.model`` files, trained here with the ``sentencepiece`` package, against that package."""
 
+import base64
 import io
 import json
 import os
@@ -431,7 +432,7 @@ def test_a_file_that_is_not_a_model_is_named(tmp_path):
     bad = tmp_path / "bad.model"
     bad.write_bytes(b"this is not a SentencePiece model\n")
     with pytest.raises(ValueError, match=re.escape(str(bad))):
-        stoker.Tokenizer.from_file(bad)
+        stoker.Tokenizer.from_file(bad, pattern=r"\w+")
     with pytest.raises(OSError):
         stoker.Tokenizer.from_file(tmp_path / "missing")
 
@@ -456,6 +457,63 @@ def test_offsets_equal_hugging_face(family, texts, request):
             assert ids == w.ids, f"{family}, add_special_tokens={special}: {text!r}"
             assert offsets == w.offsets, f"{family}, add_special_tokens={special}: {text!r}"
         assert ours.encode_with_offsets(cases[-1], special) == (want[-1].ids, want[-1].offsets)
+
+
+def _byte_level(**options):
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True,
+            **options}
+
+
+# Pipelines the families above leave out, on GPT-2's model (any text has ids) or Mistral's:
+# ByteLevel's trim_offsets with and without the prefix space, the normalizers that move text
+# (NFKD, StripAccents, a regex Replace, Strip, an expanding Replace after Prepend, NFD,
+# BertNormalizer), the split behaviours, Metaspace's other schemes.
+OFFSET_PIPELINES = {
+    "trim_offsets": ("gpt2", {"post_processor": _byte_level()}),
+    "prefix_space_trim_offsets": ("gpt2", {"pre_tokenizer": _byte_level(add_prefix_space=True),
+                                           "post_processor": _byte_level(add_prefix_space=True)}),
+    "nfkd_strip_accents_replace_lowercase_strip": ("gpt2", {"normalizer": {
+        "type": "Sequence", "normalizers": [
+            {"type": "NFKD"}, {"type": "StripAccents"},
+            {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "},
+            {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": True}]}}),
+    "nfkc_split_behaviours": ("gpt2", {"normalizer": {"type": "NFKC"}, "pre_tokenizer": {
+        "type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\d"}, "behavior": "MergedWithPrevious",
+             "invert": False},
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext",
+             "invert": False},
+            {"type": "Punctuation", "behavior": "Contiguous"}, _byte_level(use_regex=False)]}}),
+    "prepend_expanding_replace_nfd": ("gpt2", {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581\u2581"},
+        {"type": "NFD"}]}}),
+    "bert_normalizer_bytes": ("gpt2", {
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": True, "lowercase": True},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Whitespace"}, {"type": "Digits", "individual_digits": False},
+            _byte_level(use_regex=False)]}}),
+    "metaspace_never": ("mistral", {"pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True}}),
+    "metaspace_always_unsplit_nfkc": ("mistral", {"normalizer": {"type": "NFKC"}, "pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": False}}),
+}
+
+
+@pytest.mark.parametrize("pipeline", OFFSET_PIPELINES)
+def test_offsets_of_other_pipelines_equal_hugging_face(pipeline, texts, request):
+    family, changes = OFFSET_PIPELINES[pipeline]
+    spec = json.loads(request.getfixturevalue(family).to_str())
+    spec.update(changes)
+    hf = HfTokenizer.from_str(json.dumps(spec))
+    ours = stoker.Tokenizer.from_hf(hf)
+    cases = texts + _random_texts(20261134, 300)
+    for special in (False, True):
+        want = hf.encode_batch(cases, add_special_tokens=special)
+        got = ours.encode_batch_with_offsets(cases, add_special_tokens=special)
+        for text, w, (ids, offsets) in zip(cases, want, got):
+            assert (ids, offsets) == (w.ids, w.offsets), f"{pipeline}, {special}: {text!r}"
 
 
 def _char_to_token(offsets, position):
@@ -490,3 +548,107 @@ def test_sentencepiece_model_offsets_equal_the_library(sentencepiece_model, text
         assert offsets == [(char_of[p.begin], char_of[p.end]) for p in proto.pieces], text
     ids, offsets = ours.encode_with_offsets("ab", add_special_tokens=True)
     assert (ids[0], ids[-1], offsets[0], offsets[-1]) == (sp.bos_id(), sp.eos_id(), (0, 0), (0, 0))
+
+
+# tiktoken BPE files: none can be downloaded here, so the GPT-2 style fixture's vocabulary is
+# written as one (token bytes, rank = id), and tiktoken's own Encoding over the same ranks, with the
+# patterns and special tokens its openai_public defines, is what the ids must equal.
+TIKTOKEN_NAMES = ["cl100k_base", "o200k_base", "r50k_base", "p50k_base", "p50k_edit"]
+
+
+def _gpt2_byte_of_char():
+    """GPT-2's printable character of each byte, reversed (bytes_to_unicode)."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+@pytest.fixture(scope="module")
+def tiktoken_ranks(gpt2):
+    byte_of = _gpt2_byte_of_char()
+    vocab = gpt2.get_vocab(with_added_tokens=False)
+    return {bytes(byte_of[c] for c in token): rank for token, rank in vocab.items()}
+
+
+def _write_tiktoken(path, ranks):
+    lines = [f"{base64.b64encode(token).decode()} {rank}\n"
+             for token, rank in sorted(ranks.items(), key=lambda item: item[1])]
+    path.write_text("".join(lines))
+    return path
+
+
+def _tiktoken_spec(name, ranks, monkeypatch):
+    """tiktoken's own definition of the encoding `name`, over `ranks` instead of its download."""
+    pytest.importorskip("tiktoken")
+    from tiktoken_ext import openai_public
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: ranks)
+    return openai_public.ENCODING_CONSTRUCTORS[name]()
+
+
+@pytest.mark.parametrize("name", TIKTOKEN_NAMES)
+def test_tiktoken_file_ids_equal_tiktoken(name, tiktoken_ranks, texts, tmp_path, monkeypatch):
+    tiktoken = pytest.importorskip("tiktoken")
+    spec = _tiktoken_spec(name, tiktoken_ranks, monkeypatch)
+    theirs = tiktoken.Encoding(name, pat_str=spec["pat_str"], mergeable_ranks=tiktoken_ranks,
+                               special_tokens=spec["special_tokens"])
+    ours = stoker.Tokenizer.from_file(_write_tiktoken(tmp_path / f"{name}.tiktoken",
+                                                      tiktoken_ranks))
+    specials = "".join(spec["special_tokens"])
+    cases = texts + _random_texts(20261133, 300) + [specials, f"a{specials}b {specials} c",
+                                                    "<|endoftext", "x<|endoftext|>\n\n"]
+    want = [theirs.encode(text, allowed_special="all") for text in cases]
+    got = ours.encode_batch(cases)
+    for text, w, g in zip(cases, want, got):
+        assert g == w, f"{name}: {text!r}"
+    assert ours.encode(cases[0], add_special_tokens=True) == want[0]  # tiktoken adds none
+    for ids in want:
+        assert ours.decode(ids) == theirs.decode(ids), ids
+    assert ours.decode(want[-4], skip_special_tokens=True) == ""
+    ids, offsets = ours.encode_with_offsets(MULTILINGUAL)
+    assert ids == theirs.encode(MULTILINGUAL, allowed_special="all") and len(offsets) == len(ids)
+    for token, rank in list(tiktoken_ranks.items())[:300]:
+        assert ours.id_to_token(rank) is not None
+    for special, id in spec["special_tokens"].items():
+        assert ours.token_to_id(special) == id and ours.id_to_token(id) == special
+
+
+def test_tiktoken_file_of_any_name_with_its_pattern(tiktoken_ranks, texts, tmp_path, monkeypatch):
+    tiktoken = pytest.importorskip("tiktoken")
+    pattern = _tiktoken_spec("cl100k_base", tiktoken_ranks, monkeypatch)["pat_str"]
+    path = _write_tiktoken(tmp_path / "my-encoding.bpe", tiktoken_ranks)
+    with pytest.raises(ValueError, match=r"my-encoding\.bpe: a tiktoken file holds no split "
+                                         r"pattern.*cl100k_base.*give its pattern"):
+        stoker.Tokenizer.from_file(path)
+    # No special tokens: tiktoken's encode_ordinary (special tokens' text is ordinary text).
+    theirs = tiktoken.Encoding("mine", pat_str=pattern, mergeable_ranks=tiktoken_ranks,
+                               special_tokens={})
+    ours = stoker.Tokenizer.from_file(path, pattern=pattern)
+    assert ours.encode_batch(texts) == [theirs.encode_ordinary(text) for text in texts]
+    specials = {"<|mine|>": len(tiktoken_ranks) + 5, "<tool>": len(tiktoken_ranks)}
+    theirs = tiktoken.Encoding("mine", pat_str=pattern, mergeable_ranks=tiktoken_ranks,
+                               special_tokens=specials)
+    ours = stoker.Tokenizer.from_file(path, pattern=pattern, special_tokens=specials)
+    cases = texts + ["a<|mine|>b<tool><|mine|>"]
+    assert ours.encode_batch(cases) == [theirs.encode(t, allowed_special="all") for t in cases]
+    assert ours.vocab_size == len(tiktoken_ranks) + 2
+    # The known encoding's special tokens give way to those given.
+    named = _write_tiktoken(tmp_path / "cl100k_base", tiktoken_ranks)
+    assert stoker.Tokenizer.from_file(named, special_tokens={}).encode("<|endoftext|>") == \
+        theirs.encode_ordinary("<|endoftext|>")
+
+
+def test_tiktoken_options_are_refused_for_other_files(gpt2, tmp_path):
+    gpt2.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ValueError, match="are for tiktoken files"):
+        stoker.Tokenizer.from_file(tmp_path / "tokenizer.json", pattern=r"\w+")
+    bad = tmp_path / "broken.tiktoken"
+    bad.write_text("IQ== 0\nnot base64!! x\n")
+    with pytest.raises(ValueError, match=r"broken\.tiktoken: line 2 of a tiktoken file"):
+        stoker.Tokenizer.from_file(bad, pattern=r"\w+")

@@ -23,6 +23,16 @@
 // Anything else (another component, BPE dropout, a truncation or padding setting, an option value
 // not listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
 //
+// tiktoken BPE files (from_file; cl100k_base.tiktoken, o200k_base.tiktoken and the like, or any
+// such file given its pattern): ids equal tiktoken's Encoding(name, pat_str, mergeable_ranks,
+// special_tokens).encode(text, allowed_special="all"), and encode_ordinary(text) where there are
+// no special tokens: as for a tokenizer.json, special tokens in the text are matched (the longest
+// at the leftmost place) and become their ids, the text between them is split by the pattern
+// (text no match covers is dropped, as tiktoken drops it) and each match byte-pair encoded by rank
+// (a match that is a token whole is that token). add_special_tokens adds nothing (tiktoken has no
+// post-processor). decode() is tiktoken's decode (errors="replace"); offsets are bytes of the
+// matches, as the byte-level BPE's.
+//
 // SentencePiece .model files (from_file; Llama 2's tokenizer.model, T5's, any model_type) go
 // through the sentencepiece library itself (SentencePieceProcessor, linked where the build found
 // it: sentencepiece_supported()), so ids are the library's: encode() is EncodeAsIds (no sampling,
@@ -43,13 +53,16 @@
 // over one processor, as encode_batch() does (src/text/sentencepiece.cc).
 //
 // Errors: a file that cannot be read (or a directory with neither file) throws IoError; a file
-// that is not a tokenizer.json, or names a component or option listed nowhere above, throws
-// InvalidArgument naming the file (its origin) and the component; a .model the sentencepiece
-// library does not load (or any .model, in a build without sentencepiece) throws InvalidArgument
-// naming the file; encode() of text that is not valid UTF-8 throws DecodeError (for a .model too).
+// that is not a tokenizer.json (nor a .model, nor a tiktoken file), or names a component or
+// option listed nowhere above, throws InvalidArgument naming the file (its origin) and the
+// component; a .model the sentencepiece library does not load (or any .model, in a build without
+// sentencepiece) throws InvalidArgument naming the file; a tiktoken file with a line that is not
+// "<base64 token> <rank>", or of an unknown name and no pattern, throws InvalidArgument naming
+// the file; encode() of text that is not valid UTF-8 throws DecodeError (for a .model too).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +76,16 @@ struct TokenSpan {
   uint32_t begin = 0;
   uint32_t end = 0;
   bool operator==(const TokenSpan&) const = default;
+};
+
+// What a tiktoken BPE file does not hold, for from_file: tiktoken's pat_str (the regex that
+// splits text before BPE) and special tokens (text -> id). Unset: those of the known encoding the
+// file is named after (cl100k_base, o200k_base, r50k_base, p50k_base, p50k_edit: "<name>" or
+// "<name>.tiktoken"); for a file of another name the pattern is required and no special tokens
+// are assumed.
+struct TiktokenOptions {
+  std::optional<std::string> pattern;
+  std::optional<std::map<std::string, int32_t>> special_tokens;
 };
 
 // Ids and, per id, its offsets: encode_with_offsets().
@@ -85,7 +108,11 @@ class Tokenizer {
   // JSON's ('{' after whitespace) but starts as a serialized ModelProto does (byte 0x0A).
   // `path` may be a directory: its tokenizer.json, or, where it has none, its tokenizer.model
   // (as Llama 2 checkpoints ship).
-  static Tokenizer from_file(const std::string& path);
+  // Or reads a tiktoken BPE file (a name ending in .tiktoken, or content whose first line is
+  // "<base64 token> <rank>"), with `tiktoken`'s pattern and special tokens (which only a tiktoken
+  // file takes: InvalidArgument otherwise). A file of an unknown name without a pattern throws
+  // InvalidArgument naming what is missing.
+  static Tokenizer from_file(const std::string& path, const TiktokenOptions& tiktoken = {});
   // Whether this build reads SentencePiece .model files (it found libsentencepiece).
   static bool sentencepiece_supported();
 

@@ -43,11 +43,19 @@ class Tokenizer:
         self.eos_token = eos_token
 
     @classmethod
-    def from_file(cls, path):
-        """A ``tokenizer.json``, a SentencePiece ``.model``, or a directory holding a
-        ``tokenizer.json`` or else a ``tokenizer.model`` (Llama 2's layout), and perhaps its
-        ``tokenizer_config.json``. A ``.model`` the sentencepiece library does not load raises
-        ValueError naming it."""
+    def from_file(cls, path, pattern=None, special_tokens=None):
+        """A ``tokenizer.json``, a SentencePiece ``.model``, a tiktoken BPE file, or a directory
+        holding a ``tokenizer.json`` or else a ``tokenizer.model`` (Llama 2's layout), and perhaps
+        its ``tokenizer_config.json``. A ``.model`` the sentencepiece library does not load raises
+        ValueError naming it.
+
+        A tiktoken file (``cl100k_base.tiktoken``; lines of ``<base64 token> <rank>``) holds
+        neither its split pattern nor its special tokens: ``pattern`` (tiktoken's ``pat_str``)
+        and ``special_tokens`` (``{text: id}``) give them, and where not given, a file named after
+        a known encoding (cl100k_base, o200k_base, r50k_base, p50k_base, p50k_edit) gets that
+        encoding's; a file of another name without a pattern raises ValueError. Ids are
+        tiktoken's ``encode(text, allowed_special="all")``: special tokens in the text are
+        matched."""
         path = os.fspath(path)
         config = {}
         if os.path.isdir(path):  # the native from_file picks the directory's file
@@ -55,7 +63,8 @@ class Tokenizer:
             if os.path.exists(config_path):
                 with open(config_path, encoding="utf-8") as f:
                     config = json.load(f)
-        native = _text_module().Tokenizer.from_file(path)
+        native = _text_module().Tokenizer.from_file(
+            path, pattern, None if special_tokens is None else dict(special_tokens))
         return cls(native, config.get("chat_template"), _token_text(config.get("bos_token")),
                    _token_text(config.get("eos_token")))
 
