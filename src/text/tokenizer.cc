@@ -598,9 +598,10 @@ void Tokenizer::Impl::parse_post(simdjson::dom::element e) {
 
 void Tokenizer::Impl::encode_segment(std::string_view s, bool at_origin,
                                      std::vector<int32_t>& out) const {
+  if (!pre_tokenizer) return model->encode(s, out);
   std::vector<Piece> pieces;
   pieces.push_back(Piece{std::string(s), at_origin});
-  if (pre_tokenizer) pre_tokenizer->split(pieces);
+  pre_tokenizer->split(pieces);
   for (const auto& p : pieces) model->encode(p.text, out);
 }
 
@@ -613,7 +614,7 @@ std::string_view Tokenizer::Impl::token_text(int32_t id) const {
 void Tokenizer::Impl::encode_segment(AlignedText s, bool at_origin, Encoding& e,
                                      std::vector<Blanks>& blanks) const {
   std::vector<Piece> pieces;
-  pieces.push_back(Piece{std::move(s.text), at_origin, std::move(s.align), s.origin});
+  pieces.push_back(Piece{std::move(s.text), at_origin, s.origin, std::move(s.align)});
   if (pre_tokenizer) pre_tokenizer->split(pieces);
   std::vector<TokenSpan> spans;
   for (const auto& p : pieces) {
