@@ -26,9 +26,9 @@ class Normalizer {
 // original bytes, kept by the pre-tokenizers where encode_with_offsets asks (else empty).
 struct Piece {
   std::string text;
-  bool at_origin;
+  bool at_origin = false;
+  uint32_t origin = 0;  // where the piece starts in the original text (with align)
   Alignment align = {};
-  uint32_t origin = 0;
 };
 
 class PreTokenizer {

@@ -41,12 +41,14 @@ std::atomic<uint64_t> next_serial{1};
 struct WordCache {
   static constexpr size_t kMaxEntries = 1 << 14;
   static constexpr size_t kMaxWordBytes = 128;
-  uint64_t owner = 0;
   struct Entry {
     std::vector<int32_t> ids;
     std::vector<uint32_t> lengths;  // each id's bytes of the word
   };
-  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> words;
+  uint64_t owner = 0;
+  // encode()'s ids, and apart (so that encode()'s entries stay as small) encode_with_offsets'.
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
+  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> spans;
 };
 thread_local WordCache word_cache;
 
@@ -117,6 +119,15 @@ std::unique_ptr<Bpe> Bpe::from_ranks(Vocab vocab, BpeOptions options, const std:
 }
 
 void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const {
+  if (lengths) {
+    merge_symbols<true>(ids, lengths);
+  } else {
+    merge_symbols<false>(ids, nullptr);
+  }
+}
+
+template <bool kLengths>
+void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const {
   if (ids.size() < 2) return;
   struct Symbol {
     int32_t id;
@@ -137,7 +148,7 @@ void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const
   std::vector<Candidate> heap;
   heap.reserve(ids.size());
   for (int32_t i = 0; i < n; ++i) {
-    sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, lengths ? (*lengths)[i] : 0u, false};
+    sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, kLengths ? (*lengths)[i] : 0u, false};
     if (i + 1 < n) {
       auto it = merges_.find(key(ids[i], ids[i + 1]));
       if (it != merges_.end()) heap.push_back(Candidate{it->second.rank, i, it->second.id});
@@ -153,7 +164,7 @@ void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const
     auto it = merges_.find(key(left.id, right.id));
     if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
     left.id = top.id;
-    left.length += right.length;
+    if constexpr (kLengths) left.length += right.length;
     right.removed = true;
     left.next = right.next;
     if (right.next >= 0) sym[right.next].prev = top.pos;
@@ -167,45 +178,73 @@ void Bpe::merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const
     }
   }
   ids.clear();
-  if (lengths) lengths->clear();
+  if constexpr (kLengths) lengths->clear();
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
     ids.push_back(sym[i].id);
-    if (lengths) lengths->push_back(sym[i].length);
+    if constexpr (kLengths) lengths->push_back(sym[i].length);
   }
 }
 
 void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
                  std::vector<TokenSpan>* spans) const {
   if (word.empty()) return;
-  auto emit = [&](const WordCache::Entry& e) {
-    out.insert(out.end(), e.ids.begin(), e.ids.end());
-    if (spans) append_spans(e.lengths, *spans);
-  };
   if (word.size() > WordCache::kMaxWordBytes) {
     WordCache::Entry e;
-    encode_uncached(word, e.ids, e.lengths);
-    return emit(e);
+    encode_uncached(word, e.ids, spans ? &e.lengths : nullptr);
+    out.insert(out.end(), e.ids.begin(), e.ids.end());
+    if (spans) append_spans(e.lengths, *spans);
+    return;
   }
   WordCache& cache = word_cache;
   if (cache.owner != serial_) {
-    cache.words.clear();
+    cache.ids.clear();
+    cache.spans.clear();
     cache.owner = serial_;
   }
-  auto it = cache.words.find(word);
-  if (it != cache.words.end()) return emit(it->second);
-  WordCache::Entry e;
-  encode_uncached(word, e.ids, e.lengths);
-  emit(e);
-  if (cache.words.size() >= WordCache::kMaxEntries) cache.words.clear();
-  cache.words.emplace(std::string(word), std::move(e));
+  if (spans) {
+    auto it = cache.spans.find(word);
+    if (it == cache.spans.end()) {
+      WordCache::Entry e;
+      encode_uncached(word, e.ids, &e.lengths);
+      if (cache.spans.size() >= WordCache::kMaxEntries) cache.spans.clear();
+      it = cache.spans.emplace(std::string(word), std::move(e)).first;
+    }
+    out.insert(out.end(), it->second.ids.begin(), it->second.ids.end());
+    append_spans(it->second.lengths, *spans);
+    return;
+  }
+  auto it = cache.ids.find(word);
+  if (it != cache.ids.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  std::vector<int32_t> ids;
+  encode_uncached(word, ids, nullptr);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
+  cache.ids.emplace(std::string(word), std::move(ids));
 }
 
 void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
-                          std::vector<uint32_t>& lengths) const {
+                          std::vector<uint32_t>* lengths) const {
+  if (lengths) {
+    encode_word<true>(word, ids, lengths);
+  } else {
+    encode_word<false>(word, ids, nullptr);
+  }
+}
+
+// encode_uncached(), compiled apart for encode() (kLengths false: no lengths kept at all).
+template <bool kLengths>
+void Bpe::encode_word(std::string_view word, std::vector<int32_t>& ids,
+                      std::vector<uint32_t>* lengths) const {
+  auto add = [&](int32_t id, uint32_t length) {
+    ids.push_back(id);
+    if constexpr (kLengths) lengths->push_back(length);
+  };
   if (options_.ignore_merges) {
     if (auto id = token_to_id(word)) {
-      ids.push_back(*id);
-      lengths.push_back(static_cast<uint32_t>(word.size()));
+      add(*id, static_cast<uint32_t>(word.size()));
       return;
     }
   }
@@ -222,23 +261,16 @@ void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
     if (i == word.size()) s += options_.end_of_word_suffix;
     const auto length = static_cast<uint32_t>(c.size());
     if (auto id = token_to_id(s)) {
-      if (pending_unk >= 0) {
-        ids.push_back(pending_unk);
-        lengths.push_back(pending_length);
-      }
+      if (pending_unk >= 0) add(pending_unk, pending_length);
       pending_unk = -1;
-      ids.push_back(*id);
-      lengths.push_back(length);
+      add(*id, length);
       continue;
     }
     if (options_.byte_fallback) {
       bool all = std::all_of(s.begin(), s.end(),
                              [&](char b) { return byte_ids_[static_cast<uint8_t>(b)] >= 0; });
       if (all) {  // as `tokenizers`: a pending unknown stays pending across the bytes, one each
-        for (char b : s) {
-          ids.push_back(byte_ids_[static_cast<uint8_t>(b)]);
-          lengths.push_back(1);
-        }
+        for (char b : s) add(byte_ids_[static_cast<uint8_t>(b)], 1);
         continue;
       }
     }
@@ -247,19 +279,17 @@ void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
         pending_length += length;
         continue;
       }
-      if (pending_unk >= 0) {
-        ids.push_back(pending_unk);
-        lengths.push_back(pending_length);
-      }
+      if (pending_unk >= 0) add(pending_unk, pending_length);
       pending_unk = *unk_id_;
       pending_length = length;
     }
   }
-  if (pending_unk >= 0) {
-    ids.push_back(pending_unk);
-    lengths.push_back(pending_length);
+  if (pending_unk >= 0) add(pending_unk, pending_length);
+  if constexpr (kLengths) {
+    merge_symbols<true>(ids, lengths);
+  } else {
+    merge_symbols<false>(ids, nullptr);
   }
-  merge(ids, &lengths);
 }
 
 // ---- WordPiece ----------------------------------------------------------------------------------
@@ -305,7 +335,7 @@ void WordPiece::encode(std::string_view word, std::vector<int32_t>& out,
       return;
     }
     pieces.push_back(*found);
-    piece_spans.push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(end)});
+    if (spans) piece_spans.push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(end)});
     start = end;
   }
   out.insert(out.end(), pieces.begin(), pieces.end());

@@ -71,8 +71,14 @@ class Bpe : public Model {
   void merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths = nullptr) const;
 
  private:
+  // The word's ids and, where `lengths` is given, each id's bytes of the word.
   void encode_uncached(std::string_view word, std::vector<int32_t>& ids,
-                       std::vector<uint32_t>& lengths) const;
+                       std::vector<uint32_t>* lengths) const;
+  template <bool kLengths>
+  void encode_word(std::string_view word, std::vector<int32_t>& ids,
+                   std::vector<uint32_t>* lengths) const;
+  template <bool kLengths>
+  void merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths) const;
   struct Merge {
     uint32_t rank;
     int32_t id;

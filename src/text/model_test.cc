@@ -42,6 +42,30 @@ TEST(BpeTest, NewPairsFormedByAMergeAreMergedToo) {
   EXPECT_EQ(out, (std::vector<int32_t>{5, 1, 0}));
 }
 
+TEST(BpeTest, SpansAreEachIdsBytesOfTheWord) {
+  Bpe bpe(vocab_of({"h", "e", "l", "o", "he", "ll", "hell", "hello", "\xC3\xA9"}),
+          {{"h", "e"}, {"l", "l"}, {"he", "ll"}}, {}, "t");
+  for (int pass = 0; pass < 2; ++pass) {  // computed, then from the thread's cache
+    std::vector<int32_t> ids;
+    std::vector<TokenSpan> spans;
+    bpe.encode("hello\xC3\xA9", ids, &spans);
+    EXPECT_EQ(ids, (std::vector<int32_t>{6, 3, 8}));
+    EXPECT_EQ(spans, (std::vector<TokenSpan>{{0, 4}, {4, 5}, {5, 7}}));
+  }
+}
+
+TEST(BpeTest, RanksMergeAnyPairThatMakesAToken) {
+  // tiktoken: "abc" (rank 5) from a + bc or ab + c alike; "bc" (3) before "ab" (4).
+  Vocab v = vocab_of({"a", "b", "c", "bc", "ab", "abc"});
+  auto bpe = Bpe::from_ranks(std::move(v), {}, "t");
+  std::vector<int32_t> ids{0, 1, 2};
+  bpe->merge(ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{5}));
+  std::vector<int32_t> ab{0, 1};
+  bpe->merge(ab);
+  EXPECT_EQ(ab, (std::vector<int32_t>{4}));
+}
+
 TEST(BpeTest, ByteFallbackAndFusedUnknowns) {
   std::vector<std::string> tokens{"<unk>", "a"};
   for (int b = 0; b < 256; ++b) {

@@ -116,11 +116,11 @@ class Replace : public Normalizer {
   std::string normalize(std::string s) const override {
     std::string out;
     size_t at = 0;
-    for (auto [b, e] : matches(s)) {
+    for_each_match(s, [&](size_t b, size_t e) {
       out.append(s, at, b - at);
       out += content_;
       at = e;
-    }
+    });
     out.append(s, at, std::string::npos);
     return out;
   }
@@ -129,33 +129,34 @@ class Replace : public Normalizer {
   void normalize(AlignedText& t) const override {
     AlignedText out{std::string(), Alignment(), t.origin};
     size_t at = 0;
-    for (auto [b, e] : matches(t.text)) {
+    for_each_match(t.text, [&](size_t b, size_t e) {
       out.text.append(t.text, at, b - at);
       out.align.insert(out.align.end(), t.align.begin() + static_cast<ptrdiff_t>(at),
                        t.align.begin() + static_cast<ptrdiff_t>(b));
-      const size_t last = e > b ? e : b;
-      const TokenSpan span = last > 0 ? t.align[last - 1] : TokenSpan{t.origin, t.origin};
+      const TokenSpan span = e > 0 ? t.align[e - 1] : TokenSpan{t.origin, t.origin};
       out.text += content_;
       out.align.insert(out.align.end(), content_.size(), span);
       at = e;
-    }
+    });
     out.text.append(t.text, at, std::string::npos);
     out.align.insert(out.align.end(), t.align.begin() + static_cast<ptrdiff_t>(at), t.align.end());
     t = std::move(out);
   }
 
  private:
-  std::vector<std::pair<size_t, size_t>> matches(const std::string& s) const {
-    if (regex_) return regex_->find_all(s);
-    std::vector<std::pair<size_t, size_t>> out;
-    if (literal_.empty()) return out;
-    for (size_t b = 0; (b = s.find(literal_, b)) != std::string::npos; b += literal_.size()) {
-      out.emplace_back(b, b + literal_.size());
+  // fn(begin, end) of each match, left to right.
+  template <class Fn>
+  void for_each_match(const std::string& s, Fn fn) const {
+    if (regex_) {
+      for (auto [b, e] : regex_->find_all(s)) fn(b, e);
+      return;
     }
-    return out;
+    if (literal_.empty()) return;
+    for (size_t b = 0; (b = s.find(literal_, b)) != std::string::npos; b += literal_.size()) {
+      fn(b, b + literal_.size());
+    }
   }
 
- private:
   std::unique_ptr<Regex> regex_;
   std::string literal_;
   std::string content_;
@@ -173,7 +174,7 @@ class Prepend : public Normalizer {
   std::string prefix_;
 };
 
-bool is_chinese_char(char32_t c) {
+inline bool is_chinese_char(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
          (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
          (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
@@ -188,6 +189,7 @@ class BertNormalizer : public Normalizer {
   std::string normalize(std::string s) const override {
     if (clean_text_) {
       std::string out;
+      out.reserve(s.size());
       for (size_t i = 0; i < s.size();) {
         size_t start = i;
         char32_t c = next_code_point(s, i);
@@ -205,12 +207,13 @@ class BertNormalizer : public Normalizer {
     }
     if (chinese_) {
       std::string out;
+      out.reserve(s.size());
       for (size_t i = 0; i < s.size();) {
         size_t start = i;
-        char32_t c = next_code_point(s, i);
-        if (is_chinese_char(c)) out += ' ';
+        const bool chinese = is_chinese_char(next_code_point(s, i));
+        if (chinese) out += ' ';
         out.append(s, start, i - start);
-        if (is_chinese_char(c)) out += ' ';
+        if (chinese) out += ' ';
       }
       s = std::move(out);
     }
@@ -231,9 +234,10 @@ class BertNormalizer : public Normalizer {
     }
     if (chinese_) {
       map_chars(t, [](char32_t c, std::string& out) {
-        if (is_chinese_char(c)) out += ' ';
+        const bool chinese = is_chinese_char(c);
+        if (chinese) out += ' ';
         append_utf8(out, c);
-        if (is_chinese_char(c)) out += ' ';
+        if (chinese) out += ' ';
       });
     }
     if (strip_accents_) {

@@ -1,5 +1,7 @@
 // The pre-tokenizers of tokenizer.json (`tokenizers`' pre_tokenizers/), and the split behaviours
 // they share (NormalizedString::split).
+#include <algorithm>
+
 #include "stoker/errors.h"
 #include "text/components.h"
 #include "text/regex.h"
@@ -38,15 +40,17 @@ std::vector<Span> spans_of(size_t size, const std::vector<std::pair<size_t, size
   return out;
 }
 
-// The bytes [begin, end) of a piece, with their alignment where it keeps one.
-Piece sub_piece(const Piece& piece, size_t begin, size_t end) {
-  Piece out{piece.text.substr(begin, end - begin), piece.at_origin && begin == 0};
+// Appends the bytes [begin, end) of a piece, with their alignment where it keeps one (built in
+// place: no Piece is moved).
+void push_sub_piece(const Piece& piece, size_t begin, size_t end, std::vector<Piece>& out) {
+  Piece& sub = out.emplace_back();
+  sub.text = piece.text.substr(begin, end - begin);
+  sub.at_origin = piece.at_origin && begin == 0;
   if (!piece.align.empty()) {
-    out.align.assign(piece.align.begin() + static_cast<ptrdiff_t>(begin),
+    sub.align.assign(piece.align.begin() + static_cast<ptrdiff_t>(begin),
                      piece.align.begin() + static_cast<ptrdiff_t>(end));
-    out.origin = piece.align[begin].begin;
+    sub.origin = piece.align[begin].begin;
   }
-  return out;
 }
 
 // NormalizedString::split: the pieces `s` splits into by the delimiter spans and the behaviour.
@@ -99,9 +103,12 @@ void split_piece(const Piece& piece, std::vector<Span> spans, Behavior behavior,
       break;
     }
   }
+  if (out.capacity() < out.size() + kept.size()) {  // one growth for the piece's splits
+    out.reserve(std::max(out.capacity() * 2, out.size() + kept.size()));
+  }
   for (const auto& s : kept) {
     if (s.match || s.begin == s.end) continue;
-    out.push_back(sub_piece(piece, s.begin, s.end));
+    push_sub_piece(piece, s.begin, s.end, out);
   }
 }
 
@@ -206,7 +213,7 @@ class Metaspace : public PreTokenizer {
       : replacement_(std::move(replacement)), prepend_(prepend), split_(split) {}
   void split(std::vector<Piece>& pieces) const override {
     each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-      Piece q{"", p.at_origin, {}, p.origin};
+      Piece q{"", p.at_origin, p.origin};
       const bool aligned = !p.align.empty();
       for (size_t k = 0; k < p.text.size(); ++k) {
         const bool space = p.text[k] == ' ';

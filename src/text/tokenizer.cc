@@ -24,6 +24,7 @@
 #include "text/alignment.h"
 #include "text/components.h"
 #include "text/model.h"
+#include "text/regex.h"
 #include "text/sentencepiece.h"
 #include "text/tiktoken.h"
 #include "text/unicode.h"
@@ -121,7 +122,18 @@ class AddedMatcher {
     size_t p = 0;
     return next_code_point(s, p);
   }
-  static bool is_word(char32_t c) { return c == '_' || is_alphanumeric(c); }
+  // Rust's regex \w, which `tokenizers` tests single_word with: Alphabetic (letters and the
+  // marks and symbols with Other_Alphabetic), marks, decimal digits, connectors, joiners.
+  static bool is_word(char32_t c) {
+    if (c < 0x80) {
+      return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+    }
+    static const Regex word(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])",
+                            "single_word's \\w");
+    std::string one;
+    append_utf8(one, c);
+    return !word.find_all(one).empty();
+  }
 
   std::vector<std::pair<std::string, const AddedToken*>> by_first_byte_[256];
   bool empty_ = true;
@@ -598,9 +610,10 @@ void Tokenizer::Impl::parse_post(simdjson::dom::element e) {
 
 void Tokenizer::Impl::encode_segment(std::string_view s, bool at_origin,
                                      std::vector<int32_t>& out) const {
+  if (!pre_tokenizer) return model->encode(s, out);
   std::vector<Piece> pieces;
   pieces.push_back(Piece{std::string(s), at_origin});
-  if (pre_tokenizer) pre_tokenizer->split(pieces);
+  pre_tokenizer->split(pieces);
   for (const auto& p : pieces) model->encode(p.text, out);
 }
 
@@ -613,7 +626,7 @@ std::string_view Tokenizer::Impl::token_text(int32_t id) const {
 void Tokenizer::Impl::encode_segment(AlignedText s, bool at_origin, Encoding& e,
                                      std::vector<Blanks>& blanks) const {
   std::vector<Piece> pieces;
-  pieces.push_back(Piece{std::move(s.text), at_origin, std::move(s.align), s.origin});
+  pieces.push_back(Piece{std::move(s.text), at_origin, s.origin, std::move(s.align)});
   if (pre_tokenizer) pre_tokenizer->split(pieces);
   std::vector<TokenSpan> spans;
   for (const auto& p : pieces) {

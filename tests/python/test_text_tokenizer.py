@@ -69,7 +69,10 @@ def texts(corpus):
     return (lines + chunks + MULTILINGUAL.splitlines() + [MULTILINGUAL]
             + ["", " ", "  ", "\n", "a", " a", "hello  world", "<|endoftext|>",
                "x<|endoftext|>y", "<|im_start|><|im_end|>", "<tool>", "a <tool> b", "\u00a0x",
-               "\U0001F600" * 5, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "ä" * 3])
+               "\U0001F600" * 5, "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "ä" * 3,
+               # single_word's \w (Rust's): a mark, a joiner, a circled letter are word
+               # characters, a superscript digit is none.
+               "a\u0301</tool>", "x\u200d</tool>", "\u24b6</tool>", "\u00b2</tool>"])
 
 
 def _train(tok, trainer, corpus):

@@ -45,10 +45,11 @@
 // where two Unigram segmentations tie, another version may keep the other (the Python package
 // 0.2.3 did on one text of 1,194 in tests/python/test_text_tokenizer.py).
 //
-// Thread safety: a loaded Tokenizer is immutable; encode(), decode() and the lookups are safe from
-// many threads at once without external synchronization. Each thread keeps its own bounded cache
-// of the BPE ids of frequent words (thread-local, no locks). A .model's SentencePieceProcessor is
-// loaded once and only its const methods are called after; sentencepiece_processor.h makes no
+// Thread safety: a loaded Tokenizer is immutable; encode(), encode_with_offsets(), decode() and the
+// lookups are safe from many threads at once without external synchronization. Each thread keeps
+// its own bounded caches of the BPE ids of frequent words (thread-local, no locks; one for
+// encode(), one with each id's bytes for encode_with_offsets()). A .model's SentencePieceProcessor
+// is loaded once and only its const methods are called after; sentencepiece_processor.h makes no
 // thread-safety statement, but the library's own Python binding encodes a batch on many threads
 // over one processor, as encode_batch() does (src/text/sentencepiece.cc).
 //
