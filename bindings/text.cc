@@ -17,6 +17,9 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+namespace stoker::text {
+void bind_text_corpus(nb::module_& m);  // text_corpus.cc
+}
 void bind_chat_template(nb::module_& m);  // text_chat.cc
 
 namespace {
@@ -88,4 +91,5 @@ NB_MODULE(_text, m) {
       .def("token_to_id", &Tokenizer::token_to_id, "token"_a)
       .def("id_to_token", &Tokenizer::id_to_token, "id"_a);
   bind_chat_template(m);
+  stoker::text::bind_text_corpus(m);
 }

@@ -11,9 +11,11 @@ set -euo pipefail
 # regexes, Unicode normalization and case, JSON; src/text/CMakeLists.txt).
 # libsentencepiece-dev: the text wing's SentencePiece .model files, run by the sentencepiece
 # library itself so that ids are its own (optional in the build: without it, no .model files).
+# zlib1g-dev, libzstd-dev: the text wing's JSONL files compressed as .gz and .zst (TextDataset).
 packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev
           ccache pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
-          libavdevice59 libpcre2-dev libutf8proc-dev libsimdjson-dev libsentencepiece-dev)
+          libavdevice59 libpcre2-dev libutf8proc-dev libsimdjson-dev libsentencepiece-dev
+          zlib1g-dev libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

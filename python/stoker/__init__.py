@@ -26,7 +26,7 @@ from .sources.mixture import Mixture
 from .sources.tables import TableDataset
 from .sources.tokens import TokenDataset
 from .sources.video import VideoDataset
-from .text import Tokenizer
+from .text import TextDataset, Tokenizer
 from .tuning.diagnose import diagnose
 
 import sys as _sys
@@ -47,6 +47,7 @@ __all__ = [
     "SampleError",
     "TableDataset",
     "TarShards",
+    "TextDataset",
     "TokenDataset",
     "Tokenizer",
     "VideoDataset",

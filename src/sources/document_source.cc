@@ -40,6 +40,7 @@ void DocumentSource::read(const SampleKey& key, std::span<std::byte* const> slot
   } else {
     labels[n - 1] = label_ignore_;
   }
+  ignore_untrained_labels(*documents_, key.index, 1, n < full ? n : n - 1, labels, label_ignore_);
 }
 
 }  // namespace stoker

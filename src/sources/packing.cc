@@ -202,9 +202,12 @@ class PackedTokenSource::SequenceWriter {
       lab[count - 1] = options_.label_ignore;
     else
       docs_.read(doc, offset + count, 1, lab + count - 1);
+    ignore_untrained_labels(docs_, doc, offset + 1, ends_document ? count - 1 : count, lab,
+                            options_.label_ignore);
     for (uint64_t t = 0; t < count; ++t) positions_[filled_ + t] = static_cast<int64_t>(t);
     if (loss_mask_ != nullptr) {
-      std::memset(loss_mask_ + filled_, 1, count);
+      for (uint64_t t = 0; t < count; ++t)
+        loss_mask_[filled_ + t] = lab[t] != options_.label_ignore ? 1 : 0;
       if (ends_document) loss_mask_[filled_ + count - 1] = 0;
     }
     longest_ = std::max(longest_, count);
@@ -275,6 +278,10 @@ PackedTokenSource::PackedTokenSource(std::shared_ptr<const DocumentSet> docs, Pa
       throw InvalidArgument(
           "concat packing has fields input and target only: loss_mask and max_segments apply to "
           "document and best_fit packing");
+    if (docs_->has_untrained_tokens())
+      throw InvalidArgument(
+          "concat packing trains on every token (input, target): a corpus with tokens that are "
+          "not trained on (a conversation's prompts) needs document or best_fit packing");
     corpus_index_ =
         std::make_shared<StreamIndex>(*docs_, document_order(D, false, 0, 0), options_.eos);
     const uint64_t stream = corpus_index_->length();

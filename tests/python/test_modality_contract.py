@@ -111,6 +111,47 @@ def make_tokens_best_fit(tmp):
     return stoker.TokenDataset(token_file(tmp), seq_len=16, pack="best_fit", eos=0)
 
 
+def text_tokenizer():
+    """A byte-level BPE trained here, with a ChatML template marking the assistant's text."""
+    pytest.importorskip("stoker._text", reason="this build has no text module")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20,
+                            trainer=trainers.BpeTrainer(
+                                vocab_size=300, show_progress=False,
+                                special_tokens=["<|im_start|>", "<|im_end|>"],
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
+    fast.chat_template = (
+        "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+        "{%- if m.role == 'assistant' %}{% generation %}{{ m.content + '<|im_end|>' }}"
+        "{% endgeneration %}{{ '\\n' }}{%- else %}{{ m.content + '<|im_end|>\\n' }}{%- endif %}"
+        "{%- endfor %}")
+    return stoker.Tokenizer.from_hf(fast)
+
+
+def make_text_sft(tmp):
+    """Conversations, the loss on the assistant's tokens, packed best-fit."""
+    path = tmp / "chat.jsonl"
+    with open(path, "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"messages": [
+                {"role": "user", "content": "the quick fox " * (i % 3 + 1)},
+                {"role": "assistant", "content": "over the lazy dog " * (i % 4 + 1)}]}) + "\n")
+    return stoker.TextDataset(str(path), text_tokenizer(), messages="messages", seq_len=64,
+                              pack="best_fit")
+
+
+def make_text_rows(tmp):
+    """Text rows, unpacked: a batch pads them."""
+    path = tmp / "text.jsonl"
+    with open(path, "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"text": "the lazy dog " * (i + 1)}) + "\n")
+    return stoker.TextDataset(str(path), text_tokenizer())
+
+
 def make_image_folder(tmp):
     rng = np.random.default_rng(2)
     for c in ("cat", "dog"):
@@ -207,6 +248,10 @@ DATASETS = {
     "tokens-concat": (make_tokens_concat, {"input_ids", "labels", "shift_labels"}),
     "tokens-best_fit": (make_tokens_best_fit, {"input_ids", "labels", "shift_labels",
                                                "position_ids", "cu_seqlens", "max_seqlen"}),
+    "text-sft-best_fit": (make_text_sft, {"input_ids", "labels", "shift_labels", "position_ids",
+                                          "cu_seqlens", "max_seqlen"}),
+    "text-rows": (make_text_rows, {"input_ids", "labels", "shift_labels", "attention_mask",
+                                   "lengths"}),
     "image-folder": (make_image_folder, IMAGES),
     "tar-shards": (make_tar_shards, IMAGES),
     "table": (make_table, {"x", "labels"}),

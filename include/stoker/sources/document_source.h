@@ -7,7 +7,8 @@
 //   "input_ids" int64  the tokens; a batch pads them with pad_id.
 //   "labels"    int64  the next token of the same document: label_ignore after the document's
 //                      last token (a truncated document's last kept token is labelled with the
-//                      token that follows it), and label_ignore on padding.
+//                      token that follows it), label_ignore on padding, and label_ignore
+//                      where the next token is not trained on (DocumentSet::read_trained).
 // Empty documents are samples of length 0.
 //
 // Thread safety: immutable after construction; read() and length() are safe from any thread.

@@ -7,12 +7,17 @@
 //
 // Thread safety: a DocumentSet is immutable after construction; every member is safe to call
 // from any number of threads at once.
+// Trained tokens: a corpus may say that some tokens are not trained on (a conversation's prompts,
+// where only the assistant's replies are learned): a label whose token is not trained on is the
+// packer's label_ignore. Every token is trained on unless has_untrained_tokens().
+//
 // Errors: read() throws IoError naming the file when the bytes are gone (a file truncated under
 // its mapping) and InvalidArgument naming the file and the token's position when a token id is
 // out of the corpus's vocabulary.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace stoker {
@@ -39,6 +44,21 @@ class DocumentSet {
     read(d, document_length(d) - 1, 1, &t);
     return t;
   }
+  // Whether read_trained() may write a 0: some tokens are not trained on.
+  virtual bool has_untrained_tokens() const { return false; }
+  // Writes to out[0 .. count) 1 for each token of [offset, offset + count) of document d that is
+  // trained on (may be a label), 0 for one that is not. REQUIRES: as read(). O(1) plus the copy.
+  virtual void read_trained(uint64_t /*d*/, uint64_t /*offset*/, uint64_t count,
+                            uint8_t* out) const {
+    std::memset(out, 1, count);
+  }
 };
+
+// Sets labels[i] to `ignore` for each i < count where token first + i of document d is not
+// trained on (DocumentSet::read_trained); nothing when every token of the corpus is. The packers'
+// labels are next tokens: label i of a piece starting at token `offset` is token offset + 1 + i.
+// REQUIRES: first + count <= docs.document_length(d).
+void ignore_untrained_labels(const DocumentSet& docs, uint64_t d, uint64_t first, uint64_t count,
+                             int64_t* labels, int64_t ignore);
 
 }  // namespace stoker

@@ -29,7 +29,8 @@
 // Fields of kDocument and kBestFit:
 //   "input_ids"    int64 [L]  the tokens; padding is `eos`, or 0 without eos.
 //   "labels"       int64 [L]  the next token of the same document; label_ignore at a document's
-//                             last token and at padding. A piece cut at a window's (or a chunk's)
+//                             last token, at padding, and where the next token is not trained on
+//                             (DocumentSet::read_trained: a conversation's prompts). A piece cut at a window's (or a chunk's)
 //                             end is labelled with the document's next token, though that token
 //                             is in another sample.
 //   "position_ids" int64 [L]  the position within the piece: 0 at each piece's start, so a
@@ -70,7 +71,8 @@
 //
 // Thread safety: immutable after construction except the per-epoch cache of shuffled kDocument,
 // which a mutex guards; read() is safe from any number of threads, epochs mixed.
-// Errors: the constructor throws InvalidArgument for seq_len 0, an empty corpus, kConcat with
+// Errors: the constructor throws InvalidArgument for seq_len 0, an empty corpus, kConcat over a
+// corpus with untrained tokens (its windows have no labels to ignore), kConcat with
 // fewer than L + 1 stream tokens, kDocument/kBestFit with L beyond int32, or a too-small
 // max_segments. read() lets the DocumentSet's errors through (the loader names the sample).
 #pragma once

@@ -212,7 +212,102 @@ def _check_int(name, value, low, none_ok=False):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-class TokenDataset(StokerDataset):
+class PackedDocuments(StokerDataset):
+    """Samples made of a corpus of token documents (a native DocumentSet): sequences packed
+    from them, or the documents themselves. What ``TokenDataset`` and ``stoker.TextDataset``
+    share; a subclass makes the corpus and calls ``_pack_documents``."""
+
+    def _pack_documents(self, corpus, pack, seq_len, eos, max_length=None, native_pack=None):
+        """Samples of ``corpus``: ``native_pack`` (the engine's mode: "concat", "document",
+        "best_fit"; default ``pack``), or its documents (first ``max_length`` tokens) when
+        ``pack`` is None. Padding is ``eos`` (else 0)."""
+        self._corpus = corpus
+        self._native_pack = pack if native_pack is None else native_pack
+        if pack is None:
+            self._source = _native.sources.DocumentSource(
+                corpus, pad_id=eos or 0, label_ignore=self.label_ignore,
+                max_length=max_length or 0)
+        else:
+            self._source = _native.sources.PackedTokenSource(
+                corpus, self._native_pack, seq_len, eos,
+                shuffle_documents=self.shuffle_documents and self._native_pack != "concat",
+                label_ignore=self.label_ignore, loss_mask=self.loss_mask,
+                max_segments=self.max_segments or 0)
+        self.num_tokens = corpus.num_tokens
+        self.num_documents = corpus.num_documents
+        if pack is None:  # the native producer's hook: a batch of documents is a dict
+            self._assemble_batch = self._documents_batch
+        elif self._native_pack != "concat":  # a packed batch is a dict
+            self._fields = tuple(self._source.field_names)
+            self._assemble_batch = self._as_dict
+
+    @property
+    def padding_fraction(self):
+        """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``; for
+        ``None``, the batches' padding: ``loader.stats()["budget"]``)."""
+        return 0.0 if self.pack is None else self._source.padding_fraction
+
+    _labels_are_next_tokens = True  # y is x shifted by one token (or labels of a pack)
+
+    def _batch_names(self):
+        return ("input_ids", "labels") if self._native_pack == "concat" else ()  # packs: dicts
+
+    def _identity(self):
+        return self.paths
+
+    def _lengths(self, unit):
+        if unit != "tokens" or self.pack is not None:
+            return super()._lengths(unit) if unit != "tokens" else np.full(
+                len(self), self.seq_len, dtype=np.float64)  # windows: seq_len tokens each
+        return self._source.lengths()  # documents: from the index
+
+    def _stats(self):
+        """Adds ``loader.stats()["packing"]``: how the corpus is packed (the same every
+        epoch)."""
+        if self.pack is None:
+            return super()._stats()
+        return {**super()._stats(), "packing": self._packing()}
+
+    def _packing(self):
+        return {"mode": self.pack, "seq_len": self.seq_len, "documents": self.num_documents,
+                "tokens": self.num_tokens, "sequences": len(self),
+                "padded_tokens": self._source.padded_tokens,
+                "padding_fraction": self.padding_fraction}
+
+    def _as_dict(self, fields):
+        return dict(zip(self._fields, fields))
+
+    def _documents_batch(self, fields):
+        """An unpacked batch: input_ids, labels, attention_mask (from the lengths), lengths."""
+        ids, labels, lengths = fields
+        positions = (np if isinstance(ids, np.ndarray) else _torch()).arange(ids.shape[1])
+        mask = positions[None, :] < lengths[:, None]
+        return {"input_ids": ids, "labels": labels,
+                "attention_mask": mask.astype(np.int64) if isinstance(mask, np.ndarray)
+                else mask.long(), "lengths": lengths}
+
+    def __len__(self):
+        return len(self._source)
+
+    def __getitem__(self, index):
+        """Sample ``index`` of epoch 0 with seed 0, for inspection: ``(input, target)``, or a dict
+        of the packed fields."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} samples")
+        fields = read_sample(self._source, index)
+        if self._native_pack == "concat":
+            return tuple(fields)
+        if self.pack is None:
+            return {"input_ids": fields[0], "labels": fields[1]}
+        return self._as_dict(fields)
+
+    def document(self, d):
+        """Document ``d``'s tokens (int64), as the corpus holds them."""
+        return self._corpus.document(d)
+
+
+
+class TokenDataset(PackedDocuments):
     """Token ids for LLM training: windows or packed sequences over one or many shards.
 
     ``path``: a token file, a Megatron dataset (the prefix of its ``.bin``/``.idx`` pair, or
@@ -321,80 +416,19 @@ class TokenDataset(StokerDataset):
             self._corpus = _native.sources.TokenCorpus(self.paths, dtype, split_at=eos,
                                                        vocab_size=vocab_size or 0)
             self.formats = list(self._corpus.formats)
-        if pack is None:
-            if self._remote is not None:
-                raise ValueError("pack=None (whole documents) reads local token files; stream "
-                                 "remote shards with a packing")
-            self._source = _native.sources.DocumentSource(
-                self._corpus, pad_id=eos or 0, label_ignore=self.label_ignore,
-                max_length=seq_len or 0)
-        else:
-            self._source = _native.sources.PackedTokenSource(
-                self._corpus, pack, seq_len, eos,
-                shuffle_documents=self.shuffle_documents and pack != "concat",
-                label_ignore=self.label_ignore, loss_mask=self.loss_mask,
-                max_segments=max_segments or 0)
+        if pack is None and self._remote is not None:
+            raise ValueError("pack=None (whole documents) reads local token files; stream "
+                             "remote shards with a packing")
+        self._pack_documents(self._corpus, pack, seq_len, eos, max_length=seq_len)
         if self._remote is not None:
             self._block_shards = _token_block_shards(self._source, self._corpus, seq_len)
-        self.num_tokens = self._corpus.num_tokens
-        self.num_documents = self._corpus.num_documents
         self.format = self.formats[0] if len(set(self.formats)) == 1 else "mixed"
-        if pack is None:  # the native producer's hook: a batch of documents is a dict
-            self._assemble_batch = self._documents_batch
-        elif pack != "concat":  # a packed batch is a dict
-            self._fields = tuple(self._source.field_names)
-            self._assemble_batch = self._as_dict
 
     @property
     def default_shuffle(self):
         """What ``shuffle=True`` means here: the shard order for remote shards packed by concat
         (document packings already order documents themselves)."""
         return "shards" if self._remote is not None and self.pack == "concat" else True
-
-    @property
-    def padding_fraction(self):
-        """Padding tokens over all tokens of an epoch's sequences (0 for ``"concat"``; for
-        ``None``, the batches' padding: ``loader.stats()["budget"]``)."""
-        return 0.0 if self.pack is None else self._source.padding_fraction
-
-    _labels_are_next_tokens = True  # y is x shifted by one token (or labels of a pack)
-
-    def _batch_names(self):
-        return ("input_ids", "labels") if self.pack == "concat" else ()  # packs: dicts
-
-    def _identity(self):
-        return self.paths
-
-    def _lengths(self, unit):
-        if unit != "tokens" or self.pack is not None:
-            return super()._lengths(unit) if unit != "tokens" else np.full(
-                len(self), self.seq_len, dtype=np.float64)  # windows: seq_len tokens each
-        return self._source.lengths()  # documents: from the index
-
-    def _stats(self):
-        """Adds ``loader.stats()["packing"]``: how the corpus is packed (the same every
-        epoch)."""
-        if self.pack is None:
-            return super()._stats()
-        return {**super()._stats(), "packing": self._packing()}
-
-    def _packing(self):
-        return {"mode": self.pack, "seq_len": self.seq_len, "documents": self.num_documents,
-                "tokens": self.num_tokens, "sequences": len(self),
-                "padded_tokens": self._source.padded_tokens,
-                "padding_fraction": self.padding_fraction}
-
-    def _as_dict(self, fields):
-        return dict(zip(self._fields, fields))
-
-    def _documents_batch(self, fields):
-        """An unpacked batch: input_ids, labels, attention_mask (from the lengths), lengths."""
-        ids, labels, lengths = fields
-        positions = (np if isinstance(ids, np.ndarray) else _torch()).arange(ids.shape[1])
-        mask = positions[None, :] < lengths[:, None]
-        return {"input_ids": ids, "labels": labels,
-                "attention_mask": mask.astype(np.int64) if isinstance(mask, np.ndarray)
-                else mask.long(), "lengths": lengths}
 
     def __reduce__(self):  # pickled as its spec: the shards must be readable at the same paths
         source = self.paths if self.column is None else self._table_source
@@ -404,26 +438,6 @@ class TokenDataset(StokerDataset):
             pack=self.pack, eos=self.eos, vocab_size=self.vocab_size,
             shuffle_documents=self.shuffle_documents, loss_mask=self.loss_mask,
             label_ignore=self.label_ignore, max_segments=self.max_segments))
-
-    def __len__(self):
-        return len(self._source)
-
-    def __getitem__(self, index):
-        """Sample ``index`` of epoch 0 with seed 0, for inspection: ``(input, target)``, or a dict
-        of the packed fields."""
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} samples")
-        fields = read_sample(self._source, index)
-        if self.pack == "concat":
-            return tuple(fields)
-        if self.pack is None:
-            return {"input_ids": fields[0], "labels": fields[1]}
-        return self._as_dict(fields)
-
-    def document(self, d):
-        """Document ``d``'s tokens (int64), as the corpus holds them."""
-        return self._corpus.document(d)
-
 
 def _rebuild(paths, dtype, seq_len, options):
     return TokenDataset(paths, dtype, seq_len, **options)
