@@ -424,3 +424,34 @@ def test_a_python_transform_runs_in_clean_worker_processes(s3_env, shards):
         ds = stoker.TarShards("s3://python/*.tar", transform=transform)
     labels = [int(v) for _, y in stoker.DataLoader(ds, batch_size=4, num_workers=2) for v in y]
     assert labels == stoker.TarShards(shards[:2]).labels
+
+
+def test_text_dataset_from_s3_equals_the_local_files(s3_env, tmp_path):
+    """TextDataset over s3:// JSONL (.gz too) and Parquet: the files are fetched into the cache,
+    tokenized, and give the local files' documents, their rows named by URL."""
+    pytest.importorskip("stoker._text", reason="this build has no text module")
+    import gzip
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.train_from_iterator(["remote rows of text"] * 10, trainer=trainers.BpeTrainer(
+        vocab_size=280, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = stoker.Tokenizer.from_hf(hf)
+    rows = [{"text": f"row {i} of text " * (i % 5 + 1)} for i in range(40)]
+    plain = tmp_path / "a.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[:7]) + "{broken\n")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet", row_group_size=16)
+    local = [str(plain), str(tmp_path / "b.jsonl.gz"), str(tmp_path / "c.parquet")]
+    urls = upload(s3_env, "text", local)
+    got = stoker.TextDataset(urls[0::2], tok)
+    want = stoker.TextDataset(local[0::2], tok)
+    assert got.paths == urls[0::2]
+    assert [got.document(d).tolist() for d in range(got.num_documents)] == \
+        [want.document(d).tolist() for d in range(want.num_documents)]
+    assert got._corpus.path(41) == urls[2] + ": row 1"
+    with pytest.raises(stoker.SampleError, match=r"s3://text/b\.jsonl\.gz:8"):
+        stoker.TextDataset(urls[1], tok)

@@ -344,3 +344,41 @@ def tokenizer_without_template():
         vocab_size=280, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return tok
+
+
+def test_sft_through_stoker_trainer_on_a_real_causal_lm(tmp_path, hf):
+    """StokerTrainer fine-tunes a (tiny) Llama on packed conversations: the batches reach the
+    model as padding-free packs (position_ids restart at each conversation), the loss counts
+    the assistant's tokens only, and a few steps lower it."""
+    import torch
+    from stoker.integrations.transformers import StokerTrainer
+
+    convs = conversations(40, seed=4)
+    ds = stoker.TextDataset(write_jsonl(tmp_path / "sft.jsonl", convs),
+                            stoker.Tokenizer.from_hf(hf), messages="messages", seq_len=128,
+                            pack="best_fit")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=len(hf), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256))
+    seen = []
+    forward = model.forward
+
+    def recording(**kwargs):
+        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
+        return forward(**kwargs)
+    model.forward = recording
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=4,
+        learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no",
+        remove_unused_columns=False, disable_tqdm=True, logging_steps=1)
+    trainer = StokerTrainer(model=model, args=args, train_dataset=ds)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 6 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    batch = seen[0]
+    assert batch["input_ids"].shape == (4, 128)
+    assert (batch["position_ids"][:, 0] == 0).all()
+    labels = batch["shift_labels"]
+    trained = labels != -100
+    assert 0 < trained.sum() < labels.numel()  # the prompts are not trained on

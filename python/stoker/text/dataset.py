@@ -227,12 +227,13 @@ class TextDataset(PackedDocuments):
                                   _origin(kind, name))
             else:
                 first = 0
-                for batch in _record_batches(kind, name, self._columns(kind, name)):
+                local = name[1] if isinstance(name, tuple) else name
+                for batch in _record_batches(kind, local, self._columns()):
                     builder.add_arrow(batch, _origin(kind, name), first)
                     first += batch.num_rows
         return builder.finish()
 
-    def _columns(self, kind, name):
+    def _columns(self):
         """The columns a row needs: its field, and its tools for a conversation."""
         return [self.field, "tools"] if self.messages is not None else [self.field]
 
@@ -288,8 +289,7 @@ def _inputs(source, storage_options, cache_dir, cache_budget):
         for url, path in zip(urls, local):
             st = os.stat(path)
             kind = _kind_of(url)
-            out.append((kind, (url, path) if kind == "jsonl" else path,
-                        [url, st.st_size, st.st_mtime_ns]))
+            out.append((kind, (url, path), [url, st.st_size, st.st_mtime_ns]))
         return out
     files = _paths.expand(names, "text file", _JSONL + _ARROW)
     out = []
