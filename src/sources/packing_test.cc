@@ -15,6 +15,7 @@
 #include "engine/test_temp_dir.h"
 #include "stoker/testing/test_documents.h"
 #include "stoker/errors.h"
+#include "stoker/sources/document_source.h"
 #include "stoker/sources/tokens.h"
 
 namespace stoker {
@@ -551,6 +552,48 @@ TEST(PackBestFit, PacksTightly) {
 
 // ---------------------------------------------------------------------------------------------
 // All modes
+
+// A conversation's prompt tokens (flag 0) are not trained on: a label whose token is one is
+// label_ignore, in every packing and in DocumentSource; concat packing refuses such a corpus.
+TEST(PackTrained, LabelsOfUntrainedTokensAreIgnored) {
+  const Docs docs = {{10, 11, 12, 13, 14}, {20, 21, 22}, {30, 31, 32, 33, 34, 35, 36}};
+  const std::vector<std::vector<uint8_t>> trained = {
+      {0, 0, 1, 1, 1}, {1, 0, 1}, {0, 1, 1, 0, 0, 1, 1}};
+  const auto set = std::make_shared<VectorDocuments>(docs, std::set<uint64_t>{}, trained);
+  // The labels each document's tokens get: next token where it is trained on.
+  std::map<int64_t, int64_t> label_of;
+  for (size_t d = 0; d < docs.size(); ++d)
+    for (size_t t = 0; t < docs[d].size(); ++t)
+      label_of[docs[d][t]] = t + 1 < docs[d].size() && trained[d][t + 1] ? docs[d][t + 1] : -100;
+  for (const Pack mode : {Pack::kDocument, Pack::kBestFit}) {
+    PackedTokenSource src(set, options(mode, 8));
+    uint64_t seen = 0;
+    for (uint64_t i = 0; i < src.size(); ++i) {
+      const Sample s = read_sample(src, 0, 0, i);
+      for (size_t t = 0; t < s.input.size(); ++t) {
+        const auto it = label_of.find(s.input[t]);
+        if (it == label_of.end()) continue;  // padding (kEos)
+        ++seen;
+        const bool cut = t + 1 < s.input.size() && s.positions[t + 1] == 0;
+        if (t + 1 == s.input.size() || cut) continue;  // a piece's end: checked by position
+        EXPECT_EQ(s.labels[t], it->second) << "token " << s.input[t];
+        EXPECT_EQ(s.loss_mask[t], it->second != -100 ? 1 : 0) << "token " << s.input[t];
+      }
+    }
+    EXPECT_EQ(seen, 15u);
+  }
+  PackOptions concat = options(Pack::kConcat, 4);
+  concat.loss_mask = false;
+  EXPECT_THROW(PackedTokenSource(set, concat), InvalidArgument);
+  DocumentSource rows(set);
+  for (uint64_t d = 0; d < docs.size(); ++d) {
+    std::vector<int64_t> ids(docs[d].size()), labels(docs[d].size());
+    std::byte* slots[2] = {reinterpret_cast<std::byte*>(ids.data()),
+                           reinterpret_cast<std::byte*>(labels.data())};
+    rows.read({0, 0, d}, slots, nullptr);
+    for (size_t t = 0; t < ids.size(); ++t) EXPECT_EQ(labels[t], label_of[ids[t]]);
+  }
+}
 
 TEST(PackErrors, SayWhatIsNeeded) {
   auto docs = documents(corpus_of({3, 4}));

@@ -3,7 +3,8 @@
 //
 // VectorDocuments: a DocumentSet over documents held in memory, a test double for the packers
 // (packing_test.cc, and _native.testing with STOKER_TESTING). Document d's path is "doc-<d>";
-// a document listed in `fail` throws IoError when read, as a truncated file would.
+// a document listed in `fail` throws IoError when read, as a truncated file would. With
+// `trained` (one flag a token, documents as `docs`), it says which tokens are trained on.
 //
 // Thread safety: immutable; every member is safe from any number of threads.
 #pragma once
@@ -21,8 +22,9 @@ namespace stoker::testing {
 
 class VectorDocuments final : public DocumentSet {
  public:
-  explicit VectorDocuments(std::vector<std::vector<int64_t>> docs, std::set<uint64_t> fail = {})
-      : docs_(std::move(docs)), fail_(std::move(fail)) {
+  explicit VectorDocuments(std::vector<std::vector<int64_t>> docs, std::set<uint64_t> fail = {},
+                           std::vector<std::vector<uint8_t>> trained = {})
+      : docs_(std::move(docs)), fail_(std::move(fail)), trained_(std::move(trained)) {
     for (const auto& d : docs_) tokens_ += d.size();
   }
 
@@ -37,8 +39,14 @@ class VectorDocuments final : public DocumentSet {
     if (count > 0) std::memcpy(out, doc.data() + offset, count * sizeof(int64_t));
   }
   std::string path(uint64_t d) const override { return "doc-" + std::to_string(d); }
+  bool has_untrained_tokens() const override { return !trained_.empty(); }
+  void read_trained(uint64_t d, uint64_t offset, uint64_t count, uint8_t* out) const override {
+    if (trained_.empty()) return DocumentSet::read_trained(d, offset, count, out);
+    if (count > 0) std::memcpy(out, trained_.at(d).data() + offset, count);
+  }
 
  private:
+  std::vector<std::vector<uint8_t>> trained_;
   std::vector<std::vector<int64_t>> docs_;
   std::set<uint64_t> fail_;
   uint64_t tokens_ = 0;
