@@ -470,6 +470,12 @@ SNIPPETS = [
     "  {% raw %}\n{% x %}\n  {% endraw %}\nz",
     "{% for i in range(3) %}\n  {{ i }}\n{% endfor %}\n",
     "{% for i in range(3) -%}\n  {{ i }}\n{%- endfor %}",
+    "{% for m in users %}\n  {%- if m.active %}\n    A: {{ m.name }}\n  {% elif m.age > 30 -%}\n"
+    "    B: {{ m.name }}\n  {%- else %}\n    C: {{ m.name }}\n  {%+ endif %}\n{% endfor %}",
+    "{%- if true -%}\n   x\n{%- endif -%}\n   y",
+    "{% if true %}   \nx{% endif %}",
+    "{#- leading comment #}\n  {#+ kept #}\nbody",
+    "{% macro m(x) -%}\n  [{{ x }}]\n{%- endmacro %}\n{{ m(1) }}\n{{ m(2) }}",
     # literals and printing
     "{{ 1 }} {{ -2 }} {{ 1.5 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 0.1 + 0.2 }} {{ 3.0 }} {{ 1_000 }}",
     "{{ true }} {{ False }} {{ none }} {{ None }} {{ 'it''s' }} {{ \"a\\tb\\n\" }} {{ '\\u00e9\\x41' }}",
@@ -575,6 +581,14 @@ SNIPPETS = [
     "{% set d2 = dict(a=1, b='x') %}{{ d2 }} {{ dict(d2, c=3) }}",
     "{% if x is not defined %}{% set x = 'set' %}{% endif %}{{ x }}",
     "{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}",
+    "{% for x in [1, 2] %}{% filter upper %}a{% if x == 2 %}{% continue %}{% endif %}"
+    "{% endfilter %}b{% endfor %}",
+    "{% for x in [1, 2, 3] %}{% set y %}v{{ x }}{% if x == 2 %}{% continue %}{% endif %}"
+    "{% endset %}{{ y }}{% endfor %}",
+    "{% set x = 5 %}{% macro show() %}{{ x }}{% endmacro %}{% for x in [1, 2] %}{{ show() }}"
+    "{% endfor %}",
+    "{% for m in users %}{% set outer = loop %}{% for y in l %}{{ outer.index }}{{ loop.index }} "
+    "{% endfor %}{% endfor %}",
     # macros
     "{% macro m(a, b=2, c='x') %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, 3) }}"
     " {{ m(1, c='y') }} {{ m() }}",

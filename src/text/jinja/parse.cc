@@ -626,7 +626,10 @@ class Parser {
       n.kind = Node::Kind::kGeneration;
       out_.marks_generation = true;
       expect_block_end();
+      int saved = loops_;
+      loops_ = 0;  // jinja2 renders the body as a macro: no break or continue out of it
       n.body = parse_body("endgeneration");
+      loops_ = saved;
     } else if (tag == "break" || tag == "continue") {
       if (loops_ == 0) lexer_.fail(t_[i_ - 1].offset, "'" + tag + "' outside of a for loop");
       n.kind = tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
@@ -714,7 +717,18 @@ class Parser {
     return tuple;
   }
 
+  // Guards the recursion of nested expressions (jinja2 has Python's recursion limit).
+  struct Nesting {
+    explicit Nesting(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) parser.fail("expression nested too deeply");
+    }
+    ~Nesting() { --parser.nesting_; }
+    Parser& parser;
+  };
+  static constexpr int kMaxNesting = 600;
+
   ExprPtr parse_expression(bool condexpr) {
+    Nesting guard(*this);
     if (!condexpr) return parse_or();
     ExprPtr e = parse_or();
     while (is_name("if")) {
@@ -757,6 +771,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_not() {
+    Nesting guard(*this);
     if (is_name("not")) {
       ExprPtr e = make(Expr::Kind::kNot);
       advance();
@@ -849,6 +864,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    Nesting guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = make(is_op("-") ? Expr::Kind::kNeg : Expr::Kind::kPos);
@@ -1091,6 +1107,7 @@ class Parser {
   const Lexer& lexer_;
   ChatTemplate::Parsed& out_;
   int loops_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -203,6 +203,8 @@ class Renderer {
       case Node::Kind::kSetBlock: {
         Flow flow;
         Value v = Value::string(capture(n.body, f, &flow));
+        // A break or continue inside leaves before the assignment, as in jinja2's code.
+        if (flow != Flow::kNormal) return flow;
         if (n.expr) v = eval_filters(*n.expr, f, std::move(v));
         assign(n.target, std::move(v), f);
         return flow;
@@ -210,6 +212,7 @@ class Renderer {
       case Node::Kind::kFilterBlock: {
         Flow flow;
         Value v = Value::string(capture(n.body, f, &flow));
+        if (flow != Flow::kNormal) return flow;  // jinja2 drops the block's output then
         eval_filters(*n.expr, f, std::move(v)).append_str(*out_);
         return flow;
       }
