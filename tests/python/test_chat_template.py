@@ -595,6 +595,10 @@ SNIPPETS = [
     "{% macro outer() %}[{{ caller() }}]{% endmacro %}{% call outer() %}body {{ 1 }}{% endcall %}",
     "{% macro row(x) %}<{{ caller(x * 2) }}>{% endmacro %}{% call(v) row(3) %}v={{ v }}{% endcall %}",
     "{% macro rec(n) %}{{ n }}{% if n > 0 %}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(3) }}",
+    "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, k=4) }}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{% call m(1) %}x{% endcall %}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}",
+    "{% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }}{% endfor %}",
     # generators and views, as Python has them
     "{% if l | select('gt', 5) %}a generator is true{% endif %}",
     "{% set g = l | map('string') %}{{ g | join }}|{{ g | join }}|",

@@ -794,6 +794,15 @@ Value call_builtin(const CallableObject& c, const Args& args) {
       if (self.is_string()) return str_method(self.str(), c.name, args);
       if (self.is_dict()) return dict_method(self, c.name, args);
       if (self.is_sequence()) return list_method(self, c.name, args);
+      if (self.type() == Type::kLoop && c.name == "changed") {
+        const auto* loop = static_cast<const LoopObject*>(self.obj());
+        Value now = Value::list(args.positional);
+        if (!loop->last_changed.is_undefined() && loop->last_changed.equals(now)) {
+          return Value::boolean(false);
+        }
+        loop->last_changed = std::move(now);
+        return Value::boolean(true);
+      }
       if (self.type() == Type::kLoop && c.name == "cycle") {
         if (args.positional.empty()) type_error("no items for cycling given");
         const auto* loop = static_cast<const LoopObject*>(self.obj());
@@ -845,7 +854,7 @@ Value get_attribute(const Value& obj, std::string_view name) {
       if (name == "nextitem") {
         return i + 1 < n ? items[i + 1] : Value::undefined("there is no next item");
       }
-      if (name == "cycle") return method(obj, name);
+      if (name == "cycle" || name == "changed") return method(obj, name);
       type_error("unsupported loop attribute " + quoted(name));
     }
     default:

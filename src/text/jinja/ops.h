@@ -51,6 +51,7 @@ struct CallableObject : Object {
 struct LoopObject : Object {
   Value items;  // a list
   mutable size_t index = 0;
+  mutable Value last_changed;  // loop.changed()'s last arguments (a list), undefined at first
 };
 
 Value global(std::string_view name);  // Undefined when not a global

@@ -595,7 +595,7 @@ class Parser {
       expect_block_end();
       int saved = loops_;
       loops_ = 0;
-      n.body = parse_body("endmacro");
+      n.body = parse_macro_body(n, "endmacro");
       loops_ = saved;
     } else if (tag == "call") {
       n.kind = Node::Kind::kCallBlock;
@@ -605,7 +605,7 @@ class Parser {
       expect_block_end();
       int saved = loops_;
       loops_ = 0;
-      n.body = parse_body("endcall");
+      n.body = parse_macro_body(n, "endcall");
       loops_ = saved;
     } else if (tag == "filter") {
       n.kind = Node::Kind::kFilterBlock;
@@ -642,6 +642,22 @@ class Parser {
                                                "extends, import, block or do)");
     }
     return n;
+  }
+
+  // A macro's or caller's body, noting which of caller, varargs and kwargs it names.
+  Body parse_macro_body(Node& n, const char* end) {
+    std::vector<std::string> names;
+    std::vector<std::string>* outer = names_;
+    names_ = &names;
+    Body body = parse_body(end);
+    names_ = outer;
+    for (const std::string& name : names) {
+      n.uses_caller |= name == "caller";
+      n.uses_varargs |= name == "varargs";
+      n.uses_kwargs |= name == "kwargs";
+      if (outer) outer->push_back(name);
+    }
+    return body;
   }
 
   void parse_signature(Node& n) {
@@ -895,6 +911,7 @@ class Parser {
         if (n == "none" || n == "None") return literal(Value::none());
         ExprPtr e = make(Expr::Kind::kName);
         e->name = n;
+        if (names_) names_->push_back(n);
         advance();
         return e;
       }
@@ -1108,6 +1125,7 @@ class Parser {
   ChatTemplate::Parsed& out_;
   int loops_ = 0;
   int nesting_ = 0;
+  std::vector<std::string>* names_ = nullptr;  // where names are noted, in a macro's body
 };
 
 }  // namespace

@@ -325,27 +325,37 @@ class Renderer {
     }
     const Node& n = *c.node;
     Frame* inner = new_frame(c.frame);
-    if (args.positional.size() > n.params.size()) {
+    if (args.positional.size() > n.params.size() && !n.uses_varargs) {
       throw std::invalid_argument("macro '" + c.name + "' takes not more than " +
                                   std::to_string(n.params.size()) + " argument(s)");
     }
     std::vector<bool> given(n.params.size(), false);
+    List varargs;
     for (size_t k = 0; k < args.positional.size(); ++k) {
-      inner->set(n.params[k], args.positional[k]);
-      given[k] = true;
+      if (k < n.params.size()) {
+        inner->set(n.params[k], args.positional[k]);
+        given[k] = true;
+      } else {
+        varargs.push_back(args.positional[k]);
+      }
     }
+    std::vector<std::pair<Value, Value>> kwargs;
     for (const auto& [name, value] : args.keywords) {
       auto it = std::find(n.params.begin(), n.params.end(), name);
       if (it != n.params.end()) {
         inner->set(*it, value);
         given[it - n.params.begin()] = true;
-      } else if (name == "caller" && c.kind == CallableObject::Kind::kMacro) {
+      } else if (name == "caller" && n.uses_caller) {
         inner->set("caller", value);
+      } else if (n.uses_kwargs) {
+        kwargs.emplace_back(Value::string(std::string(name)), value);
       } else {
         throw std::invalid_argument("macro '" + c.name + "' takes no keyword argument '" +
                                     std::string(name) + "'");
       }
     }
+    if (n.uses_varargs) inner->set("varargs", Value::list(std::move(varargs), true));
+    if (n.uses_kwargs) inner->set("kwargs", Value::dict(std::move(kwargs)));
     for (size_t k = 0; k < n.params.size(); ++k) {
       if (given[k]) continue;
       inner->set(n.params[k], n.defaults[k] ? eval(*n.defaults[k], inner)
