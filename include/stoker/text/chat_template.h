@@ -55,8 +55,9 @@ struct RenderedChat {
   // Byte ranges [begin, end) of `text` rendered inside {% generation %} ... {% endgeneration %},
   // in the order transformers' AssistantTracker records them (a block's end, so an inner block
   // before the block around it). As there, a range counts from the output of the template's top
-  // level: a generation block inside a macro, a set block or a filter block gets the position the
-  // enclosing output had when the block ran.
+  // level: a generation block inside a macro, a set block or a filter block starts at the length
+  // the top-level output had when the block ran, and ends its own length in bytes further, which
+  // need not be where its text lands (transformers' placement, kept so that masks agree).
   std::vector<std::pair<size_t, size_t>> generation;
 };
 
