@@ -558,6 +558,15 @@ SNIPPETS = [
     " {{ {'b': 1, 'a': 2} | dictsort(by='value', reverse=true) }}",
     "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(2, blank=true) }}",
     "{{ '<a href=\"x\">&\\'</a>' | e }} {{ '<b>' | escape }} {{ '<i>' | safe }}",
+    "{{ ('<a>' | e) | e }} {{ '<a>' | safe | e }} {{ ('<a>' | safe) + '<b>' }}"
+    " {{ '<b>' + ('<a>' | safe) }} {{ ('<a>' | e) ~ '<b>' }}",
+    "{{ l[::-1] | sort(attribute='v') }} {{ 'Ab c' | sort(attribute='v') }}"
+    " {{ 0 | map(attribute='v') | list }} {{ none | select | list }}",
+    "{{ l | unique | list }} {{ d | items | list }}",
+    "{{ missing | int }}",
+    "{{ 3 | indent }}",
+    "{{ [1] in d }}",
+    "{{ [[1], [1]] | unique | list }}",
     "{{ 'one two  three' | wordcount }} {{ [1, 2, 3, 4, 5] | batch(2) | list }}"
     " {{ [1, 2, 3] | batch(2, 'x') | list }}",
     "{{ [1, 2, 3] | sum }} {{ users | sum(attribute='age') }} {{ [3, 1, 2] | min }}"

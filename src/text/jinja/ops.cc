@@ -1049,9 +1049,13 @@ Value binary(Op op, const Value& a, const Value& b) {
   }
   if (op == Op::kAdd) {
     if (a.is_string() && b.is_string()) {
+      if (a.is_markup() != b.is_markup()) {  // Markup's __add__ and __radd__ escape the other
+        return Value::markup(a.is_markup() ? std::string(a.str()) + html_escape(b.str())
+                                           : html_escape(a.str()) + std::string(b.str()));
+      }
       std::string s(a.str());
       s += b.str();
-      return Value::string(std::move(s));
+      return a.is_markup() ? Value::markup(std::move(s)) : Value::string(std::move(s));
     }
     if (a.is_sequence() && a.type() == b.type()) {
       List l = a.items();
@@ -1101,6 +1105,9 @@ bool contains(const Value& c, const Value& item) {
       }
       return false;
     case Type::kDict:
+      if (item.type() == Type::kList || item.is_dict() || item.type() == Type::kNamespace) {
+        type_error(std::string("unhashable type: '") + item.type_name() + "'");
+      }
       for (const auto& [k, v] : c.entries()) {
         if (k.equals(item)) return true;
       }

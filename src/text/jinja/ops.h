@@ -89,5 +89,6 @@ std::string py_capitalize(std::string_view s);  // str.capitalize()
 size_t code_points(std::string_view s);
 std::vector<std::string> split_lines(std::string_view s, bool keep_ends);
 std::string strip(std::string_view s, const Value& chars, bool left, bool right);
+std::string html_escape(std::string_view s);  // markupsafe.escape's text
 
 }  // namespace stoker::text::jinja
