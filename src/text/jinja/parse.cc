@@ -13,6 +13,7 @@
 
 #include "stoker/errors.h"
 #include "text/jinja/ast.h"
+#include "text/jinja/ops.h"
 
 namespace stoker::text::jinja {
 
@@ -829,9 +830,24 @@ class Parser {
     if (e->cmps.empty()) return std::move(e->children[0]);
     return e;
   }
+  static bool number_literal(const Expr& e) {
+    return e.kind == Expr::Kind::kLiteral && e.literal.is_number();
+  }
+
+  // jinja2's optimizer folds arithmetic on number constants at compile time; render.cc depends on
+  // it (a folded negative constant before ** is jinja2's -(a ** b)).
   ExprPtr arith(Op op, ExprPtr left, ExprPtr right) {
     ExprPtr e = binary(Expr::Kind::kBinary, std::move(left), std::move(right));
     e->op = op;
+    if (op != Op::kConcat && number_literal(*e->children[0]) && number_literal(*e->children[1])) {
+      try {
+        Value v = jinja::binary(op, e->children[0]->literal, e->children[1]->literal);
+        e->children.clear();
+        e->kind = Expr::Kind::kLiteral;
+        e->literal = std::move(v);
+      } catch (const std::invalid_argument&) {  // left for render() to report
+      }
+    }
     return e;
   }
   ExprPtr parse_math1() {
@@ -886,6 +902,14 @@ class Parser {
       e = make(is_op("-") ? Expr::Kind::kNeg : Expr::Kind::kPos);
       advance();
       e->children.push_back(parse_unary(false));
+      if (number_literal(*e->children[0])) {  // folded, as jinja2's optimizer does
+        Value v = e->children[0]->literal;
+        e->literal = e->kind == Expr::Kind::kNeg ? negate(v)
+                     : v.type() == Type::kBool   ? Value::integer(v.as_int())
+                                                 : v;
+        e->children.clear();
+        e->kind = Expr::Kind::kLiteral;
+      }
     } else {
       e = parse_primary();
     }

@@ -443,8 +443,16 @@ class Renderer {
       }
       case Expr::Kind::kNot:
         return Value::boolean(!eval(*e.children[0], f).truthy());
-      case Expr::Kind::kBinary:
-        return binary(e.op, eval(*e.children[0], f), eval(*e.children[1], f));
+      case Expr::Kind::kBinary: {
+        const Expr& left = *e.children[0];
+        if (e.op == Op::kPow && left.kind == Expr::Kind::kLiteral && left.literal.is_number() &&
+            left.literal.as_double() < 0) {
+          // jinja2 writes a folded negative constant as "-3" into Python's `(-3 ** x)`, which
+          // Python reads as -(3 ** x).
+          return negate(binary(Op::kPow, negate(left.literal), eval(*e.children[1], f)));
+        }
+        return binary(e.op, eval(left, f), eval(*e.children[1], f));
+      }
       case Expr::Kind::kAnd: {
         Value a = eval(*e.children[0], f);
         return a.truthy() ? eval(*e.children[1], f) : a;
