@@ -593,6 +593,12 @@ SNIPPETS = [
     "{% endfor %}",
     "{% for x in l if x > 1 %}{{ x }}{{ loop.index }}{{ loop.last }}{% endfor %}",
     "{% for x in [] %}a{% else %}empty{% endfor %} {% for x in l %}{% else %}no{% endfor %}",
+    "{% for i in [1] %}{% break %}{% else %}E{% endfor %} {% for i in [1, 2] %}{% continue %}"
+    "{% else %}E{% endfor %} {% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}"
+    "E{% endfor %}",
+    "{% set y = 0 %}{% filter upper %}{% set y = y + 1 %}{{ y }}{% endfilter %}{{ y }}"
+    "{% set x %}{% set y = 5 %}{{ y }}{% endset %}{{ x }}{{ y }}"
+    "{% generation %}{% set y = 7 %}{% endgeneration %}{{ y }}",
     "{% for x in l %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}"
     "{% endif %}{{ x }}{% endfor %}",
     "{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %} {% for x in undefined_name %}"

@@ -1,7 +1,7 @@
 // render_template (ast.h): walks the parsed template with jinja2's scoping (a for loop's body, a
-// macro, a caller and a with block have their own scope; if does not; each loop iteration starts
-// from the enclosing scope again), writing the output and recording the generation spans as
-// transformers' AssistantTracker does.
+// macro, a caller, and a with, set, filter or generation block have their own scope; if does
+// not; each loop iteration starts from the enclosing scope again), writing the output and
+// recording the generation spans as transformers' AssistantTracker does.
 #include <simdjson.h>
 
 #include <deque>
@@ -202,7 +202,7 @@ class Renderer {
         return Flow::kNormal;
       case Node::Kind::kSetBlock: {
         Flow flow;
-        Value v = Value::string(capture(n.body, f, &flow));
+        Value v = Value::string(capture(n.body, new_frame(f), &flow));
         // A break or continue inside leaves before the assignment, as in jinja2's code.
         if (flow != Flow::kNormal) return flow;
         if (n.expr) v = eval_filters(*n.expr, f, std::move(v));
@@ -211,7 +211,7 @@ class Renderer {
       }
       case Node::Kind::kFilterBlock: {
         Flow flow;
-        Value v = Value::string(capture(n.body, f, &flow));
+        Value v = Value::string(capture(n.body, new_frame(f), &flow));
         if (flow != Flow::kNormal) return flow;  // jinja2 drops the block's output then
         eval_filters(*n.expr, f, std::move(v)).append_str(*out_);
         return flow;
@@ -244,7 +244,7 @@ class Renderer {
         return exec(n.body, inner);
       }
       case Node::Kind::kGeneration: {
-        std::string text = capture(n.body, f);
+        std::string text = capture(n.body, new_frame(f));
         // AssistantTracker: the start is the length of what the template's top level has
         // yielded so far, wherever the block is.
         size_t start = top_->size();
@@ -272,22 +272,26 @@ class Renderer {
       }
       items = std::move(kept);
     }
-    if (items.empty()) {
-      if (n.else_body.empty()) return Flow::kNormal;
-      return exec(n.else_body, new_frame(f));
+    // The else block runs unless an iteration ran to its end: jinja2's generated code clears its
+    // flag at the end of the body, which a break or continue skips.
+    bool completed = false;
+    if (!items.empty()) {
+      auto loop = std::make_shared<LoopObject>();
+      loop->items = Value::list(std::move(items));
+      const List& list = loop->items.items();
+      Value loop_value = Value::object(Type::kLoop, loop);
+      for (size_t k = 0; k < list.size(); ++k) {
+        loop->index = k;
+        Frame* inner = new_frame(f);
+        assign(n.target, list[k], inner);
+        inner->set("loop", loop_value);
+        Flow flow = exec(n.body, inner);
+        if (flow == Flow::kBreak) break;
+        completed |= flow == Flow::kNormal;
+      }
     }
-    auto loop = std::make_shared<LoopObject>();
-    loop->items = Value::list(std::move(items));
-    const List& list = loop->items.items();
-    Value loop_value = Value::object(Type::kLoop, loop);
-    for (size_t k = 0; k < list.size(); ++k) {
-      loop->index = k;
-      Frame* inner = new_frame(f);
-      assign(n.target, list[k], inner);
-      inner->set("loop", loop_value);
-      if (exec(n.body, inner) == Flow::kBreak) break;
-    }
-    return Flow::kNormal;
+    if (completed || n.else_body.empty()) return Flow::kNormal;
+    return exec(n.else_body, new_frame(f));
   }
 
   // A filter chain (a filter block's, or a set block's) applied to `input`.
