@@ -90,5 +90,13 @@ size_t code_points(std::string_view s);
 std::vector<std::string> split_lines(std::string_view s, bool keep_ends);
 std::string strip(std::string_view s, const Value& chars, bool left, bool right);
 std::string html_escape(std::string_view s);  // markupsafe.escape's text
+bool is_ascii(std::string_view s);
+std::vector<size_t> code_point_offsets(std::string_view s);  // each code point's, and the end
+std::string quoted(std::string_view s);                      // 'text', for messages
+
+// The str methods (strings.cc): whether `name` is one of Python's (a template's s.name is then
+// a method, not undefined), and a call of one; one not supported throws, naming it.
+bool is_str_method(std::string_view name);
+Value str_method(std::string_view s, std::string_view name, const Args& args);
 
 }  // namespace stoker::text::jinja
