@@ -465,6 +465,19 @@ def test_generation_spans_cover_the_assistant_turns():
     assert not _text.ChatTemplate(GEMMA).marks_generation
 
 
+def test_renders_from_many_threads_at_once():
+    # render() releases the GIL; one parsed template serves every thread.
+    from concurrent.futures import ThreadPoolExecutor
+    template = _text.ChatTemplate(CHATML_TOOLS)
+    cases = [(json.dumps({"messages": CONVERSATIONS[name], "tools": None,
+                          "add_generation_prompt": k % 2 == 0}), name) for k, name in
+             enumerate(sorted(CONVERSATIONS) * 8)]
+    want = [template.render(context) for context, _ in cases]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda case: template.render(case[0]), cases))
+    assert got == want
+
+
 def test_strftime_now_is_local_time():
     import datetime
     template = "{{ strftime_now('%Y-%m-%d') }}"
