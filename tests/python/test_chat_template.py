@@ -651,6 +651,9 @@ SNIPPETS = [
     "{% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }}{% endfor %}",
     # generators and views, as Python has them
     "{% if l | select('gt', 5) %}a generator is true{% endif %}",
+    "{% set g = l | select %}{{ g | first }}|{% for x in g %}{{ x }}{% endfor %}|"
+    "{% for x in g %}{{ x }}{% endfor %}|{% set g = l | select %}{{ 2 in g }}|{{ g | list }}",
+    "{{ d.items() | first }} {{ range(3) | first }} {{ 1 in range(3) }}",
     "{% set g = l | map('string') %}{{ g | join }}|{{ g | join }}|",
     "{{ d.items() }} {{ d.keys() }} {{ d.values() | list }} {{ d.keys() | length }}",
     "{{ 'a' in d.keys() }} {{ (l | reverse | list) }} {{ d | reverse | list }}",
@@ -695,6 +698,17 @@ def test_refuses_to_print_what_python_prints_as_an_address():
     for template in ["{{ l | map('string') }}", "{{ range(3) }}", "{{ l | reverse }}",
                      "{{ range }}", "{% for x in l %}{{ loop }}{% endfor %}"]:
         with pytest.raises(ValueError, match="cannot print"):
+            _text.ChatTemplate(template).render(json.dumps(SNIPPET_CONTEXT))
+
+
+def test_refuses_what_it_would_compute_differently():
+    # A generator read after a lazy filter took it (which items each sees depends on jinja2's
+    # evaluation order), and a complex power: errors, where jinja2 renders something.
+    for template, message in [
+            ("{% set g = l | select %}{% set h = g | map('string') %}{{ h | list }}{{ g | list }}",
+             "lazily"),
+            ("{{ -3 ** 0.1 }}", "complex")]:
+        with pytest.raises(ValueError, match=message):
             _text.ChatTemplate(template).render(json.dumps(SNIPPET_CONTEXT))
 
 

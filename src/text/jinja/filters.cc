@@ -310,7 +310,7 @@ int64_t word_count(std::string_view s) {
 // select/reject/selectattr/rejectattr: the test named by the first of `rest`, its arguments the
 // others; with none, truthiness.
 List select(const Value& v, const Args& args, bool attr, bool keep) {
-  List items = v.truthy() ? iterate(v) : List();  // jinja2: `if value: for item in value`
+  List items = v.truthy() ? take(v) : List();  // jinja2: `if value: for item in value`
   size_t k = 0;
   Value attribute;
   if (attr) {
@@ -420,7 +420,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       int64_t n = int_arg(b.get(0), "batch size");
       if (n <= 0) fail("batch size must be positive");
       List rows, row;
-      for (const Value& item : iterate(v)) {
+      for (const Value& item : take(v)) {
         row.push_back(item);
         if (static_cast<int64_t>(row.size()) == n) {
           rows.push_back(Value::list(std::move(row)));
@@ -464,6 +464,11 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       return Value::markup(html_escape(soft_str(v, storage)));
     case Filter::kFirst: {
       Bound(args, {}, "first");
+      if (v.type() == Type::kIterator && !static_cast<const IteratorObject*>(v.obj())->view) {
+        Value item;  // next(iter(seq)): one item of a generator, the rest left for later
+        if (next_item(v, &item)) return item;
+        return Value::undefined("No first item, sequence was empty.");
+      }
       List items = iterate(v);
       if (items.empty()) return Value::undefined("No first item, sequence was empty.");
       return items.front();
@@ -563,7 +568,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
         Bound b(args, {"attribute", "default"}, "map");
         if (!b.has(0)) fail("map needs a filter name or attribute=");
         Value attr = attribute_arg(b.get(0));
-        for (const Value& item : iterate(v)) {
+        for (const Value& item : take(v)) {
           Value x = attribute_of(item, attr);
           out.push_back(b.has(1) && x.is_undefined() ? b.get(1) : x);
         }
@@ -576,7 +581,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
         Args rest;
         rest.positional.assign(args.positional.begin() + 1, args.positional.end());
         rest.keywords = args.keywords;
-        for (const Value& item : iterate(v)) out.push_back(apply_filter(inner, item, rest));
+        for (const Value& item : take(v)) out.push_back(apply_filter(inner, item, rest));
       }
       return Value::iterator(std::move(out), "generator");
     }
@@ -702,7 +707,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       Bound b(args, {"case_sensitive", "attribute"}, "unique");
       bool cs = b.has(0) && b.get(0).truthy();
       List seen, out;
-      for (const Value& item : iterate(v)) {
+      for (const Value& item : take(v)) {
         Value key = fold(b.has(1) ? attribute_of(item, attribute_arg(b.get(1))) : item, cs);
         if (key.type() == Type::kList || key.is_dict() || key.type() == Type::kNamespace) {
           fail(std::string("unhashable type: '") + key.type_name() + "'");

@@ -631,7 +631,13 @@ bool contains(const Value& c, const Value& item) {
       }
       return false;
     case Type::kIterator:
-      for (const Value& v : iterate(c)) {
+      if (static_cast<const IteratorObject*>(c.obj())->view) {
+        for (const Value& v : iterate(c)) {
+          if (v.equals(item)) return true;
+        }
+        return false;
+      }
+      for (Value v; next_item(c, &v);) {  // on a generator, Python's `in` stops at the match
         if (v.equals(item)) return true;
       }
       return false;
@@ -674,9 +680,14 @@ List iterate(const Value& v) {
     case Type::kIterator: {
       const auto* it = static_cast<const IteratorObject*>(v.obj());
       if (it->view) return it->items;
-      if (it->consumed) return {};
-      it->consumed = true;
-      return it->items;
+      if (it->taken) {
+        type_error(std::string("a ") + it->name +
+                   " iterated after a filter took it as its input (jinja2 reads it lazily, so "
+                   "which items each sees depends on the order they are read): unsupported");
+      }
+      List rest(it->items.begin() + static_cast<std::ptrdiff_t>(it->position), it->items.end());
+      it->position = it->items.size();
+      return rest;
     }
     case Type::kList:
     case Type::kTuple:
@@ -699,6 +710,23 @@ List iterate(const Value& v) {
     default:
       type_error(std::string("'") + v.type_name() + "' object is not iterable");
   }
+}
+
+List take(const Value& v) {
+  List items = iterate(v);
+  if (v.type() == Type::kIterator) static_cast<const IteratorObject*>(v.obj())->taken = true;
+  return items;
+}
+
+bool next_item(const Value& v, Value* out) {
+  const auto* it = static_cast<const IteratorObject*>(v.obj());
+  if (it->view) {
+    type_error(std::string("'") + it->name + "' object is not an iterator");
+  }
+  if (it->taken) iterate(v);  // refused, as there
+  if (it->position >= it->items.size()) return false;
+  *out = it->items[it->position++];
+  return true;
 }
 
 int64_t length(const Value& v) {

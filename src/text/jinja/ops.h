@@ -69,6 +69,11 @@ bool contains(const Value& container, const Value& item);
 // The items a for loop (or list()) takes from `v`: a list's items, a dict's keys, a str's
 // characters; none from Undefined.
 List iterate(const Value& v);
+// iterate() for a filter jinja2 evaluates lazily (map, select, reject, selectattr, rejectattr,
+// unique, batch): a generator input is marked as taken.
+List take(const Value& v);
+// A generator's next item (consumed), or false when it has none: Python's next().
+bool next_item(const Value& generator, Value* out);
 // Python's len(); Undefined's is 0.
 int64_t length(const Value& v);
 // Raises jinja2's UndefinedError when `v` is undefined.

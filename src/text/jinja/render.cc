@@ -450,7 +450,7 @@ class Renderer {
       case Expr::Kind::kBinary: {
         const Expr& left = *e.children[0];
         if (e.op == Op::kPow && left.kind == Expr::Kind::kLiteral && left.literal.is_number() &&
-            left.literal.as_double() < 0) {
+            left.literal.as_double() < 0 && e.children[1]->kind != Expr::Kind::kLiteral) {
           // jinja2 writes a folded negative constant as "-3" into Python's `(-3 ** x)`, which
           // Python reads as -(3 ** x).
           return negate(binary(Op::kPow, negate(left.literal), eval(*e.children[1], f)));

@@ -141,7 +141,10 @@ struct IteratorObject : Object {
   List items;
   const char* name;
   bool view;
-  mutable bool consumed = false;
+  mutable size_t position = 0;  // a generator's items before it are consumed
+  // A lazy filter (map, select, ...) took the generator as its input: jinja2 would pull its items
+  // only when that filter's output is iterated, so iterating it directly is refused.
+  mutable bool taken = false;
 };
 // namespace(): the one object a template mutates (`set ns.x = ...`). Only the render that made it
 // holds it, so its mutation is never shared between threads.
