@@ -1,7 +1,7 @@
 // ChatTemplate: a Hugging Face chat template (a tokenizer_config.json's `chat_template`, Jinja)
 // rendered natively, as transformers renders it: jinja2's ImmutableSandboxedEnvironment with
 // trim_blocks and lstrip_blocks, loop controls (break, continue), the {% generation %} tag of its
-// AssistantTracker, its tojson filter (json.dumps with ensure_ascii=False) and its globals
+// AssistantTracker, its tojson filter (json.dumps, ensure_ascii=False by default) and its globals
 // raise_exception, strftime_now, dict and namespace. Python's jinja2 is never called.
 //
 // Contract: for the templates it accepts, render() returns the text transformers'
@@ -9,21 +9,27 @@
 // return_assistant_tokens_mask (as byte offsets into the UTF-8 text, not Python's code points).
 // Values print as Python prints them (True, None, 1.0, ['a', 1], {'k': 'v'}); undefined names and
 // attributes behave as jinja2's default Undefined (print as '', false, iterate as empty, raise on
-// attribute access or arithmetic). The subset (src/text/jinja/README.md lists it in full):
-//   tags:      if/elif/else, for (loop.*, `if` filter, else, tuple targets), break, continue, set
-//              (names, tuples, namespace attributes, blocks), macro (defaults, caller), call,
-//              filter, with, raw, comments, generation;
-//   filters:   those jinja2 has that a chat template uses (tojson, trim, join, map, selectattr,
-//   ...); tests:     defined, none, string, mapping, sequence, eq, in, divisibleby, ... ; methods:
-//   str's (strip, split, startswith, replace, ...), dict's items/keys/values/get, and the
-//              globals range, dict, namespace, raise_exception, strftime_now.
-// Anything else (include, extends, import, block, an unknown filter or test) is refused by parse();
-// an unknown method, or a value outside what the subset computes exactly (an integer beyond 64
-// bits), by render(): an error, never text that differs from jinja2's.
+// attribute access or arithmetic). The subset, listed in full in src/text/jinja/README.md:
+//   tags:    if/elif/else, for (loop.*, an `if` filter, else, tuple targets), break, continue,
+//            set (names, tuples, namespace attributes, blocks), macro (defaults, caller), call,
+//            filter, with, raw, comments, generation;
+//   filters: jinja2's that chat templates use (tojson, trim, join, map, selectattr, ...);
+//   tests:   defined, none, string, mapping, sequence, eq, in, divisibleby, ...;
+//   methods: str's (strip, split, startswith, replace, ...), dict's items/keys/values/get;
+//   globals: range, dict, namespace, raise_exception, strftime_now.
+// Anything else (include, extends, import, block, an unknown filter or test) is refused by
+// parse(); an unknown method, or a value the subset does not compute exactly (an integer beyond 64
+// bits, a generator printed as its address), by render(): an error, never text that differs.
+// transformers passes its own variables too (tools and documents as None where not given, the
+// messages with reasoning fields aliased): the caller puts in context_json what it wants defined.
+//
+// Ownership: ChatTemplate is a value; copies share the parsed template, which lives as long as
+// any copy. Preconditions: `source` and the strings of `context_json` are UTF-8 (simdjson
+// validates the JSON; the template's own bytes are read as they are).
 //
 // Thread safety: a parsed ChatTemplate is immutable; render() is safe from many threads at once
 // without external synchronization (each call has its own state; each thread keeps its own JSON
-// parser). Copies share the parsed template.
+// parser).
 //
 // Errors: parse() throws InvalidArgument naming `origin`, the line and column, and the construct
 // (a syntax error, an unknown tag, filter or test). render() throws TemplateError (stoker/errors.h)
@@ -49,8 +55,9 @@ struct RenderedChat {
   // Byte ranges [begin, end) of `text` rendered inside {% generation %} ... {% endgeneration %},
   // in the order transformers' AssistantTracker records them (a block's end, so an inner block
   // before the block around it). As there, a range counts from the output of the template's top
-  // level: a generation block inside a macro, a set block or a filter block gets the position the
-  // enclosing output had when the block ran.
+  // level: a generation block inside a macro, a set block or a filter block starts at the length
+  // the top-level output had when the block ran, and ends its own length in bytes further, which
+  // need not be where its text lands (transformers' placement, kept so that masks agree).
   std::vector<std::pair<size_t, size_t>> generation;
 };
 

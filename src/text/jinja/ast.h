@@ -170,6 +170,9 @@ struct Node {
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;  // one per param, null where none
   std::vector<std::pair<Target, ExprPtr>> assignments;
+  // A macro's (and a caller's) body names caller, varargs or kwargs: jinja2 then accepts a
+  // caller, extra positional arguments, extra keyword arguments.
+  bool uses_caller = false, uses_varargs = false, uses_kwargs = false;
 };
 
 }  // namespace stoker::text::jinja

@@ -208,6 +208,8 @@ bool parse_int(std::string_view s, int64_t* out) {
   return true;
 }
 
+}  // namespace
+
 std::string html_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -233,6 +235,8 @@ std::string html_escape(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 std::string indent(std::string_view s, const Value& width, bool first, bool blank) {
   std::string pad;
@@ -306,7 +310,7 @@ int64_t word_count(std::string_view s) {
 // select/reject/selectattr/rejectattr: the test named by the first of `rest`, its arguments the
 // others; with none, truthiness.
 List select(const Value& v, const Args& args, bool attr, bool keep) {
-  List items = iterate(v);
+  List items = v.truthy() ? take(v) : List();  // jinja2: `if value: for item in value`
   size_t k = 0;
   Value attribute;
   if (attr) {
@@ -339,8 +343,11 @@ List sorted(List items, bool reverse, bool case_sensitive, const Value& attribut
     Value key = attribute.is_undefined() ? items[k] : attribute_of(items[k], attribute);
     keyed.emplace_back(fold(key, case_sensitive), k);
   }
+  // jinja2's keys are one-item lists, which Python compares with == first: equal keys (two
+  // undefined attributes) never reach <.
+  auto before = [](const Value& x, const Value& y) { return !x.equals(y) && less(x, y); };
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
-    return reverse ? less(b.first, a.first) : less(a.first, b.first);
+    return reverse ? before(b.first, a.first) : before(a.first, b.first);
   });
   List out;
   for (auto& [key, k] : keyed) out.push_back(items[k]);
@@ -413,7 +420,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       int64_t n = int_arg(b.get(0), "batch size");
       if (n <= 0) fail("batch size must be positive");
       List rows, row;
-      for (const Value& item : iterate(v)) {
+      for (const Value& item : take(v)) {
         row.push_back(item);
         if (static_cast<int64_t>(row.size()) == n) {
           rows.push_back(Value::list(std::move(row)));
@@ -453,9 +460,15 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
     }
     case Filter::kEscape:
       Bound(args, {}, "escape");
-      return Value::string(html_escape(soft_str(v, storage)));
+      if (v.is_markup()) return v;
+      return Value::markup(html_escape(soft_str(v, storage)));
     case Filter::kFirst: {
       Bound(args, {}, "first");
+      if (v.type() == Type::kIterator && !static_cast<const IteratorObject*>(v.obj())->view) {
+        Value item;  // next(iter(seq)): one item of a generator, the rest left for later
+        if (next_item(v, &item)) return item;
+        return Value::undefined("No first item, sequence was empty.");
+      }
       List items = iterate(v);
       if (items.empty()) return Value::undefined("No first item, sequence was empty.");
       return items.front();
@@ -472,6 +485,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
     case Filter::kFloat: {
       Bound b(args, {"default"}, "float");
       Value fallback = b.get_or(0, Value::real(0.0));
+      require_defined(v);  // float(Undefined) raises UndefinedError, which do_float lets through
       if (v.is_number()) return Value::real(v.as_double());
       double d;
       if (v.is_string() && parse_float(v.str(), &d)) return Value::real(d);
@@ -481,14 +495,19 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       Bound b(args, {"width", "first", "blank"}, "indent");
       Value width = b.get_or(0, Value::integer(4));
       if (!width.is_string()) int_arg(width, "indent width");
-      return Value::string(indent(soft_str(v, storage), width, b.has(1) && b.get(1).truthy(),
-                                  b.has(2) && b.get(2).truthy()));
+      require_defined(v);
+      if (!v.is_string()) {  // jinja2 appends "\n" to the value itself
+        fail(std::string("unsupported operand type(s) for +=: '") + v.type_name() + "' and 'str'");
+      }
+      return Value::string(
+          indent(v.str(), width, b.has(1) && b.get(1).truthy(), b.has(2) && b.get(2).truthy()));
     }
     case Filter::kInt: {
       Bound b(args, {"default", "base"}, "int");
       Value fallback = b.get_or(0, Value::integer(0));
       if (b.has(1) && b.get(1).as_int() != 10)
         fail("int with a base other than 10 is not supported");
+      require_defined(v);
       if (v.type() == Type::kInt || v.type() == Type::kBool) return Value::integer(v.as_int());
       if (v.type() == Type::kFloat) {
         double d = std::trunc(v.as_double());
@@ -542,13 +561,14 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       return Value::string(to_upper(soft_str(v, storage)));
     case Filter::kMap: {
       List out;
+      if (!v.truthy()) return Value::iterator({}, "generator");  // jinja2: `if value: ...`
       bool by_attribute = args.positional.empty();
       for (const auto& [name, value] : args.keywords) by_attribute |= name == "attribute";
       if (by_attribute) {
         Bound b(args, {"attribute", "default"}, "map");
         if (!b.has(0)) fail("map needs a filter name or attribute=");
         Value attr = attribute_arg(b.get(0));
-        for (const Value& item : iterate(v)) {
+        for (const Value& item : take(v)) {
           Value x = attribute_of(item, attr);
           out.push_back(b.has(1) && x.is_undefined() ? b.get(1) : x);
         }
@@ -561,7 +581,7 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
         Args rest;
         rest.positional.assign(args.positional.begin() + 1, args.positional.end());
         rest.keywords = args.keywords;
-        for (const Value& item : iterate(v)) out.push_back(apply_filter(inner, item, rest));
+        for (const Value& item : take(v)) out.push_back(apply_filter(inner, item, rest));
       }
       return Value::iterator(std::move(out), "generator");
     }
@@ -624,7 +644,8 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
     }
     case Filter::kSafe:
       Bound(args, {}, "safe");
-      return v;
+      if (v.is_markup()) return v;
+      return Value::markup(std::string(soft_str(v, storage)));
     case Filter::kSort: {
       Bound b(args, {"reverse", "case_sensitive", "attribute"}, "sort");
       Value attr = b.has(2) ? attribute_arg(b.get(2)) : Value();
@@ -686,8 +707,11 @@ Value apply_filter(Filter f, const Value& v, const Args& args) {
       Bound b(args, {"case_sensitive", "attribute"}, "unique");
       bool cs = b.has(0) && b.get(0).truthy();
       List seen, out;
-      for (const Value& item : iterate(v)) {
+      for (const Value& item : take(v)) {
         Value key = fold(b.has(1) ? attribute_of(item, attribute_arg(b.get(1))) : item, cs);
+        if (key.type() == Type::kList || key.is_dict() || key.type() == Type::kNamespace) {
+          fail(std::string("unhashable type: '") + key.type_name() + "'");
+        }
         bool dup = false;
         for (const Value& s : seen) dup = dup || s.equals(key);
         if (!dup) {

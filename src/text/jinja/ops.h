@@ -51,6 +51,7 @@ struct CallableObject : Object {
 struct LoopObject : Object {
   Value items;  // a list
   mutable size_t index = 0;
+  mutable Value last_changed;  // loop.changed()'s last arguments (a list), undefined at first
 };
 
 Value global(std::string_view name);  // Undefined when not a global
@@ -68,6 +69,11 @@ bool contains(const Value& container, const Value& item);
 // The items a for loop (or list()) takes from `v`: a list's items, a dict's keys, a str's
 // characters; none from Undefined.
 List iterate(const Value& v);
+// iterate() for a filter jinja2 evaluates lazily (map, select, reject, selectattr, rejectattr,
+// unique, batch): a generator input is marked as taken.
+List take(const Value& v);
+// A generator's next item (consumed), or false when it has none: Python's next().
+bool next_item(const Value& generator, Value* out);
 // Python's len(); Undefined's is 0.
 int64_t length(const Value& v);
 // Raises jinja2's UndefinedError when `v` is undefined.
@@ -88,5 +94,14 @@ std::string py_capitalize(std::string_view s);  // str.capitalize()
 size_t code_points(std::string_view s);
 std::vector<std::string> split_lines(std::string_view s, bool keep_ends);
 std::string strip(std::string_view s, const Value& chars, bool left, bool right);
+std::string html_escape(std::string_view s);  // markupsafe.escape's text
+bool is_ascii(std::string_view s);
+std::vector<size_t> code_point_offsets(std::string_view s);  // each code point's, and the end
+std::string quoted(std::string_view s);                      // 'text', for messages
+
+// The str methods (strings.cc): whether `name` is one of Python's (a template's s.name is then
+// a method, not undefined), and a call of one; one not supported throws, naming it.
+bool is_str_method(std::string_view name);
+Value str_method(std::string_view s, std::string_view name, const Args& args);
 
 }  // namespace stoker::text::jinja

@@ -1,414 +1,21 @@
-// parse_template (ast.h): jinja2's lexer (jinja2/lexer.py, with trim_blocks and lstrip_blocks) and
-// parser (jinja2/parser.py), for the subset ast.h holds. The whitespace rules follow the lexer's
-// regexes step by step: newlines normalized to \n and one trailing newline dropped; `{%-`/`-%}`
-// strip all whitespace; lstrip_blocks drops the spaces before a block or comment tag that starts
-// its line (unless `{%+`); trim_blocks drops the one \n after a block or comment tag (unless
-// `+%}`).
+// parse_template (ast.h): jinja2's parser (jinja2/parser.py) over lexer.h's tokens, for the subset
+// ast.h holds: the same grammar and precedence, number constants folded as jinja2's optimizer
+// folds them, names of filters and tests resolved once here.
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "stoker/errors.h"
 #include "text/jinja/ast.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/ops.h"
 
 namespace stoker::text::jinja {
 
 namespace {
 
-enum class Tok {
-  kData,
-  kVarBegin,
-  kVarEnd,
-  kBlockBegin,
-  kBlockEnd,
-  kName,
-  kString,
-  kInt,
-  kFloat,
-  kOp,
-  kEof
-};
-
-struct Token {
-  Tok type;
-  std::string text;  // data, name, operator, or a string literal's value
-  size_t offset;
-  int64_t integer = 0;
-  double real = 0;
-};
-
-bool space_at(std::string_view s, size_t i, size_t* len) {
-  size_t j = i;
-  char32_t c = next_code_point(s, j);
-  *len = j - i;
-  return is_space(c);
-}
-
-size_t skip_space(std::string_view s, size_t i) {
-  size_t len;
-  while (i < s.size() && space_at(s, i, &len)) i += len;
-  return i;
-}
-
-// Python's str.rstrip() length.
-size_t rstrip_end(std::string_view s) {
-  size_t end = 0;
-  for (size_t i = 0; i < s.size();) {
-    size_t len;
-    bool sp = space_at(s, i, &len);
-    i += len;
-    if (!sp) end = i;
-  }
-  return end;
-}
-
-bool all_space(std::string_view s) {
-  if (s.empty()) return false;
-  return skip_space(s, 0) == s.size();
-}
-
-class Lexer {
- public:
-  Lexer(std::string_view src, const std::string& origin) : src_(src), origin_(origin) {
-    line_starts_.push_back(0);
-    for (size_t i = 0; i < src.size(); ++i) {
-      if (src[i] == '\n') line_starts_.push_back(i + 1);
-    }
-  }
-
-  [[noreturn]] void fail(size_t offset, const std::string& what) const {
-    auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
-    size_t line = it - line_starts_.begin();
-    size_t column = offset - line_starts_[line - 1] + 1;
-    throw InvalidArgument(origin_ + ":" + std::to_string(line) + ":" + std::to_string(column) +
-                          ": " + what);
-  }
-  std::pair<int, int> position(size_t offset) const {
-    auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
-    size_t line = it - line_starts_.begin();
-    return {static_cast<int>(line), static_cast<int>(offset - line_starts_[line - 1] + 1)};
-  }
-
-  std::vector<Token> run() {
-    size_t pos = 0;
-    bool line_starting = true;
-    while (pos < src_.size()) {
-      size_t p = find_tag(pos);
-      if (p == src_.npos) {
-        emit(Tok::kData, std::string(src_.substr(pos)), pos);
-        break;
-      }
-      char kind = src_[p + 1];
-      size_t q = p + 2;
-      char sign = (q < src_.size() && (src_[q] == '-' || src_[q] == '+')) ? src_[q] : 0;
-      size_t raw_end = kind == '%' ? match_raw(p, "raw") : 0;
-      std::string_view text = src_.substr(pos, p - pos);
-      text = strip_before(text, sign, kind != '{', line_starting);
-      if (!text.empty()) emit(Tok::kData, std::string(text), pos);
-      if (raw_end) {
-        pos = lex_raw(raw_end, &line_starting);
-      } else if (kind == '#') {
-        pos = lex_comment(q + (sign ? 1 : 0), p, &line_starting);
-      } else {
-        pos = lex_tag(kind == '%', q + (sign ? 1 : 0), p, &line_starting);
-      }
-    }
-    tokens_.push_back({Tok::kEof, "", src_.size()});
-    return std::move(tokens_);
-  }
-
- private:
-  void emit(Tok t, std::string text, size_t offset) {
-    tokens_.push_back({t, std::move(text), offset});
-  }
-
-  size_t find_tag(size_t pos) const {
-    for (size_t p = src_.find('{', pos); p != src_.npos; p = src_.find('{', p + 1)) {
-      if (p + 1 < src_.size() && (src_[p + 1] == '{' || src_[p + 1] == '%' || src_[p + 1] == '#')) {
-        return p;
-      }
-    }
-    return src_.npos;
-  }
-
-  // The text before a tag, as the lexer's OptionalLStrip leaves it.
-  std::string_view strip_before(std::string_view text, char sign, bool lstrip,
-                                bool line_starting) const {
-    if (sign == '-') return text.substr(0, rstrip_end(text));
-    if (sign != '+' && lstrip) {
-      size_t l = text.rfind('\n');
-      l = l == text.npos ? 0 : l + 1;
-      if ((l > 0 || line_starting) && all_space(text.substr(l))) return text.substr(0, l);
-    }
-    return text;
-  }
-
-  // `{%(-|+|)\s*<word>\s*(-%}\s*|%})` at p for raw (no trim_blocks after it, as jinja2's rule
-  // has none), or `...(+%}|-%}\s*|%}\n?)` for endraw: the end of the match, or 0.
-  size_t match_raw(size_t p, std::string_view word, bool trim = false) const {
-    size_t i = p + 2;
-    if (i < src_.size() && (src_[i] == '-' || src_[i] == '+')) ++i;
-    i = skip_space(src_, i);
-    if (src_.compare(i, word.size(), word) != 0) return 0;
-    i += word.size();
-    if (i < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[i])) || src_[i] == '_')) {
-      return 0;
-    }
-    i = skip_space(src_, i);
-    if (trim && src_.compare(i, 3, "+%}") == 0) return i + 3;
-    if (src_.compare(i, 3, "-%}") == 0) return skip_space(src_, i + 3);
-    if (src_.compare(i, 2, "%}") == 0) {
-      i += 2;
-      if (trim && i < src_.size() && src_[i] == '\n') ++i;
-      return i;
-    }
-    return 0;
-  }
-
-  size_t lex_raw(size_t begin, bool* line_starting) {
-    *line_starting = src_[begin - 1] == '\n';
-    for (size_t p = src_.find("{%", begin); p != src_.npos; p = src_.find("{%", p + 1)) {
-      size_t end = match_raw(p, "endraw", true);
-      if (!end) continue;
-      char sign = (src_[p + 2] == '-' || src_[p + 2] == '+') ? src_[p + 2] : 0;
-      std::string_view text =
-          strip_before(src_.substr(begin, p - begin), sign, true, *line_starting);
-      if (!text.empty()) emit(Tok::kData, std::string(text), begin);
-      *line_starting = src_[end - 1] == '\n';
-      return end;
-    }
-    fail(begin, "missing end of raw directive ({% endraw %})");
-  }
-
-  size_t lex_comment(size_t i, size_t start, bool* line_starting) {
-    for (size_t h = src_.find("#}", i); h != src_.npos; h = src_.find("#}", h + 1)) {
-      size_t end = h + 2;
-      if (h > i && src_[h - 1] == '-') {
-        end = skip_space(src_, end);
-      } else if (h > i && src_[h - 1] == '+') {
-      } else if (end < src_.size() && src_[end] == '\n') {
-        ++end;
-      }
-      *line_starting = src_[end - 1] == '\n';
-      return end;
-    }
-    fail(start, "missing end of comment tag");
-  }
-
-  size_t lex_tag(bool block, size_t i, size_t start, bool* line_starting) {
-    emit(block ? Tok::kBlockBegin : Tok::kVarBegin, "", start);
-    int depth = 0;
-    for (;;) {
-      i = skip_space(src_, i);
-      if (i >= src_.size())
-        fail(start, block ? "missing end of block tag (%})" : "missing end of print tag (}})");
-      if (depth == 0) {
-        size_t end = 0;
-        if (block) {
-          if (src_.compare(i, 3, "+%}") == 0) {
-            end = i + 3;
-          } else if (src_.compare(i, 3, "-%}") == 0) {
-            end = skip_space(src_, i + 3);
-          } else if (src_.compare(i, 2, "%}") == 0) {
-            end = i + 2;
-            if (end < src_.size() && src_[end] == '\n') ++end;
-          }
-        } else if (src_.compare(i, 3, "-}}") == 0) {
-          end = skip_space(src_, i + 3);
-        } else if (src_.compare(i, 2, "}}") == 0) {
-          end = i + 2;
-        }
-        if (end) {
-          emit(block ? Tok::kBlockEnd : Tok::kVarEnd, "", i);
-          *line_starting = src_[end - 1] == '\n';
-          return end;
-        }
-      }
-      i = lex_token(i, &depth);
-    }
-  }
-
-  size_t lex_token(size_t i, int* depth) {
-    char c = src_[i];
-    auto digit = [&](size_t k) { return k < src_.size() && std::isdigit((unsigned char)src_[k]); };
-    if (std::isdigit(static_cast<unsigned char>(c))) return lex_number(i);
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      size_t j = i;
-      while (j < src_.size() &&
-             (std::isalnum(static_cast<unsigned char>(src_[j])) || src_[j] == '_')) {
-        ++j;
-      }
-      emit(Tok::kName, std::string(src_.substr(i, j - i)), i);
-      return j;
-    }
-    if (c == '\'' || c == '"') return lex_string(i);
-    (void)digit;
-    static const char* kOps2[] = {"//", "**", "==", "!=", ">=", "<="};
-    for (const char* op : kOps2) {
-      if (src_.compare(i, 2, op) == 0) {
-        emit(Tok::kOp, op, i);
-        return i + 2;
-      }
-    }
-    if (std::string_view("+-/*%~[](){}><=.:|,;").find(c) == std::string_view::npos) {
-      fail(i, std::string("unexpected character '") + c + "'");
-    }
-    if (c == '(' || c == '[' || c == '{') ++*depth;
-    if (c == ')' || c == ']' || c == '}') {
-      if (*depth == 0) fail(i, std::string("unexpected '") + c + "'");
-      --*depth;
-    }
-    emit(Tok::kOp, std::string(1, c), i);
-    return i + 1;
-  }
-
-  size_t lex_number(size_t i) {
-    // jinja2's float_re and integer_re (decimal; underscores between digits).
-    auto digits = [&](size_t k) {
-      size_t j = k;
-      while (j < src_.size() && (std::isdigit((unsigned char)src_[j]) ||
-                                 (src_[j] == '_' && j + 1 < src_.size() &&
-                                  std::isdigit((unsigned char)src_[j + 1]) && j > k))) {
-        ++j;
-      }
-      return j;
-    };
-    if (src_[i] == '0' && i + 1 < src_.size() && std::strchr("bBoOxX", src_[i + 1])) {
-      fail(i, "binary, octal and hexadecimal literals are not supported");
-    }
-    size_t j = digits(i);
-    bool is_float = false;
-    if (j + 1 < src_.size() && src_[j] == '.' && std::isdigit((unsigned char)src_[j + 1])) {
-      j = digits(j + 1);
-      is_float = true;
-    }
-    if (j < src_.size() && (src_[j] == 'e' || src_[j] == 'E')) {
-      size_t k = j + 1;
-      if (k < src_.size() && (src_[k] == '+' || src_[k] == '-')) ++k;
-      if (k < src_.size() && std::isdigit((unsigned char)src_[k])) {
-        j = digits(k);
-        is_float = true;
-      }
-    }
-    std::string text;
-    for (size_t k = i; k < j; ++k) {
-      if (src_[k] != '_') text += src_[k];
-    }
-    Token t{is_float ? Tok::kFloat : Tok::kInt, text, i};
-    errno = 0;
-    if (is_float) {
-      t.real = std::strtod(text.c_str(), nullptr);
-    } else {
-      t.integer = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE) fail(i, "integer literal beyond 64 bits: " + text);
-    }
-    tokens_.push_back(std::move(t));
-    return j;
-  }
-
-  size_t lex_string(size_t i) {
-    char quote = src_[i];
-    std::string out;
-    size_t j = i + 1;
-    for (;;) {
-      if (j >= src_.size()) fail(i, "unterminated string literal");
-      char c = src_[j];
-      if (c == quote) break;
-      if (c != '\\') {
-        out += c;
-        ++j;
-        continue;
-      }
-      if (j + 1 >= src_.size()) fail(i, "unterminated string literal");
-      char e = src_[j + 1];
-      j += 2;
-      auto hex = [&](int n) {
-        if (j + n > src_.size()) fail(i, "truncated \\x, \\u or \\U escape in a string literal");
-        char32_t v = 0;
-        for (int k = 0; k < n; ++k) {
-          char h = src_[j + k];
-          if (!std::isxdigit(static_cast<unsigned char>(h))) {
-            fail(i, "truncated \\x, \\u or \\U escape in a string literal");
-          }
-          v = v * 16 +
-              (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
-        }
-        j += n;
-        append_utf8(v, out);
-      };
-      switch (e) {
-        case '\n':
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '\'':
-          out += '\'';
-          break;
-        case '"':
-          out += '"';
-          break;
-        case 'a':
-          out += '\a';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'v':
-          out += '\v';
-          break;
-        case 'x':
-          hex(2);
-          break;
-        case 'u':
-          hex(4);
-          break;
-        case 'U':
-          hex(8);
-          break;
-        case 'N':
-          fail(j - 2, "\\N{...} escapes are not supported");
-        default:
-          if (e >= '0' && e <= '7') {
-            char32_t v = e - '0';
-            for (int k = 0; k < 2 && j < src_.size() && src_[j] >= '0' && src_[j] <= '7'; ++k) {
-              v = v * 8 + (src_[j++] - '0');
-            }
-            append_utf8(v, out);
-          } else {
-            out += '\\';
-            --j;  // Python keeps an unknown escape as it is
-          }
-      }
-    }
-    emit(Tok::kString, std::move(out), i);
-    return j + 1;
-  }
-
-  std::string_view src_;
-  const std::string& origin_;
-  std::vector<size_t> line_starts_;
-  std::vector<Token> tokens_;
-};
-
 class Parser {
  public:
-  Parser(std::vector<Token> tokens, const Lexer& lexer, ChatTemplate::Parsed& out)
+  Parser(std::vector<Token> tokens, const SourceMap& lexer, ChatTemplate::Parsed& out)
       : t_(std::move(tokens)), lexer_(lexer), out_(out) {}
 
   Body parse_all() {
@@ -595,7 +202,7 @@ class Parser {
       expect_block_end();
       int saved = loops_;
       loops_ = 0;
-      n.body = parse_body("endmacro");
+      n.body = parse_macro_body(n, "endmacro");
       loops_ = saved;
     } else if (tag == "call") {
       n.kind = Node::Kind::kCallBlock;
@@ -605,7 +212,7 @@ class Parser {
       expect_block_end();
       int saved = loops_;
       loops_ = 0;
-      n.body = parse_body("endcall");
+      n.body = parse_macro_body(n, "endcall");
       loops_ = saved;
     } else if (tag == "filter") {
       n.kind = Node::Kind::kFilterBlock;
@@ -626,7 +233,10 @@ class Parser {
       n.kind = Node::Kind::kGeneration;
       out_.marks_generation = true;
       expect_block_end();
+      int saved = loops_;
+      loops_ = 0;  // jinja2 renders the body as a macro: no break or continue out of it
       n.body = parse_body("endgeneration");
+      loops_ = saved;
     } else if (tag == "break" || tag == "continue") {
       if (loops_ == 0) lexer_.fail(t_[i_ - 1].offset, "'" + tag + "' outside of a for loop");
       n.kind = tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
@@ -639,6 +249,22 @@ class Parser {
                                                "extends, import, block or do)");
     }
     return n;
+  }
+
+  // A macro's or caller's body, noting which of caller, varargs and kwargs it names.
+  Body parse_macro_body(Node& n, const char* end) {
+    std::vector<std::string> names;
+    std::vector<std::string>* outer = names_;
+    names_ = &names;
+    Body body = parse_body(end);
+    names_ = outer;
+    for (const std::string& name : names) {
+      n.uses_caller |= name == "caller";
+      n.uses_varargs |= name == "varargs";
+      n.uses_kwargs |= name == "kwargs";
+      if (outer) outer->push_back(name);
+    }
+    return body;
   }
 
   void parse_signature(Node& n) {
@@ -714,7 +340,18 @@ class Parser {
     return tuple;
   }
 
+  // Guards the recursion of nested expressions (jinja2 has Python's recursion limit).
+  struct Nesting {
+    explicit Nesting(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) parser.fail("expression nested too deeply");
+    }
+    ~Nesting() { --parser.nesting_; }
+    Parser& parser;
+  };
+  static constexpr int kMaxNesting = 600;
+
   ExprPtr parse_expression(bool condexpr) {
+    Nesting guard(*this);
     if (!condexpr) return parse_or();
     ExprPtr e = parse_or();
     while (is_name("if")) {
@@ -757,6 +394,7 @@ class Parser {
     return e;
   }
   ExprPtr parse_not() {
+    Nesting guard(*this);
     if (is_name("not")) {
       ExprPtr e = make(Expr::Kind::kNot);
       advance();
@@ -798,9 +436,24 @@ class Parser {
     if (e->cmps.empty()) return std::move(e->children[0]);
     return e;
   }
+  static bool number_literal(const Expr& e) {
+    return e.kind == Expr::Kind::kLiteral && e.literal.is_number();
+  }
+
+  // jinja2's optimizer folds arithmetic on number constants at compile time; render.cc depends on
+  // it (a folded negative constant before ** is jinja2's -(a ** b)).
   ExprPtr arith(Op op, ExprPtr left, ExprPtr right) {
     ExprPtr e = binary(Expr::Kind::kBinary, std::move(left), std::move(right));
     e->op = op;
+    if (op != Op::kConcat && number_literal(*e->children[0]) && number_literal(*e->children[1])) {
+      try {
+        Value v = jinja::binary(op, e->children[0]->literal, e->children[1]->literal);
+        e->children.clear();
+        e->kind = Expr::Kind::kLiteral;
+        e->literal = std::move(v);
+      } catch (const std::invalid_argument&) {  // left for render() to report
+      }
+    }
     return e;
   }
   ExprPtr parse_math1() {
@@ -849,11 +502,20 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    Nesting guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = make(is_op("-") ? Expr::Kind::kNeg : Expr::Kind::kPos);
       advance();
       e->children.push_back(parse_unary(false));
+      if (number_literal(*e->children[0])) {  // folded, as jinja2's optimizer does
+        Value v = e->children[0]->literal;
+        e->literal = e->kind == Expr::Kind::kNeg ? negate(v)
+                     : v.type() == Type::kBool   ? Value::integer(v.as_int())
+                                                 : v;
+        e->children.clear();
+        e->kind = Expr::Kind::kLiteral;
+      }
     } else {
       e = parse_primary();
     }
@@ -879,6 +541,7 @@ class Parser {
         if (n == "none" || n == "None") return literal(Value::none());
         ExprPtr e = make(Expr::Kind::kName);
         e->name = n;
+        if (names_) names_->push_back(n);
         advance();
         return e;
       }
@@ -1088,9 +751,11 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
-  const Lexer& lexer_;
+  const SourceMap& lexer_;
   ChatTemplate::Parsed& out_;
   int loops_ = 0;
+  int nesting_ = 0;
+  std::vector<std::string>* names_ = nullptr;  // where names are noted, in a macro's body
 };
 
 }  // namespace
@@ -1108,8 +773,8 @@ void parse_template(std::string_view source, ChatTemplate::Parsed& out) {
     }
   }
   if (!src.empty() && src.back() == '\n') src.pop_back();
-  Lexer lexer(src, out.origin);
-  Parser parser(lexer.run(), lexer, out);
+  SourceMap map(src, out.origin);
+  Parser parser(lex(src, map), map, out);
   out.body = parser.parse_all();
 }
 

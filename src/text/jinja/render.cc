@@ -1,7 +1,7 @@
 // render_template (ast.h): walks the parsed template with jinja2's scoping (a for loop's body, a
-// macro, a caller and a with block have their own scope; if does not; each loop iteration starts
-// from the enclosing scope again), writing the output and recording the generation spans as
-// transformers' AssistantTracker does.
+// macro, a caller, and a with, set, filter or generation block have their own scope; if does
+// not; each loop iteration starts from the enclosing scope again), writing the output and
+// recording the generation spans as transformers' AssistantTracker does.
 #include <simdjson.h>
 
 #include <deque>
@@ -202,14 +202,17 @@ class Renderer {
         return Flow::kNormal;
       case Node::Kind::kSetBlock: {
         Flow flow;
-        Value v = Value::string(capture(n.body, f, &flow));
+        Value v = Value::string(capture(n.body, new_frame(f), &flow));
+        // A break or continue inside leaves before the assignment, as in jinja2's code.
+        if (flow != Flow::kNormal) return flow;
         if (n.expr) v = eval_filters(*n.expr, f, std::move(v));
         assign(n.target, std::move(v), f);
         return flow;
       }
       case Node::Kind::kFilterBlock: {
         Flow flow;
-        Value v = Value::string(capture(n.body, f, &flow));
+        Value v = Value::string(capture(n.body, new_frame(f), &flow));
+        if (flow != Flow::kNormal) return flow;  // jinja2 drops the block's output then
         eval_filters(*n.expr, f, std::move(v)).append_str(*out_);
         return flow;
       }
@@ -241,7 +244,7 @@ class Renderer {
         return exec(n.body, inner);
       }
       case Node::Kind::kGeneration: {
-        std::string text = capture(n.body, f);
+        std::string text = capture(n.body, new_frame(f));
         // AssistantTracker: the start is the length of what the template's top level has
         // yielded so far, wherever the block is.
         size_t start = top_->size();
@@ -269,22 +272,26 @@ class Renderer {
       }
       items = std::move(kept);
     }
-    if (items.empty()) {
-      if (n.else_body.empty()) return Flow::kNormal;
-      return exec(n.else_body, new_frame(f));
+    // The else block runs unless an iteration ran to its end: jinja2's generated code clears its
+    // flag at the end of the body, which a break or continue skips.
+    bool completed = false;
+    if (!items.empty()) {
+      auto loop = std::make_shared<LoopObject>();
+      loop->items = Value::list(std::move(items));
+      const List& list = loop->items.items();
+      Value loop_value = Value::object(Type::kLoop, loop);
+      for (size_t k = 0; k < list.size(); ++k) {
+        loop->index = k;
+        Frame* inner = new_frame(f);
+        assign(n.target, list[k], inner);
+        inner->set("loop", loop_value);
+        Flow flow = exec(n.body, inner);
+        if (flow == Flow::kBreak) break;
+        completed |= flow == Flow::kNormal;
+      }
     }
-    auto loop = std::make_shared<LoopObject>();
-    loop->items = Value::list(std::move(items));
-    const List& list = loop->items.items();
-    Value loop_value = Value::object(Type::kLoop, loop);
-    for (size_t k = 0; k < list.size(); ++k) {
-      loop->index = k;
-      Frame* inner = new_frame(f);
-      assign(n.target, list[k], inner);
-      inner->set("loop", loop_value);
-      if (exec(n.body, inner) == Flow::kBreak) break;
-    }
-    return Flow::kNormal;
+    if (completed || n.else_body.empty()) return Flow::kNormal;
+    return exec(n.else_body, new_frame(f));
   }
 
   // A filter chain (a filter block's, or a set block's) applied to `input`.
@@ -322,27 +329,37 @@ class Renderer {
     }
     const Node& n = *c.node;
     Frame* inner = new_frame(c.frame);
-    if (args.positional.size() > n.params.size()) {
+    if (args.positional.size() > n.params.size() && !n.uses_varargs) {
       throw std::invalid_argument("macro '" + c.name + "' takes not more than " +
                                   std::to_string(n.params.size()) + " argument(s)");
     }
     std::vector<bool> given(n.params.size(), false);
+    List varargs;
     for (size_t k = 0; k < args.positional.size(); ++k) {
-      inner->set(n.params[k], args.positional[k]);
-      given[k] = true;
+      if (k < n.params.size()) {
+        inner->set(n.params[k], args.positional[k]);
+        given[k] = true;
+      } else {
+        varargs.push_back(args.positional[k]);
+      }
     }
+    std::vector<std::pair<Value, Value>> kwargs;
     for (const auto& [name, value] : args.keywords) {
       auto it = std::find(n.params.begin(), n.params.end(), name);
       if (it != n.params.end()) {
         inner->set(*it, value);
         given[it - n.params.begin()] = true;
-      } else if (name == "caller" && c.kind == CallableObject::Kind::kMacro) {
+      } else if (name == "caller" && n.uses_caller) {
         inner->set("caller", value);
+      } else if (n.uses_kwargs) {
+        kwargs.emplace_back(Value::string(std::string(name)), value);
       } else {
         throw std::invalid_argument("macro '" + c.name + "' takes no keyword argument '" +
                                     std::string(name) + "'");
       }
     }
+    if (n.uses_varargs) inner->set("varargs", Value::list(std::move(varargs), true));
+    if (n.uses_kwargs) inner->set("kwargs", Value::dict(std::move(kwargs)));
     for (size_t k = 0; k < n.params.size(); ++k) {
       if (given[k]) continue;
       inner->set(n.params[k], n.defaults[k] ? eval(*n.defaults[k], inner)
@@ -430,8 +447,16 @@ class Renderer {
       }
       case Expr::Kind::kNot:
         return Value::boolean(!eval(*e.children[0], f).truthy());
-      case Expr::Kind::kBinary:
-        return binary(e.op, eval(*e.children[0], f), eval(*e.children[1], f));
+      case Expr::Kind::kBinary: {
+        const Expr& left = *e.children[0];
+        if (e.op == Op::kPow && left.kind == Expr::Kind::kLiteral && left.literal.is_number() &&
+            left.literal.as_double() < 0 && e.children[1]->kind != Expr::Kind::kLiteral) {
+          // jinja2 writes a folded negative constant as "-3" into Python's `(-3 ** x)`, which
+          // Python reads as -(3 ** x).
+          return negate(binary(Op::kPow, negate(left.literal), eval(*e.children[1], f)));
+        }
+        return binary(e.op, eval(left, f), eval(*e.children[1], f));
+      }
       case Expr::Kind::kAnd: {
         Value a = eval(*e.children[0], f);
         return a.truthy() ? eval(*e.children[1], f) : a;

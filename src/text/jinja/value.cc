@@ -41,6 +41,16 @@ Value Value::iterator(List items, const char* name, bool view) {
   return v;
 }
 
+Value Value::markup(std::string s) {
+  Value v(Type::kString);
+  v.obj_ = std::make_shared<StringObject>(std::move(s), true);
+  return v;
+}
+
+bool Value::is_markup() const {
+  return type_ == Type::kString && static_cast<const StringObject*>(obj_.get())->markup;
+}
+
 std::string_view Value::str() const { return static_cast<const StringObject*>(obj_.get())->text; }
 
 const List& Value::items() const { return static_cast<const ListObject*>(obj_.get())->items; }

@@ -58,6 +58,10 @@ class Value {
     return v;
   }
   static Value string(std::string s);
+  // A str that markupsafe's Markup holds (what escape and safe return): escape leaves it as it
+  // is, and + escapes the plain str it is added to.
+  static Value markup(std::string s);
+  bool is_markup() const;
   static Value list(List items, bool tuple = false);
   static Value dict(std::vector<std::pair<Value, Value>> items);
   // A one-pass iterator (a generator of jinja2's map, select, ...; `name` its Python type), or,
@@ -116,8 +120,10 @@ class Value {
 };
 
 struct StringObject : Object {
-  explicit StringObject(std::string s) : text(std::move(s)) {}
+  explicit StringObject(std::string s, bool is_markup = false)
+      : text(std::move(s)), markup(is_markup) {}
   std::string text;
+  bool markup;
 };
 struct ListObject : Object {
   explicit ListObject(List v) : items(std::move(v)) {}
@@ -135,7 +141,10 @@ struct IteratorObject : Object {
   List items;
   const char* name;
   bool view;
-  mutable bool consumed = false;
+  mutable size_t position = 0;  // a generator's items before it are consumed
+  // A lazy filter (map, select, ...) took the generator as its input: jinja2 would pull its items
+  // only when that filter's output is iterated, so iterating it directly is refused.
+  mutable bool taken = false;
 };
 // namespace(): the one object a template mutates (`set ns.x = ...`). Only the render that made it
 // holds it, so its mutation is never shared between threads.
