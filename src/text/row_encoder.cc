@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -81,6 +82,69 @@ Spans assistant_spans(const ChatTemplate& t, std::string_view messages, std::str
   return spans;
 }
 
+// transformers' render_jinja_template gives a message with reasoning (under "reasoning_content",
+// "thinking" or "reasoning", the first that is not null) both "thinking" and
+// "reasoning_content", as the dict {"thinking": r, **message, "reasoning_content": r}: the same
+// here, keys in that dict's order. Messages without reasoning are left as they are.
+void json_key(std::string_view key, std::string& out) {
+  out += '"';
+  for (const char c : key) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+std::string alias_reasoning(std::string_view messages) {
+  if (messages.find("\"reasoning") == std::string_view::npos &&
+      messages.find("\"thinking\"") == std::string_view::npos)
+    return std::string(messages);
+  simdjson::dom::parser parser;
+  simdjson::dom::array list;
+  if (parser.parse(messages.data(), messages.size()).get(list) != simdjson::SUCCESS)
+    return std::string(messages);  // rendering reports it
+  std::string out = "[";
+  for (simdjson::dom::element m : list) {
+    if (out.size() > 1) out += ",";
+    simdjson::dom::object o;
+    simdjson::dom::element r, unused;
+    bool found = false;
+    if (m.get(o) == simdjson::SUCCESS) {
+      for (const char* key : {"reasoning_content", "thinking", "reasoning"})
+        if (o[key].get(r) == simdjson::SUCCESS && !r.is_null()) {
+          found = true;
+          break;
+        }
+    }
+    if (!found) {
+      out += simdjson::minify(m);
+      continue;
+    }
+    const std::string reasoning = simdjson::minify(r);
+    std::string object = "{";
+    const auto put = [&](std::string_view key, const std::string& value) {
+      if (object.size() > 1) object += ",";
+      json_key(key, object);
+      object += ":";
+      object += value;
+    };
+    if (o["thinking"].get(unused) != simdjson::SUCCESS) put("thinking", reasoning);
+    for (auto [key, value] : o)
+      put(key, key == "reasoning_content" ? reasoning : simdjson::minify(value));
+    if (o["reasoning_content"].get(unused) != simdjson::SUCCESS) put("reasoning_content", reasoning);
+    out += object + "}";
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 RowEncoder::RowEncoder(const Tokenizer& tokenizer, const RowFormat& format)
@@ -103,9 +167,10 @@ void RowEncoder::encode_text(std::string_view text, EncodedRow& out) const {
   truncate(out);
 }
 
-void RowEncoder::encode_messages(std::string_view messages, std::string_view tools,
+void RowEncoder::encode_messages(std::string_view row_messages, std::string_view tools,
                                  EncodedRow& out) const {
   const ChatTemplate& t = *format_.chat_template;
+  const std::string messages = alias_reasoning(row_messages);
   RenderedChat chat = t.render(context(messages, tools, false, format_.template_variables));
   if (!format_.assistant_only) {
     out.ids = tokenizer_.encode(chat.text, false);

@@ -382,3 +382,21 @@ def test_sft_through_stoker_trainer_on_a_real_causal_lm(tmp_path, hf):
     labels = batch["shift_labels"]
     trained = labels != -100
     assert 0 < trained.sum() < labels.numel()  # the prompts are not trained on
+
+
+def test_reasoning_reaches_the_template_under_transformers_aliases(tmp_path, hf):
+    """transformers passes a message's reasoning (reasoning_content, thinking or reasoning) as
+    both thinking and reasoning_content: a template reading either renders the same here."""
+    template = ("{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+                "{%- if m.thinking is defined %}{{ '<think>' + m.thinking + '|' + "
+                "m.reasoning_content + '</think>' }}{%- endif %}"
+                "{{ m.content + '<|im_end|>\\n' }}{%- endfor %}")
+    convs = [{"messages": [{"role": "user", "content": "why"},
+                           {"role": "assistant", "content": "fox", key: "the lazy dog"}]}
+             for key in ("reasoning_content", "thinking", "reasoning")]
+    convs.append({"messages": [{"role": "user", "content": "plain"}]})
+    ds = stoker.TextDataset(write_jsonl(tmp_path / "r.jsonl", convs), stoker.Tokenizer.from_hf(hf),
+                            messages="messages", chat_template=template, loss="all")
+    for d, c in enumerate(convs):
+        assert ds.document(d).tolist() == hf.apply_chat_template(
+            c["messages"], chat_template=template, tokenize=True, return_dict=True)["input_ids"]
