@@ -433,7 +433,13 @@ class TextCorpusBuilder::Impl {
         tasks_.pop_front();
       }
       Result r;
-      if (!failed_) encode(t, parser, row, messages, tools, r);
+      try {
+        if (!failed_) encode(t, parser, row, messages, tools, r);
+      } catch (...) {  // not a row's failure (out of memory, say): the whole build's
+        std::lock_guard lock(mu_);
+        if (!error_) error_ = std::current_exception();
+        failed_ = true;
+      }
       commit(t.seq, std::move(r));
     }
   }
