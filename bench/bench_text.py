@@ -711,9 +711,11 @@ def peer_packed(path, fast, seq_len, cache_dir):
 
 def _bfd(ds, seq_len):
     """TRL's _pack_bfd(on_seq_length_overflow="split") over each map batch of 1,000 rows (as
-    pack_dataset runs it): rows cut into seq_len pieces, sorted by length (descending, stable),
-    each put in the open bin of least room that fits it, else a new bin."""
+    pack_dataset runs it): rows cut into seq_len pieces (the last one shorter), sorted by length
+    (descending, stable), each put in an open bin of the least room that fits it (of those, the
+    one that got that room first, as TRL's deques), else a new bin."""
     import bisect
+    from collections import defaultdict, deque
 
     def pack(batch):
         pieces = []
@@ -721,18 +723,24 @@ def _bfd(ds, seq_len):
             for at in range(0, len(x), seq_len):
                 pieces.append((x[at:at + seq_len], m[at:at + seq_len]))
         order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i][0]))
-        bins, rooms = [], []  # rooms: sorted (room, bin index) of the open bins
+        bins, rooms, by_room = [], [], defaultdict(deque)  # rooms: sorted distinct open rooms
         for i in order:
             n = len(pieces[i][0])
-            k = bisect.bisect_left(rooms, (n, -1))
+            k = bisect.bisect_left(rooms, n)
             if k < len(rooms):
-                room, b = rooms.pop(k)
+                room = rooms[k]
+                b = by_room[room].popleft()
+                if not by_room[room]:
+                    rooms.pop(k)
             else:
                 room, b = seq_len, len(bins)
                 bins.append([])
             bins[b].append(i)
-            if room - n > 0:
-                bisect.insort(rooms, (room - n, b))
+            room -= n
+            if room > 0:
+                if not by_room[room]:
+                    bisect.insort(rooms, room)
+                by_room[room].append(b)
         out = {"input_ids": [], "assistant_masks": [], "seq_lengths": []}
         for members in bins:
             out["input_ids"].append([t for i in members for t in pieces[i][0]])
