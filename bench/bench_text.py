@@ -49,13 +49,14 @@ and the peer side by side on the same data and cores, each run in a measurement 
 * stoker: ``TextDataset(jsonl, Tokenizer.from_hf(fast), messages="messages", seq_len=4096,
   pack="best_fit")`` (a cold start: no cache_dir) and ``stoker.DataLoader(batch_size=8,
   shuffle=True)``; stoker-warm: the same with a cache_dir a first construction filled.
-* peer (what users do today): ``datasets.Dataset.from_json``, a batched ``map`` on every core
-  (num_proc) through ``apply_chat_template(..., tokenize=True, return_dict=True,
+* peer (what users do today): ``datasets.Dataset.from_json``, a batched ``map`` (num_proc 1
+  and every core) through ``apply_chat_template(..., tokenize=True, return_dict=True,
   return_assistant_tokens_mask=True)`` (one ``tools`` list a call: a batch's rows grouped by their
   tools), TRL's ``pack_dataset(strategy="bfd_split")`` (best-fit decreasing, a row longer than
   seq_len cut as Stoker cuts it; trl from ``bench/setup_peers.sh sft``, else its algorithm
   written out here), then torch's DataLoader with a collate making Stoker's fields (shifted
-  labels, position_ids, cu_seqlens, max_seqlen), at num_workers 0, 1 and 2 (the best reported).
+  labels, position_ids, cu_seqlens, max_seqlen) at num_workers 0, 1 and 2: every pair
+  measured, the fastest epoch reported as the peer.
 Before timing: a sample of Stoker's documents (``document``, ``trained``) against the peer's
 input_ids and assistant masks, and one epoch of each whose multisets of real tokens and of trained
 labels must be equal. Figures: real tokens/s end to end (padding excluded), time to the first
@@ -446,6 +447,8 @@ SFT_TARGETS = {"tokens_per_s": 3.0, "first_batch": 20.0}
 SFT_SEQ_LEN = 4096
 SFT_BATCH = 8
 SFT_WORKERS = (0, 1, 2)  # the peer's torch DataLoader num_workers, each measured
+# ... and each with its map's num_proc: 1 and every core (processes cost their start-up, which
+# a small set does not repay).
 PEER_SITE = Path(__file__).resolve().parent.parent / ".venv-peers" / "sft" / "site"
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 
@@ -689,9 +692,9 @@ def peer_encode(fast):
     return encode
 
 
-def peer_packed(path, fast, seq_len, cache_dir):
+def peer_packed(path, fast, seq_len, cache_dir, procs):
     """What users do today: datasets' JSON reader, a batched map through apply_chat_template on
-    every core, then TRL's best-fit-decreasing packing (bfd_split: a row longer than seq_len
+    ``procs`` processes, then TRL's best-fit-decreasing packing (bfd_split: a row longer than seq_len
     is cut, as Stoker's best_fit does, so no token is lost); TRL's own code, or, without trl,
     its algorithm written out here (``_bfd``). Returns (packed dataset, "trl x.y" or why not)."""
     import datasets
@@ -699,8 +702,8 @@ def peer_packed(path, fast, seq_len, cache_dir):
     ds = datasets.Dataset.from_json(str(path), cache_dir=cache_dir)
     if "tools" not in ds.column_names:
         ds = ds.add_column("tools", [None] * len(ds))
-    procs = cores() if cores() > 1 else None
-    ds = ds.map(peer_encode(fast), batched=True, remove_columns=ds.column_names, num_proc=procs)
+    ds = ds.map(peer_encode(fast), batched=True, remove_columns=ds.column_names,
+                num_proc=procs if procs > 1 else None)
     try:
         import trl
         from trl.data_utils import pack_dataset
@@ -765,7 +768,8 @@ def sft_peer_child(a):
         pass
     t0 = time.perf_counter()
     fast = PreTrainedTokenizerFast.from_pretrained(a.tokdir)
-    packed, how = peer_packed(a.jsonl, fast, a.seq_len, tempfile.mkdtemp(prefix="hf-sft-"))
+    packed, how = peer_packed(a.jsonl, fast, a.seq_len, tempfile.mkdtemp(prefix="hf-sft-"),
+                              a.map_procs)
     built = time.perf_counter() - t0
     loader = DataLoader(packed, batch_size=a.batch, shuffle=True, num_workers=a.workers,
                         collate_fn=_peer_collate(a.seq_len, fast.convert_tokens_to_ids(EOT)),
@@ -819,10 +823,10 @@ def check_documents(jsonl, tokdir, n, sample, seq_len):
     return len(picks), bad, first
 
 
-def _child(a, mode, workers=0, check=False):
+def _child(a, mode, workers=0, procs=1, check=False):
     cmd = [sys.executable, __file__, "--child", mode, "--jsonl", str(a.sft_jsonl),
            "--tokdir", str(a.sft_tokdir), "--seq-len", str(a.seq_len), "--batch", str(a.batch),
-           "--workers", str(workers)] + (["--check"] if check else [])
+           "--workers", str(workers), "--map-procs", str(procs)] + (["--check"] if check else [])
     env = dict(os.environ, TOKENIZERS_PARALLELISM="true")
     try:
         return run_measured(cmd, env=env, timeout=a.sft_timeout)
@@ -843,7 +847,8 @@ def run_sft(a, docs, tag):
     print(f"documents: {compared - bad} of {compared} sampled rows equal the peer's input_ids "
           f"and assistant masks" + (f"; {bad} DIFFER, the first: {first}" if bad else ""))
     # One untimed epoch each with the multisets of real tokens and trained labels.
-    chk = {"stoker": _child(a, "stoker", check=True), "peer": _child(a, "peer", check=True)}
+    chk = {"stoker": _child(a, "stoker", check=True),
+           "peer": _child(a, "peer", procs=cores(), check=True)}
     keys = ("real_tokens", "labelled", "ids_digest", "labels_digest")
     if any("error" in c for c in chk.values()):
         same = False
@@ -855,11 +860,12 @@ def run_sft(a, docs, tag):
               f"{chk['stoker']['labelled']:,} trained labels delivered by stoker, "
               f"{chk['peer']['real_tokens']:,} and {chk['peer']['labelled']:,} by the peer; "
               f"multisets of ids and labels {'EQUAL' if same else 'DIFFER'}")
-    runs = {"stoker": [], "stoker-warm": []} | {f"peer-w{w}": [] for w in SFT_WORKERS}
+    configs = {"stoker": ("stoker", 0, 1), "stoker-warm": ("stoker-warm", 0, 1)} | {
+        f"peer-p{p}-w{w}": ("peer", w, p) for p in sorted({1, cores()}) for w in SFT_WORKERS}
+    runs = {k: [] for k in configs}
     for _ in range(a.repeat):  # interleaved: each round runs every configuration once
-        for mode in runs:
-            runs[mode].append(_child(a, mode if not mode.startswith("peer") else "peer",
-                                     workers=int(mode[6:]) if mode.startswith("peer") else 0))
+        for k, (mode, workers, procs) in configs.items():
+            runs[k].append(_child(a, mode, workers=workers, procs=procs))
     med = {k: median_of(v) for k, v in runs.items()}
     peers = {k: v for k, v in med.items() if k.startswith("peer") and "error" not in v}
     best = min(peers, key=lambda k: peers[k]["seconds"]) if peers else None
@@ -887,9 +893,10 @@ def run_sft(a, docs, tag):
         figures["ratios"] = {"tokens_per_s": tps, "first_batch": fb, "rss": rss,
                              "padding_stoker": s["padding"], "padding_peer": p["padding"],
                              "best_peer": best}
-        print(f"\npeer: datasets map (apply_chat_template, num_proc {cores()}) + "
-              f"{p.get('packer', '?')} pack_dataset(bfd_split) + torch DataLoader; best "
-              f"num_workers {best[6:]}; real tokens counted: {counted} "
+        print(f"\npeer: datasets map (apply_chat_template) + {p.get('packer', '?')} "
+              f"pack_dataset(bfd_split) + torch DataLoader; the best (by epoch time): map "
+              f"num_proc {configs[best][2]}, num_workers {configs[best][1]}; real tokens "
+              f"counted: {counted} "
               f"({s['real_tokens']:,} / {p['real_tokens']:,})")
         print(f"\nsummary: SFT stoker / peer: tokens/s {tps:.2f}x (target >= "
               f"{SFT_TARGETS['tokens_per_s']}x, {_met(tps >= SFT_TARGETS['tokens_per_s'])}); "
@@ -950,6 +957,7 @@ def main(argv=None):
     p.add_argument("--jsonl", help=argparse.SUPPRESS)
     p.add_argument("--tokdir", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--map-procs", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
