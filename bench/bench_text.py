@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tokenizing text: stoker.Tokenizer against the peers, side by side in one run (issue 48).
+"""Text: stoker.Tokenizer and stoker.TextDataset (SFT) against the peers, side by side (issue 48).
 
 Every contender encodes the same texts, on the same cores, without special tokens:
 * stoker-batch: ``stoker.Tokenizer.encode_batch`` (native threads, one a usable core, GIL
@@ -36,12 +36,41 @@ and printed: a mismatch of stoker's is a bug). Figures: tokens/s (each contender
 and MB/s of UTF-8 input; the median of --repeat rounds, the contenders interleaved in each round.
 Targets: stoker-batch >= 1.5x hf-batch and >= 1.0x tiktoken (the time for the same texts).
 
-    python bench/bench_text.py [--quick] [--repeat 3] [--json PATH] [--only gpt2,llama3,...]
+SFT pipeline (``--part sft``; issue 48's "Measure"): conversations to packed batches, Stoker
+and the peer side by side on the same data and cores, each run in a measurement child of its own
+(peak RSS of its process tree), the clock started after the imports, before the tokenizer loads.
+* Data: 20,000 conversations (--quick: 1,000; seeded) in bench/data/text/: an optional system
+  prompt, 1-4 user/assistant turns (about 20-1500 tokens a conversation, log-uniform) whose
+  contents are slices of the corpus's documents, a fifth with a ``tools`` list, an assistant tool
+  call and the tool's answer. Tokenizer: the llama3 BPE above with ``<|im_start|>``,
+  ``<|im_end|>``, ``<|endoftext|>`` added, as transformers' ``PreTrainedTokenizerFast`` (eos
+  ``<|im_end|>``, pad ``<|endoftext|>``) with a ChatML template marking the assistant's replies
+  with ``{% generation %}`` (CHAT_TEMPLATE).
+* stoker: ``TextDataset(jsonl, Tokenizer.from_hf(fast), messages="messages", seq_len=4096,
+  pack="best_fit")`` (a cold start: no cache_dir) and ``stoker.DataLoader(batch_size=8,
+  shuffle=True)``; stoker-warm: the same with a cache_dir a first construction filled.
+* peer (what users do today): ``datasets.Dataset.from_json``, a batched ``map`` (num_proc 1
+  and every core) through ``apply_chat_template(..., tokenize=True, return_dict=True,
+  return_assistant_tokens_mask=True)`` (one ``tools`` list a call: a batch's rows grouped by their
+  tools), TRL's ``pack_dataset(strategy="bfd_split")`` (best-fit decreasing, a row longer than
+  seq_len cut as Stoker cuts it; trl from ``bench/setup_peers.sh sft``, else its algorithm
+  written out here), then torch's DataLoader with a collate making Stoker's fields (shifted
+  labels, position_ids, cu_seqlens, max_seqlen) at num_workers 0, 1 and 2: every pair
+  measured, the fastest epoch reported as the peer.
+Before timing: a sample of Stoker's documents (``document``, ``trained``) against the peer's
+input_ids and assistant masks, and one epoch of each whose multisets of real tokens and of trained
+labels must be equal. Figures: real tokens/s end to end (padding excluded), time to the first
+batch, padding, peak RSS; the median of --repeat rounds, interleaved. Targets: tokens/s >= 3x the
+best peer, first batch >= 20x sooner, padding <= TRL's.
+
+    python bench/bench_text.py [--quick] [--part tokenizers|sft|all] [--repeat 3] [--json PATH]
+                               [--only gpt2,llama3,...] [--seq-len 4096] [--batch 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -53,7 +82,7 @@ from pathlib import Path
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"  # before tokenizers is imported
 
-from harness import cores, machine_line, write_json  # noqa: E402
+from harness import cores, emit, machine_line, run_measured, write_json  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "text"
 VOCAB = 32000
@@ -412,6 +441,475 @@ def run_family(family, docs, tag, repeat, with_peers):
             "tokens": tokens, "seconds": seconds, "runs": times, "mismatches": mismatches}
 
 
+# --- SFT pipeline: conversations to packed batches (issue 48's "Measure") -------------------
+
+SFT_TARGETS = {"tokens_per_s": 3.0, "first_batch": 20.0}
+SFT_SEQ_LEN = 4096
+SFT_BATCH = 8
+SFT_WORKERS = (0, 1, 2)  # the peer's torch DataLoader num_workers, each measured
+# ... and each with its map's num_proc: 1 and every core (processes cost their start-up, which
+# a small set does not repay).
+PEER_SITE = Path(__file__).resolve().parent.parent / ".venv-peers" / "sft" / "site"
+IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+
+# ChatML; the assistant's replies (and their <|im_end|>) inside {% generation %}. Tools are
+# listed in the system turn with tojson; a tool call's arguments are a JSON string (OpenAI's
+# form) written as they are.
+CHAT_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{ 'You may call these tools:\\n' }}"
+    "{%- for tool in tools %}{{ tool | tojson }}{{ '\\n' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' %}"
+    "{{ '<|im_start|>user\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{% generation %}"
+    "{%- if message.tool_calls %}{%- for call in message.tool_calls %}"
+    "{{ '<tool_call>{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    "{{ call.function.arguments + '}</tool_call>' }}{%- endfor %}"
+    "{%- else %}{{ message.content }}{%- endif %}{{ '<|im_end|>' }}{% endgeneration %}"
+    "{{ '\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{ '<|im_start|>tool\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def _tool(name, description, what):
+    # Every tool has the same keys in the same order: datasets' Arrow schema merges the rows'
+    # structs, and a key one tool lacks would come back as null and render in tojson.
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "description": what}}, "required": ["query"]}}}
+
+
+TOOLSETS = [
+    [_tool("search_code", "Search the repository for a symbol.", "the symbol's name")],
+    [_tool("get_weather", "The weather at a place, now.", "a city, e.g. Zürich"),
+     _tool("web_search", "Search the web.", "the words to search for")],
+    [_tool("run_python", "Run a Python snippet and return its output.", "the code"),
+     _tool("search_code", "Search the repository for a symbol.", "the symbol's name"),
+     _tool("read_file", "Read a file of the repository.", "its path")],
+]
+SYSTEM_PROMPTS = ["You are a helpful assistant.",
+                  "You are a careful senior engineer. Answer briefly, with code when it helps.",
+                  "Réponds en français si l'utilisateur écrit en français. 用中文回答中文问题。"]
+
+
+def make_conversations(docs, n, seed=SEED):
+    """``n`` conversations (seeded) whose contents are slices of the corpus's documents: an
+    optional system prompt, 1-4 user/assistant turns, about 20-1500 tokens in all (log-uniform),
+    a fifth of them with a ``tools`` list and an assistant tool call answered by a tool turn."""
+    import math
+    rng = random.Random(seed)
+
+    def piece(chars):
+        doc = rng.choice(docs)
+        chars = max(4, min(chars, len(doc)))
+        at = rng.randrange(len(doc) - chars + 1)
+        return doc[at:at + chars]
+
+    rows = []
+    for _ in range(n):
+        tokens = int(math.exp(rng.uniform(math.log(20), math.log(1500))))
+        turns = rng.randint(1, 4)
+        chars = max(8, tokens * 3 // (2 * turns))  # ~3 characters a token, user and assistant
+        messages = []
+        if rng.random() < 0.5:
+            messages.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
+        row = {}
+        call_at = rng.randrange(turns) if rng.random() < 0.2 else None
+        if call_at is not None:
+            row["tools"] = tools = rng.choice(TOOLSETS)
+        for t in range(turns):
+            messages.append({"role": "user", "content": piece(rng.randint(chars // 4, chars))})
+            if t == call_at:
+                name = rng.choice(tools)["function"]["name"]
+                args = json.dumps({"query": piece(rng.randint(5, 60))}, ensure_ascii=False)
+                messages.append({"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": name, "arguments": args}}]})
+                messages.append({"role": "tool", "content": piece(rng.randint(8, max(8, chars)))})
+            messages.append({"role": "assistant",
+                             "content": piece(rng.randint(chars // 2, chars * 3 // 2))})
+        row["messages"] = messages
+        rows.append(row)
+    return rows
+
+
+def sft_files(docs, quick, tag):
+    """The conversations' JSONL and the chat tokenizer's folder (save_pretrained), cached."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    n = 1000 if quick else 20000
+    jsonl = DATA / f"{tag}sft-{n}.jsonl"
+    if not jsonl.exists():
+        tmp = jsonl.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in make_conversations(docs, n):
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, jsonl)
+    digest = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:8]  # a new template, a new one
+    tokdir = DATA / f"{tag}sft-tokenizer-{digest}"
+    if not (tokdir / "tokenizer.json").exists():
+        chat_tokenizer(hf_tokenizer("llama3", docs, tag)[0]).save_pretrained(str(tokdir))
+    return jsonl, tokdir, n
+
+
+def chat_tokenizer(hf):
+    """The trained Llama-3 style BPE with ChatML's special tokens, as transformers wraps it."""
+    from transformers import PreTrainedTokenizerFast
+    hf.add_special_tokens([IM_START, IM_END, EOT])
+    fast = PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=IM_END, pad_token=EOT)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+# The two pipelines, each run by a measurement child (``--sft-child``): the clock starts after
+# the imports, before the tokenizer is loaded; the first batch and the whole epoch are timed.
+
+def _real_tokens(position_ids):
+    """Tokens of a [B, L] batch that are not padding: padding closes a row with position 0
+    (every piece here is longer than one token, so a row ends at its last nonzero position)."""
+    import numpy as np
+    pos = np.asarray(position_ids)
+    nz = pos != 0
+    last = pos.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
+    return int(np.where(nz.any(axis=1), last + 1, 0).sum())
+
+
+class _Tally:
+    """Counts real tokens; with ``check``, also the multisets of real input ids and of trained
+    labels (a digest of their histograms)."""
+
+    def __init__(self, check, vocab):
+        import numpy as np
+        self.np, self.check, self.tokens, self.labelled = np, check, 0, 0
+        self.ids = np.zeros(vocab, np.int64) if check else None
+        self.labels = np.zeros(vocab, np.int64) if check else None
+
+    def add(self, batch):
+        np = self.np
+        pos = np.asarray(batch["position_ids"])
+        self.tokens += _real_tokens(pos)
+        if self.check:
+            ids, lab = np.asarray(batch["input_ids"]), np.asarray(batch["labels"])
+            nz = pos != 0
+            last = pos.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
+            real = np.arange(pos.shape[1])[None, :] <= last[:, None]
+            self.ids += np.bincount(ids[real], minlength=len(self.ids))
+            self.labels += np.bincount(lab[lab != -100], minlength=len(self.labels))
+            self.labelled += int((lab != -100).sum())
+
+    def figures(self):
+        out = {"real_tokens": self.tokens}
+        if self.check:
+            out |= {"labelled": self.labelled,
+                    "ids_digest": hashlib.sha256(self.ids.tobytes()).hexdigest()[:16],
+                    "labels_digest": hashlib.sha256(self.labels.tobytes()).hexdigest()[:16]}
+        return out
+
+
+def sft_stoker_child(a):
+    import tempfile
+    import stoker
+    import torch  # noqa: F401  (imported before the clock, as in the peer's child)
+    from transformers import PreTrainedTokenizerFast
+    cache = tempfile.mkdtemp(prefix="stoker-sft-") if a.child == "stoker-warm" else None
+    if cache:  # fill the cache (untimed): the timed construction below opens it
+        fast = PreTrainedTokenizerFast.from_pretrained(a.tokdir)
+        stoker.TextDataset(a.jsonl, stoker.Tokenizer.from_hf(fast), messages="messages",
+                           seq_len=a.seq_len, pack="best_fit", cache_dir=cache)
+    t0 = time.perf_counter()
+    fast = PreTrainedTokenizerFast.from_pretrained(a.tokdir)
+    ds = stoker.TextDataset(a.jsonl, stoker.Tokenizer.from_hf(fast), messages="messages",
+                            seq_len=a.seq_len, pack="best_fit", cache_dir=cache)
+    built = time.perf_counter() - t0
+    loader = stoker.DataLoader(ds, batch_size=a.batch, shuffle=True)
+    tally, first, batches = _Tally(a.check, len(fast)), None, 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        tally.add(batch)
+        batches += 1
+    total = time.perf_counter() - t0
+    emit({"seconds": total, "first_batch_s": first, "build_s": built, "batches": batches,
+          "sequences": len(ds), "padding": float(ds.padding_fraction)} | tally.figures())
+
+
+def _peer_collate(seq_len, eot):
+    """TRL's packed rows (input_ids, assistant_masks, seq_lengths) to Stoker's fields, padded
+    to ``seq_len``: labels shifted within each document (-100 at its last token, outside the
+    assistant and on padding), position_ids restarting per document, cu_seqlens padded with L."""
+    import numpy as np
+    import torch
+
+    def collate(rows):
+        b = len(rows)
+        ids = np.full((b, seq_len), eot, np.int64)
+        labels = np.full((b, seq_len), -100, np.int64)
+        pos = np.zeros((b, seq_len), np.int64)
+        segs = max(len(r["seq_lengths"]) for r in rows) + 2
+        cu = np.full((b, segs), seq_len, np.int32)
+        longest = np.zeros(b, np.int32)
+        for i, r in enumerate(rows):
+            x = np.asarray(r["input_ids"], np.int64)
+            m = np.asarray(r["assistant_masks"], bool)
+            lens = np.asarray(r["seq_lengths"], np.int64)
+            n = len(x)
+            ids[i, :n] = x
+            labels[i, :n - 1] = np.where(m[1:], x[1:], -100)
+            ends = np.cumsum(lens)
+            labels[i, ends - 1] = -100
+            starts = ends - lens
+            pos[i, :n] = np.arange(n) - np.repeat(starts, lens)
+            cu[i, 0] = 0
+            cu[i, 1:len(ends) + 1] = ends
+            longest[i] = max(int(lens.max()), seq_len - n)
+        return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
+                "position_ids": torch.from_numpy(pos), "cu_seqlens": torch.from_numpy(cu),
+                "max_seqlen": torch.from_numpy(longest)}
+    return collate
+
+
+def peer_encode(fast):
+    """The peer's batched map: apply_chat_template takes one ``tools`` list for a whole call, so
+    the rows of a batch are grouped by their tools (rows without tools together)."""
+    def encode(batch):
+        groups = {}
+        for i, tools in enumerate(batch["tools"]):
+            groups.setdefault(json.dumps(tools), []).append(i)
+        n = len(batch["messages"])
+        ids, masks = [None] * n, [None] * n
+        for key, rows in groups.items():
+            out = fast.apply_chat_template([batch["messages"][i] for i in rows],
+                                           tools=json.loads(key), tokenize=True,
+                                           return_dict=True, return_assistant_tokens_mask=True)
+            for i, x, m in zip(rows, out["input_ids"], out["assistant_masks"]):
+                ids[i], masks[i] = x, m
+        return {"input_ids": ids, "assistant_masks": masks}
+    return encode
+
+
+def peer_packed(path, fast, seq_len, cache_dir, procs):
+    """What users do today: datasets' JSON reader, a batched map through apply_chat_template on
+    ``procs`` processes, then TRL's best-fit-decreasing packing (bfd_split: a row longer than seq_len
+    is cut, as Stoker's best_fit does, so no token is lost); TRL's own code, or, without trl,
+    its algorithm written out here (``_bfd``). Returns (packed dataset, "trl x.y" or why not)."""
+    import datasets
+    datasets.disable_caching()
+    ds = datasets.Dataset.from_json(str(path), cache_dir=cache_dir)
+    if "tools" not in ds.column_names:
+        ds = ds.add_column("tools", [None] * len(ds))
+    ds = ds.map(peer_encode(fast), batched=True, remove_columns=ds.column_names,
+                num_proc=procs if procs > 1 else None)
+    try:
+        import trl
+        from trl.data_utils import pack_dataset
+    except ImportError as e:
+        return _bfd(ds, seq_len), f"TRL's BFD re-implemented (trl not importable: {e})"
+    return pack_dataset(ds, seq_len, strategy="bfd_split"), f"trl {trl.__version__}"
+
+
+def _bfd(ds, seq_len):
+    """TRL's _pack_bfd(on_seq_length_overflow="split") over each map batch of 1,000 rows (as
+    pack_dataset runs it): rows cut into seq_len pieces (the last one shorter), sorted by length
+    (descending, stable), each put in an open bin of the least room that fits it (of those, the
+    one that got that room first, as TRL's deques), else a new bin."""
+    import bisect
+    from collections import defaultdict, deque
+
+    def pack(batch):
+        pieces = []
+        for x, m in zip(batch["input_ids"], batch["assistant_masks"]):
+            for at in range(0, len(x), seq_len):
+                pieces.append((x[at:at + seq_len], m[at:at + seq_len]))
+        order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i][0]))
+        bins, rooms, by_room = [], [], defaultdict(deque)  # rooms: sorted distinct open rooms
+        for i in order:
+            n = len(pieces[i][0])
+            k = bisect.bisect_left(rooms, n)
+            if k < len(rooms):
+                room = rooms[k]
+                b = by_room[room].popleft()
+                if not by_room[room]:
+                    rooms.pop(k)
+            else:
+                room, b = seq_len, len(bins)
+                bins.append([])
+            bins[b].append(i)
+            room -= n
+            if room > 0:
+                if not by_room[room]:
+                    bisect.insort(rooms, room)
+                by_room[room].append(b)
+        out = {"input_ids": [], "assistant_masks": [], "seq_lengths": []}
+        for members in bins:
+            out["input_ids"].append([t for i in members for t in pieces[i][0]])
+            out["assistant_masks"].append([t for i in members for t in pieces[i][1]])
+            out["seq_lengths"].append([len(pieces[i][0]) for i in members])
+        return out
+    return ds.map(pack, batched=True, batch_size=1000, remove_columns=ds.column_names)
+
+
+def sft_peer_child(a):
+    import tempfile
+    import datasets
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import PreTrainedTokenizerFast
+    datasets.disable_progress_bars()
+    if (PEER_SITE.parent / ".ok").exists():  # bench/setup_peers.sh sft
+        sys.path.append(str(PEER_SITE))
+    try:
+        import trl.data_utils  # noqa: F401  (imported before the clock, as torch is)
+    except ImportError:
+        pass
+    t0 = time.perf_counter()
+    fast = PreTrainedTokenizerFast.from_pretrained(a.tokdir)
+    packed, how = peer_packed(a.jsonl, fast, a.seq_len, tempfile.mkdtemp(prefix="hf-sft-"),
+                              a.map_procs)
+    built = time.perf_counter() - t0
+    loader = DataLoader(packed, batch_size=a.batch, shuffle=True, num_workers=a.workers,
+                        collate_fn=_peer_collate(a.seq_len, fast.convert_tokens_to_ids(EOT)),
+                        persistent_workers=False)
+    torch.manual_seed(0)
+    tally, first, batches = _Tally(a.check, len(fast)), None, 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        tally.add(batch)
+        batches += 1
+    total = time.perf_counter() - t0
+    real = sum(sum(r) for r in packed["seq_lengths"])
+    emit({"seconds": total, "first_batch_s": first, "build_s": built, "batches": batches,
+          "sequences": len(packed), "padding": 1 - real / (len(packed) * a.seq_len),
+          "packer": how} | tally.figures())
+
+
+def check_documents(jsonl, tokdir, n, sample, seq_len):
+    """Stoker's documents against the peer's map for a sample of rows (rows as datasets reads
+    them): input_ids and the assistant masks. Returns (rows compared, rows that differ, first
+    difference or None)."""
+    import tempfile
+    import datasets
+    import stoker
+    from transformers import PreTrainedTokenizerFast
+    datasets.disable_progress_bars()
+    fast = PreTrainedTokenizerFast.from_pretrained(str(tokdir))
+    ds = stoker.TextDataset(str(jsonl), stoker.Tokenizer.from_hf(fast), messages="messages",
+                            seq_len=seq_len, pack="best_fit")
+    datasets.disable_caching()
+    rows = datasets.Dataset.from_json(str(jsonl), cache_dir=tempfile.mkdtemp(prefix="hf-sft-"))
+    picks = sorted(random.Random(SEED + 3).sample(range(n), min(sample, n)))
+    bad, first = 0, None
+    for d in picks:
+        row = rows[d]
+        want = fast.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=True,
+                                        return_dict=True, return_assistant_tokens_mask=True)
+        got_ids = [int(t) for t in ds.document(d)]
+        got_mask = [int(t) for t in ds.trained(d)]
+        if got_ids != list(want["input_ids"]) or got_mask != list(want["assistant_masks"]):
+            bad += 1
+            if first is None:
+                w, wm = list(want["input_ids"]), list(want["assistant_masks"])
+                at = next((k for k in range(min(len(got_ids), len(w)))
+                           if got_ids[k] != w[k] or got_mask[k] != wm[k]),
+                          min(len(got_ids), len(w)))
+                first = (f"row {d}: lengths stoker {len(got_ids)} / peer {len(w)}; first "
+                         f"difference at token {at}: stoker {got_ids[at:at + 5]} mask "
+                         f"{got_mask[at:at + 5]} vs peer {w[at:at + 5]} mask {wm[at:at + 5]}")
+    return len(picks), bad, first
+
+
+def _child(a, mode, workers=0, procs=1, check=False):
+    cmd = [sys.executable, __file__, "--child", mode, "--jsonl", str(a.sft_jsonl),
+           "--tokdir", str(a.sft_tokdir), "--seq-len", str(a.seq_len), "--batch", str(a.batch),
+           "--workers", str(workers), "--map-procs", str(procs)] + (["--check"] if check else [])
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="true")
+    try:
+        return run_measured(cmd, env=env, timeout=a.sft_timeout)
+    except RuntimeError as e:
+        return {"error": str(e)}
+
+
+def run_sft(a, docs, tag):
+    from harness import median_of
+    jsonl, tokdir, n = sft_files(docs, a.quick, tag)
+    a.sft_jsonl, a.sft_tokdir = jsonl, tokdir
+    print(f"\n# SFT pipeline: {n:,} conversations ({jsonl.stat().st_size / 1e6:.1f} MB JSONL, "
+          f"{jsonl.relative_to(DATA.parent.parent.parent)}), the llama3 BPE with ChatML, "
+          f"seq_len {a.seq_len}, batch {a.batch}, {cores()} cores, median of {a.repeat}\n",
+          flush=True)
+    sample = 100 if a.quick else 500
+    compared, bad, first = check_documents(jsonl, tokdir, n, sample, a.seq_len)
+    print(f"documents: {compared - bad} of {compared} sampled rows equal the peer's input_ids "
+          f"and assistant masks" + (f"; {bad} DIFFER, the first: {first}" if bad else ""))
+    # One untimed epoch each with the multisets of real tokens and trained labels.
+    chk = {"stoker": _child(a, "stoker", check=True),
+           "peer": _child(a, "peer", procs=cores(), check=True)}
+    keys = ("real_tokens", "labelled", "ids_digest", "labels_digest")
+    if any("error" in c for c in chk.values()):
+        same = False
+        print("epoch check failed: " + "; ".join(f"{k}: {c['error']}" for k, c in chk.items()
+                                                 if "error" in c))
+    else:
+        same = all(chk["stoker"][k] == chk["peer"][k] for k in keys)
+        print(f"epoch: {chk['stoker']['real_tokens']:,} real tokens and "
+              f"{chk['stoker']['labelled']:,} trained labels delivered by stoker, "
+              f"{chk['peer']['real_tokens']:,} and {chk['peer']['labelled']:,} by the peer; "
+              f"multisets of ids and labels {'EQUAL' if same else 'DIFFER'}")
+    configs = {"stoker": ("stoker", 0, 1), "stoker-warm": ("stoker-warm", 0, 1)} | {
+        f"peer-p{p}-w{w}": ("peer", w, p) for p in sorted({1, cores()}) for w in SFT_WORKERS}
+    runs = {k: [] for k in configs}
+    for _ in range(a.repeat):  # interleaved: each round runs every configuration once
+        for k, (mode, workers, procs) in configs.items():
+            runs[k].append(_child(a, mode, workers=workers, procs=procs))
+    med = {k: median_of(v) for k, v in runs.items()}
+    peers = {k: v for k, v in med.items() if k.startswith("peer") and "error" not in v}
+    best = min(peers, key=lambda k: peers[k]["seconds"]) if peers else None
+
+    print("\n| pipeline | tokens/s | first batch | build | epoch | padding | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for k, f in med.items():
+        if "error" in f:
+            print(f"| {k} | failed: {f['error']} | | | | | |")
+            continue
+        print(f"| {k}{' (best peer)' if k == best else ''} | "
+              f"{f['real_tokens'] / f['seconds'] / 1e6:,.2f} M | {f['first_batch_s']:.2f} s | "
+              f"{f['build_s']:.2f} s | {f['seconds']:.2f} s | {f['padding'] * 100:.2f}% | "
+              f"{f['peak_rss'] / 2**20:,.0f} MiB |")
+    figures = {"conversations": n, "seq_len": a.seq_len, "batch": a.batch,
+               "documents_compared": compared, "documents_differ": bad,
+               "epoch_check": chk, "epoch_multisets_equal": same, "runs": runs, "median": med}
+    s = med["stoker"]
+    if best and "error" not in s:
+        p = med[best]
+        tps = (s["real_tokens"] / s["seconds"]) / (p["real_tokens"] / p["seconds"])
+        fb = p["first_batch_s"] / s["first_batch_s"]
+        rss = s["peak_rss"] / p["peak_rss"]
+        counted = "the same" if s["real_tokens"] == p["real_tokens"] else "DIFFERENT"
+        figures["ratios"] = {"tokens_per_s": tps, "first_batch": fb, "rss": rss,
+                             "padding_stoker": s["padding"], "padding_peer": p["padding"],
+                             "best_peer": best}
+        print(f"\npeer: datasets map (apply_chat_template) + {p.get('packer', '?')} "
+              f"pack_dataset(bfd_split) + torch DataLoader; the best (by epoch time): map "
+              f"num_proc {configs[best][2]}, num_workers {configs[best][1]}; real tokens "
+              f"counted: {counted} "
+              f"({s['real_tokens']:,} / {p['real_tokens']:,})")
+        print(f"\nsummary: SFT stoker / peer: tokens/s {tps:.2f}x (target >= "
+              f"{SFT_TARGETS['tokens_per_s']}x, {_met(tps >= SFT_TARGETS['tokens_per_s'])}); "
+              f"first batch {fb:.1f}x sooner (target >= {SFT_TARGETS['first_batch']}x, "
+              f"{_met(fb >= SFT_TARGETS['first_batch'])}); padding {s['padding'] * 100:.2f}% vs "
+              f"{p['padding'] * 100:.2f}% ({_met(s['padding'] <= p['padding'] + 1e-12)}); peak "
+              f"RSS {rss:.2f}x; warm (cache_dir) first batch "
+              f"{med['stoker-warm'].get('first_batch_s', float('nan')):.2f} s, "
+              f"{p['first_batch_s'] / med['stoker-warm'].get('first_batch_s', float('nan')):.1f}x "
+              f"sooner")
+    return figures
+
+
 # --- report ---------------------------------------------------------------------------------
 
 def _met(ok):
@@ -443,13 +941,28 @@ def summary(figures):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: ~300 KB of text, 1 round")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: ~300 KB of text, 1,000 conversations, 1 round")
+    p.add_argument("--part", choices=("tokenizers", "sft", "all"), default="all",
+                   help="the tokenizers, the SFT pipeline, or both (default)")
     p.add_argument("--repeat", type=int, help="timed rounds (median; 3, --quick 1)")
     p.add_argument("--only", default=",".join(FAMILIES), help="families, comma-separated")
-    p.add_argument("--no-peers", action="store_true", help="stoker and HF only")
+    p.add_argument("--no-peers", action="store_true", help="stoker and HF only (tokenizers)")
+    p.add_argument("--seq-len", type=int, default=SFT_SEQ_LEN, help="SFT: packed length")
+    p.add_argument("--batch", type=int, default=SFT_BATCH, help="SFT: sequences a batch")
+    p.add_argument("--sft-timeout", type=float, default=1800, help="SFT: seconds a child may run")
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    # A measurement child of the SFT part (not for users): one pipeline, one epoch.
+    p.add_argument("--child", choices=("stoker", "stoker-warm", "peer"), help=argparse.SUPPRESS)
+    p.add_argument("--jsonl", help=argparse.SUPPRESS)
+    p.add_argument("--tokdir", help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--map-procs", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    repeat = a.repeat or (1 if a.quick else 3)
+    if a.child:
+        return (sft_peer_child if a.child == "peer" else sft_stoker_child)(a)
+    a.repeat = repeat = a.repeat or (1 if a.quick else 3)
     tag = "quick-" if a.quick else ""
     print(machine_line())
     try:
@@ -459,7 +972,10 @@ def main(argv=None):
         return 1
     import tokenizers
     versions = [f"tokenizers {tokenizers.__version__}"]
-    for name in ("tiktoken", "sentencepiece"):
+    names = ["tiktoken", "sentencepiece"] if a.part != "sft" else []
+    if a.part != "tokenizers":
+        names += ["transformers", "datasets", "torch"]
+    for name in names:
         try:
             versions.append(f"{name} {__import__(name).__version__}")
         except ImportError:
@@ -473,13 +989,15 @@ def main(argv=None):
           f"{n_code:,} standard-library documents of {DOC_LINES} lines and {n_text:,} generated "
           f"multilingual ones (made in {time.perf_counter() - t0:.1f} s)")
     figures = {}
-    for family in a.only.split(","):
-        figures[family] = run_family(family, docs, tag, repeat, not a.no_peers)
-    summary(figures)
+    if a.part != "sft":
+        for family in a.only.split(","):
+            figures[family] = run_family(family, docs, tag, repeat, not a.no_peers)
+        summary(figures)
+    if a.part != "tokenizers":
+        figures["sft"] = run_sft(a, docs, tag)
     if a.json:
         write_json(a.json, figures)
     return 0
-
 
 if __name__ == "__main__":
     import record  # bench/record.py: a full run's output also goes to bench/results/

@@ -21,6 +21,10 @@
 #                Pillow and torchvision for their decode and transforms
 #   budget       the peer of bench/bench_budget.py that .venv lacks: Lhotse's
 #                DynamicBucketingSampler (lhotse 1.33.0; torch, the CPU build, under it)
+#   sft          the peer's packer in bench/bench_text.py's SFT part: TRL's pack_dataset
+#                (trl 1.16.0, without its dependencies) in .venv-peers/sft/site, which the bench
+#                puts on the path of the interpreter running it (its transformers, datasets,
+#                torch: the versions Stoker is measured beside)
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -111,6 +115,11 @@ env_budget() {
   torch_cpu && $PIP numpy psutil urllib3 lhotse==1.33.0
 }
 
+env_sft() {
+  # Only the files: the bench imports trl.data_utils from site/ with its own interpreter.
+  $PIP --no-deps --target "$ROOT/sft/site" trl==1.16.0
+}
+
 env_ffcv() {
   # FFCV 1.0.2's setup.py compiles libffcv against pkg-config's opencv4 and libturbojpeg (apt);
   # its Python side needs numba, OpenCV's bindings and torch (the CPU build). Its sdist's
@@ -135,7 +144,7 @@ apt_packages() {
   esac
 }
 
-ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote budget)
+ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote budget sft)
 if [ $# -gt 0 ]; then NAMES=("$@"); else NAMES=("${ALL[@]}"); fi
 for name in "${NAMES[@]}"; do
   case " ${ALL[*]} " in
