@@ -17,6 +17,36 @@ bool valid(const ArrowArray& a, int64_t i) {
 
 std::string_view format(const ArrowSchema& s) { return s.format; }
 
+// The value of `key` in a schema's metadata (the C data interface's encoding: int32 pair count,
+// then per pair an int32 length and the key's bytes, an int32 length and the value's), or empty.
+std::string_view metadata_value(const ArrowSchema& s, std::string_view key) {
+  if (s.metadata == nullptr) return {};
+  const char* p = s.metadata;
+  const auto next_int = [&p] {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    return v;
+  };
+  const int32_t pairs = next_int();
+  for (int32_t i = 0; i < pairs; ++i) {
+    const int32_t klen = next_int();
+    const std::string_view k(p, static_cast<size_t>(klen));
+    p += klen;
+    const int32_t vlen = next_int();
+    const std::string_view v(p, static_cast<size_t>(vlen));
+    p += vlen;
+    if (k == key) return v;
+  }
+  return {};
+}
+
+// A JSON extension column (Arrow's canonical "arrow.json", which Hugging Face datasets writes for
+// values of varying structure): strings that hold JSON text, to be written as that JSON.
+bool holds_json(const ArrowSchema& s) {
+  return metadata_value(s, "ARROW:extension:name") == "arrow.json";
+}
+
 [[noreturn]] void unsupported(const ArrowSchema& s) {
   throw InvalidArgument(std::string("column ") + (s.name != nullptr ? s.name : "?") +
                         ": Arrow type '" + s.format +
@@ -48,6 +78,15 @@ void json_string(std::string_view s, std::string& out) {
     }
   }
   out.push_back('"');
+}
+
+// A string value: quoted, or as it is where the column's strings are JSON text.
+void json_text(std::string_view value, bool is_json, std::string& out) {
+  if (is_json) {
+    out += value.empty() ? std::string_view("null") : value;
+  } else {
+    json_string(value, out);
+  }
 }
 
 template <typename T>
@@ -90,9 +129,9 @@ void json_value(const ArrowArray& a, const ArrowSchema& s, int64_t i, std::strin
       case 'f': return json_number<double>(at<float>(a, i), out);
       case 'g': return json_number<double>(at<double>(a, i), out);
       case 'u':
-      case 'z': return json_string(string_at<int32_t>(a, i), out);
+      case 'z': return json_text(string_at<int32_t>(a, i), holds_json(s), out);
       case 'U':
-      case 'Z': return json_string(string_at<int64_t>(a, i), out);
+      case 'Z': return json_text(string_at<int64_t>(a, i), holds_json(s), out);
       default: unsupported(s);
     }
   }

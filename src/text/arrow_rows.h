@@ -3,8 +3,9 @@
 // JSON text (a conversation's messages, a row's tools), without the Arrow libraries.
 //
 // Types read: null, bool, the integers, float32/64, utf8/large_utf8, binary/large_binary (as
-// strings), list/large_list, fixed-size list, struct, map (as a list of [key, value] pairs is not
-// what chat data holds: refused). Any other type is refused when the value is read
+// strings), list/large_list, fixed-size list, struct, and the JSON extension type ("arrow.json",
+// strings of JSON text, which Hugging Face datasets writes for values of varying structure: read
+// as the JSON they hold). Any other type (a map, a union) is refused when the value is read
 // (InvalidArgument naming the column and the format), as is a dictionary-encoded column.
 //
 // Thread safety: immutable after construction; value reads are safe from many threads.

@@ -103,21 +103,31 @@ void json_key(std::string_view key, std::string& out) {
   out += '"';
 }
 
-std::string alias_reasoning(std::string_view messages) {
-  if (messages.find("\"reasoning") == std::string_view::npos &&
-      messages.find("\"thinking\"") == std::string_view::npos)
-    return std::string(messages);
-  simdjson::dom::parser parser;
+// The row's messages as the template gets them: each must be an object (a conversation whose
+// messages are strings, say, is refused rather than rendered as empty turns). transformers'
+// render_jinja_template gives a message with reasoning (under "reasoning_content", "thinking" or
+// "reasoning", the first that is not null) both "thinking" and "reasoning_content", as the dict
+// {"thinking": r, **message, "reasoning_content": r}: the same here, keys in that dict's order.
+std::string prepare_messages(std::string_view messages, simdjson::dom::parser& parser) {
   simdjson::dom::array list;
   if (parser.parse(messages.data(), messages.size()).get(list) != simdjson::SUCCESS)
-    return std::string(messages);  // rendering reports it
+    throw InvalidArgument("the messages are not a JSON list");
+  const bool reasoning_anywhere =
+      messages.find("\"reasoning") != std::string_view::npos ||
+      messages.find("\"thinking\"") != std::string_view::npos;
   std::string out = "[";
+  size_t index = 0;
   for (simdjson::dom::element m : list) {
-    if (out.size() > 1) out += ",";
     simdjson::dom::object o;
+    if (m.get(o) != simdjson::SUCCESS)
+      throw InvalidArgument("message " + std::to_string(index) + " is " +
+                            (m.is_string() ? "a string" : "not an object") +
+                            ", not an object with a role and content");
+    ++index;
+    if (out.size() > 1) out += ",";
     simdjson::dom::element r, unused;
     bool found = false;
-    if (m.get(o) == simdjson::SUCCESS) {
+    if (reasoning_anywhere) {
       for (const char* key : {"reasoning_content", "thinking", "reasoning"})
         if (o[key].get(r) == simdjson::SUCCESS && !r.is_null()) {
           found = true;
@@ -170,7 +180,8 @@ void RowEncoder::encode_text(std::string_view text, EncodedRow& out) const {
 void RowEncoder::encode_messages(std::string_view row_messages, std::string_view tools,
                                  EncodedRow& out) const {
   const ChatTemplate& t = *format_.chat_template;
-  const std::string messages = alias_reasoning(row_messages);
+  thread_local simdjson::dom::parser parser;  // one a thread: encode_messages is concurrent
+  const std::string messages = prepare_messages(row_messages, parser);
   RenderedChat chat = t.render(context(messages, tools, false, format_.template_variables));
   if (!format_.assistant_only) {
     out.ids = tokenizer_.encode(chat.text, false);

@@ -400,3 +400,19 @@ def test_reasoning_reaches_the_template_under_transformers_aliases(tmp_path, hf)
     for d, c in enumerate(convs):
         assert ds.document(d).tolist() == hf.apply_chat_template(
             c["messages"], chat_template=template, tokenize=True, return_dict=True)["input_ids"]
+
+
+def test_conversations_from_datasets_whose_messages_vary_in_shape(tmp_path, tokenizer):
+    """datasets stores messages of varying keys (tool calls in some) as Arrow's JSON extension
+    type: they are read as the JSON they hold, as from JSONL; messages that are not objects are
+    a bad row, not an empty rendering."""
+    datasets = pytest.importorskip("datasets")
+    convs = conversations(30, seed=6)
+    want = documents(stoker.TextDataset(write_jsonl(tmp_path / "c.jsonl", convs), tokenizer,
+                                        messages="messages"))
+    ds = datasets.Dataset.from_list(convs)
+    got = stoker.TextDataset(ds, tokenizer, messages="messages")
+    assert documents(got) == want
+    bad = write_jsonl(tmp_path / "strings.jsonl", [{"messages": ["hi", "there"]}])
+    with pytest.raises(stoker.SampleError, match=r"strings\.jsonl:1.*message 0 is a string"):
+        stoker.TextDataset(bad, tokenizer, messages="messages")
