@@ -21,6 +21,16 @@
 // an unknown method, or a value outside what the subset computes exactly (an integer beyond 64
 // bits), by render(): an error, never text that differs from jinja2's.
 //
+// Limits, so that a hostile template ends (jinja2 has none of these but MAX_RANGE; each is far
+// beyond what a chat template does), each an InvalidArgument naming origin, line and column:
+//   parse():  tags, brackets, `not` and unary signs nested deeper than 100 levels;
+//   render(): expressions evaluated inside one another deeper than 1000 (operator and filter
+//             chains, macro calls; macros alone: 200 levels); range() of more than 100,000 items
+//             (the sandbox's MAX_RANGE); a string repeated (`s * n`) past 2**28 bytes, a list past
+//             2**20 items; and a budget of 2**20 steps per render: one per loop iteration, per
+//             item of a list (or dict) a call, filter or operator returns, per 256 bytes of a
+//             string one returns and of text written (so at most 256 MiB of output).
+//
 // Thread safety: a parsed ChatTemplate is immutable; render() is safe from many threads at once
 // without external synchronization (each call has its own state; each thread keeps its own JSON
 // parser). Copies share the parsed template.

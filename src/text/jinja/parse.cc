@@ -406,6 +406,10 @@ class Lexer {
   std::vector<Token> tokens_;
 };
 
+// Tags inside tags, and expressions inside brackets or after unary operators: the parser
+// recurses on each (chat_template.h states the limit).
+constexpr int kMaxNesting = 100;
+
 class Parser {
  public:
   Parser(std::vector<Token> tokens, const Lexer& lexer, ChatTemplate::Parsed& out)
@@ -475,6 +479,7 @@ class Parser {
 
   // Nodes up to a block tag named in `ends` (left current: its name).
   Body subparse(std::initializer_list<const char*> ends) {
+    Nested nested(*this);
     Body body;
     for (;;) {
       switch (cur().type) {
@@ -522,6 +527,23 @@ class Parser {
       }
     }
   }
+
+  // Counts one level of the parser's recursion while it lives.
+  class Nested {
+   public:
+    explicit Nested(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) {
+        --p_.nesting_;
+        p_.fail("nested deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+    }
+    ~Nested() { --p_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& p_;
+  };
 
   // The body of a tag up to `end` (consumed).
   Body parse_body(const char* end) {
@@ -715,6 +737,7 @@ class Parser {
   }
 
   ExprPtr parse_expression(bool condexpr) {
+    Nested nested(*this);
     if (!condexpr) return parse_or();
     ExprPtr e = parse_or();
     while (is_name("if")) {
@@ -758,6 +781,7 @@ class Parser {
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nested nested(*this);
       ExprPtr e = make(Expr::Kind::kNot);
       advance();
       e->children.push_back(parse_not());
@@ -851,6 +875,7 @@ class Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      Nested nested(*this);
       e = make(is_op("-") ? Expr::Kind::kNeg : Expr::Kind::kPos);
       advance();
       e->children.push_back(parse_unary(false));
@@ -1087,6 +1112,7 @@ class Parser {
   }
 
   std::vector<Token> t_;
+  int nesting_ = 0;  // Nested levels now open
   size_t i_ = 0;
   const Lexer& lexer_;
   ChatTemplate::Parsed& out_;
