@@ -553,6 +553,10 @@ def text_seeds():
     chat_rows = (json.dumps({"messages": conv["messages"], "tools": conv["tools"]}) + "\n"
                  + json.dumps({"messages": conv["messages"][1:3]}) + "\n"
                  + '{"messages": "not a list"}\n{"messages": [{"role": "user"}]}\n')
+    clean_text = "".join(json.dumps({"text": line}) + "\n" for line in _TEXT.splitlines()[:3])
+    clean_chat = json.dumps({"messages": conv["messages"]}) + "\n"
+    out["jsonl"]["text-clean"] = bytes([0]) + clean_text.encode()
+    out["jsonl"]["messages-clean-2threads"] = bytes([4 | 16]) + clean_chat.encode()
     for mode, rows in ((0, text_rows), (4, chat_rows)):
         data = rows.encode()
         kind = "text" if mode == 0 else "messages"
