@@ -1,7 +1,9 @@
 """Seed corpora for the fuzz targets, made from Stoker's sample data (``stoker make-sample``).
 
 ``python fuzz/make_seeds.py OUT`` writes ``OUT/<target>/<name>`` for the targets jpeg, png, tar,
-tokens, npy and megatron. ``--small`` writes only the small seeds (every file a few KB: photos
+tokens, npy and megatron, and the text wing's jsonl, tokenizer and chat_template (tokenizer.json
+files of every model family trained on a few lines by Hugging Face ``tokenizers``, chat templates
+of the shapes models ship, JSONL rows plain, gzip and zstd). ``--small`` writes only the small seeds (every file a few KB: photos
 scaled down to 24-40 px); those are committed in ``fuzz/corpus/``. Without it, the larger seeds are added:
 sample JPEGs as they are, photos at 96-192 px, a slice of a real sample shard. Both are
 deterministic for a given sample dataset.
@@ -29,7 +31,8 @@ import numpy as np
 from PIL import Image
 
 
-TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table", "megatron")
+TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table", "megatron", "jsonl", "tokenizer",
+           "chat_template")
 
 
 # --------------------------------------------------------------------------- FuzzedDataProvider
@@ -407,6 +410,163 @@ def megatron_seeds():
     }
 
 
+# --------------------------------------------------------------------------- the text wing
+
+_TEXT = ("The quick brown fox jumps over the lazy dog. Hello, world! naïve café, 東京 🙂\n"
+         "def f(x):\n    return x * 2  # tabs\tand   spaces\n") * 3
+
+
+def fdp_string(s):
+    """Bytes FuzzedDataProvider's ConsumeRandomLengthString reads back as ``s`` (a backslash is
+    doubled; a backslash and another byte end the string)."""
+    return s.replace(b"\\", b"\\\\") + b"\\\n"
+
+
+def tokenizer_jsons():
+    """Small tokenizer.json files of each model family, made by Hugging Face tokenizers."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import trainers
+
+    corpus = [_TEXT]
+    out = {}
+
+    bl = Tokenizer(models.BPE())
+    bl.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bl.decoder = decoders.ByteLevel()
+    bl.post_processor = processors.ByteLevel(trim_offsets=True)
+    bl.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=290, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out["bpe-byte-level"] = bl
+
+    sp = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    sp.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                          normalizers.Replace(" ", "▁")])
+    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                    decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    sp.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]
+        + [f"<0x{b:02X}>" for b in range(0, 256, 17)]))
+    sp.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    out["bpe-byte-fallback"] = sp
+
+    ms = Tokenizer(models.BPE(unk_token="<unk>"))
+    ms.pre_tokenizer = pre_tokenizers.Metaspace()
+    ms.decoder = decoders.Metaspace()
+    ms.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=90, special_tokens=["<unk>"]))
+    out["bpe-metaspace"] = ms
+
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece()
+    wp.train_from_iterator(corpus, trainers.WordPieceTrainer(
+        vocab_size=100, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]))
+    wp.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    out["wordpiece"] = wp
+
+    ug = Tokenizer(models.Unigram())
+    ug.normalizer = normalizers.NFKC()
+    ug.pre_tokenizer = pre_tokenizers.Metaspace()
+    ug.decoder = decoders.Metaspace()
+    ug.train_from_iterator(corpus, trainers.UnigramTrainer(
+        vocab_size=60, special_tokens=["<unk>"], unk_token="<unk>"))
+    out["unigram"] = ug
+    return {name: t.to_str() for name, t in out.items()}
+
+
+_CHAT_TEMPLATES = {
+    "generation": (
+        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}<|assistant|>"
+        "{% generation %}{{ m['content'] }}<|end|>{% endgeneration %}{% else %}<|{{ m['role'] }}|>"
+        "{{ m['content'] | trim }}\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"),
+    "chatml-tools": (
+        "{%- if tools %}<|im_start|>system\n{{ tools | tojson(indent=2) }}<|im_end|>\n{%- endif %}"
+        "{%- for message in messages %}{%- if loop.first and message.role != 'system' %}"
+        "<|im_start|>system\nYou are helpful.<|im_end|>\n{%- endif %}"
+        "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+        "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"),
+    "llama-raise": (
+        "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+        "{% set system_message = messages[0]['content'] %}{% else %}"
+        "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+        "{% for message in loop_messages %}{% if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate') }}"
+        "{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+        "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+        "{% else %}{% set content = message['content'] %}{% endif %}"
+        "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+        "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}"
+        "{% endif %}{% endfor %}"),
+    "macros-namespace": (
+        "{% macro render(m, sep='\\n') %}{{ m.role | upper }}: {{ m.content }}{{ sep }}{% endmacro %}"
+        "{% set ns = namespace(n=0, last='') %}{% for m in messages if m.content %}"
+        "{% set ns.n = ns.n + 1 %}{% set ns.last = m.role %}{{ render(m) }}"
+        "{% if loop.last %}[{{ ns.n }} {{ ns.last }} {{ loop.length }}]{% endif %}{% endfor %}"
+        "{{ messages | map(attribute='role') | join(',') }}"
+        "{{ (messages | selectattr('role', 'equalto', 'user') | list | length) * 2 }}"
+        "{% for k, v in {'a': 1, 'b': [1, 2.5, none]} | dictsort %}{{ k }}={{ v }};{% endfor %}"
+        "{{ '%s'|length }}{{ range(3)|list }}{{ 'a,b'.split(',') }}{{ 7 // 2 }}{{ 2 ** 10 }}"
+        "{% raw %}{{ raw }}{% endraw %}{# comment #}{{ strftime_now('%Y') | length }}"),
+}
+
+_CONVERSATION = {
+    "messages": [{"role": "system", "content": " Be brief. "},
+                 {"role": "user", "content": "Hi! naïve 🙂"},
+                 {"role": "assistant", "content": "Hello."},
+                 {"role": "user", "content": "2+2?"},
+                 {"role": "assistant", "content": "4"}],
+    "tools": [{"type": "function", "function": {"name": "add", "parameters": {"a": 1}}}],
+    "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>",
+}
+
+
+def text_seeds():
+    """{target: {name: bytes}} for jsonl, tokenizer and chat_template (all small)."""
+    import gzip
+    import json
+
+    import zstandard
+
+    out = {"jsonl": {}, "tokenizer": {}, "chat_template": {}}
+    for name, tok in tokenizer_jsons().items():
+        for flags in (0, 3):
+            out["tokenizer"][f"{name}-{flags}"] = (fdp_string(tok.encode())
+                                                   + _TEXT[:120].encode() + bytes([flags]))
+    out["tokenizer"]["bpe-byte-level-invalid-utf8"] = (
+        fdp_string(tokenizer_jsons()["bpe-byte-level"].encode()) + b"ab\xff\xc3(" + bytes([1]))
+
+    for name, source in _CHAT_TEMPLATES.items():
+        context = dict(_CONVERSATION)
+        if name == "llama-raise":
+            context["messages"] = _CONVERSATION["messages"][1:]
+        out["chat_template"][name] = fdp_string(source.encode()) + json.dumps(context).encode()
+    out["chat_template"]["raise"] = (fdp_string(_CHAT_TEMPLATES["llama-raise"].encode())
+                                     + json.dumps(_CONVERSATION).encode())
+
+    text_rows = "".join(json.dumps({"text": line, "id": i}) + "\n"
+                        for i, line in enumerate(_TEXT.splitlines()))
+    text_rows += '\n{"text": "the end"}\r\n{"text": 5}\nnot json\n{"other": "x"}\n'
+    conv = dict(_CONVERSATION)
+    del conv["add_generation_prompt"]
+    chat_rows = (json.dumps({"messages": conv["messages"], "tools": conv["tools"]}) + "\n"
+                 + json.dumps({"messages": conv["messages"][1:3]}) + "\n"
+                 + '{"messages": "not a list"}\n{"messages": [{"role": "user"}]}\n')
+    clean_text = "".join(json.dumps({"text": line}) + "\n" for line in _TEXT.splitlines()[:3])
+    clean_chat = json.dumps({"messages": conv["messages"]}) + "\n"
+    out["jsonl"]["text-clean"] = bytes([0]) + clean_text.encode()
+    out["jsonl"]["messages-clean-2threads"] = bytes([4 | 16]) + clean_chat.encode()
+    for mode, rows in ((0, text_rows), (4, chat_rows)):
+        data = rows.encode()
+        kind = "text" if mode == 0 else "messages"
+        out["jsonl"][f"{kind}-plain"] = bytes([mode]) + data
+        out["jsonl"][f"{kind}-plain-max8-2threads"] = bytes([mode | 8 | 16]) + data
+        out["jsonl"][f"{kind}-gz"] = bytes([mode | 1]) + gzip.compress(data, mtime=0)
+        out["jsonl"][f"{kind}-zst"] = bytes([mode | 2]) + zstandard.ZstdCompressor().compress(data)
+    return out
+
+
 # --------------------------------------------------------------------------- all seeds
 
 def seeds(small):
@@ -462,6 +622,7 @@ def seeds(small):
     pixels = np.asarray(scaled(photos[2][1], 12 if small else 48))
     out["npy"] = npy_seeds(pixels)
     out["megatron"] = megatron_seeds()
+    out.update(text_seeds())  # small either way: the same seeds as committed
     if not small:
         out["tokens"] = {f"{k}-long": v for k, v in token_seeds(photos[1][1] * 4).items()}
         out["npy"] = {f"{k}-large": v for k, v in out["npy"].items()}
@@ -472,9 +633,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="directory for <target>/<seed> files")
     p.add_argument("--small", action="store_true", help="only the small (committed) seeds")
+    p.add_argument("--targets", default=",".join(TARGETS),
+                   help="only these targets' seeds (the text wing's alone need no sample data)")
     args = p.parse_args(argv)
+    targets = set(args.targets.split(","))
     total = 0
-    for target, files in seeds(args.small).items():
+    made = text_seeds() if targets <= {"jsonl", "tokenizer", "chat_template"} else seeds(args.small)
+    for target, files in made.items():
+        if target not in targets:
+            continue
         d = Path(args.out) / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():

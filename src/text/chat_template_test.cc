@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <thread>
 #include <utility>
@@ -143,6 +144,55 @@ TEST(ChatTemplateTest, RenderErrorsNameOriginAndLine) {
   } catch (const TemplateError& e) {
     EXPECT_STREQ(e.what(), "bad role: x");
   }
+}
+
+// Hostile templates end with an InvalidArgument, fast (fuzz_chat_template found none of these
+// ending otherwise; the first four would hang or exhaust memory, the nesting would overflow the
+// stack).
+TEST(ChatTemplateTest, HostileTemplatesAreBounded) {
+  auto contains = [](const std::string& message, const char* part) {
+    return message.find(part) != std::string::npos;
+  };
+  const auto render_error = [](const std::string& source) {
+    return error_of([&] { ChatTemplate::parse(source, "t").render("{}"); });
+  };
+  EXPECT_EQ(render("{{ ''*10**18 }}|{{ []*10**18 }}|{{ 'ab'*2 }}{{ [1]*2 }}"), "|[]|abab[1, 1]");
+  EXPECT_TRUE(contains(render_error("{{ 'ab'*4611686018427387904 }}"), "repeated string too long"));
+  EXPECT_TRUE(contains(render_error("{{ ([1, 2]*1000000)|length }}"), "repeated list too long"));
+  const char* steps = "steps of work";
+  EXPECT_TRUE(
+      contains(render_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                            "{% endfor %}"),
+               steps));
+  EXPECT_TRUE(contains(
+      render_error("{% for i in range(100000) %}{% set s = range(100000)|join %}{% endfor %}"),
+      steps));
+  EXPECT_TRUE(
+      contains(render_error("{% for i in range(100000) %}{{ 'x'*100000 }}{% endfor %}"), steps));
+  EXPECT_EQ(render("{% for i in range(100000) %}{% endfor %}{{ range(5)|join }}"), "01234");
+
+  const auto nested = [](const std::string& open, const std::string& middle,
+                         const std::string& close, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += open;
+    s += middle;
+    for (int i = 0; i < n; ++i) s += close;
+    return s;
+  };
+  for (const auto& [open, middle, close] : std::vector<std::array<std::string, 3>>{
+           {"(", "1", ")"}, {"[", "", "]"}, {"not ", "1", ""}, {"-", "1", ""}}) {
+    EXPECT_NO_THROW(render("{{ " + nested(open, middle, close, 50) + " }}"));
+    EXPECT_TRUE(contains(
+        error_of([&] { ChatTemplate::parse("{{ " + nested(open, middle, close, 20000) + " }}"); }),
+        "nested deeper than 600 parser levels"));
+  }
+  EXPECT_EQ(render(nested("{% if 1 %}", "x", "{% endif %}", 50)), "x");
+  EXPECT_TRUE(contains(
+      error_of([&] { ChatTemplate::parse(nested("{% if 1 %}", "x", "{% endif %}", 5000)); }),
+      "nested deeper than 600 parser levels"));
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 5000; ++i) chain += "|abs";
+  EXPECT_TRUE(contains(render_error(chain + " }}"), "expressions nested deeper than 1000"));
 }
 
 TEST(ChatTemplateTest, RendersFromManyThreadsAtOnce) {

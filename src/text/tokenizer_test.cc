@@ -184,6 +184,28 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s.replace(at, from.size(), to);
 }
 
+// fuzz_tokenizer: a Unigram without unk_id loads, and a character outside its vocabulary is an
+// InvalidArgument naming the file (tokenizers fails too), from encode and encode_with_offsets
+// alike.
+TEST(TokenizerTest, UnigramWithoutUnkIdRefusesAnUnknownCharacter) {
+  Tokenizer t =
+      Tokenizer::from_json(replace(kUnigram, "\"unk_id\": 0, ", ""), "no-unk/tokenizer.json");
+  EXPECT_EQ(t.encode("ab abc"), (Ids{2, 2, 5}));
+  for (const bool offsets : {false, true}) {
+    try {
+      if (offsets) {
+        t.encode_with_offsets("ab z");
+      } else {
+        t.encode("ab z");
+      }
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("no-unk/tokenizer.json"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("no unk_id"), std::string::npos);
+    }
+  }
+}
+
 TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
   auto message = [](const std::string& json) -> std::string {
     try {

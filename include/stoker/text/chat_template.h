@@ -27,6 +27,16 @@
 // any copy. Preconditions: `source` and the strings of `context_json` are UTF-8 (simdjson
 // validates the JSON; the template's own bytes are read as they are).
 //
+// Limits, so that a hostile template ends (jinja2 has none of these but MAX_RANGE; each is far
+// beyond what a chat template does), each an InvalidArgument naming origin, line and column:
+//   parse():  tags, expressions, brackets, `not` and unary signs nested 600 parser levels deep
+//   render(): expressions evaluated inside one another deeper than 1000 (operator and filter
+//             chains, macro calls; macros alone: 200 levels); range() of more than 100,000 items
+//             (the sandbox's MAX_RANGE); a string repeated (`s * n`) past 2**28 bytes, a list past
+//             2**20 items; and a budget of 2**20 steps per render: one per loop iteration, per
+//             item of a list (or dict) a call, filter or operator returns, per 256 bytes of a
+//             string one returns and of text written (so at most 256 MiB of output).
+//
 // Thread safety: a parsed ChatTemplate is immutable; render() is safe from many threads at once
 // without external synchronization (each call has its own state; each thread keeps its own JSON
 // parser).

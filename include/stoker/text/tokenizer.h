@@ -14,14 +14,15 @@
 //                   single_word flags; special ones skipped by decode(skip_special_tokens);
 //   post-processors (add_special_tokens): TemplateProcessing (single sequences), BertProcessing,
 //                   RobertaProcessing, ByteLevel, Sequence;
-//   decoders:       ByteLevel, Metaspace, WordPiece, ByteFallback, Fuse, Strip, Replace, BPEDecoder,
+//   decoders:       ByteLevel, Metaspace, WordPiece, ByteFallback, Fuse, Strip, Replace,
+//   BPEDecoder,
 //                   Sequence.
 // Characters assigned in recent Unicode versions may classify differently from `tokenizers`
 // (each library has its own Unicode tables: PCRE2's, utf8proc's, tokenizers' Rust crates'): a scan
-// of every code point found differences only there, in BertNormalizer, Whitespace's \w, StripAccents
-// and NFKC; none in the byte-level and SentencePiece-style BPE pipelines.
-// Anything else (another component, BPE dropout, a truncation or padding setting, an option value
-// not listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
+// of every code point found differences only there, in BertNormalizer, Whitespace's \w,
+// StripAccents and NFKC; none in the byte-level and SentencePiece-style BPE pipelines. Anything
+// else (another component, BPE dropout, a truncation or padding setting, an option value not
+// listed) is refused when the file is loaded: never ids that differ from `tokenizers`.
 //
 // tiktoken BPE files (from_file; cl100k_base.tiktoken, o200k_base.tiktoken and the like, or any
 // such file given its pattern): ids equal tiktoken's Encoding(name, pat_str, mergeable_ranks,
@@ -59,7 +60,9 @@
 // component; a .model the sentencepiece library does not load (or any .model, in a build without
 // sentencepiece) throws InvalidArgument naming the file; a tiktoken file with a line that is not
 // "<base64 token> <rank>", or of an unknown name and no pattern, throws InvalidArgument naming
-// the file; encode() of text that is not valid UTF-8 throws DecodeError (for a .model too).
+// the file; encode() of text that is not valid UTF-8 throws DecodeError (for a .model too), and
+// of a character that a Unigram model without unk_id cannot represent, InvalidArgument naming the
+// file (`tokenizers` fails there too: "unk_id is missing"); encode_with_offsets() alike.
 #pragma once
 
 #include <cstdint>

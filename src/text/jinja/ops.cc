@@ -590,12 +590,21 @@ Value binary(Op op, const Value& a, const Value& b) {
     if ((seq->is_string() || seq->is_sequence()) &&
         (times->type() == Type::kInt || times->type() == Type::kBool)) {
       int64_t n = std::max<int64_t>(0, times->as_int());
+      // Bounded (chat_template.h): n * size must neither overflow nor loop over empty copies.
       if (seq->is_string()) {
-        if (n * seq->str().size() > (1u << 28)) type_error("repeated string too long");
+        const uint64_t size = seq->str().size();
+        if (size == 0 || n == 0) return Value::string("");
+        if (static_cast<uint64_t>(n) > (uint64_t{1} << 28) / size)
+          type_error("repeated string too long");
         std::string s;
+        s.reserve(n * size);
         for (int64_t k = 0; k < n; ++k) s += seq->str();
         return Value::string(std::move(s));
       }
+      const uint64_t size = seq->items().size();
+      if (size == 0 || n == 0) return Value::list({}, seq->type() == Type::kTuple);
+      if (static_cast<uint64_t>(n) > (uint64_t{1} << 20) / size)
+        type_error("repeated list too long");
       List l;
       for (int64_t k = 0; k < n; ++k) l.insert(l.end(), seq->items().begin(), seq->items().end());
       return Value::list(std::move(l), seq->type() == Type::kTuple);

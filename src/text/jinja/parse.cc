@@ -82,6 +82,7 @@ class Parser {
 
   // Nodes up to a block tag named in `ends` (left current: its name).
   Body subparse(std::initializer_list<const char*> ends) {
+    Nesting guard(*this);
     Body body;
     for (;;) {
       switch (cur().type) {
@@ -343,7 +344,7 @@ class Parser {
   // Guards the recursion of nested expressions (jinja2 has Python's recursion limit).
   struct Nesting {
     explicit Nesting(Parser& p) : parser(p) {
-      if (++parser.nesting_ > kMaxNesting) parser.fail("expression nested too deeply");
+      if (++parser.nesting_ > kMaxNesting) parser.fail("nested deeper than " + std::to_string(kMaxNesting) + " parser levels");
     }
     ~Nesting() { --parser.nesting_; }
     Parser& parser;

@@ -35,6 +35,12 @@ struct Frame {
 namespace {
 
 constexpr int kMaxCallDepth = 200;
+// Hostile templates must end: a render spends at most kMaxRenderSteps (chat_template.h): one per
+// loop iteration, per item of a list a call, filter or operator returned, per 256 bytes of a
+// string one returned and of text written out.
+constexpr uint64_t kMaxRenderSteps = uint64_t{1} << 20;
+// Expressions evaluated inside one another (operator chains, filter chains, macro calls).
+constexpr int kMaxEvalDepth = 1000;
 
 Value from_json(simdjson::dom::element e) {
   switch (e.type()) {
@@ -185,10 +191,10 @@ class Renderer {
   Flow exec(const Node& n, Frame* f) {
     switch (n.kind) {
       case Node::Kind::kText:
-        *out_ += n.text;
+        write(n.text);
         return Flow::kNormal;
       case Node::Kind::kPrint:
-        eval(*n.expr, f).append_str(*out_);
+        write(eval(*n.expr, f));
         return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
@@ -213,7 +219,7 @@ class Renderer {
         Flow flow;
         Value v = Value::string(capture(n.body, new_frame(f), &flow));
         if (flow != Flow::kNormal) return flow;  // jinja2 drops the block's output then
-        eval_filters(*n.expr, f, std::move(v)).append_str(*out_);
+        write(eval_filters(*n.expr, f, std::move(v)));
         return flow;
       }
       case Node::Kind::kMacro: {
@@ -235,7 +241,7 @@ class Renderer {
         Value callee = eval(*call.children[0], f);
         Args args = eval_args(call, f);
         args.keywords.emplace_back("caller", Value::object(Type::kCallable, std::move(c)));
-        call_value(callee, args, call).append_str(*out_);
+        write(call_value(callee, args, call));
         return Flow::kNormal;
       }
       case Node::Kind::kWith: {
@@ -249,7 +255,7 @@ class Renderer {
         // yielded so far, wherever the block is.
         size_t start = top_->size();
         spans_->emplace_back(start, start + text.size());
-        *out_ += text;
+        write(text);
         return Flow::kNormal;
       }
       case Node::Kind::kBreak:
@@ -266,6 +272,7 @@ class Renderer {
     if (n.condition) {
       List kept;
       for (Value& item : items) {
+        spend(1);
         Frame* probe = new_frame(f);
         assign(n.target, item, probe);
         if (eval(*n.condition, probe).truthy()) kept.push_back(std::move(item));
@@ -281,6 +288,7 @@ class Renderer {
       const List& list = loop->items.items();
       Value loop_value = Value::object(Type::kLoop, loop);
       for (size_t k = 0; k < list.size(); ++k) {
+        spend(1);
         loop->index = k;
         Frame* inner = new_frame(f);
         assign(n.target, list[k], inner);
@@ -378,11 +386,61 @@ class Renderer {
   }
 
   Value eval(const Expr& e, Frame* f) {
-    try {
-      return eval_inner(e, f);
-    } catch (const std::invalid_argument& ex) {
-      fail_at(e.line, e.column, ex.what());
+    if (eval_depth_ >= kMaxEvalDepth) {
+      fail_at(e.line, e.column, "expressions nested deeper than " + std::to_string(kMaxEvalDepth));
     }
+    ++eval_depth_;
+    try {
+      Value v = eval_inner(e, f);
+      --eval_depth_;
+      if (e.kind == Expr::Kind::kCall || e.kind == Expr::Kind::kFilter ||
+          e.kind == Expr::Kind::kBinary) {
+        spend_on(v);
+      }
+      return v;
+    } catch (const std::invalid_argument& ex) {
+      --eval_depth_;
+      fail_at(e.line, e.column, ex.what());
+    } catch (...) {
+      --eval_depth_;
+      throw;
+    }
+  }
+
+  // Charges the render's step budget for work of `steps`.
+  void spend(uint64_t steps) {
+    steps_ += steps;
+    if (steps_ > kMaxRenderSteps) {
+      throw std::invalid_argument("the template did more than " + std::to_string(kMaxRenderSteps) +
+                                  " steps of work (loop iterations, items and text made)");
+    }
+  }
+  // For a value an operation made: its items, or its bytes / 256.
+  void spend_on(const Value& v) {
+    if (v.is_string()) {
+      spend(v.str().size() / 256);
+    } else if (v.is_sequence()) {
+      spend(v.items().size());
+    } else if (v.type() == Type::kIterator) {
+      spend(static_cast<const IteratorObject*>(v.obj())->items.size());
+    } else if (v.is_dict()) {
+      spend(v.entries().size());
+    }
+  }
+  // Text written out, charged by its size.
+  void write(std::string_view text) {
+    charge_written(text.size());
+    *out_ += text;
+  }
+  void write(const Value& v) {
+    const size_t before = out_->size();
+    v.append_str(*out_);
+    charge_written(out_->size() - before);
+  }
+  void charge_written(size_t bytes) {
+    const uint64_t before = written_;
+    written_ += bytes;
+    spend(written_ / 256 - before / 256);
   }
 
   Value eval_inner(const Expr& e, Frame* f) {
@@ -489,7 +547,10 @@ class Renderer {
   std::string* top_ = nullptr;
   std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;
   std::deque<Frame> frames_;  // every scope of this render: macros keep pointers to theirs
-  int depth_ = 0;
+  int depth_ = 0;             // macro calls
+  int eval_depth_ = 0;        // eval() inside eval()
+  uint64_t steps_ = 0;        // spent of kMaxRenderSteps
+  uint64_t written_ = 0;
 };
 
 }  // namespace
