@@ -50,6 +50,7 @@ NOT_REPO_PATHS = {
     # (src/text/jinja/).
     "lexer.py", "parser.py", "filters.py", "tests.py", "sandbox.py", "chat_template_utils.py",
     "jinja2/filters.py", "jinja2/tests.py", "jinja2/lexer.py", "jinja2/parser.py",
+    "arrow.json",  # Arrow's canonical JSON extension type's name, not a file
     # Written at run time: the names usage examples give to --json, and what tools write.
     "out.json", "tune.json", "gpu.json", "gpu_decode.json", "images.json",
     "_stoker_index.json",   # the index a table or tar dataset writes beside its files

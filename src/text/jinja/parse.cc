@@ -344,7 +344,8 @@ class Parser {
   // Guards the recursion of nested expressions (jinja2 has Python's recursion limit).
   struct Nesting {
     explicit Nesting(Parser& p) : parser(p) {
-      if (++parser.nesting_ > kMaxNesting) parser.fail("nested deeper than " + std::to_string(kMaxNesting) + " parser levels");
+      if (++parser.nesting_ > kMaxNesting)
+        parser.fail("nested deeper than " + std::to_string(kMaxNesting) + " parser levels");
     }
     ~Nesting() { --parser.nesting_; }
     Parser& parser;
