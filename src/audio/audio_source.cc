@@ -108,6 +108,7 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   std::memcpy(slots[1], &index, sizeof index);
   clips_read_ += 1;
   samples_read_ += want;
+  decoded_us_ += static_cast<int64_t>(times.decoded * 1e6);
   decode_ns_ += static_cast<int64_t>(times.decode * 1e9);
   resample_ns_ += static_cast<int64_t>(times.resample * 1e9);
 }
@@ -116,6 +117,7 @@ AudioStats AudioSource::stats() const {
   AudioStats s;
   s.clips = clips_read_.load();
   s.seconds = static_cast<double>(samples_read_.load()) / options_.sample_rate;
+  s.decoded_seconds = decoded_us_.load() * 1e-6;
   s.decode_seconds = decode_ns_.load() * 1e-9;
   s.resample_seconds = resample_ns_.load() * 1e-9;
   s.features_seconds = features_ns_.load() * 1e-9;

@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 
 #include "stoker/errors.h"
@@ -56,6 +59,27 @@ std::string seconds_text(double s) {
   return buf;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// FFmpeg's own log quiet but for fatal messages: the errors reach the caller as exceptions.
+// $STOKER_FFMPEG_LOGLEVEL sets another level, as for the video wing (src/ffmpeg/reader.cc, whose
+// library the audio wing does not link: it needs libswscale).
+void set_log_level() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int level = AV_LOG_FATAL;
+    if (const char* env = std::getenv("STOKER_FFMPEG_LOGLEVEL")) {
+      const std::pair<const char*, int> levels[] = {
+          {"quiet", AV_LOG_QUIET},     {"panic", AV_LOG_PANIC},     {"fatal", AV_LOG_FATAL},
+          {"error", AV_LOG_ERROR},     {"warning", AV_LOG_WARNING}, {"info", AV_LOG_INFO},
+          {"verbose", AV_LOG_VERBOSE}, {"debug", AV_LOG_DEBUG},     {"trace", AV_LOG_TRACE}};
+      for (const auto& [name, value] : levels)
+        if (std::strcmp(env, name) == 0) level = value;
+    }
+    av_log_set_level(level);
+  });
+}
+
 // An opened file and its audio stream.
 struct Opened {
   Format format;
@@ -65,6 +89,7 @@ struct Opened {
 };
 
 Opened open_file(const std::string& path) {
+  set_log_level();
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(path + ": cannot open (" + ec.message() + ")");
@@ -104,19 +129,21 @@ Opened open_file(const std::string& path) {
   return o;
 }
 
+// The stream's duration, else the container's less its start (an MP3's encoder delay).
 double stream_duration(const Opened& o) {
   const AVStream* st = o.st;
   if (st->duration != AV_NOPTS_VALUE && st->duration > 0) return st->duration * av_q2d(st->time_base);
-  if (o.format->duration != AV_NOPTS_VALUE && o.format->duration > 0)
-    return static_cast<double>(o.format->duration) / AV_TIME_BASE;
+  const AVFormatContext* f = o.format.get();
+  if (f->duration != AV_NOPTS_VALUE && f->duration > 0) {
+    const int64_t start = f->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(f->start_time, 0) : 0;
+    return static_cast<double>(f->duration - start) / AV_TIME_BASE;
+  }
   return 0;
 }
 
 double stream_start(const AVStream* st) {
   return st->start_time != AV_NOPTS_VALUE ? st->start_time * av_q2d(st->time_base) : 0.0;
 }
-
-using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -181,14 +208,13 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
   AVFormatContext* fmt = o.format.get();
   const AVStream* st = o.st;
   const double total = stream_duration(o);
-  if (offset > 0 && total > 0 && offset >= total) {
-    throw DecodeError(path + ": offset t=" + seconds_text(offset) + " s is past the end (t=" +
-                      seconds_text(total) + " s)");
-  }
   Codec codec(avcodec_alloc_context3(o.decoder));
   if (!codec || avcodec_parameters_to_context(codec.get(), st->codecpar) < 0)
     throw DecodeError(path + ": cannot set up its " + o.decoder->name + " decoder");
   codec->thread_count = 1;
+  // With the packets' time base, the decoder moves a frame's timestamp past the samples it skips
+  // (Opus's pre-skip, MP3's encoder delay), so that timestamps trim a cut exactly.
+  codec->pkt_timebase = st->time_base;
   if (int err = avcodec_open2(codec.get(), o.decoder, nullptr); err < 0)
     throw DecodeError(path + ": cannot open its " + o.decoder->name + " decoder (" +
                       av_message(err) + ")");
@@ -207,6 +233,7 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
   int64_t begin = 0, end = INT64_MAX;  // the cut, in samples at the file's rate
   int64_t next = -1;                   // the sample after the last frame's
   int64_t fed = 0;
+  int64_t decoded = 0;  // samples out of the decoder
   auto& res = impl_->resampled;
   res.clear();
   AVFrame* frame = impl_->frame.get();
@@ -249,13 +276,14 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
                         seconds_text(next / static_cast<double>(in_rate)) + " s");
     }
     int64_t pos = next;
-    const int64_t pts = f->best_effort_timestamp;
+    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
     if (pts != AV_NOPTS_VALUE) {
       pos = std::llround((pts * av_q2d(st->time_base) - start) * in_rate);
     } else if (pos < 0) {
       pos = 0;
     }
     next = pos + f->nb_samples;
+    decoded += f->nb_samples;
     const int64_t lo = std::clamp<int64_t>(begin - pos, 0, f->nb_samples);
     const int64_t hi = std::clamp<int64_t>(end - pos, 0, f->nb_samples);
     if (pos >= end) done = true;
@@ -312,7 +340,12 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
     avcodec_send_packet(codec.get(), nullptr);
     receive();
   }
-  if (!swr || fed == 0) {
+  if (!swr || fed == 0) {  // (a header's duration may be wrong: only decoding tells)
+    const double last = next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : total;
+    if (offset > 0 && last > 0 && offset >= last) {
+      throw DecodeError(path + ": offset t=" + seconds_text(offset) + " s is past the end (t=" +
+                        seconds_text(last) + " s)");
+    }
     throw DecodeError(path + ": no audio from t=" + seconds_text(offset) + " s" +
                       (total > 0 ? " (it ends at t=" + seconds_text(total) + " s)" : ""));
   }
@@ -335,6 +368,7 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
   if (times != nullptr) {
     times->decode += decode_s;
     times->resample += resample_s + since(m0);
+    times->decoded += static_cast<double>(decoded) / in_rate;
   }
   return options.mono ? 1 : channels;
 }

@@ -52,6 +52,7 @@ struct AudioOptions {
 struct AudioStats {
   uint64_t clips = 0;
   double seconds = 0;           // audio delivered
+  double decoded_seconds = 0;   // audio decoded (a cut's pre-roll and trimmed frames too)
   double decode_seconds = 0;    // worker time demuxing and decoding
   double resample_seconds = 0;  // worker time resampling and mixing
   double features_seconds = 0;  // worker time computing features
@@ -85,6 +86,7 @@ class AudioSource final : public Source {
 
   mutable std::atomic<uint64_t> clips_read_{0};
   mutable std::atomic<uint64_t> samples_read_{0};
+  mutable std::atomic<int64_t> decoded_us_{0};  // microseconds of audio decoded
   mutable std::atomic<int64_t> decode_ns_{0};
   mutable std::atomic<int64_t> resample_ns_{0};
   mutable std::atomic<int64_t> features_ns_{0};

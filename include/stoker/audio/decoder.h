@@ -52,6 +52,7 @@ struct DecodeOptions {
 struct DecodeTimes {
   double decode = 0;    // demuxing and decoding
   double resample = 0;  // resampling and mixing to mono
+  double decoded = 0;   // seconds of audio the decoder made, pre-roll and trimmed frames included
 };
 
 class AudioDecoder {
