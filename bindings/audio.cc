@@ -84,8 +84,8 @@ NB_MODULE(_audio, m) {
   m.def("probe", &probe, "path"_a,
         "An audio file's duration (seconds), sample_rate, channels and codec, from its header and "
         "container, without decoding.");
-  m.def("decode", &decode, "path"_a, "offset"_a = 0.0, "duration"_a = 0.0,
-        "sample_rate"_a = 16000, "mono"_a = true,
+  m.def("decode", &decode, "path"_a, "offset"_a = 0.0, "duration"_a = 0.0, "sample_rate"_a = 16000,
+        "mono"_a = true,
         "[offset, offset + duration) seconds of the file (duration <= 0: to the end) as float32 "
         "at sample_rate: [T] mono, else [T, channels].");
 
@@ -106,19 +106,20 @@ NB_MODULE(_audio, m) {
       .def_rw("n_fft", &audio::FeatureOptions::n_fft)
       .def_rw("hop_length", &audio::FeatureOptions::hop_length)
       .def_rw("pad_30s", &audio::FeatureOptions::pad_30s)
-      .def("frames", [](const audio::FeatureOptions& o,
-                        int64_t samples) { return audio::FeatureExtractor(o).frames(samples); });
+      .def("frames", [](const audio::FeatureOptions& o, int64_t samples) {
+        return audio::FeatureExtractor(o).frames(samples);
+      });
   m.def("features", &features, "options"_a, "wave"_a,
         "The features of a mono float32 waveform: [frames, bins] float32.");
 
   nb::class_<AudioSource, Source>(m, "AudioSource")
       .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
-                       double duration_tolerance,
-                       std::optional<audio::FeatureOptions> features) {
+                       double duration_tolerance, std::optional<audio::FeatureOptions> features) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
-             for (const auto& [path, offset, duration] : clips) cs.push_back({path, offset, duration});
+             for (const auto& [path, offset, duration] : clips)
+               cs.push_back({path, offset, duration});
              AudioOptions o;
              o.sample_rate = sample_rate;
              o.mono = mono;

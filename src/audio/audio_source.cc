@@ -31,16 +31,17 @@ int64_t nanos(std::chrono::steady_clock::duration d) {
 AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
     : clips_(std::move(clips)), options_(std::move(options)) {
   const AudioOptions& o = options_;
-  if (o.sample_rate <= 0 || !(o.max_duration > 0) || o.channels < 1 ||
-      !(o.duration_tolerance >= 0))
+  if (o.sample_rate <= 0 || !(o.max_duration > 0) || o.channels < 1 || !(o.duration_tolerance >= 0))
     throw InvalidArgument(
         "AudioSource: needs a positive sample rate, max_duration and channels, and a "
         "duration_tolerance >= 0");
   for (const AudioClip& c : clips_) {
     if (!(c.duration > 0) || !(c.offset >= 0) || !std::isfinite(c.duration))
-      throw InvalidArgument("AudioSource: " + c.path + ": a clip needs a duration > 0 and an "
-                            "offset >= 0 (got offset " + seconds_text(c.offset) + " s, duration " +
-                            seconds_text(c.duration) + " s)");
+      throw InvalidArgument("AudioSource: " + c.path +
+                            ": a clip needs a duration > 0 and an "
+                            "offset >= 0 (got offset " +
+                            seconds_text(c.offset) + " s, duration " + seconds_text(c.duration) +
+                            " s)");
   }
   max_samples_ = static_cast<uint64_t>(std::llround(o.max_duration * o.sample_rate));
   if (o.features) {
@@ -48,7 +49,9 @@ AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
       throw InvalidArgument("AudioSource: features need mono audio at their own sample rate");
     features_.emplace(*o.features);
     const int64_t frames = features_->frames(static_cast<int64_t>(max_samples_));
-    fields_.push_back({"features", kFloat32, {std::max<int64_t>(frames, 1), features_->bins()},
+    fields_.push_back({"features",
+                       kFloat32,
+                       {std::max<int64_t>(frames, 1), features_->bins()},
                        /*ragged=*/true});
   } else if (o.mono) {
     fields_.push_back({"audio", kFloat32, {static_cast<int64_t>(max_samples_)}, true});
@@ -79,9 +82,8 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const uint64_t want = samples(key.index);
   const double seconds = static_cast<double>(want) / options_.sample_rate;
   audio::DecodeTimes times;
-  const int channels =
-      w.decoder.decode(clip.path, clip.offset, seconds, {options_.sample_rate, options_.mono},
-                       w.wave, &times);
+  const int channels = w.decoder.decode(clip.path, clip.offset, seconds,
+                                        {options_.sample_rate, options_.mono}, w.wave, &times);
   if (channels != (options_.mono ? 1 : options_.channels)) {
     throw DecodeError(clip.path + ": has " + std::to_string(channels) + " channels, not " +
                       std::to_string(options_.channels) +

@@ -132,7 +132,8 @@ Opened open_file(const std::string& path) {
 // The stream's duration, else the container's less its start (an MP3's encoder delay).
 double stream_duration(const Opened& o) {
   const AVStream* st = o.st;
-  if (st->duration != AV_NOPTS_VALUE && st->duration > 0) return st->duration * av_q2d(st->time_base);
+  if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
+    return st->duration * av_q2d(st->time_base);
   const AVFormatContext* f = o.format.get();
   if (f->duration != AV_NOPTS_VALUE && f->duration > 0) {
     const int64_t start = f->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(f->start_time, 0) : 0;
@@ -317,10 +318,10 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
     const int err = av_read_frame(fmt, packet);
     if (err == AVERROR_EOF) break;
     if (err < 0) {
-      throw DecodeError(path + ": cannot read near t=" +
-                        seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate)
-                                                             : offset) +
-                        " s (" + av_message(err) + ")");
+      throw DecodeError(
+          path + ": cannot read near t=" +
+          seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : offset) +
+          " s (" + av_message(err) + ")");
     }
     if (packet->stream_index != o.stream) {
       av_packet_unref(packet);
@@ -329,10 +330,10 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
     const int sent = avcodec_send_packet(codec.get(), packet);
     av_packet_unref(packet);
     if (sent < 0 && sent != AVERROR(EAGAIN)) {
-      throw DecodeError(path + ": corrupt audio near t=" +
-                        seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate)
-                                                             : offset) +
-                        " s (" + av_message(sent) + ")");
+      throw DecodeError(
+          path + ": corrupt audio near t=" +
+          seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : offset) +
+          " s (" + av_message(sent) + ")");
     }
     receive();
   }
@@ -343,8 +344,8 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
   if (!swr || fed == 0) {  // (a header's duration may be wrong: only decoding tells)
     const double last = next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : total;
     if (offset > 0 && last > 0 && offset >= last) {
-      throw DecodeError(path + ": offset t=" + seconds_text(offset) + " s is past the end (t=" +
-                        seconds_text(last) + " s)");
+      throw DecodeError(path + ": offset t=" + seconds_text(offset) +
+                        " s is past the end (t=" + seconds_text(last) + " s)");
     }
     throw DecodeError(path + ": no audio from t=" + seconds_text(offset) + " s" +
                       (total > 0 ? " (it ends at t=" + seconds_text(total) + " s)" : ""));

@@ -229,7 +229,8 @@ void FeatureExtractor::compute(std::span<const float> wave, float* out,
     }
   }
   const float floor = peak - 8.0f;
-  for (int64_t i = 0; i < n_frames * bins; ++i) logmel[i] = (std::max(logmel[i], floor) + 4.0f) / 4.0f;
+  for (int64_t i = 0; i < n_frames * bins; ++i)
+    logmel[i] = (std::max(logmel[i], floor) + 4.0f) / 4.0f;
 }
 
 }  // namespace stoker::audio

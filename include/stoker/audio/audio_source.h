@@ -43,8 +43,8 @@ struct AudioClip {
 struct AudioOptions {
   int sample_rate = 16000;
   bool mono = true;
-  int channels = 1;           // without mono: the channels every file has
-  double max_duration = 0;    // seconds: the longest clip (> 0); longer clips are cut to it
+  int channels = 1;                 // without mono: the channels every file has
+  double max_duration = 0;          // seconds: the longest clip (> 0); longer clips are cut to it
   double duration_tolerance = 0.1;  // seconds a clip may decode short of its duration
   std::optional<audio::FeatureOptions> features;
 };

@@ -4,8 +4,8 @@
 //
 // Resampling is libswresample's, with its soxr engine (libsoxr, "high quality": 20-bit precision,
 // its passband to 0.913 of the lower Nyquist frequency) where the linked libswresample was built
-// with it, else its own windowed-sinc filter at its defaults: resampler_name() says which. docs/audio.md states the tolerance measured
-// against scipy.signal.resample_poly.
+// with it, else its own windowed-sinc filter at its defaults: resampler_name() says which.
+// docs/audio.md states the tolerance measured against scipy.signal.resample_poly.
 //
 // Contract:
 // - Thread safety: probe() and resampler_name() are safe from any thread. An AudioDecoder is one
