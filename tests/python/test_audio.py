@@ -331,3 +331,46 @@ def test_a_manifest_that_disagrees_with_the_audio_or_cuts_past_its_end(tmp_path)
     assert "a.wav" in errors[0] and "decoded 2.000 s" in errors[0] and "3.000 s" in errors[0]
     assert "a.wav" in errors[1] and "past the end" in errors[1] and "t=5.000 s" in errors[1]
     assert len(ds[2]["audio"]) == 32800  # padded with zeros to its stated duration
+
+
+@pytest.mark.parametrize("codec", ["flac", "mp3", "opus"])
+def test_corrupt_frames_mid_stream_are_named_or_concealed_never_a_crash(codec, tmp_path):
+    rate = 48000 if codec == "opus" else 16000
+    path = encode(tmp_path / f"a.{codec}", sweep(4.0, rate, noise=0.1), rate, codec)
+    data = bytearray(path.read_bytes())
+    for i in np.random.default_rng(1).integers(len(data) // 3, 2 * len(data) // 3, 200):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    ds = stoker.AudioDataset([path])
+    try:
+        sample = ds[0]
+    except stoker.DecodeError as e:  # a frame the decoder refuses, or audio that ends early
+        assert str(path) in str(e) and " s" in str(e), str(e)
+    else:  # the decoder concealed it: the sample has its length
+        assert len(sample["audio"]) == round(ds._lengths("seconds")[0] * 16000)
+
+
+def test_stereo_kept_or_averaged_and_a_file_of_other_channels_named(tmp_path):
+    root = tmp_path / "st"
+    root.mkdir()
+    want = [write_wav(root / f"{i}.wav", sweep(0.5, 16000, channels=2, noise=0.1, seed=i), 16000)
+            for i in range(2)]
+    ds = stoker.AudioDataset(root, mono=False)
+    b = next(iter(stoker.DataLoader(ds, batch_size=2, output="numpy")))
+    assert b["audio"].shape == (2, 8000, 2)
+    np.testing.assert_array_equal(b["audio"][1], want[1])
+    mono = next(iter(stoker.DataLoader(stoker.AudioDataset(root), batch_size=2, output="numpy")))
+    np.testing.assert_allclose(mono["audio"][0], want[0].mean(axis=1), atol=1e-7)
+    write_wav(root / "2.wav", sweep(0.5, 16000), 16000)
+    with pytest.raises(stoker.DecodeError, match="2.wav: has 1 channels, not 2"):
+        stoker.AudioDataset(root, mono=False)[2]
+
+
+def test_the_dataset_pickles_as_its_spec(tmp_path):
+    import pickle
+    ds = stoker.AudioDataset(make_folder(tmp_path), features=audio.LogMel(n_mels=8),
+                             max_duration=1.0)
+    again = pickle.loads(pickle.dumps(ds))
+    assert again._identity() == ds._identity() and again.features == ds.features
+    np.testing.assert_array_equal(again[3]["features"], ds[3]["features"])
+    assert again[3]["features"].shape == (100, 8)  # 1.25 s cut to max_duration
