@@ -265,8 +265,10 @@ def test_features_batches_and_the_loaders_stats(tmp_path):
     stats = loader.stats()["audio"]
     assert stats["clips"] == 5 and stats["features_seconds"] > 0
     assert stats["resampler"] == audio.resampler()
-    figures = ds._figures({k: 0 for k in ds.stats()}, ds.stats())
+    report = stoker.diagnose(loader, max_batches=1, seconds=1)
+    figures = report["figures"]["source_figures"]
     assert {f["stage"] for f in figures} >= {"decode", "resample", "features"}
+    assert all(f["advice"] for f in figures if f["stage"])
 
 
 # ------------------------------------------------------------------------- bad input

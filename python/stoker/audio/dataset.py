@@ -157,7 +157,7 @@ class AudioDataset(StokerDataset):
         data, index, lengths = fields
         out = {self._key: data, f"{self._key}_lens": lengths}
         if self.texts is not None:
-            out["text"] = [self.texts[i] for i in np.asarray(index).tolist()]
+            out["text"] = [self.texts[i] for i in index.tolist()]  # NumPy or torch, any device
         return out
 
     def _batch_names(self):
