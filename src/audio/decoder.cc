@@ -96,7 +96,9 @@ Opened open_file(const std::string& path) {
   if (size == 0) throw DecodeError(path + ": is empty (0 bytes)");
   Opened o;
   AVFormatContext* raw = nullptr;
-  if (int err = avformat_open_input(&raw, path.c_str(), nullptr, nullptr); err < 0) {
+  // Through the file protocol by name: a path with a colon ("take:2.wav") is not a protocol.
+  const std::string url = "file:" + path;
+  if (int err = avformat_open_input(&raw, url.c_str(), nullptr, nullptr); err < 0) {
     if (err == AVERROR(ENOENT) || err == AVERROR(EACCES))
       throw IoError(path + ": cannot open (" + av_message(err) + ")");
     throw DecodeError(path + ": not an audio file FFmpeg can read (" + av_message(err) + ")");

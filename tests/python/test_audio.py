@@ -376,3 +376,9 @@ def test_the_dataset_pickles_as_its_spec(tmp_path):
     assert again._identity() == ds._identity() and again.features == ds.features
     np.testing.assert_array_equal(again[3]["features"], ds[3]["features"])
     assert again[3]["features"].shape == (100, 8)  # 1.25 s cut to max_duration
+
+
+def test_a_relative_path_with_a_colon_is_a_file_not_a_protocol(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    want = write_wav(tmp_path / "take:2.wav", sweep(0.25, 16000), 16000)[:, 0]
+    np.testing.assert_array_equal(stoker.AudioDataset(["take:2.wav"])[0]["audio"], want)
