@@ -131,15 +131,19 @@ Opened open_file(const std::string& path) {
   return o;
 }
 
-// The stream's duration, else the container's less its start (an MP3's encoder delay).
+// The stream's duration less its start (the samples a decoder skips: an MP3's encoder delay,
+// Opus's pre-skip), else the container's less its start.
 double stream_duration(const Opened& o) {
   const AVStream* st = o.st;
-  if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
-    return st->duration * av_q2d(st->time_base);
+  if (st->duration != AV_NOPTS_VALUE && st->duration > 0) {
+    const int64_t start =
+        st->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(st->start_time, 0) : 0;
+    return static_cast<double>(std::max<int64_t>(st->duration - start, 0)) * av_q2d(st->time_base);
+  }
   const AVFormatContext* f = o.format.get();
   if (f->duration != AV_NOPTS_VALUE && f->duration > 0) {
     const int64_t start = f->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(f->start_time, 0) : 0;
-    return static_cast<double>(f->duration - start) / AV_TIME_BASE;
+    return static_cast<double>(std::max<int64_t>(f->duration - start, 0)) / AV_TIME_BASE;
   }
   return 0;
 }
