@@ -245,7 +245,8 @@ def format_facts(f):
         f"from {b['libpng_from']}",
         "optional parts",
     ]
-    for name in ("cuda", "gpu_decode", "ffmpeg", "audio", "pyarrow", "obstore", "ray", "torch", "numpy"):
+    for name in ("cuda", "gpu_decode", "ffmpeg", "audio", "pyarrow", "obstore", "ray", "torch",
+                 "numpy"):
         lines.append(_optional_line(name, f["optional"][name]))
     return "\n".join(lines)
 

@@ -76,9 +76,10 @@ class AudioDataset(StokerDataset):
             raise ValueError("features are computed from mono audio: pass mono=True")
         if max_duration is not None:
             _positive("max_duration", max_duration)
-        if isinstance(duration_tolerance, bool) or not isinstance(duration_tolerance, (int, float)) \
-                or not duration_tolerance >= 0:
-            raise ValueError(f"duration_tolerance must be seconds >= 0, got {duration_tolerance!r}")
+        tolerance = duration_tolerance
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
+                not tolerance >= 0:
+            raise ValueError(f"duration_tolerance must be seconds >= 0, got {tolerance!r}")
         self.sample_rate, self.mono, self.features = sample_rate, bool(mono), features
         self.duration_tolerance = float(duration_tolerance)
         self._spec = (source, text, max_duration)
@@ -173,8 +174,8 @@ class AudioDataset(StokerDataset):
     def stats(self):
         """Counts since the dataset was made, over every loader that read it: clips, seconds
         (of audio delivered), decoded_seconds (of audio decoded: a cut decodes its slice and a
-        short pre-roll, not its whole file), decode_seconds, resample_seconds and features_seconds (worker
-        time in each stage)."""
+        short pre-roll, not its whole file), decode_seconds, resample_seconds and
+        features_seconds (worker time in each stage)."""
         return self._source.stats()
 
     def _stats(self):
