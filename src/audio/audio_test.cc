@@ -6,6 +6,7 @@
 #include <fstream>
 #include <numbers>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stoker/audio/audio_source.h"
@@ -133,6 +134,33 @@ TEST(AudioSource, ATruncatedFileIsADecodeErrorAndGoodClipsAreTheirLength) {
   EXPECT_EQ(source.stats().clips, 1u);
   fs::remove(good);
   fs::remove(cut);
+}
+
+TEST(AudioSource, ThreadsReadConcurrentlyEachWithItsOwnState) {
+  const std::string a = write_wav("threads_a.wav", 44100, 2, 44100, 300);
+  const std::string b = write_wav("threads_b.wav", 16000, 1, 16000, 500);
+  AudioOptions o;
+  o.max_duration = 1.0;
+  o.features = FeatureOptions{};
+  const AudioSource source({{a, 0, 1.0}, {b, 0.5, 0.5}, {a, 0.25, 0.5}, {b, 0, 1.0}}, o);
+  std::vector<std::vector<float>> first(source.size());
+  auto run = [&](uint64_t index, std::vector<float>& out) {
+    auto state = source.make_worker_state();
+    out.assign(source.length(index) * 80, -1.0f);
+    int64_t i = -1;
+    std::byte* slots[] = {reinterpret_cast<std::byte*>(out.data()),
+                          reinterpret_cast<std::byte*>(&i)};
+    source.read({0, 0, index}, slots, state.get());
+  };
+  for (uint64_t i = 0; i < source.size(); ++i) run(i, first[i]);
+  std::vector<std::vector<float>> again(source.size());
+  std::vector<std::thread> threads;
+  for (uint64_t i = 0; i < source.size(); ++i) threads.emplace_back(run, i, std::ref(again[i]));
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(source.stats().clips, 8u);
+  fs::remove(a);
+  fs::remove(b);
 }
 
 TEST(FeatureExtractor, FrameCountsAreKaldisAndWhispers) {
