@@ -120,12 +120,18 @@ Opened open_file(const std::string& path) {
   }
   o.stream = av_find_best_stream(raw, AVMEDIA_TYPE_AUDIO, -1, -1, &o.decoder, 0);
   if (o.stream == AVERROR_STREAM_NOT_FOUND) throw DecodeError(path + ": has no audio stream");
-  if (o.stream < 0 || o.decoder == nullptr) {
-    const AVCodecDescriptor* d =
-        o.stream >= 0 ? avcodec_descriptor_get(raw->streams[o.stream]->codecpar->codec_id)
-                      : nullptr;
-    throw DecodeError(path + ": an audio codec this FFmpeg cannot decode (" +
-                      (d != nullptr ? std::string(d->name) : std::string("unknown")) + ")");
+  if (o.stream < 0 || o.decoder == nullptr) {  // named by FFmpeg's codec, else the file's tag
+    std::string what = "unknown";
+    for (unsigned i = 0; i < raw->nb_streams; ++i) {
+      const AVCodecParameters* p = raw->streams[i]->codecpar;
+      if (p->codec_type != AVMEDIA_TYPE_AUDIO) continue;
+      char tag[32];
+      std::snprintf(tag, sizeof tag, "codec tag 0x%04x", p->codec_tag);
+      const AVCodecDescriptor* d = avcodec_descriptor_get(p->codec_id);
+      what = d != nullptr && p->codec_id != AV_CODEC_ID_NONE ? std::string(d->name) : tag;
+      break;
+    }
+    throw DecodeError(path + ": an audio codec this FFmpeg cannot decode (" + what + ")");
   }
   o.st = raw->streams[o.stream];
   return o;

@@ -290,7 +290,7 @@ def bad_folder(tmp_path):
     data[20:22] = (0x7777).to_bytes(2, "little")
     (root / "codec.wav").write_bytes(bytes(data))
     bad = {"truncated.flac": "truncated", "empty.wav": "empty", "corrupt.flac": "",
-           "codec.wav": "codec"}
+           "codec.wav": "cannot decode (codec tag 0x7777)"}
     return root, {str(root / k): v for k, v in bad.items()}
 
 
