@@ -34,12 +34,13 @@ demo: install
 # tools/repair_wheel.sh (auditwheel) bundles libjpeg and libpng and tags it manylinux. Without the
 # video module: it would link (and the repair bundle) this system's GPL build of FFmpeg. Without
 # the text module (stoker.Tokenizer) too: the wheels do not bundle PCRE2, utf8proc, simdjson yet.
+# Nor the audio module (stoker.AudioDataset), which links FFmpeg's libswresample too.
 # docs/install.md says what it holds and how to go lower.
 wheel: $(DEPS)
 	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip wheel -q --no-build-isolation --no-deps \
 	  -C cmake.define.STOKER_TESTING=OFF -C cmake.define.STOKER_VIDEO_WING=OFF \
-	  -C cmake.define.STOKER_TEXT_WING=OFF \
+	  -C cmake.define.STOKER_TEXT_WING=OFF -C cmake.define.STOKER_AUDIO_WING=OFF \
 	  -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) -w build/wheel .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/repair_wheel.sh build/wheel/stoker-*.whl dist
 

@@ -6,7 +6,8 @@ set -euo pipefail
 # ccache: make's builds compile through it (tools/ccache.sh says why).
 # FFmpeg's development libraries (+ pkg-config, which finds them): the video wing, stoker._video
 # (decode only; src/ffmpeg/CMakeLists.txt). libavdevice59: torchcodec (requirements.txt) loads it
-# with the others at run time.
+# with the others at run time. libswresample-dev: the audio wing, stoker._audio, resamples with it
+# (src/audio/CMakeLists.txt).
 # libpcre2-dev, libutf8proc-dev, libsimdjson-dev: the text wing, stoker.Tokenizer (tokenizer.json's
 # regexes, Unicode normalization and case, JSON; src/text/CMakeLists.txt).
 # libsentencepiece-dev: the text wing's SentencePiece .model files, run by the sentencepiece
@@ -14,8 +15,8 @@ set -euo pipefail
 # zlib1g-dev, libzstd-dev: the text wing's JSONL files compressed as .gz and .zst (TextDataset).
 packages=(g++ libgtest-dev libjpeg62-turbo-dev libpng-dev python3-venv clang libclang-rt-14-dev
           ccache pkg-config libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
-          libavdevice59 libpcre2-dev libutf8proc-dev libsimdjson-dev libsentencepiece-dev
-          zlib1g-dev libzstd-dev)
+          libswresample-dev libavdevice59 libpcre2-dev libutf8proc-dev libsimdjson-dev
+          libsentencepiece-dev zlib1g-dev libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -420,9 +420,10 @@ def build_one(p, tc, deps, video, tools, toolchain_name, signature, out):
     # The video module links the LGPL FFmpeg built here (video_libraries), never this system's
     # (a GPL build): without one (the GCC toolchain) the wheel has no video module.
     # The text module (stoker.Tokenizer) links PCRE2, utf8proc and simdjson, which the wheels do
-    # not bundle yet: no wheel has it.
+    # not bundle yet: no wheel has it. Nor the audio module (stoker.AudioDataset): the FFmpeg
+    # built here has no libswresample yet (docs/audio.md).
     defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": "ON" if video else "OFF",
-               "STOKER_TEXT_WING": "OFF",
+               "STOKER_TEXT_WING": "OFF", "STOKER_AUDIO_WING": "OFF",
                "CMAKE_CXX_COMPILER_LAUNCHER": ROOT / "tools" / "ccache.sh"}
     if video:
         env["PKG_CONFIG_LIBDIR"] = str(video / "lib" / "pkgconfig")

@@ -7,7 +7,8 @@ worker count, resumable mid-epoch, bounded memory.
 One front, ``DataLoader`` (loader.py), hands its options to a producer: native.py (the C++
 engine), pydata/ (Python datasets in worker processes) or offload/ (Ray actors). The other
 subpackages: sources/ (Stoker's datasets), gpu/ (the GPU feed and GPU decode), tuning/ (tune,
-diagnose, stats), text/ (the tokenizer, its extension loaded on first use); cli/ (the ``stoker``
+diagnose, stats), text/ (the tokenizer, its extension loaded on first use), audio/ (AudioDataset and its features,
+its extension loaded on first use); cli/ (the ``stoker``
 command and its sample data) is never imported from here.
 """
 
@@ -15,6 +16,7 @@ from ._version import __version__
 from ._native.gpu import cuda_available
 from ._native.engine import usable_cores
 from . import transforms
+from .audio import AudioDataset
 from .budget import Budget
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
 from .loader import DataLoader
@@ -36,6 +38,7 @@ if "torch" in _sys.modules:  # the Python-dataset producer imports torch: load i
 
 __all__ = [
     "ArrayDataset",
+    "AudioDataset",
     "Budget",
     "DataLoader",
     "DecodeError",

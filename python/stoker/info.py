@@ -120,6 +120,22 @@ def _ffmpeg():
             "from": _mapped("libavcodec").get("libavcodec")}
 
 
+def _audio():
+    """The audio module, the FFmpeg it links and its resampler."""
+    if importlib.util.find_spec("stoker._audio") is None:
+        return {"found": False,
+                "why": "this build has no stoker._audio (built without FFmpeg's development "
+                       "libraries with libswresample: AudioDataset is unavailable; "
+                       "docs/audio.md)"}
+    try:
+        from . import _audio
+    except ImportError as e:
+        return {"found": False, "why": f"stoker._audio does not load: {e}"}
+    return {"found": True, "version": f"resampler {_audio.resampler()}; "
+                                      f"{_audio.ffmpeg_versions()}",
+            "from": _mapped("libswresample").get("libswresample")}
+
+
 def facts():
     """Everything ``python -m stoker.info`` prints, as a dict."""
     build = dict(_native.build_info())
@@ -130,7 +146,7 @@ def facts():
     build["libpng_from"] = libs.get("libpng")
     cuda = _cuda()
     optional = {"cuda": cuda, "gpu_decode": _gpu_decode(cuda),
-                "ffmpeg": _ffmpeg(),
+                "ffmpeg": _ffmpeg(), "audio": _audio(),
                 "pyarrow": _arrow()}
     for name, dist in (("obstore", None), ("ray", None), ("torch", None), ("numpy", None)):
         version, where = _package(name, dist)
@@ -177,6 +193,7 @@ def summary():
 
 # How each optional part is named in the report, and what installs it.
 _LABELS = {"cuda": ("CUDA", ""), "gpu_decode": ("nvJPEG/NVRTC", ""), "ffmpeg": ("FFmpeg", ""),
+           "audio": ("audio", "stoker[audio]"),
            "pyarrow": ("pyarrow", "stoker[tables]"), "obstore": ("obstore", "stoker[remote]"),
            "ray": ("Ray", "stoker[ray]"), "torch": ("torch", ""), "numpy": ("numpy", "")}
 
@@ -228,7 +245,8 @@ def format_facts(f):
         f"from {b['libpng_from']}",
         "optional parts",
     ]
-    for name in ("cuda", "gpu_decode", "ffmpeg", "pyarrow", "obstore", "ray", "torch", "numpy"):
+    for name in ("cuda", "gpu_decode", "ffmpeg", "audio", "pyarrow", "obstore", "ray", "torch",
+                 "numpy"):
         lines.append(_optional_line(name, f["optional"][name]))
     return "\n".join(lines)
 

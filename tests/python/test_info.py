@@ -23,8 +23,8 @@ def test_facts_name_the_build_and_every_optional_part():
     assert b["libjpeg_turbo"] and b["libpng_loaded"] == b["libpng_headers"]
     # The libraries in use, found in the process: a wheel's stoker.libs/, or the system's.
     assert "libjpeg" in b["libjpeg_from"] and "libpng" in b["libpng_from"]
-    assert set(f["optional"]) == {"cuda", "gpu_decode", "ffmpeg", "pyarrow", "obstore", "ray",
-                                  "torch", "numpy"}
+    assert set(f["optional"]) == {"cuda", "gpu_decode", "ffmpeg", "audio", "pyarrow", "obstore",
+                                  "ray", "torch", "numpy"}
     for name, part in f["optional"].items():
         assert part["found"] in (True, False), name
         assert part["found"] or part.get("why") is not None or part.get("version") is None, name
@@ -39,7 +39,7 @@ def test_the_text_report_and_its_json_come_from_the_cli_and_the_module():
     text = subprocess.run([sys.executable, "-m", "stoker.info"], check=True, capture_output=True,
                           text=True).stdout
     for line in ("build", "  wheel", "  compiler", "  glibc", "  SIMD", "  libjpeg", "  libpng",
-                 "optional parts", "  CUDA", "  nvJPEG", "  FFmpeg", "  pyarrow"):
+                 "optional parts", "  CUDA", "  nvJPEG", "  FFmpeg", "  audio", "  pyarrow"):
         assert f"\n{line}" in text, (line, text)
 
 

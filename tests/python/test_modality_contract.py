@@ -219,6 +219,22 @@ def make_lerobot(tmp):
     return stoker.LeRobotDataset(root)
 
 
+def make_audio_nemo(tmp):
+    pytest.importorskip("stoker._audio", reason="this build has no audio module")
+    from test_audio import sweep, write_wav  # the audio tests' makers
+    lines = []
+    for i, seconds in enumerate((0.3, 0.5, 0.4)):
+        write_wav(tmp / f"{i}.wav", sweep(seconds, 16000), 16000)
+        lines.append({"audio_filepath": f"{i}.wav", "duration": seconds, "text": f"clip {i}"})
+    (tmp / "manifest.json").write_text("\n".join(json.dumps(r) for r in lines))
+    return stoker.AudioDataset(tmp / "manifest.json")
+
+
+def make_audio_fbank(tmp):
+    make_audio_nemo(tmp)
+    return stoker.AudioDataset(tmp / "manifest.json", features=stoker.audio.Fbank(num_mel_bins=8))
+
+
 class DictSamples(torch.utils.data.Dataset):
     """A Python map-style dataset of dict samples (Trainer's collator batches them)."""
 
@@ -260,6 +276,8 @@ DATASETS = {
     "video": (make_video_folder, IMAGES),
     "video-timestamps": (make_video_with_timestamps, IMAGES | {"timestamps"}),
     "lerobot": (make_lerobot, None),
+    "audio": (make_audio_nemo, {"audio", "audio_lens", "text"}),
+    "audio-fbank": (make_audio_fbank, {"features", "features_lens", "text"}),
     "python-dicts": (make_python_dicts, {"x", "labels"}),
     "mixture": (make_mixture, {"x", "labels"}),
 }

@@ -70,6 +70,7 @@ NOT_REPO_PATHS = {
     "meta/info.json", "info.json", "meta/tasks.parquet",
     # Placeholders and the user's own files in examples.
     "x.cc", "x_test.cc", "train.py",
+    "train_manifest.json",  # a NeMo manifest (README.md, docs/audio.md)
     # Files of other projects: PyTorch, torchvision, Megatron-LM, Arrow, FFCV, Mosaic Streaming.
     "test/test_dataloader.py", "ATen/core/MT19937RNGEngine.h",
     "torchtitan/components/dataloader.py",
@@ -77,6 +78,13 @@ NOT_REPO_PATHS = {
     "references/classification/presets.py",
     "megatron/core/datasets/indexed_dataset.py",
     "arrow/c/abi.h",
+    # Jinja's sources (pallets/jinja), which src/text/jinja/ follows, and transformers' module of
+    # chat-template helpers.
+    "lexer.py", "parser.py", "filters.py", "tests.py", "sandbox.py", "jinja2/filters.py",
+    "jinja2/tests.py", "jinja2/lexer.py", "jinja2/parser.py", "chat_template_utils.py",
+    # Kaldi's sources (kaldi-asr/kaldi, src/feat/), whose fbank tests/python/test_audio_features.py
+    # follows.
+    "feat/feature-window.cc", "feature-fbank.cc", "mel-computations.cc",
     "setup.py",
     "index.json",
     # Headers of the system, the compiler and the image and CUDA libraries.

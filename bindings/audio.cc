@@ -1,0 +1,147 @@
+// The extension module stoker._audio: the audio wing (src/audio/), apart from stoker._native
+// because it links FFmpeg's libraries (libswresample among them), which a user without audio need
+// not have. Its AudioSource derives from stoker._native's Source, whose module it imports first;
+// nanobind shares the types and the exception translation (errors.cc) between the modules.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "stoker/audio/audio_source.h"
+#include "stoker/audio/decoder.h"
+#include "stoker/audio/features.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace stoker::python {
+namespace {
+
+using FloatArray = nb::ndarray<nb::numpy, float>;
+
+FloatArray to_numpy(std::vector<float> data, std::vector<size_t> shape) {
+  auto* v = new std::vector<float>(std::move(data));
+  nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return FloatArray(v->data(), shape.size(), shape.data(), owner);
+}
+
+nb::dict probe(const std::string& path) {
+  audio::AudioInfo info;
+  {
+    nb::gil_scoped_release release;
+    info = audio::probe(path);
+  }
+  nb::dict out;
+  out["duration"] = info.duration;
+  out["sample_rate"] = info.sample_rate;
+  out["channels"] = info.channels;
+  out["codec"] = info.codec;
+  return out;
+}
+
+FloatArray decode(const std::string& path, double offset, double duration, int sample_rate,
+                  bool mono) {
+  std::vector<float> out;
+  int channels = 0;
+  {
+    nb::gil_scoped_release release;
+    audio::AudioDecoder decoder;
+    channels = decoder.decode(path, offset, duration, {sample_rate, mono}, out);
+  }
+  const size_t frames = out.size() / channels;
+  return mono ? to_numpy(std::move(out), {frames})
+              : to_numpy(std::move(out), {frames, static_cast<size_t>(channels)});
+}
+
+FloatArray features(const audio::FeatureOptions& options,
+                    nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> wave) {
+  const audio::FeatureExtractor x(options);
+  const auto frames = static_cast<size_t>(x.frames(static_cast<int64_t>(wave.shape(0))));
+  std::vector<float> out(frames * x.bins());
+  {
+    nb::gil_scoped_release release;
+    audio::FeatureScratch scratch;
+    x.compute({wave.data(), wave.shape(0)}, out.data(), scratch);
+  }
+  return to_numpy(std::move(out), {frames, static_cast<size_t>(x.bins())});
+}
+
+}  // namespace
+}  // namespace stoker::python
+
+NB_MODULE(_audio, m) {
+  using namespace stoker;
+  using namespace stoker::python;
+  nb::module_::import_("stoker._native");  // Source, the exception translator
+
+  m.def("ffmpeg_versions", &audio::ffmpeg_versions,
+        "FFmpeg's libraries as linked: 'libavformat 59.27.100, ...'.");
+  m.def("resampler", &audio::resampler_name,
+        "libswresample's engine this build resamples with: 'soxr' or 'swr'.");
+  m.def("probe", &probe, "path"_a,
+        "An audio file's duration (seconds), sample_rate, channels and codec, from its header and "
+        "container, without decoding.");
+  m.def("decode", &decode, "path"_a, "offset"_a = 0.0, "duration"_a = 0.0, "sample_rate"_a = 16000,
+        "mono"_a = true,
+        "[offset, offset + duration) seconds of the file (duration <= 0: to the end) as float32 "
+        "at sample_rate: [T] mono, else [T, channels].");
+
+  nb::class_<audio::FeatureOptions> opts(m, "FeatureOptions");
+  nb::enum_<audio::FeatureOptions::Kind>(opts, "Kind")
+      .value("fbank", audio::FeatureOptions::Kind::kFbank)
+      .value("logmel", audio::FeatureOptions::Kind::kLogMel);
+  opts.def(nb::init<>())
+      .def_rw("kind", &audio::FeatureOptions::kind)
+      .def_rw("sample_rate", &audio::FeatureOptions::sample_rate)
+      .def_rw("num_mel_bins", &audio::FeatureOptions::num_mel_bins)
+      .def_rw("frame_length_ms", &audio::FeatureOptions::frame_length_ms)
+      .def_rw("frame_shift_ms", &audio::FeatureOptions::frame_shift_ms)
+      .def_rw("preemphasis", &audio::FeatureOptions::preemphasis)
+      .def_rw("remove_dc_offset", &audio::FeatureOptions::remove_dc_offset)
+      .def_rw("low_freq", &audio::FeatureOptions::low_freq)
+      .def_rw("high_freq", &audio::FeatureOptions::high_freq)
+      .def_rw("n_fft", &audio::FeatureOptions::n_fft)
+      .def_rw("hop_length", &audio::FeatureOptions::hop_length)
+      .def_rw("pad_30s", &audio::FeatureOptions::pad_30s)
+      .def("frames", [](const audio::FeatureOptions& o, int64_t samples) {
+        return audio::FeatureExtractor(o).frames(samples);
+      });
+  m.def("features", &features, "options"_a, "wave"_a,
+        "The features of a mono float32 waveform: [frames, bins] float32.");
+
+  nb::class_<AudioSource, Source>(m, "AudioSource")
+      .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
+                       int sample_rate, bool mono, int channels, double max_duration,
+                       double duration_tolerance, std::optional<audio::FeatureOptions> features) {
+             std::vector<AudioClip> cs;
+             cs.reserve(clips.size());
+             for (const auto& [path, offset, duration] : clips)
+               cs.push_back({path, offset, duration});
+             AudioOptions o;
+             o.sample_rate = sample_rate;
+             o.mono = mono;
+             o.channels = channels;
+             o.max_duration = max_duration;
+             o.duration_tolerance = duration_tolerance;
+             o.features = features;
+             return std::make_shared<AudioSource>(std::move(cs), o);
+           }),
+           "clips"_a, "sample_rate"_a, "mono"_a, "channels"_a, "max_duration"_a,
+           "duration_tolerance"_a, "features"_a.none(),
+           "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
+           "seconds) each.")
+      .def("stats", [](const AudioSource& s) {
+        const AudioStats a = s.stats();
+        nb::dict out;
+        out["clips"] = a.clips;
+        out["seconds"] = a.seconds;
+        out["decoded_seconds"] = a.decoded_seconds;
+        out["decode_seconds"] = a.decode_seconds;
+        out["resample_seconds"] = a.resample_seconds;
+        out["features_seconds"] = a.features_seconds;
+        return out;
+      });
+}

@@ -1,0 +1,95 @@
+// AudioSource: recordings and cuts of audio files, decoded, resampled and (optionally) turned into
+// features by the worker threads, straight into batch slots.
+//
+// Sample i is clip i: `duration` seconds of a file from `offset` (a whole recording: offset 0 and
+// its duration from the header). Fields:
+// - "audio": float32, ragged, [samples] (mono) or [samples, channels]: the clip at
+//   AudioOptions::sample_rate; or, with AudioOptions::features, "features": float32, ragged,
+//   [frames, bins];
+// - "index": int64 scalar, the clip's index (the Python side looks its transcript up by it).
+// length(i) is round(duration x sample_rate) samples (or the frames of that many): from the
+// header or the manifest, never from decoding, so that a Budget plans an epoch without reading.
+// A clip that decodes to fewer samples than that by at most duration_tolerance seconds is padded
+// with zeros to it; one longer is cut to it.
+//
+// Contract:
+// - Thread safety: immutable but for its counters (atomic); read() is safe from any number of
+//   threads, each with its own WorkerState (a decoder and the features' scratch).
+// - Errors: read() throws IoError or DecodeError (decoder.h), naming the file and the time, and
+//   DecodeError for a clip that decodes to more than duration_tolerance seconds less than its
+//   duration says (a truncated file, a manifest that disagrees with the audio) and for a file with
+//   other than AudioOptions::channels channels (mono = false). The loader names the sample.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/audio/decoder.h"
+#include "stoker/audio/features.h"
+#include "stoker/source.h"
+
+namespace stoker {
+
+struct AudioClip {
+  std::string path;
+  double offset = 0;    // seconds into the file
+  double duration = 0;  // seconds, > 0
+};
+
+struct AudioOptions {
+  int sample_rate = 16000;
+  bool mono = true;
+  int channels = 1;                 // without mono: the channels every file has
+  double max_duration = 0;          // seconds: the longest clip (> 0); longer clips are cut to it
+  double duration_tolerance = 0.1;  // seconds a clip may decode short of its duration
+  std::optional<audio::FeatureOptions> features;
+};
+
+struct AudioStats {
+  uint64_t clips = 0;
+  double seconds = 0;           // audio delivered
+  double decoded_seconds = 0;   // audio decoded (a cut's pre-roll and trimmed frames too)
+  double decode_seconds = 0;    // worker time demuxing and decoding
+  double resample_seconds = 0;  // worker time resampling and mixing
+  double features_seconds = 0;  // worker time computing features
+};
+
+class AudioSource final : public Source {
+ public:
+  // REQUIRES: every clip's duration > 0 and offset >= 0, options.sample_rate > 0,
+  // options.max_duration > 0, channels >= 1 (InvalidArgument otherwise).
+  AudioSource(std::vector<AudioClip> clips, AudioOptions options);
+
+  uint64_t size() const override { return clips_.size(); }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  std::string path(uint64_t index) const override { return clips_[index].path; }
+  uint64_t length(uint64_t index) const override;
+  void read(const SampleKey& key, std::span<std::byte* const> slots,
+            WorkerState* state) const override;
+  std::unique_ptr<WorkerState> make_worker_state() const override;
+
+  // Samples of clip `index` at the output rate.
+  uint64_t samples(uint64_t index) const;
+  const AudioOptions& options() const { return options_; }
+  AudioStats stats() const;
+
+ private:
+  std::vector<AudioClip> clips_;
+  AudioOptions options_;
+  std::optional<audio::FeatureExtractor> features_;
+  std::vector<FieldSpec> fields_;
+  uint64_t max_samples_ = 0;
+
+  mutable std::atomic<uint64_t> clips_read_{0};
+  mutable std::atomic<uint64_t> samples_read_{0};
+  mutable std::atomic<int64_t> decoded_us_{0};  // microseconds of audio decoded
+  mutable std::atomic<int64_t> decode_ns_{0};
+  mutable std::atomic<int64_t> resample_ns_{0};
+  mutable std::atomic<int64_t> features_ns_{0};
+};
+
+}  // namespace stoker

@@ -1,0 +1,21 @@
+"""The audio modality: ``AudioDataset`` (dataset.py: files, NeMo and Lhotse manifests decoded,
+resampled and featurized natively), the features ``Fbank`` and ``LogMel`` (features.py), and
+``load``/``probe`` for one file.
+
+Decoding, resampling and features are the C++ audio wing (include/stoker/audio/); its extension,
+``stoker._audio``, links FFmpeg's libraries (libavformat, libavcodec, libswresample, libavutil)
+and is imported on first use, so that ``import stoker`` never needs it. docs/audio.md says what is
+supported and the tolerances against the reference libraries.
+"""
+
+from .features import Fbank, LogMel
+from .files import ffmpeg_versions, load, probe, resampler
+
+__all__ = ["AudioDataset", "Fbank", "LogMel", "ffmpeg_versions", "load", "probe", "resampler"]
+
+
+def __getattr__(name):
+    if name == "AudioDataset":  # its module imports the sources; loaded on first use
+        from .dataset import AudioDataset
+        return AudioDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

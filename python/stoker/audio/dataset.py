@@ -1,0 +1,223 @@
+"""``AudioDataset``: recordings and cuts decoded, resampled and featurized on C++ worker threads.
+
+The engine's source is ``stoker._audio.AudioSource`` (include/stoker/audio/audio_source.h): its
+fields are the audio (or the features), ragged, and each clip's index, by which a batch looks its
+transcript up here (strings stay in Python in this phase, as TableDataset's text columns do).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import numpy as np
+
+from ..sources.base import StokerDataset, figure
+from ..sources.samples import read_sample
+from ..sources._checks import check_index
+from . import manifests
+from .features import Fbank, LogMel
+from .files import audio_module
+
+_ADVICE = {
+    "decode": "store the audio in a cheaper codec (FLAC or WAV decode several times faster than "
+              "MP3 or Opus), or give the loader more cores",
+    "resample": "store the audio at the model's rate (sample_rate=) so that no resampling is "
+                "needed, or give the loader more cores",
+    "features": "compute fewer features (fewer mel bins, a longer frame shift), or give the "
+                "loader more cores",
+}
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return value
+
+
+class AudioDataset(StokerDataset):
+    """Speech and sound decoded, resampled and featurized natively (FFmpeg, C++ threads).
+
+    ``source``: a folder of audio files (``.wav``, ``.flac``, ``.mp3``, ``.opus``, ``.ogg``, ...,
+    found recursively and sorted), a glob, a list of files, a NeMo JSON-lines manifest
+    (``audio_filepath``, ``duration``, ``offset``, ``text``) or a Lhotse CutSet manifest
+    (``cuts.jsonl.gz``, recordings and supervisions inline). A sample is a recording (a file) or
+    a cut (an offset and a duration in one): a cut seeks and decodes only its slice.
+
+    A batch is a dict: ``audio`` float32 ``[B, T]`` (``[B, T, channels]`` with ``mono=False``)
+    padded with zeros, and ``audio_lens`` (int64 samples at ``sample_rate``); or, with
+    ``features=stoker.audio.Fbank(...)`` or ``LogMel(...)``, ``features`` ``[B, frames, bins]``
+    and ``features_lens``; and ``text``, a list of the transcripts (raw strings; None where a
+    sample has none), where there are transcripts.
+
+    ``text``: None: the manifest's transcripts, if it has any (a NeMo line's ``text``, a cut's
+    supervisions' texts); a string: the NeMo key that holds them; a list: one transcript per
+    file (files only); False: none. ``max_duration``: the longest sample in seconds (longer ones
+    are cut to their first ``max_duration`` seconds; None: the longest there is).
+    ``duration_tolerance``: how many seconds short of its stated duration (a manifest's or a
+    header's) a sample may decode before it is a ``DecodeError`` (within it, it is padded with
+    zeros). Durations come from the manifest or the files' headers, never from decoding, so that
+    ``Budget(seconds=...)`` plans an epoch without reading one.
+    """
+
+    _extra = "audio"
+
+    def __init__(self, source, sample_rate=16000, mono=True, features=None, text=None,
+                 max_duration=None, *, duration_tolerance=0.1):
+        module = audio_module()
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+            raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+        if features is not None and not isinstance(features, (Fbank, LogMel)):
+            raise ValueError(f"features must be stoker.audio.Fbank(...) or LogMel(...), got "
+                             f"{features!r}")
+        if features is not None and not mono:
+            raise ValueError("features are computed from mono audio: pass mono=True")
+        if max_duration is not None:
+            _positive("max_duration", max_duration)
+        tolerance = duration_tolerance
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
+                not tolerance >= 0:
+            raise ValueError(f"duration_tolerance must be seconds >= 0, got {tolerance!r}")
+        self.sample_rate, self.mono, self.features = sample_rate, bool(mono), features
+        self.duration_tolerance = float(duration_tolerance)
+        self._spec = (source, text, max_duration)
+        self.clips, self.unreadable = self._clips(source, text)
+        if not self.clips:
+            raise ValueError(f"no audio in {source!r}")
+        self.texts = [c.text for c in self.clips] if any(
+            c.text is not None for c in self.clips) and text is not False else None
+        durations = np.array([c.duration for c in self.clips], dtype=np.float64)
+        self.max_duration = float(max_duration) if max_duration is not None else \
+            float(durations.max())
+        self.durations = np.minimum(durations, self.max_duration)
+        self.channels = 1 if self.mono else self._channels()
+        options = None if features is None else features._options(sample_rate)
+        self._source = module.AudioSource(
+            [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
+            self.channels, self.max_duration, self.duration_tolerance, options)
+        self._key = "audio" if features is None else "features"
+
+    def _clips(self, source, text):
+        if isinstance(source, (str, os.PathLike)):
+            path = os.path.expanduser(os.fspath(source))
+            if os.path.isfile(path) and manifests.is_manifest(path):
+                if isinstance(text, (list, tuple)):
+                    raise ValueError("text= as a list is for files; a manifest has its own")
+                if manifests.is_cutset(path):
+                    return manifests.lhotse_clips(path), []
+                key = text if isinstance(text, str) else "text"
+                return manifests.nemo_clips(path, key), []
+            if os.path.isdir(path):
+                paths = manifests.folder_files(path)
+            elif os.path.isfile(path):
+                paths = [path]
+            else:
+                paths = sorted(glob.glob(path, recursive=True))
+                if not paths:
+                    raise FileNotFoundError(f"no audio file at {path}")
+        else:
+            paths = [os.path.expanduser(os.fspath(p)) for p in source]
+        clips, unreadable = manifests.file_clips(paths, self.sample_rate)
+        if isinstance(text, (list, tuple)):
+            if len(text) != len(clips):
+                raise ValueError(f"text= has {len(text)} transcripts for {len(clips)} files")
+            clips = [manifests.Clip(c.path, c.offset, c.duration, str(t))
+                     for c, t in zip(clips, text)]
+        elif isinstance(text, str):
+            raise ValueError("text= as a key names a NeMo manifest's field; for files pass a "
+                             "list of transcripts")
+        return clips, unreadable
+
+    def _channels(self):
+        bad = set(self.unreadable)
+        for c in self.clips:
+            if c.path not in bad:
+                return audio_module().probe(c.path)["channels"]
+        return 1
+
+    def __len__(self):
+        return len(self.clips)
+
+    def path(self, index):
+        """The file of sample ``index``."""
+        return self.clips[check_index(index, len(self))].path
+
+    def __getitem__(self, index):
+        """Sample ``index`` as a dict of NumPy arrays (``audio`` or ``features``, its
+        ``..._lens``) and its ``text`` where there are transcripts."""
+        i = check_index(index, len(self))
+        data = read_sample(self._source, i)[0]
+        out = {self._key: data, f"{self._key}_lens": len(data)}
+        if self.texts is not None:
+            out["text"] = self.texts[i]
+        return out
+
+    def _assemble_batch(self, fields):
+        data, index, lengths = fields
+        out = {self._key: data, f"{self._key}_lens": lengths}
+        if self.texts is not None:
+            out["text"] = [self.texts[i] for i in index.tolist()]  # NumPy or torch, any device
+        return out
+
+    def _batch_names(self):
+        return ()  # batches are dicts already
+
+    def _lengths(self, unit):
+        """Seconds: each sample's duration from its manifest or header (cut to
+        max_duration)."""
+        if unit != "seconds":
+            return super()._lengths(unit)
+        return self.durations.copy()
+
+    def stats(self):
+        """Counts since the dataset was made, over every loader that read it: clips, seconds
+        (of audio delivered), decoded_seconds (of audio decoded: a cut decodes its slice and a
+        short pre-roll, not its whole file), decode_seconds, resample_seconds and
+        features_seconds (worker time in each stage)."""
+        return self._source.stats()
+
+    def _stats(self):
+        return {**super()._stats(), "audio": {**self.stats(), "resampler": module_resampler()}}
+
+    def _counters(self):
+        return self.stats()
+
+    def _figures(self, before, after):
+        d = {k: after[k] - before[k] for k in after}
+        out = [figure(f"{stage} seconds", d[f"{stage}_seconds"], "s", stage=stage,
+                      advice=_ADVICE[stage]) for stage in ("decode", "resample", "features")
+               if stage != "features" or self.features is not None]
+        out.append(figure("audio delivered", d["seconds"], "s"))
+        out.append(figure("audio decoded per second delivered",
+                          d["decoded_seconds"] / d["seconds"] if d["seconds"] else 0.0, ""))
+        return out
+
+    def _identity(self):
+        return [(c.path, c.offset, c.duration) for c in self.clips]
+
+    def _where(self):
+        return f"{len(self)} clips, {float(self.durations.sum()):.1f} s of audio"
+
+    def __reduce__(self):
+        source, text, max_duration = self._spec
+        return _rebuild, (source, self.sample_rate, self.mono, self.features, text, max_duration,
+                          self.duration_tolerance)
+
+    def __repr__(self):
+        lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
+                 f"    Audio: {float(self.durations.sum()):.1f} s at {self.sample_rate} Hz, " +
+                 ("mono" if self.mono else f"{self.channels} channels")]
+        if self.features is not None:
+            lines.append(f"    Features: {self.features!r}")
+        return "\n".join(lines)
+
+
+def module_resampler():
+    return audio_module().resampler()
+
+
+def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance):
+    return AudioDataset(source, sample_rate, mono, features, text, max_duration,
+                        duration_tolerance=duration_tolerance)

@@ -1,0 +1,129 @@
+#include "stoker/audio/audio_source.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "stoker/errors.h"
+
+namespace stoker {
+namespace {
+
+struct AudioWorker final : WorkerState {
+  audio::AudioDecoder decoder;
+  audio::FeatureScratch scratch;
+  std::vector<float> wave;
+};
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
+int64_t nanos(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+}  // namespace
+
+AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
+    : clips_(std::move(clips)), options_(std::move(options)) {
+  const AudioOptions& o = options_;
+  if (o.sample_rate <= 0 || !(o.max_duration > 0) || o.channels < 1 || !(o.duration_tolerance >= 0))
+    throw InvalidArgument(
+        "AudioSource: needs a positive sample rate, max_duration and channels, and a "
+        "duration_tolerance >= 0");
+  for (const AudioClip& c : clips_) {
+    if (!(c.duration > 0) || !(c.offset >= 0) || !std::isfinite(c.duration))
+      throw InvalidArgument("AudioSource: " + c.path +
+                            ": a clip needs a duration > 0 and an "
+                            "offset >= 0 (got offset " +
+                            seconds_text(c.offset) + " s, duration " + seconds_text(c.duration) +
+                            " s)");
+  }
+  max_samples_ = static_cast<uint64_t>(std::llround(o.max_duration * o.sample_rate));
+  if (o.features) {
+    if (o.features->sample_rate != o.sample_rate || !o.mono)
+      throw InvalidArgument("AudioSource: features need mono audio at their own sample rate");
+    features_.emplace(*o.features);
+    const int64_t frames = features_->frames(static_cast<int64_t>(max_samples_));
+    fields_.push_back({"features",
+                       kFloat32,
+                       {std::max<int64_t>(frames, 1), features_->bins()},
+                       /*ragged=*/true});
+  } else if (o.mono) {
+    fields_.push_back({"audio", kFloat32, {static_cast<int64_t>(max_samples_)}, true});
+  } else {
+    fields_.push_back({"audio", kFloat32, {static_cast<int64_t>(max_samples_), o.channels}, true});
+  }
+  fields_.push_back({"index", kInt64, {}});
+}
+
+uint64_t AudioSource::samples(uint64_t index) const {
+  const auto n = static_cast<uint64_t>(std::llround(clips_[index].duration * options_.sample_rate));
+  return std::min(n, max_samples_);
+}
+
+uint64_t AudioSource::length(uint64_t index) const {
+  const uint64_t n = samples(index);
+  return features_ ? static_cast<uint64_t>(features_->frames(static_cast<int64_t>(n))) : n;
+}
+
+std::unique_ptr<WorkerState> AudioSource::make_worker_state() const {
+  return std::make_unique<AudioWorker>();
+}
+
+void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
+                       WorkerState* state) const {
+  auto& w = static_cast<AudioWorker&>(*state);
+  const AudioClip& clip = clips_[key.index];
+  const uint64_t want = samples(key.index);
+  const double seconds = static_cast<double>(want) / options_.sample_rate;
+  audio::DecodeTimes times;
+  const int channels = w.decoder.decode(clip.path, clip.offset, seconds,
+                                        {options_.sample_rate, options_.mono}, w.wave, &times);
+  if (channels != (options_.mono ? 1 : options_.channels)) {
+    throw DecodeError(clip.path + ": has " + std::to_string(channels) + " channels, not " +
+                      std::to_string(options_.channels) +
+                      " as the first file's (pass mono=True to average them)");
+  }
+  const uint64_t got = w.wave.size() / channels;
+  if (static_cast<double>(got) + options_.duration_tolerance * options_.sample_rate <
+      static_cast<double>(want)) {
+    throw DecodeError(clip.path + ": decoded " +
+                      seconds_text(static_cast<double>(got) / options_.sample_rate) +
+                      " s from t=" + seconds_text(clip.offset) + " s, where its duration says " +
+                      seconds_text(seconds) + " s (to t=" + seconds_text(clip.offset + seconds) +
+                      " s): a truncated file, or a manifest that disagrees with the audio");
+  }
+  w.wave.resize(want * channels, 0.0f);  // within the tolerance: padded, or cut to the duration
+  if (features_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    features_->compute(w.wave, reinterpret_cast<float*>(slots[0]), w.scratch);
+    features_ns_ += nanos(std::chrono::steady_clock::now() - t0);
+  } else {
+    std::memcpy(slots[0], w.wave.data(), w.wave.size() * sizeof(float));
+  }
+  const auto index = static_cast<int64_t>(key.index);
+  std::memcpy(slots[1], &index, sizeof index);
+  clips_read_ += 1;
+  samples_read_ += want;
+  decoded_us_ += static_cast<int64_t>(times.decoded * 1e6);
+  decode_ns_ += static_cast<int64_t>(times.decode * 1e9);
+  resample_ns_ += static_cast<int64_t>(times.resample * 1e9);
+}
+
+AudioStats AudioSource::stats() const {
+  AudioStats s;
+  s.clips = clips_read_.load();
+  s.seconds = static_cast<double>(samples_read_.load()) / options_.sample_rate;
+  s.decoded_seconds = decoded_us_.load() * 1e-6;
+  s.decode_seconds = decode_ns_.load() * 1e-9;
+  s.resample_seconds = resample_ns_.load() * 1e-9;
+  s.features_seconds = features_ns_.load() * 1e-9;
+  return s;
+}
+
+}  // namespace stoker

@@ -1,0 +1,197 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stoker/audio/audio_source.h"
+#include "stoker/audio/decoder.h"
+#include "stoker/audio/features.h"
+#include "stoker/errors.h"
+
+namespace stoker::audio {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A 16-bit PCM WAV of `channels` channels: channel c is a sine of `hz` * (c + 1).
+std::string write_wav(const std::string& name, int rate, int channels, int frames, double hz,
+                      bool truncate = false) {
+  const fs::path path = fs::path(::testing::TempDir()) / name;
+  std::ofstream f(path, std::ios::binary);
+  auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
+  auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
+  const uint32_t data = static_cast<uint32_t>(frames) * channels * 2;
+  f.write("RIFF", 4);
+  u32(36 + data);
+  f.write("WAVEfmt ", 8);
+  u32(16);
+  u16(1);
+  u16(static_cast<uint16_t>(channels));
+  u32(static_cast<uint32_t>(rate));
+  u32(static_cast<uint32_t>(rate * channels * 2));
+  u16(static_cast<uint16_t>(channels * 2));
+  u16(16);
+  f.write("data", 4);
+  u32(data);
+  const int written = truncate ? frames / 4 : frames;
+  for (int i = 0; i < written; ++i) {
+    for (int c = 0; c < channels; ++c) {
+      const double v = 0.5 * std::sin(2 * std::numbers::pi * hz * (c + 1) * i / rate);
+      u16(static_cast<uint16_t>(static_cast<int16_t>(std::lround(v * 32767))));
+    }
+  }
+  return path.string();
+}
+
+TEST(AudioDecoder, ProbesAWavWithoutDecoding) {
+  const std::string path = write_wav("probe.wav", 8000, 2, 8000 * 3, 440);
+  const AudioInfo info = probe(path);
+  EXPECT_NEAR(info.duration, 3.0, 1e-3);
+  EXPECT_EQ(info.sample_rate, 8000);
+  EXPECT_EQ(info.channels, 2);
+  EXPECT_EQ(info.codec, "pcm_s16le");
+  fs::remove(path);
+}
+
+TEST(AudioDecoder, ACutAtTheFilesRateIsItsSliceExactly) {
+  const std::string path = write_wav("cut.wav", 16000, 1, 16000 * 4, 300);
+  AudioDecoder d;
+  std::vector<float> whole, cut;
+  EXPECT_EQ(d.decode(path, 0, 0, {16000, true}, whole), 1);
+  ASSERT_EQ(whole.size(), 64000u);
+  d.decode(path, 1.5, 0.5, {16000, true}, cut);
+  ASSERT_EQ(cut.size(), 8000u);
+  for (size_t i = 0; i < cut.size(); ++i) ASSERT_FLOAT_EQ(cut[i], whole[24000 + i]) << i;
+  fs::remove(path);
+}
+
+TEST(AudioDecoder, MonoAveragesTheChannelsAndResamples) {
+  const std::string path = write_wav("stereo.wav", 44100, 2, 44100, 200);
+  AudioDecoder d;
+  std::vector<float> both, mono;
+  EXPECT_EQ(d.decode(path, 0, 0, {44100, false}, both), 2);
+  d.decode(path, 0, 0, {44100, true}, mono);
+  ASSERT_EQ(both.size(), 2 * mono.size());
+  for (size_t i = 0; i < mono.size(); i += 97)
+    ASSERT_NEAR(mono[i], 0.5f * (both[2 * i] + both[2 * i + 1]), 1e-6);
+  std::vector<float> low;
+  DecodeTimes times;
+  d.decode(path, 0, 0, {16000, true}, low, &times);
+  EXPECT_NEAR(static_cast<double>(low.size()), 16000.0, 2.0);
+  EXPECT_GT(times.resample, 0.0);
+  fs::remove(path);
+}
+
+TEST(AudioDecoder, BadFilesAreDecodeErrorsNamingTheFile) {
+  const fs::path dir = ::testing::TempDir();
+  const std::string empty = (dir / "empty.wav").string();
+  std::ofstream(empty).close();
+  const std::string junk = (dir / "junk.wav").string();
+  std::ofstream(junk) << std::string(4096, 'x');
+  const std::string wav = write_wav("short.wav", 16000, 1, 16000, 100);
+  AudioDecoder d;
+  std::vector<float> out;
+  for (const std::string& p : {empty, junk}) {
+    try {
+      d.decode(p, 0, 0, {}, out);
+      FAIL() << p;
+    } catch (const DecodeError& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(d.decode((dir / "missing.wav").string(), 0, 0, {}, out), IoError);
+  try {
+    d.decode(wav, 5, 1, {}, out);
+    FAIL();
+  } catch (const DecodeError& e) {
+    EXPECT_NE(std::string(e.what()).find("past the end"), std::string::npos) << e.what();
+  }
+  for (const auto& p : {empty, junk, wav}) fs::remove(p);
+}
+
+TEST(AudioSource, ATruncatedFileIsADecodeErrorAndGoodClipsAreTheirLength) {
+  const std::string good = write_wav("good.wav", 16000, 1, 16000, 100);
+  const std::string cut = write_wav("truncated.wav", 16000, 1, 16000, 100, /*truncate=*/true);
+  AudioOptions o;
+  o.max_duration = 1.0;
+  AudioSource source({{good, 0, 1.0}, {good, 0.25, 0.5}, {cut, 0, 1.0}}, o);
+  EXPECT_EQ(source.length(0), 16000u);
+  EXPECT_EQ(source.length(1), 8000u);
+  auto state = source.make_worker_state();
+  std::vector<float> audio(16000);
+  int64_t index = -1;
+  std::byte* slots[] = {reinterpret_cast<std::byte*>(audio.data()),
+                        reinterpret_cast<std::byte*>(&index)};
+  source.read({0, 0, 1}, slots, state.get());
+  EXPECT_EQ(index, 1);
+  EXPECT_THROW(source.read({0, 0, 2}, slots, state.get()), DecodeError);
+  EXPECT_EQ(source.stats().clips, 1u);
+  fs::remove(good);
+  fs::remove(cut);
+}
+
+TEST(AudioSource, ThreadsReadConcurrentlyEachWithItsOwnState) {
+  const std::string a = write_wav("threads_a.wav", 44100, 2, 44100, 300);
+  const std::string b = write_wav("threads_b.wav", 16000, 1, 16000, 500);
+  AudioOptions o;
+  o.max_duration = 1.0;
+  o.features = FeatureOptions{};
+  const AudioSource source({{a, 0, 1.0}, {b, 0.5, 0.5}, {a, 0.25, 0.5}, {b, 0, 1.0}}, o);
+  std::vector<std::vector<float>> first(source.size());
+  auto run = [&](uint64_t index, std::vector<float>& out) {
+    auto state = source.make_worker_state();
+    out.assign(source.length(index) * 80, -1.0f);
+    int64_t i = -1;
+    std::byte* slots[] = {reinterpret_cast<std::byte*>(out.data()),
+                          reinterpret_cast<std::byte*>(&i)};
+    source.read({0, 0, index}, slots, state.get());
+  };
+  for (uint64_t i = 0; i < source.size(); ++i) run(i, first[i]);
+  std::vector<std::vector<float>> again(source.size());
+  std::vector<std::thread> threads;
+  for (uint64_t i = 0; i < source.size(); ++i) threads.emplace_back(run, i, std::ref(again[i]));
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(source.stats().clips, 8u);
+  fs::remove(a);
+  fs::remove(b);
+}
+
+TEST(FeatureExtractor, FrameCountsAreKaldisAndWhispers) {
+  FeatureOptions f;
+  const FeatureExtractor fbank(f);
+  EXPECT_EQ(fbank.frames(399), 0);
+  EXPECT_EQ(fbank.frames(16000), 98);  // 1 + (16000 - 400) / 160
+  f.kind = FeatureOptions::Kind::kLogMel;
+  EXPECT_EQ(FeatureExtractor(f).frames(16000), 100);
+  f.pad_30s = true;
+  EXPECT_EQ(FeatureExtractor(f).frames(16000), 3000);
+}
+
+TEST(FeatureExtractor, ASineLightsTheMelBinOfItsFrequency) {
+  std::vector<float> wave(16000);
+  for (size_t i = 0; i < wave.size(); ++i)
+    wave[i] = static_cast<float>(0.5 * std::sin(2 * std::numbers::pi * 1000.0 * i / 16000));
+  for (auto kind : {FeatureOptions::Kind::kFbank, FeatureOptions::Kind::kLogMel}) {
+    FeatureOptions f;
+    f.kind = kind;
+    const FeatureExtractor x(f);
+    std::vector<float> out(x.frames(16000) * x.bins());
+    FeatureScratch scratch;
+    x.compute(wave, out.data(), scratch);
+    const float* row = out.data() + 50 * x.bins();
+    const int peak = static_cast<int>(std::max_element(row, row + x.bins()) - row);
+    // 1 kHz is mel bin ~ 24 (Kaldi's scale) or ~ 19 (Slaney's) of 80 up to 8 kHz
+    EXPECT_GE(peak, 15) << static_cast<int>(kind);
+    EXPECT_LE(peak, 30) << static_cast<int>(kind);
+  }
+}
+
+}  // namespace
+}  // namespace stoker::audio

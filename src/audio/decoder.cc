@@ -1,0 +1,389 @@
+#include "stoker/audio/decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+
+#include "stoker/errors.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+#include <libswresample/swresample.h>
+}
+
+namespace stoker::audio {
+namespace {
+
+// Decoded before a cut's offset after a seek, for the codecs whose first frames after a jump
+// need the ones before (MP3's bit reservoir, Opus's 80 ms pre-roll); trimmed away by timestamp.
+constexpr double kPreroll = 0.1;
+
+struct FormatCloser {
+  void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
+};
+struct CodecFreer {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameFreer {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketFreer {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwrFreer {
+  void operator()(SwrContext* s) const { swr_free(&s); }
+};
+using Format = std::unique_ptr<AVFormatContext, FormatCloser>;
+using Codec = std::unique_ptr<AVCodecContext, CodecFreer>;
+using Frame = std::unique_ptr<AVFrame, FrameFreer>;
+using Packet = std::unique_ptr<AVPacket, PacketFreer>;
+using Swr = std::unique_ptr<SwrContext, SwrFreer>;
+
+std::string av_message(int err) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(err, buf, sizeof buf);
+  return buf;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// FFmpeg's own log quiet but for fatal messages: the errors reach the caller as exceptions.
+// $STOKER_FFMPEG_LOGLEVEL sets another level, as for the video wing (src/ffmpeg/reader.cc, whose
+// library the audio wing does not link: it needs libswscale).
+void set_log_level() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int level = AV_LOG_FATAL;
+    if (const char* env = std::getenv("STOKER_FFMPEG_LOGLEVEL")) {
+      const std::pair<const char*, int> levels[] = {
+          {"quiet", AV_LOG_QUIET},     {"panic", AV_LOG_PANIC},     {"fatal", AV_LOG_FATAL},
+          {"error", AV_LOG_ERROR},     {"warning", AV_LOG_WARNING}, {"info", AV_LOG_INFO},
+          {"verbose", AV_LOG_VERBOSE}, {"debug", AV_LOG_DEBUG},     {"trace", AV_LOG_TRACE}};
+      for (const auto& [name, value] : levels)
+        if (std::strcmp(env, name) == 0) level = value;
+    }
+    av_log_set_level(level);
+  });
+}
+
+// An opened file and its audio stream.
+struct Opened {
+  Format format;
+  int stream = -1;
+  AVStream* st = nullptr;
+  const AVCodec* decoder = nullptr;
+};
+
+Opened open_file(const std::string& path) {
+  set_log_level();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(path + ": cannot open (" + ec.message() + ")");
+  if (size == 0) throw DecodeError(path + ": is empty (0 bytes)");
+  Opened o;
+  AVFormatContext* raw = nullptr;
+  // Through the file protocol by name: a path with a colon ("take:2.wav") is not a protocol.
+  const std::string url = "file:" + path;
+  if (int err = avformat_open_input(&raw, url.c_str(), nullptr, nullptr); err < 0) {
+    if (err == AVERROR(ENOENT) || err == AVERROR(EACCES))
+      throw IoError(path + ": cannot open (" + av_message(err) + ")");
+    throw DecodeError(path + ": not an audio file FFmpeg can read (" + av_message(err) + ")");
+  }
+  o.format.reset(raw);
+  // Most containers say the codec's parameters in their header; the others are probed (a few
+  // packets read, never the whole file).
+  const bool known = [&] {
+    for (unsigned i = 0; i < raw->nb_streams; ++i) {
+      const AVCodecParameters* p = raw->streams[i]->codecpar;
+      if (p->codec_type == AVMEDIA_TYPE_AUDIO && p->sample_rate > 0 && p->ch_layout.nb_channels > 0)
+        return true;
+    }
+    return false;
+  }();
+  if (!known) {
+    if (int err = avformat_find_stream_info(raw, nullptr); err < 0)
+      throw DecodeError(path + ": cannot read its streams (" + av_message(err) + ")");
+  }
+  o.stream = av_find_best_stream(raw, AVMEDIA_TYPE_AUDIO, -1, -1, &o.decoder, 0);
+  if (o.stream == AVERROR_STREAM_NOT_FOUND) throw DecodeError(path + ": has no audio stream");
+  if (o.stream < 0 || o.decoder == nullptr) {  // named by FFmpeg's codec, else the file's tag
+    std::string what = "unknown";
+    for (unsigned i = 0; i < raw->nb_streams; ++i) {
+      const AVCodecParameters* p = raw->streams[i]->codecpar;
+      if (p->codec_type != AVMEDIA_TYPE_AUDIO) continue;
+      char tag[32];
+      std::snprintf(tag, sizeof tag, "codec tag 0x%04x", p->codec_tag);
+      const AVCodecDescriptor* d = avcodec_descriptor_get(p->codec_id);
+      what = d != nullptr && p->codec_id != AV_CODEC_ID_NONE ? std::string(d->name) : tag;
+      break;
+    }
+    throw DecodeError(path + ": an audio codec this FFmpeg cannot decode (" + what + ")");
+  }
+  o.st = raw->streams[o.stream];
+  return o;
+}
+
+// The stream's duration less its start (the samples a decoder skips: an MP3's encoder delay,
+// Opus's pre-skip), else the container's less its start.
+double stream_duration(const Opened& o) {
+  const AVStream* st = o.st;
+  if (st->duration != AV_NOPTS_VALUE && st->duration > 0) {
+    const int64_t start =
+        st->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(st->start_time, 0) : 0;
+    return static_cast<double>(std::max<int64_t>(st->duration - start, 0)) * av_q2d(st->time_base);
+  }
+  const AVFormatContext* f = o.format.get();
+  if (f->duration != AV_NOPTS_VALUE && f->duration > 0) {
+    const int64_t start = f->start_time != AV_NOPTS_VALUE ? std::max<int64_t>(f->start_time, 0) : 0;
+    return static_cast<double>(std::max<int64_t>(f->duration - start, 0)) / AV_TIME_BASE;
+  }
+  return 0;
+}
+
+double stream_start(const AVStream* st) {
+  return st->start_time != AV_NOPTS_VALUE ? st->start_time * av_q2d(st->time_base) : 0.0;
+}
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string resampler_name() {
+  static const std::string name = [] {
+    Swr s(swr_alloc());
+    if (!s) return std::string("swr");
+    av_opt_set_int(s.get(), "resampler", SWR_ENGINE_SOXR, 0);
+    AVChannelLayout mono = AV_CHANNEL_LAYOUT_MONO;
+    av_opt_set_chlayout(s.get(), "in_chlayout", &mono, 0);
+    av_opt_set_chlayout(s.get(), "out_chlayout", &mono, 0);
+    av_opt_set_int(s.get(), "in_sample_rate", 44100, 0);
+    av_opt_set_int(s.get(), "out_sample_rate", 16000, 0);
+    av_opt_set_sample_fmt(s.get(), "in_sample_fmt", AV_SAMPLE_FMT_FLT, 0);
+    av_opt_set_sample_fmt(s.get(), "out_sample_fmt", AV_SAMPLE_FMT_FLT, 0);
+    return std::string(swr_init(s.get()) >= 0 ? "soxr" : "swr");
+  }();
+  return name;
+}
+
+std::string ffmpeg_versions() {
+  auto v = [](const char* name, unsigned version) {
+    return std::string(name) + " " + std::to_string(AV_VERSION_MAJOR(version)) + "." +
+           std::to_string(AV_VERSION_MINOR(version)) + "." +
+           std::to_string(AV_VERSION_MICRO(version));
+  };
+  return v("libavformat", avformat_version()) + ", " + v("libavcodec", avcodec_version()) + ", " +
+         v("libswresample", swresample_version()) + ", " + v("libavutil", avutil_version());
+}
+
+AudioInfo probe(const std::string& path) {
+  Opened o = open_file(path);
+  AudioInfo info;
+  info.duration = stream_duration(o);
+  info.sample_rate = o.st->codecpar->sample_rate;
+  info.channels = o.st->codecpar->ch_layout.nb_channels;
+  info.codec = o.decoder->name;
+  return info;
+}
+
+struct AudioDecoder::Impl {
+  Frame frame{av_frame_alloc()};
+  Packet packet{av_packet_alloc()};
+  std::vector<float> resampled;  // interleaved, the file's channels
+};
+
+AudioDecoder::AudioDecoder() : impl_(std::make_unique<Impl>()) {}
+AudioDecoder::~AudioDecoder() = default;
+
+int AudioDecoder::decode(const std::string& path, double offset, double duration,
+                         const DecodeOptions& options, std::vector<float>& out,
+                         DecodeTimes* times) {
+  if (!(offset >= 0) || options.sample_rate <= 0)
+    throw InvalidArgument(path + ": a cut needs offset >= 0 and a positive rate");
+  Clock::time_point t0 = Clock::now();
+  double resample_s = 0;
+  Opened o = open_file(path);
+  AVFormatContext* fmt = o.format.get();
+  const AVStream* st = o.st;
+  const double total = stream_duration(o);
+  Codec codec(avcodec_alloc_context3(o.decoder));
+  if (!codec || avcodec_parameters_to_context(codec.get(), st->codecpar) < 0)
+    throw DecodeError(path + ": cannot set up its " + o.decoder->name + " decoder");
+  codec->thread_count = 1;
+  // With the packets' time base, the decoder moves a frame's timestamp past the samples it skips
+  // (Opus's pre-skip, MP3's encoder delay), so that timestamps trim a cut exactly.
+  codec->pkt_timebase = st->time_base;
+  if (int err = avcodec_open2(codec.get(), o.decoder, nullptr); err < 0)
+    throw DecodeError(path + ": cannot open its " + o.decoder->name + " decoder (" +
+                      av_message(err) + ")");
+  const double start = stream_start(st);
+  if (offset > 0) {
+    const double at = std::max(0.0, offset - kPreroll) + start;
+    const auto ts = static_cast<int64_t>(std::floor(at / av_q2d(st->time_base)));
+    // A file that cannot seek is read from its start: the trim below still cuts by timestamp.
+    if (av_seek_frame(fmt, o.stream, ts, AVSEEK_FLAG_BACKWARD) >= 0)
+      avcodec_flush_buffers(codec.get());
+  }
+
+  Swr swr;
+  int channels = 0;
+  int in_rate = 0;
+  int64_t begin = 0, end = INT64_MAX;  // the cut, in samples at the file's rate
+  int64_t next = -1;                   // the sample after the last frame's
+  int64_t fed = 0;
+  int64_t decoded = 0;  // samples out of the decoder
+  auto& res = impl_->resampled;
+  res.clear();
+  AVFrame* frame = impl_->frame.get();
+  AVPacket* packet = impl_->packet.get();
+  bool done = false;
+
+  auto convert = [&](const uint8_t** in, int count) {
+    const Clock::time_point r0 = Clock::now();
+    const int room = swr_get_out_samples(swr.get(), count);
+    if (room < 0) throw DecodeError(path + ": cannot resample (" + av_message(room) + ")");
+    const size_t have = res.size();
+    res.resize(have + static_cast<size_t>(room) * channels);
+    auto* dst = reinterpret_cast<uint8_t*>(res.data() + have);
+    const int got = swr_convert(swr.get(), &dst, room, in, count);
+    if (got < 0) throw DecodeError(path + ": cannot resample (" + av_message(got) + ")");
+    res.resize(have + static_cast<size_t>(got) * channels);
+    resample_s += since(r0);
+  };
+
+  auto take = [&](const AVFrame* f) {
+    if (!swr) {
+      channels = f->ch_layout.nb_channels;
+      in_rate = f->sample_rate;
+      if (channels <= 0 || in_rate <= 0)
+        throw DecodeError(path + ": its frames have no channels or no rate");
+      begin = std::llround(offset * in_rate);
+      if (duration > 0) end = std::llround((offset + duration) * in_rate);
+      SwrContext* raw = nullptr;
+      AVChannelLayout layout{};
+      av_channel_layout_default(&layout, channels);
+      if (swr_alloc_set_opts2(&raw, &layout, AV_SAMPLE_FMT_FLT, options.sample_rate, &layout,
+                              static_cast<AVSampleFormat>(f->format), in_rate, 0, nullptr) < 0)
+        throw DecodeError(path + ": cannot set up the resampler");
+      swr.reset(raw);
+      if (resampler_name() == "soxr") av_opt_set_int(raw, "resampler", SWR_ENGINE_SOXR, 0);
+      if (int err = swr_init(raw); err < 0)
+        throw DecodeError(path + ": cannot set up the resampler (" + av_message(err) + ")");
+    } else if (f->ch_layout.nb_channels != channels || f->sample_rate != in_rate) {
+      throw DecodeError(path + ": its channels or rate change at t=" +
+                        seconds_text(next / static_cast<double>(in_rate)) + " s");
+    }
+    int64_t pos = next;
+    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
+    if (pts != AV_NOPTS_VALUE) {
+      pos = std::llround((pts * av_q2d(st->time_base) - start) * in_rate);
+    } else if (pos < 0) {
+      pos = 0;
+    }
+    next = pos + f->nb_samples;
+    decoded += f->nb_samples;
+    const int64_t lo = std::clamp<int64_t>(begin - pos, 0, f->nb_samples);
+    const int64_t hi = std::clamp<int64_t>(end - pos, 0, f->nb_samples);
+    if (pos >= end) done = true;
+    if (hi <= lo) return;
+    const auto format = static_cast<AVSampleFormat>(f->format);
+    const int bytes = av_get_bytes_per_sample(format);
+    const bool planar = av_sample_fmt_is_planar(format);
+    std::vector<const uint8_t*> planes(planar ? channels : 1);
+    for (size_t c = 0; c < planes.size(); ++c)
+      planes[c] = f->extended_data[c] + lo * bytes * (planar ? 1 : channels);
+    convert(planes.data(), static_cast<int>(hi - lo));
+    fed += hi - lo;
+    if (pos + f->nb_samples >= end) done = true;
+  };
+
+  auto receive = [&] {
+    while (!done) {
+      const int err = avcodec_receive_frame(codec.get(), frame);
+      if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return;
+      if (err < 0) {
+        throw DecodeError(path + ": corrupt audio near t=" +
+                          seconds_text(next > 0 ? next / static_cast<double>(in_rate) : offset) +
+                          " s (" + av_message(err) + ")");
+      }
+      take(frame);
+      av_frame_unref(frame);
+    }
+  };
+
+  while (!done) {
+    const int err = av_read_frame(fmt, packet);
+    if (err == AVERROR_EOF) break;
+    if (err < 0) {
+      throw DecodeError(
+          path + ": cannot read near t=" +
+          seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : offset) +
+          " s (" + av_message(err) + ")");
+    }
+    if (packet->stream_index != o.stream) {
+      av_packet_unref(packet);
+      continue;
+    }
+    const int sent = avcodec_send_packet(codec.get(), packet);
+    av_packet_unref(packet);
+    if (sent < 0 && sent != AVERROR(EAGAIN)) {
+      throw DecodeError(
+          path + ": corrupt audio near t=" +
+          seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : offset) +
+          " s (" + av_message(sent) + ")");
+    }
+    receive();
+  }
+  if (!done) {  // the decoder's last frames
+    avcodec_send_packet(codec.get(), nullptr);
+    receive();
+  }
+  if (!swr || fed == 0) {  // (a header's duration may be wrong: only decoding tells)
+    const double last = next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : total;
+    if (offset > 0 && last > 0 && offset >= last) {
+      throw DecodeError(path + ": offset t=" + seconds_text(offset) +
+                        " s is past the end (t=" + seconds_text(last) + " s)");
+    }
+    throw DecodeError(path + ": no audio from t=" + seconds_text(offset) + " s" +
+                      (total > 0 ? " (it ends at t=" + seconds_text(total) + " s)" : ""));
+  }
+  convert(nullptr, 0);  // the resampler's tail
+  const double decode_s = since(t0) - resample_s;
+
+  const Clock::time_point m0 = Clock::now();
+  const size_t n = res.size() / channels;
+  if (options.mono && channels > 1) {
+    out.resize(n);
+    const float scale = 1.0f / channels;
+    for (size_t i = 0; i < n; ++i) {
+      float sum = 0;
+      for (int c = 0; c < channels; ++c) sum += res[i * channels + c];
+      out[i] = sum * scale;
+    }
+  } else {
+    out.assign(res.begin(), res.end());
+  }
+  if (times != nullptr) {
+    times->decode += decode_s;
+    times->resample += resample_s + since(m0);
+    times->decoded += static_cast<double>(decoded) / in_rate;
+  }
+  return options.mono ? 1 : channels;
+}
+
+}  // namespace stoker::audio
