@@ -46,10 +46,6 @@ CODE_ROOTS = ("include", "python", "python/stoker", "src")
 
 # Names that look like paths but are not files of this repository. A token is matched whole.
 NOT_REPO_PATHS = {
-    # jinja2's and transformers' modules, whose semantics the native chat templates follow
-    # (src/text/jinja/).
-    "lexer.py", "parser.py", "filters.py", "tests.py", "sandbox.py", "chat_template_utils.py",
-    "jinja2/filters.py", "jinja2/tests.py", "jinja2/lexer.py", "jinja2/parser.py",
     "arrow.json",  # Arrow's canonical JSON extension type's name, not a file
     # Written at run time: the names usage examples give to --json, and what tools write.
     "out.json", "tune.json", "gpu.json", "gpu_decode.json", "images.json",
