@@ -11,7 +11,11 @@
 
 namespace stoker::text {
 
-Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
+namespace {
+std::atomic<uint64_t> next_serial{1};
+}  // namespace
+
+Model::Model(Vocab vocab) : vocab_(std::move(vocab)), serial_(next_serial++) {
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
   tokens_.resize(static_cast<size_t>(max_id + 1));
@@ -34,8 +38,6 @@ const std::string* Model::id_to_token(int32_t id) const {
 // ---- BPE ----------------------------------------------------------------------------------------
 
 namespace {
-std::atomic<uint64_t> next_serial{1};
-
 // A thread's cache of words' ids, for one model at a time: bounded (cleared when full), never
 // shared between threads, so no lock.
 struct WordCache {
@@ -51,6 +53,32 @@ struct WordCache {
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> spans;
 };
 thread_local WordCache word_cache;
+
+// The calling thread's cache, emptied when it last served another model.
+WordCache& cache_of(uint64_t serial) {
+  WordCache& cache = word_cache;
+  if (cache.owner != serial) {
+    cache.ids.clear();
+    cache.spans.clear();
+    cache.owner = serial;
+  }
+  return cache;
+}
+
+// The ids of a short word from the thread's cache, or made by `compute(ids)` and kept.
+template <class Compute>
+void cached_ids(uint64_t serial, std::string_view word, std::vector<int32_t>& out,
+                Compute compute) {
+  WordCache& cache = cache_of(serial);
+  auto it = cache.ids.find(word);
+  if (it == cache.ids.end()) {
+    std::vector<int32_t> ids;
+    compute(ids);
+    if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
+    it = cache.ids.emplace(std::string(word), std::move(ids)).first;
+  }
+  out.insert(out.end(), it->second.begin(), it->second.end());
+}
 
 std::string byte_token(uint8_t b) {
   char name[8];
@@ -70,7 +98,7 @@ void append_spans(const std::vector<uint32_t>& lengths, std::vector<TokenSpan>& 
 
 Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
          BpeOptions options, const std::string& origin)
-    : Model(std::move(vocab)), options_(std::move(options)), serial_(next_serial++) {
+    : Model(std::move(vocab)), options_(std::move(options)) {
   const size_t prefix = options_.continuing_subword_prefix.size();
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
@@ -187,6 +215,67 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
 
 void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
                  std::vector<TokenSpan>* spans) const {
+  const std::unordered_set<uint64_t>* adjacent =
+      word.size() > WordCache::kMaxWordBytes ? adjacent_pairs() : nullptr;
+  if (!adjacent) return encode_whole(word, out, spans);
+  // Cut between characters a and b where each is a token (so each is one symbol: no run of
+  // unknowns or byte fallback spans the cut) and no token holds a then b. A merge's token is its
+  // two tokens joined (no prefix or suffix here), so whatever symbols end and start at the cut,
+  // their merge would be a token holding a then b: no merge crosses the cut. The segments' symbols
+  // are the whole word's there, and their merges, each segment's lowest rank (then leftmost)
+  // first, are the whole word's: the same ids.
+  auto encode_segment = [&](size_t begin, size_t end) {
+    const size_t before = spans ? spans->size() : 0;
+    encode_whole(word.substr(begin, end - begin), out, spans);
+    if (!spans) return;
+    for (size_t k = before; k < spans->size(); ++k) {
+      (*spans)[k].begin += static_cast<uint32_t>(begin);
+      (*spans)[k].end += static_cast<uint32_t>(begin);
+    }
+  };
+  size_t segment = 0, prev_start = 0, i = 0;
+  char32_t prev = next_code_point(word, i);
+  while (i < word.size()) {
+    const size_t start = i;
+    const char32_t c = next_code_point(word, i);
+    if (!adjacent->contains(static_cast<uint64_t>(prev) << 32 | c) &&
+        vocab_.contains(word.substr(prev_start, start - prev_start)) &&
+        vocab_.contains(word.substr(start, i - start))) {
+      encode_segment(segment, start);
+      segment = start;
+    }
+    prev = c;
+    prev_start = start;
+  }
+  encode_segment(segment, word.size());
+}
+
+const std::unordered_set<uint64_t>* Bpe::adjacent_pairs() const {
+  std::call_once(adjacent_once_, [this] {
+    if (!options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty() ||
+        options_.ignore_merges) {
+      return;
+    }
+    for (const auto& [token, id] : vocab_) {
+      if (!valid_utf8(token)) {  // its bytes are not all in code points: cut nothing
+        adjacent_.clear();
+        return;
+      }
+      size_t i = 0;
+      char32_t prev = token.empty() ? 0 : next_code_point(token, i);
+      while (i < token.size()) {
+        const char32_t c = next_code_point(token, i);
+        adjacent_.insert(static_cast<uint64_t>(prev) << 32 | c);
+        prev = c;
+      }
+    }
+    cuttable_ = true;
+  });
+  return cuttable_ ? &adjacent_ : nullptr;
+}
+
+void Bpe::encode_whole(std::string_view word, std::vector<int32_t>& out,
+                       std::vector<TokenSpan>* spans) const {
   if (word.empty()) return;
   if (word.size() > WordCache::kMaxWordBytes) {
     WordCache::Entry e;
@@ -195,13 +284,8 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
     if (spans) append_spans(e.lengths, *spans);
     return;
   }
-  WordCache& cache = word_cache;
-  if (cache.owner != serial_) {
-    cache.ids.clear();
-    cache.spans.clear();
-    cache.owner = serial_;
-  }
   if (spans) {
+    WordCache& cache = cache_of(serial_);
     auto it = cache.spans.find(word);
     if (it == cache.spans.end()) {
       WordCache::Entry e;
@@ -213,16 +297,8 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
     append_spans(it->second.lengths, *spans);
     return;
   }
-  auto it = cache.ids.find(word);
-  if (it != cache.ids.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    return;
-  }
-  std::vector<int32_t> ids;
-  encode_uncached(word, ids, nullptr);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
-  cache.ids.emplace(std::string(word), std::move(ids));
+  cached_ids(serial_, word, out,
+             [&](std::vector<int32_t>& ids) { encode_uncached(word, ids, nullptr); });
 }
 
 void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
@@ -370,6 +446,12 @@ Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
 void Unigram::encode(std::string_view s, std::vector<int32_t>& out,
                      std::vector<TokenSpan>* spans) const {
   if (s.empty()) return;
+  if (spans || s.size() > WordCache::kMaxWordBytes) return encode_uncached(s, out, spans);
+  cached_ids(serial_, s, out, [&](std::vector<int32_t>& ids) { encode_uncached(s, ids, nullptr); });
+}
+
+void Unigram::encode_uncached(std::string_view s, std::vector<int32_t>& out,
+                              std::vector<TokenSpan>* spans) const {
   struct Node {
     int32_t id = -1;
     double score = 0;

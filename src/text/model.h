@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,8 @@ struct StringHash {
 };
 using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// A model's encode() may keep a word's ids in a cache of the calling thread (bounded, one model at
+// a time): ids are a function of the piece alone.
 class Model {
  public:
   explicit Model(Vocab vocab);
@@ -39,6 +43,7 @@ class Model {
  protected:
   Vocab vocab_;
   std::vector<std::string> tokens_;  // by id ("" where the vocabulary skips an id)
+  const uint64_t serial_;  // tells this model's entries in a thread's cache from another model's
 };
 
 struct BpeOptions {
@@ -53,7 +58,8 @@ struct BpeOptions {
 // Byte-pair encoding: a word's characters (or, with byte_fallback, the <0xXX> tokens of a
 // character outside the vocabulary) merged by rank, lowest first, as `tokenizers`' Word::merge_all
 // does. A merge's pair is given by its two tokens; throws InvalidArgument (naming `origin`) when a
-// merge names a token outside the vocabulary.
+// merge names a token outside the vocabulary. A long word (a whole text, where no pre-tokenizer
+// splits it) is encoded in segments where no merge can cross, each through the thread's cache.
 class Bpe : public Model {
  public:
   Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
@@ -71,6 +77,13 @@ class Bpe : public Model {
   void merge(std::vector<int32_t>& ids, std::vector<uint32_t>* lengths = nullptr) const;
 
  private:
+  // encode() of a word taken whole: through the thread's cache when it is short.
+  void encode_whole(std::string_view word, std::vector<int32_t>& out,
+                    std::vector<TokenSpan>* spans) const;
+  // The code point pairs (a << 32 | b) that some token holds side by side, or nullptr where a long
+  // word is not to be cut (a continuing_subword_prefix, end_of_word_suffix or ignore_merges makes
+  // a segment's ids depend on where it sits). Built on first use (only long words need it).
+  const std::unordered_set<uint64_t>* adjacent_pairs() const;
   // The word's ids and, where `lengths` is given, each id's bytes of the word.
   void encode_uncached(std::string_view word, std::vector<int32_t>& ids,
                        std::vector<uint32_t>* lengths) const;
@@ -90,7 +103,9 @@ class Bpe : public Model {
   BpeOptions options_;
   std::optional<int32_t> unk_id_;
   int32_t byte_ids_[256];  // <0xXX>'s id, or -1 (byte_fallback)
-  uint64_t serial_;  // tells this model's entries in a thread's cache from another model's
+  mutable std::once_flag adjacent_once_;
+  mutable std::unordered_set<uint64_t> adjacent_;
+  mutable bool cuttable_ = false;  // adjacent_ applies (set once, under adjacent_once_)
 };
 
 // WordPiece (BERT): the longest vocabulary prefix, then `##`-prefixed continuations; a word with
@@ -110,7 +125,7 @@ class WordPiece : public Model {
 
 // Unigram: the Viterbi best segmentation by the pieces' log-probabilities (SentencePiece's
 // algorithm, as `tokenizers` runs it: an unknown character scores min_score - 10; consecutive
-// unknowns fuse).
+// unknowns fuse). encode() without spans goes through the thread's cache.
 class Unigram : public Model {
  public:
   Unigram(std::vector<std::pair<std::string, double>> pieces, std::optional<int32_t> unk_id,
@@ -119,6 +134,8 @@ class Unigram : public Model {
               std::vector<TokenSpan>* spans = nullptr) const override;
 
  private:
+  void encode_uncached(std::string_view piece, std::vector<int32_t>& out,
+                       std::vector<TokenSpan>* spans) const;
   std::vector<double> scores_;
   std::optional<int32_t> unk_id_;
   bool byte_fallback_;
