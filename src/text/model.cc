@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <queue>
 
 #include "stoker/errors.h"
@@ -428,10 +429,54 @@ Vocab unigram_vocab(const std::vector<std::pair<std::string, double>>& pieces) {
 }
 }  // namespace
 
+PieceTrie::PieceTrie(const std::vector<std::pair<std::string, double>>& pieces) {
+  std::vector<uint32_t> order(pieces.size());
+  std::iota(order.begin(), order.end(), 0u);
+  // By bytes (std::string compares them unsigned), equal pieces in their order: a piece sorts
+  // before those it is a prefix of, so a node's own piece comes first in its range.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return pieces[a].first < pieces[b].first; });
+  auto text = [&](size_t k) -> const std::string& { return pieces[order[k]].first; };
+  struct Range {
+    uint32_t node;
+    size_t begin, end, depth;  // the pieces order[begin, end) share the node's depth bytes
+  };
+  nodes_.emplace_back();
+  labels_.push_back(0);
+  std::vector<Range> todo{{root(), 0, order.size(), 0}};
+  while (!todo.empty()) {
+    const Range r = todo.back();
+    todo.pop_back();
+    size_t k = r.begin;
+    if (k < r.end && text(k).size() == r.depth) {
+      nodes_[r.node].piece = static_cast<int32_t>(order[k]);
+      while (k < r.end && text(k).size() == r.depth) ++k;  // its twins
+    }
+    nodes_[r.node].first = static_cast<uint32_t>(nodes_.size());
+    while (k < r.end) {
+      const char b = text(k)[r.depth];
+      size_t end = k;
+      while (end < r.end && text(end)[r.depth] == b) ++end;
+      todo.push_back({static_cast<uint32_t>(nodes_.size()), k, end, r.depth + 1});
+      nodes_.emplace_back();
+      labels_.push_back(static_cast<unsigned char>(b));
+      ++nodes_[r.node].count;
+      k = end;
+    }
+  }
+}
+
+int64_t PieceTrie::child(uint32_t node, unsigned char b) const {
+  const auto first = labels_.begin() + nodes_[node].first;
+  const auto last = first + nodes_[node].count;
+  const auto it = std::lower_bound(first, last, b);
+  return it != last && *it == b ? it - labels_.begin() : kNone;
+}
+
 Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
                  std::optional<int32_t> unk_id, bool byte_fallback, const std::string& origin)
     : Model(unigram_vocab(pieces)), unk_id_(unk_id), byte_fallback_(byte_fallback),
-      min_score_(std::numeric_limits<double>::infinity()), origin_(origin) {
+      min_score_(std::numeric_limits<double>::infinity()), trie_(pieces), origin_(origin) {
   if (unk_id_ && (*unk_id_ < 0 || static_cast<size_t>(*unk_id_) >= pieces.size())) {
     throw InvalidArgument(origin + ": Unigram unk_id " + std::to_string(*unk_id_) +
                           " is outside the vocabulary");
@@ -439,7 +484,6 @@ Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
   for (const auto& [piece, score] : pieces) {
     scores_.push_back(score);
     min_score_ = std::min(min_score_, score);
-    max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
   }
 }
 
@@ -463,19 +507,23 @@ void Unigram::encode_uncached(std::string_view s, std::vector<int32_t>& out,
     const double here = best[at].score;
     const size_t char_len = std::min(utf8_length(static_cast<unsigned char>(s[at])), s.size() - at);
     bool single = false;
-    const size_t longest = std::min(max_piece_bytes_, s.size() - at);
-    for (size_t len = char_len; len <= longest;) {
-      auto it = vocab_.find(s.substr(at, len));
-      if (it != vocab_.end()) {
-        Node& target = best[at + len];
-        double candidate = scores_[static_cast<size_t>(it->second)] + here;
-        if (target.start < 0 || candidate > target.score) {
-          target = Node{it->second, candidate, static_cast<int64_t>(at)};
-        }
-        if (len == char_len) single = true;
+    // The pieces s[at, end) for each character boundary end, down the trie byte by byte.
+    uint32_t node = PieceTrie::root();
+    for (size_t end = at; end < s.size();) {
+      const int64_t next = trie_.child(node, static_cast<unsigned char>(s[end]));
+      if (next == PieceTrie::kNone) break;
+      node = static_cast<uint32_t>(next);
+      ++end;
+      const int32_t id = trie_.piece(node);
+      if (id < 0 || (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80)) {
+        continue;  // no piece, or one that ends inside a character
       }
-      if (at + len >= s.size()) break;
-      len += utf8_length(static_cast<unsigned char>(s[at + len]));
+      Node& target = best[end];
+      double candidate = scores_[static_cast<size_t>(id)] + here;
+      if (target.start < 0 || candidate > target.score) {
+        target = Node{id, candidate, static_cast<int64_t>(at)};
+      }
+      if (end - at == char_len) single = true;
     }
     if (!single) {
       if (!unk_id_) {

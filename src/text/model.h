@@ -123,6 +123,28 @@ class WordPiece : public Model {
   size_t max_chars_;
 };
 
+// Pieces as a trie of their bytes, a node's children contiguous and sorted by byte: one walk from a
+// position of a text meets every piece that starts there.
+class PieceTrie {
+ public:
+  static constexpr int64_t kNone = -1;
+  // A piece named twice is the first one's (as the vocabulary keeps it).
+  explicit PieceTrie(const std::vector<std::pair<std::string, double>>& pieces);
+  static constexpr uint32_t root() { return 0; }
+  // The node one byte below `node`, or kNone.
+  int64_t child(uint32_t node, unsigned char b) const;
+  int32_t piece(uint32_t node) const { return nodes_[node].piece; }  // its index, or -1
+
+ private:
+  struct Node {
+    int32_t piece = -1;
+    uint32_t first = 0;  // its children: nodes [first, first + count)
+    uint32_t count = 0;
+  };
+  std::vector<Node> nodes_;
+  std::vector<unsigned char> labels_;  // each node's byte (the root's unused)
+};
+
 // Unigram: the Viterbi best segmentation by the pieces' log-probabilities (SentencePiece's
 // algorithm, as `tokenizers` runs it: an unknown character scores min_score - 10; consecutive
 // unknowns fuse). encode() without spans goes through the thread's cache.
@@ -140,7 +162,7 @@ class Unigram : public Model {
   std::optional<int32_t> unk_id_;
   bool byte_fallback_;
   double min_score_;
-  size_t max_piece_bytes_ = 0;
+  PieceTrie trie_;
   std::string origin_;
 };
 

@@ -162,6 +162,20 @@ TEST(UnigramTest, ViterbiPicksTheBestScoringSplit) {
   EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
 }
 
+TEST(UnigramTest, TrieFindsEveryPieceAtAPositionAndTheFirstOfTwins) {
+  PieceTrie trie({{"ab", 0}, {"a", 0}, {"abc", 0}, {"b", 0}, {"a", 0}});
+  std::vector<int32_t> found;
+  uint32_t node = PieceTrie::root();
+  for (char c : std::string("abcd")) {
+    const int64_t next = trie.child(node, static_cast<unsigned char>(c));
+    if (next == PieceTrie::kNone) break;
+    node = static_cast<uint32_t>(next);
+    found.push_back(trie.piece(node));
+  }
+  EXPECT_EQ(found, (std::vector<int32_t>{1, 0, 2}));  // "a" is piece 1 (not its twin 4)
+  EXPECT_EQ(trie.child(PieceTrie::root(), 'c'), PieceTrie::kNone);
+}
+
 TEST(ByteLevelTest, MapsEveryByteReversibly) {
   EXPECT_EQ(byte_to_unicode(' '), "\xC4\xA0");  // Ġ
   EXPECT_EQ(byte_to_unicode('\n'), "\xC4\x8A");  // Ċ
@@ -179,6 +193,14 @@ TEST(UnicodeTest, LossyReplacesMaximalInvalidSubparts) {
   EXPECT_EQ(utf8_lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // a surrogate
   EXPECT_EQ(lowercase("\xC3\x89T\xC4\xB0"), "\xC3\xA9ti\xCC\x87");
+}
+
+TEST(UnicodeTest, NormalizesTheNonAsciiPartsWithTheAsciiCharacterBefore) {
+  EXPECT_EQ(normalize("plain ASCII\n", NormalForm::kNfkc), "plain ASCII\n");
+  // e + U+0301 composes across the part's start; U+FB01 (fi) is a compatibility character.
+  EXPECT_EQ(normalize("abe\xCC\x81x \xEF\xAC\x81!", NormalForm::kNfkc), "ab\xC3\xA9x fi!");
+  EXPECT_EQ(normalize("\xC3\xA9" "e\xCC\x81", NormalForm::kNfd), "e\xCC\x81" "e\xCC\x81");
+  EXPECT_EQ(normalize("A\xCC\x8A", NormalForm::kNfc), "\xC3\x85");
 }
 
 }  // namespace
