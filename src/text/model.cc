@@ -123,6 +123,13 @@ Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& me
                             "\" is not in the vocabulary");
     }
   }
+  for (const auto& [token, id] : vocab_) {
+    size_t end = 0;
+    if (!token.empty() && token.size() <= 4 && valid_utf8(token)) {
+      const char32_t c = next_code_point(token, end);
+      if (end == token.size()) char_ids_.emplace(c, id);
+    }
+  }
   for (int b = 0; b < 256; ++b) {
     auto id = options_.byte_fallback ? token_to_id(byte_token(static_cast<uint8_t>(b)))
                                      : std::nullopt;
@@ -168,6 +175,7 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     uint32_t rank;
     int32_t pos;
     int32_t id;
+    int32_t left, right;  // the pair's ids when it was queued
     bool operator<(const Candidate& o) const {  // the heap's top: lowest rank, then leftmost
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
@@ -180,7 +188,9 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, kLengths ? (*lengths)[i] : 0u, false};
     if (i + 1 < n) {
       auto it = merges_.find(key(ids[i], ids[i + 1]));
-      if (it != merges_.end()) heap.push_back(Candidate{it->second.rank, i, it->second.id});
+      if (it != merges_.end()) {
+        heap.push_back(Candidate{it->second.rank, i, it->second.id, ids[i], ids[i + 1]});
+      }
     }
   }
   std::priority_queue<Candidate> queue(std::less<Candidate>{}, std::move(heap));
@@ -190,20 +200,28 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     Symbol& left = sym[top.pos];
     if (left.removed || left.next < 0) continue;
     Symbol& right = sym[left.next];
-    auto it = merges_.find(key(left.id, right.id));
-    if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
+    if (left.id != top.left || right.id != top.right) {  // else the same pair: the same merge
+      auto it = merges_.find(key(left.id, right.id));
+      if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
+    }
     left.id = top.id;
     if constexpr (kLengths) left.length += right.length;
     right.removed = true;
     left.next = right.next;
     if (right.next >= 0) sym[right.next].prev = top.pos;
     if (left.prev >= 0) {
-      auto m = merges_.find(key(sym[left.prev].id, left.id));
-      if (m != merges_.end()) queue.push(Candidate{m->second.rank, left.prev, m->second.id});
+      const int32_t before = sym[left.prev].id;
+      auto m = merges_.find(key(before, left.id));
+      if (m != merges_.end()) {
+        queue.push(Candidate{m->second.rank, left.prev, m->second.id, before, left.id});
+      }
     }
     if (left.next >= 0) {
-      auto m = merges_.find(key(left.id, sym[left.next].id));
-      if (m != merges_.end()) queue.push(Candidate{m->second.rank, top.pos, m->second.id});
+      const int32_t after = sym[left.next].id;
+      auto m = merges_.find(key(left.id, after));
+      if (m != merges_.end()) {
+        queue.push(Candidate{m->second.rank, top.pos, m->second.id, left.id, after});
+      }
     }
   }
   ids.clear();
@@ -234,19 +252,17 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
       (*spans)[k].end += static_cast<uint32_t>(begin);
     }
   };
-  size_t segment = 0, prev_start = 0, i = 0;
+  size_t segment = 0, i = 0;
   char32_t prev = next_code_point(word, i);
   while (i < word.size()) {
     const size_t start = i;
     const char32_t c = next_code_point(word, i);
-    if (!adjacent->contains(static_cast<uint64_t>(prev) << 32 | c) &&
-        vocab_.contains(word.substr(prev_start, start - prev_start)) &&
-        vocab_.contains(word.substr(start, i - start))) {
+    if (!adjacent->contains(static_cast<uint64_t>(prev) << 32 | c) && char_ids_.contains(prev) &&
+        char_ids_.contains(c)) {
       encode_segment(segment, start);
       segment = start;
     }
     prev = c;
-    prev_start = start;
   }
   encode_segment(segment, word.size());
 }
@@ -330,14 +346,22 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& ids,
   std::string s;
   for (size_t i = 0; i < word.size();) {
     size_t start = i;
-    next_code_point(word, i);
+    const char32_t code_point = next_code_point(word, i);
     std::string_view c = word.substr(start, i - start);
+    const bool affixed = (start > 0 && !options_.continuing_subword_prefix.empty()) ||
+                         (i == word.size() && !options_.end_of_word_suffix.empty());
     s.clear();
     if (start > 0) s += options_.continuing_subword_prefix;
     s += c;
     if (i == word.size()) s += options_.end_of_word_suffix;
     const auto length = static_cast<uint32_t>(c.size());
-    if (auto id = token_to_id(s)) {
+    std::optional<int32_t> id;
+    if (affixed) {
+      id = token_to_id(s);
+    } else if (auto it = char_ids_.find(code_point); it != char_ids_.end()) {
+      id = it->second;  // s is the character alone
+    }
+    if (id) {
       if (pending_unk >= 0) add(pending_unk, pending_length);
       pending_unk = -1;
       add(*id, length);

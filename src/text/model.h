@@ -102,6 +102,9 @@ class Bpe : public Model {
   std::unordered_map<uint64_t, Merge> merges_;
   BpeOptions options_;
   std::optional<int32_t> unk_id_;
+  // The id of each token that is one character (the lookup of a word's characters, where no
+  // prefix or suffix is added to them).
+  std::unordered_map<char32_t, int32_t> char_ids_;
   int32_t byte_ids_[256];  // <0xXX>'s id, or -1 (byte_fallback)
   mutable std::once_flag adjacent_once_;
   mutable std::unordered_set<uint64_t> adjacent_;
