@@ -235,7 +235,7 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
 void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
                  std::vector<TokenSpan>* spans) const {
   const std::unordered_set<uint64_t>* adjacent =
-      word.size() > WordCache::kMaxWordBytes ? adjacent_pairs() : nullptr;
+      options_.whole_texts && word.size() > WordCache::kMaxWordBytes ? adjacent_pairs() : nullptr;
   if (!adjacent) return encode_whole(word, out, spans);
   // Cut between characters a and b where each is a token (so each is one symbol: no run of
   // unknowns or byte fallback spans the cut) and no token holds a then b. A merge's token is its
@@ -269,8 +269,8 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
 
 const std::unordered_set<uint64_t>* Bpe::adjacent_pairs() const {
   std::call_once(adjacent_once_, [this] {
-    if (!options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty() ||
-        options_.ignore_merges) {
+    if (!options_.whole_texts || !options_.continuing_subword_prefix.empty() ||
+        !options_.end_of_word_suffix.empty() || options_.ignore_merges) {
       return;
     }
     for (const auto& [token, id] : vocab_) {

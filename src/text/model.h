@@ -53,6 +53,9 @@ struct BpeOptions {
   bool fuse_unk = false;
   bool byte_fallback = false;
   bool ignore_merges = false;
+  // Words may be whole texts (no pre-tokenizer splits them): a long one is cut where no merge can
+  // cross (Bpe::encode). Off elsewhere, where long words are rare and the pairs not worth building.
+  bool whole_texts = false;
 };
 
 // Byte-pair encoding: a word's characters (or, with byte_fallback, the <0xXX> tokens of a
@@ -81,8 +84,8 @@ class Bpe : public Model {
   void encode_whole(std::string_view word, std::vector<int32_t>& out,
                     std::vector<TokenSpan>* spans) const;
   // The code point pairs (a << 32 | b) that some token holds side by side, or nullptr where a long
-  // word is not to be cut (a continuing_subword_prefix, end_of_word_suffix or ignore_merges makes
-  // a segment's ids depend on where it sits). Built on first use (only long words need it).
+  // word is not to be cut (not whole_texts, or a continuing_subword_prefix, end_of_word_suffix or
+  // ignore_merges makes a segment's ids depend on where it sits). Built on first use.
   const std::unordered_set<uint64_t>* adjacent_pairs() const;
   // The word's ids and, where `lengths` is given, each id's bytes of the word.
   void encode_uncached(std::string_view word, std::vector<int32_t>& ids,

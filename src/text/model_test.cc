@@ -111,6 +111,7 @@ TEST(BpeTest, ALongWordCutWhereNoMergeCrossesGivesTheWholeWordsIds) {
   o.unk_token = "<unk>";
   o.byte_fallback = true;
   o.fuse_unk = true;
+  o.whole_texts = true;
   Bpe cut(vocab_of(tokens), merges, o, "t");
   o.ignore_merges = true;
   Bpe whole(vocab_of(tokens), merges, o, "t");
