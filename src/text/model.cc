@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <queue>
 
 #include "stoker/errors.h"
@@ -11,7 +12,11 @@
 
 namespace stoker::text {
 
-Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
+namespace {
+std::atomic<uint64_t> next_serial{1};
+}  // namespace
+
+Model::Model(Vocab vocab) : vocab_(std::move(vocab)), serial_(next_serial++) {
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
   tokens_.resize(static_cast<size_t>(max_id + 1));
@@ -34,8 +39,6 @@ const std::string* Model::id_to_token(int32_t id) const {
 // ---- BPE ----------------------------------------------------------------------------------------
 
 namespace {
-std::atomic<uint64_t> next_serial{1};
-
 // A thread's cache of words' ids, for one model at a time: bounded (cleared when full), never
 // shared between threads, so no lock.
 struct WordCache {
@@ -51,6 +54,32 @@ struct WordCache {
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> spans;
 };
 thread_local WordCache word_cache;
+
+// The calling thread's cache, emptied when it last served another model.
+WordCache& cache_of(uint64_t serial) {
+  WordCache& cache = word_cache;
+  if (cache.owner != serial) {
+    cache.ids.clear();
+    cache.spans.clear();
+    cache.owner = serial;
+  }
+  return cache;
+}
+
+// The ids of a short word from the thread's cache, or made by `compute(ids)` and kept.
+template <class Compute>
+void cached_ids(uint64_t serial, std::string_view word, std::vector<int32_t>& out,
+                Compute compute) {
+  WordCache& cache = cache_of(serial);
+  auto it = cache.ids.find(word);
+  if (it == cache.ids.end()) {
+    std::vector<int32_t> ids;
+    compute(ids);
+    if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
+    it = cache.ids.emplace(std::string(word), std::move(ids)).first;
+  }
+  out.insert(out.end(), it->second.begin(), it->second.end());
+}
 
 std::string byte_token(uint8_t b) {
   char name[8];
@@ -70,7 +99,7 @@ void append_spans(const std::vector<uint32_t>& lengths, std::vector<TokenSpan>& 
 
 Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
          BpeOptions options, const std::string& origin)
-    : Model(std::move(vocab)), options_(std::move(options)), serial_(next_serial++) {
+    : Model(std::move(vocab)), options_(std::move(options)) {
   const size_t prefix = options_.continuing_subword_prefix.size();
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
@@ -92,6 +121,13 @@ Bpe::Bpe(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& me
     if (!unk_id_) {
       throw InvalidArgument(origin + ": BPE unk_token \"" + *options_.unk_token +
                             "\" is not in the vocabulary");
+    }
+  }
+  for (const auto& [token, id] : vocab_) {
+    size_t end = 0;
+    if (!token.empty() && token.size() <= 4 && valid_utf8(token)) {
+      const char32_t c = next_code_point(token, end);
+      if (end == token.size()) char_ids_.emplace(c, id);
     }
   }
   for (int b = 0; b < 256; ++b) {
@@ -139,6 +175,7 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     uint32_t rank;
     int32_t pos;
     int32_t id;
+    int32_t left, right;  // the pair's ids when it was queued
     bool operator<(const Candidate& o) const {  // the heap's top: lowest rank, then leftmost
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
@@ -151,7 +188,9 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     sym[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, kLengths ? (*lengths)[i] : 0u, false};
     if (i + 1 < n) {
       auto it = merges_.find(key(ids[i], ids[i + 1]));
-      if (it != merges_.end()) heap.push_back(Candidate{it->second.rank, i, it->second.id});
+      if (it != merges_.end()) {
+        heap.push_back(Candidate{it->second.rank, i, it->second.id, ids[i], ids[i + 1]});
+      }
     }
   }
   std::priority_queue<Candidate> queue(std::less<Candidate>{}, std::move(heap));
@@ -161,20 +200,28 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
     Symbol& left = sym[top.pos];
     if (left.removed || left.next < 0) continue;
     Symbol& right = sym[left.next];
-    auto it = merges_.find(key(left.id, right.id));
-    if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
+    if (left.id != top.left || right.id != top.right) {  // else the same pair: the same merge
+      auto it = merges_.find(key(left.id, right.id));
+      if (it == merges_.end() || it->second.id != top.id) continue;  // a stale entry
+    }
     left.id = top.id;
     if constexpr (kLengths) left.length += right.length;
     right.removed = true;
     left.next = right.next;
     if (right.next >= 0) sym[right.next].prev = top.pos;
     if (left.prev >= 0) {
-      auto m = merges_.find(key(sym[left.prev].id, left.id));
-      if (m != merges_.end()) queue.push(Candidate{m->second.rank, left.prev, m->second.id});
+      const int32_t before = sym[left.prev].id;
+      auto m = merges_.find(key(before, left.id));
+      if (m != merges_.end()) {
+        queue.push(Candidate{m->second.rank, left.prev, m->second.id, before, left.id});
+      }
     }
     if (left.next >= 0) {
-      auto m = merges_.find(key(left.id, sym[left.next].id));
-      if (m != merges_.end()) queue.push(Candidate{m->second.rank, top.pos, m->second.id});
+      const int32_t after = sym[left.next].id;
+      auto m = merges_.find(key(left.id, after));
+      if (m != merges_.end()) {
+        queue.push(Candidate{m->second.rank, top.pos, m->second.id, left.id, after});
+      }
     }
   }
   ids.clear();
@@ -187,6 +234,65 @@ void Bpe::merge_symbols(std::vector<int32_t>& ids, std::vector<uint32_t>* length
 
 void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
                  std::vector<TokenSpan>* spans) const {
+  const std::unordered_set<uint64_t>* adjacent =
+      options_.whole_texts && word.size() > WordCache::kMaxWordBytes ? adjacent_pairs() : nullptr;
+  if (!adjacent) return encode_whole(word, out, spans);
+  // Cut between characters a and b where each is a token (so each is one symbol: no run of
+  // unknowns or byte fallback spans the cut) and no token holds a then b. A merge's token is its
+  // two tokens joined (no prefix or suffix here), so whatever symbols end and start at the cut,
+  // their merge would be a token holding a then b: no merge crosses the cut. The segments' symbols
+  // are the whole word's there, and their merges, each segment's lowest rank (then leftmost)
+  // first, are the whole word's: the same ids.
+  auto encode_segment = [&](size_t begin, size_t end) {
+    const size_t before = spans ? spans->size() : 0;
+    encode_whole(word.substr(begin, end - begin), out, spans);
+    if (!spans) return;
+    for (size_t k = before; k < spans->size(); ++k) {
+      (*spans)[k].begin += static_cast<uint32_t>(begin);
+      (*spans)[k].end += static_cast<uint32_t>(begin);
+    }
+  };
+  size_t segment = 0, i = 0;
+  char32_t prev = next_code_point(word, i);
+  while (i < word.size()) {
+    const size_t start = i;
+    const char32_t c = next_code_point(word, i);
+    if (!adjacent->contains(static_cast<uint64_t>(prev) << 32 | c) && char_ids_.contains(prev) &&
+        char_ids_.contains(c)) {
+      encode_segment(segment, start);
+      segment = start;
+    }
+    prev = c;
+  }
+  encode_segment(segment, word.size());
+}
+
+const std::unordered_set<uint64_t>* Bpe::adjacent_pairs() const {
+  std::call_once(adjacent_once_, [this] {
+    if (!options_.whole_texts || !options_.continuing_subword_prefix.empty() ||
+        !options_.end_of_word_suffix.empty() || options_.ignore_merges) {
+      return;
+    }
+    for (const auto& [token, id] : vocab_) {
+      if (!valid_utf8(token)) {  // its bytes are not all in code points: cut nothing
+        adjacent_.clear();
+        return;
+      }
+      size_t i = 0;
+      char32_t prev = token.empty() ? 0 : next_code_point(token, i);
+      while (i < token.size()) {
+        const char32_t c = next_code_point(token, i);
+        adjacent_.insert(static_cast<uint64_t>(prev) << 32 | c);
+        prev = c;
+      }
+    }
+    cuttable_ = true;
+  });
+  return cuttable_ ? &adjacent_ : nullptr;
+}
+
+void Bpe::encode_whole(std::string_view word, std::vector<int32_t>& out,
+                       std::vector<TokenSpan>* spans) const {
   if (word.empty()) return;
   if (word.size() > WordCache::kMaxWordBytes) {
     WordCache::Entry e;
@@ -195,13 +301,8 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
     if (spans) append_spans(e.lengths, *spans);
     return;
   }
-  WordCache& cache = word_cache;
-  if (cache.owner != serial_) {
-    cache.ids.clear();
-    cache.spans.clear();
-    cache.owner = serial_;
-  }
   if (spans) {
+    WordCache& cache = cache_of(serial_);
     auto it = cache.spans.find(word);
     if (it == cache.spans.end()) {
       WordCache::Entry e;
@@ -213,16 +314,8 @@ void Bpe::encode(std::string_view word, std::vector<int32_t>& out,
     append_spans(it->second.lengths, *spans);
     return;
   }
-  auto it = cache.ids.find(word);
-  if (it != cache.ids.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    return;
-  }
-  std::vector<int32_t> ids;
-  encode_uncached(word, ids, nullptr);
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cache.ids.size() >= WordCache::kMaxEntries) cache.ids.clear();
-  cache.ids.emplace(std::string(word), std::move(ids));
+  cached_ids(serial_, word, out,
+             [&](std::vector<int32_t>& ids) { encode_uncached(word, ids, nullptr); });
 }
 
 void Bpe::encode_uncached(std::string_view word, std::vector<int32_t>& ids,
@@ -253,14 +346,22 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& ids,
   std::string s;
   for (size_t i = 0; i < word.size();) {
     size_t start = i;
-    next_code_point(word, i);
+    const char32_t code_point = next_code_point(word, i);
     std::string_view c = word.substr(start, i - start);
+    const bool affixed = (start > 0 && !options_.continuing_subword_prefix.empty()) ||
+                         (i == word.size() && !options_.end_of_word_suffix.empty());
     s.clear();
     if (start > 0) s += options_.continuing_subword_prefix;
     s += c;
     if (i == word.size()) s += options_.end_of_word_suffix;
     const auto length = static_cast<uint32_t>(c.size());
-    if (auto id = token_to_id(s)) {
+    std::optional<int32_t> id;
+    if (affixed) {
+      id = token_to_id(s);
+    } else if (auto it = char_ids_.find(code_point); it != char_ids_.end()) {
+      id = it->second;  // s is the character alone
+    }
+    if (id) {
       if (pending_unk >= 0) add(pending_unk, pending_length);
       pending_unk = -1;
       add(*id, length);
@@ -352,10 +453,54 @@ Vocab unigram_vocab(const std::vector<std::pair<std::string, double>>& pieces) {
 }
 }  // namespace
 
+PieceTrie::PieceTrie(const std::vector<std::pair<std::string, double>>& pieces) {
+  std::vector<uint32_t> order(pieces.size());
+  std::iota(order.begin(), order.end(), 0u);
+  // By bytes (std::string compares them unsigned), equal pieces in their order: a piece sorts
+  // before those it is a prefix of, so a node's own piece comes first in its range.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return pieces[a].first < pieces[b].first; });
+  auto text = [&](size_t k) -> const std::string& { return pieces[order[k]].first; };
+  struct Range {
+    uint32_t node;
+    size_t begin, end, depth;  // the pieces order[begin, end) share the node's depth bytes
+  };
+  nodes_.emplace_back();
+  labels_.push_back(0);
+  std::vector<Range> todo{{root(), 0, order.size(), 0}};
+  while (!todo.empty()) {
+    const Range r = todo.back();
+    todo.pop_back();
+    size_t k = r.begin;
+    if (k < r.end && text(k).size() == r.depth) {
+      nodes_[r.node].piece = static_cast<int32_t>(order[k]);
+      while (k < r.end && text(k).size() == r.depth) ++k;  // its twins
+    }
+    nodes_[r.node].first = static_cast<uint32_t>(nodes_.size());
+    while (k < r.end) {
+      const char b = text(k)[r.depth];
+      size_t end = k;
+      while (end < r.end && text(end)[r.depth] == b) ++end;
+      todo.push_back({static_cast<uint32_t>(nodes_.size()), k, end, r.depth + 1});
+      nodes_.emplace_back();
+      labels_.push_back(static_cast<unsigned char>(b));
+      ++nodes_[r.node].count;
+      k = end;
+    }
+  }
+}
+
+int64_t PieceTrie::child(uint32_t node, unsigned char b) const {
+  const auto first = labels_.begin() + nodes_[node].first;
+  const auto last = first + nodes_[node].count;
+  const auto it = std::lower_bound(first, last, b);
+  return it != last && *it == b ? it - labels_.begin() : kNone;
+}
+
 Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
                  std::optional<int32_t> unk_id, bool byte_fallback, const std::string& origin)
     : Model(unigram_vocab(pieces)), unk_id_(unk_id), byte_fallback_(byte_fallback),
-      min_score_(std::numeric_limits<double>::infinity()), origin_(origin) {
+      min_score_(std::numeric_limits<double>::infinity()), trie_(pieces), origin_(origin) {
   if (unk_id_ && (*unk_id_ < 0 || static_cast<size_t>(*unk_id_) >= pieces.size())) {
     throw InvalidArgument(origin + ": Unigram unk_id " + std::to_string(*unk_id_) +
                           " is outside the vocabulary");
@@ -363,13 +508,18 @@ Unigram::Unigram(std::vector<std::pair<std::string, double>> pieces,
   for (const auto& [piece, score] : pieces) {
     scores_.push_back(score);
     min_score_ = std::min(min_score_, score);
-    max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
   }
 }
 
 void Unigram::encode(std::string_view s, std::vector<int32_t>& out,
                      std::vector<TokenSpan>* spans) const {
   if (s.empty()) return;
+  if (spans || s.size() > WordCache::kMaxWordBytes) return encode_uncached(s, out, spans);
+  cached_ids(serial_, s, out, [&](std::vector<int32_t>& ids) { encode_uncached(s, ids, nullptr); });
+}
+
+void Unigram::encode_uncached(std::string_view s, std::vector<int32_t>& out,
+                              std::vector<TokenSpan>* spans) const {
   struct Node {
     int32_t id = -1;
     double score = 0;
@@ -381,19 +531,23 @@ void Unigram::encode(std::string_view s, std::vector<int32_t>& out,
     const double here = best[at].score;
     const size_t char_len = std::min(utf8_length(static_cast<unsigned char>(s[at])), s.size() - at);
     bool single = false;
-    const size_t longest = std::min(max_piece_bytes_, s.size() - at);
-    for (size_t len = char_len; len <= longest;) {
-      auto it = vocab_.find(s.substr(at, len));
-      if (it != vocab_.end()) {
-        Node& target = best[at + len];
-        double candidate = scores_[static_cast<size_t>(it->second)] + here;
-        if (target.start < 0 || candidate > target.score) {
-          target = Node{it->second, candidate, static_cast<int64_t>(at)};
-        }
-        if (len == char_len) single = true;
+    // The pieces s[at, end) for each character boundary end, down the trie byte by byte.
+    uint32_t node = PieceTrie::root();
+    for (size_t end = at; end < s.size();) {
+      const int64_t next = trie_.child(node, static_cast<unsigned char>(s[end]));
+      if (next == PieceTrie::kNone) break;
+      node = static_cast<uint32_t>(next);
+      ++end;
+      const int32_t id = trie_.piece(node);
+      if (id < 0 || (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80)) {
+        continue;  // no piece, or one that ends inside a character
       }
-      if (at + len >= s.size()) break;
-      len += utf8_length(static_cast<unsigned char>(s[at + len]));
+      Node& target = best[end];
+      double candidate = scores_[static_cast<size_t>(id)] + here;
+      if (target.start < 0 || candidate > target.score) {
+        target = Node{id, candidate, static_cast<int64_t>(at)};
+      }
+      if (end - at == char_len) single = true;
     }
     if (!single) {
       if (!unk_id_) {

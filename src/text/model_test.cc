@@ -95,6 +95,46 @@ TEST(BpeTest, ByteFallbackAndFusedUnknowns) {
   EXPECT_EQ(out, (std::vector<int32_t>{0, 0, 1}));
 }
 
+TEST(BpeTest, ALongWordCutWhereNoMergeCrossesGivesTheWholeWordsIds) {
+  // A word over the cache's 128 bytes is cut between two tokens no token holds side by side
+  // ("c" then "\u2581"); ignore_merges turns the cutting off, so that model is the reference.
+  std::vector<std::string> tokens{"<unk>", "a", "b", "c", "ab", "bc", "abc", "\u2581", "\u2581a"};
+  for (int b = 0; b < 256; ++b) {
+    if (b == 0xBC) continue;  // \u00FC (C3 BC) falls back to no byte: unknown, and fused
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.push_back(name);
+  }
+  const std::vector<std::pair<std::string, std::string>> merges{
+      {"b", "c"}, {"a", "b"}, {"ab", "c"}, {"\u2581", "a"}};
+  BpeOptions o;
+  o.unk_token = "<unk>";
+  o.byte_fallback = true;
+  o.fuse_unk = true;
+  o.whole_texts = true;
+  Bpe cut(vocab_of(tokens), merges, o, "t");
+  o.ignore_merges = true;
+  Bpe whole(vocab_of(tokens), merges, o, "t");
+  const char* parts[] = {"a", "b", "c", "\u2581", "\u00E9", "\u00FC", "z", "ab", "\u2581a", "bc"};
+  uint32_t seed = 7;
+  std::string word;
+  while (word.size() < 600) {
+    seed = seed * 1103515245u + 12345u;
+    word += parts[(seed >> 16) % 10];
+  }
+  for (int pass = 0; pass < 2; ++pass) {  // computed, then from the thread's cache
+    std::vector<int32_t> ids, want;
+    std::vector<TokenSpan> spans, want_spans;
+    cut.encode(word, ids, &spans);
+    whole.encode(word, want, &want_spans);
+    EXPECT_EQ(ids, want);
+    EXPECT_EQ(spans, want_spans);
+    ids.clear();
+    cut.encode(word, ids);
+    EXPECT_EQ(ids, want);
+  }
+}
+
 TEST(BpeTest, AMergeOutsideTheVocabularyIsRefused) {
   EXPECT_THROW(Bpe(vocab_of({"a", "b"}), {{"a", "b"}}, {}, "t"), InvalidArgument);
 }
@@ -118,6 +158,23 @@ TEST(UnigramTest, ViterbiPicksTheBestScoringSplit) {
   out.clear();
   u.encode("xxa", out);  // unknowns fuse into one
   EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
+  out.clear();
+  u.encode("xxa", out);  // the thread's cache answers the second time, identically
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(UnigramTest, TrieFindsEveryPieceAtAPositionAndTheFirstOfTwins) {
+  PieceTrie trie({{"ab", 0}, {"a", 0}, {"abc", 0}, {"b", 0}, {"a", 0}});
+  std::vector<int32_t> found;
+  uint32_t node = PieceTrie::root();
+  for (char c : std::string("abcd")) {
+    const int64_t next = trie.child(node, static_cast<unsigned char>(c));
+    if (next == PieceTrie::kNone) break;
+    node = static_cast<uint32_t>(next);
+    found.push_back(trie.piece(node));
+  }
+  EXPECT_EQ(found, (std::vector<int32_t>{1, 0, 2}));  // "a" is piece 1 (not its twin 4)
+  EXPECT_EQ(trie.child(PieceTrie::root(), 'c'), PieceTrie::kNone);
 }
 
 TEST(ByteLevelTest, MapsEveryByteReversibly) {
@@ -137,6 +194,14 @@ TEST(UnicodeTest, LossyReplacesMaximalInvalidSubparts) {
   EXPECT_EQ(utf8_lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // a surrogate
   EXPECT_EQ(lowercase("\xC3\x89T\xC4\xB0"), "\xC3\xA9ti\xCC\x87");
+}
+
+TEST(UnicodeTest, NormalizesTheNonAsciiPartsWithTheAsciiCharacterBefore) {
+  EXPECT_EQ(normalize("plain ASCII\n", NormalForm::kNfkc), "plain ASCII\n");
+  // e + U+0301 composes across the part's start; U+FB01 (fi) is a compatibility character.
+  EXPECT_EQ(normalize("abe\xCC\x81x \xEF\xAC\x81!", NormalForm::kNfkc), "ab\xC3\xA9x fi!");
+  EXPECT_EQ(normalize("\xC3\xA9" "e\xCC\x81", NormalForm::kNfd), "e\xCC\x81" "e\xCC\x81");
+  EXPECT_EQ(normalize("A\xCC\x8A", NormalForm::kNfc), "\xC3\x85");
 }
 
 }  // namespace

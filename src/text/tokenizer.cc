@@ -480,6 +480,7 @@ void Tokenizer::Impl::parse_model(simdjson::dom::element e) {
     o.fuse_unk = json::bool_or(e, "fuse_unk", false);
     o.byte_fallback = json::bool_or(e, "byte_fallback", false);
     o.ignore_merges = json::bool_or(e, "ignore_merges", false);
+    o.whole_texts = !pre_tokenizer;
     std::vector<std::pair<std::string, std::string>> merges;
     simdjson::dom::array list;
     if (e["merges"].get(list) == simdjson::SUCCESS) {

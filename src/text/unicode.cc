@@ -2,6 +2,7 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
@@ -143,13 +144,39 @@ std::string normalize(std::string_view s, NormalForm form) {
     case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
     case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
   }
-  utf8proc_uint8_t* out = nullptr;
-  auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                        static_cast<utf8proc_ssize_t>(s.size()), &out,
-                        static_cast<utf8proc_option_t>(options));
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  if (n < 0) return std::string(s);  // invalid input never reaches here (encode checks it)
-  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  // ASCII is the same in every form, and two ASCII characters side by side cut the text into
+  // parts that normalize apart: each is a starter (combining class 0, so nothing reorders across
+  // it, and it blocks a composition across it), and no composition has an ASCII second
+  // character nor two ASCII characters. So only the parts with other characters go to utf8proc,
+  // each with the ASCII character before it (it may compose with a mark after it).
+  auto ascii = [&](size_t k) { return static_cast<unsigned char>(s[k]) < 0x80; };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t at = 0; at < s.size();) {
+    size_t other = at;  // the next byte that is not ASCII
+    while (other < s.size() && ascii(other)) ++other;
+    if (other == s.size()) {
+      out.append(s.substr(at));
+      break;
+    }
+    const size_t begin = other > at ? other - 1 : other;
+    out.append(s.substr(at, begin - at));
+    size_t end = other;  // past the next ASCII character that an ASCII character follows
+    while (end < s.size() && !(ascii(end) && (end + 1 == s.size() || ascii(end + 1)))) ++end;
+    end = std::min(end + 1, s.size());
+    utf8proc_uint8_t* part = nullptr;
+    auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + begin),
+                          static_cast<utf8proc_ssize_t>(end - begin), &part,
+                          static_cast<utf8proc_option_t>(options));
+    std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(part, &std::free);
+    if (n < 0) {  // invalid input never reaches here (encode checks it)
+      out.append(s.substr(begin, end - begin));
+    } else {
+      out.append(reinterpret_cast<const char*>(part), static_cast<size_t>(n));
+    }
+    at = end;
+  }
+  return out;
 }
 
 std::string lowercase(std::string_view s) {
