@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <new>
 #include <numbers>
 #include <string>
 
@@ -40,14 +42,32 @@ struct AvFree {
   void operator()(void* p) const { av_free(p); }
 };
 
+// How a real DFT of length n is computed with av_tx. Its fast transforms cover 2^k times one of
+// 1, 3, 5, 7, 9 or 15; any other length (Whisper's n_fft of 400 = 16 x 25) falls back to a
+// naive O(n^2) DFT that computes its twiddles as it goes, about 400 times slower here than the
+// same work split: `parts` interleaved subsequences x[r], x[parts + r], ... (r < parts) of the
+// longest fast length n / parts, each one complex FFT, combined per bin as
+// X[k] = sum_r W_n^(r k) F_r[k mod (n / parts)]. parts == 1: one real FFT of n.
+int split_parts(int n) {
+  const int pow2 = n & -n, odd = n / pow2;
+  for (int d : {15, 9, 7, 5, 3})
+    if (odd % d == 0) return odd / d;
+  return odd;
+}
+
 }  // namespace
 
 struct FeatureScratch::Impl {
   int length = 0;
+  int parts = 1;
   std::unique_ptr<AVTXContext, TxFree> tx;
   av_tx_fn fn = nullptr;
   std::unique_ptr<float, AvFree> in;
   std::unique_ptr<AVComplexFloat, AvFree> out;
+  // Split transforms: one subsequence, each subsequence's FFT ([parts][n / parts]), and the
+  // twiddles W_n^(r k) ([n / 2 + 1][parts]).
+  std::unique_ptr<AVComplexFloat, AvFree> sub_in, sub_out;
+  std::vector<AVComplexFloat> twiddles;
   std::vector<float> power;
   std::vector<float> padded;  // LogMel's reflected waveform
   std::vector<float> logmel;  // LogMel's [bins, frames] before the last frame is dropped
@@ -56,19 +76,57 @@ struct FeatureScratch::Impl {
     if (length == n) return;
     AVTXContext* t = nullptr;
     const float scale = 1.0f;
-    if (av_tx_init(&t, &fn, AV_TX_FLOAT_RDFT, 0, n, &scale, 0) < 0 || t == nullptr)
-      throw Error("FeatureExtractor: libavutil has no real FFT of length " + std::to_string(n));
+    parts = split_parts(n);
+    const int m = n / parts;
+    const int ok = parts == 1 ? av_tx_init(&t, &fn, AV_TX_FLOAT_RDFT, 0, n, &scale, 0)
+                              : av_tx_init(&t, &fn, AV_TX_FLOAT_FFT, 0, m, &scale, 0);
+    if (ok < 0 || t == nullptr)
+      throw Error("FeatureExtractor: libavutil has no FFT of length " + std::to_string(n));
     tx.reset(t);
     in.reset(static_cast<float*>(av_malloc(sizeof(float) * (n + 2))));
     out.reset(static_cast<AVComplexFloat*>(av_malloc(sizeof(AVComplexFloat) * (n / 2 + 1))));
+    if (in == nullptr || out == nullptr) throw std::bad_alloc();
+    if (parts > 1) {
+      sub_in.reset(static_cast<AVComplexFloat*>(av_malloc(sizeof(AVComplexFloat) * m)));
+      sub_out.reset(static_cast<AVComplexFloat*>(av_malloc(sizeof(AVComplexFloat) * n)));
+      if (sub_in == nullptr || sub_out == nullptr) throw std::bad_alloc();
+      twiddles.resize(static_cast<size_t>(n / 2 + 1) * parts);
+      for (int k = 0; k <= n / 2; ++k)
+        for (int r = 0; r < parts; ++r) {
+          const double a = -2 * std::numbers::pi * ((static_cast<int64_t>(r) * k) % n) / n;
+          twiddles[static_cast<size_t>(k) * parts + r] = {static_cast<float>(std::cos(a)),
+                                                          static_cast<float>(std::sin(a))};
+        }
+    }
     power.resize(n / 2 + 1);
     length = n;
   }
   // The power spectrum of in[0, length) into power.
   void spectrum() {
-    fn(tx.get(), out.get(), in.get(), sizeof(float));
-    const AVComplexFloat* c = out.get();
-    for (int k = 0; k <= length / 2; ++k) power[k] = c[k].re * c[k].re + c[k].im * c[k].im;
+    if (parts == 1) {
+      fn(tx.get(), out.get(), in.get(), sizeof(float));
+      const AVComplexFloat* c = out.get();
+      for (int k = 0; k <= length / 2; ++k) power[k] = c[k].re * c[k].re + c[k].im * c[k].im;
+      return;
+    }
+    const int m = length / parts;
+    for (int r = 0; r < parts; ++r) {
+      AVComplexFloat* x = sub_in.get();
+      for (int j = 0; j < m; ++j) x[j] = {in.get()[j * parts + r], 0.0f};
+      fn(tx.get(), sub_out.get() + static_cast<size_t>(r) * m, x, sizeof(AVComplexFloat));
+    }
+    const AVComplexFloat* f = sub_out.get();
+    for (int k = 0; k <= length / 2; ++k) {
+      const AVComplexFloat* w = twiddles.data() + static_cast<size_t>(k) * parts;
+      const int km = k % m;
+      float re = 0, im = 0;
+      for (int r = 0; r < parts; ++r) {
+        const AVComplexFloat v = f[static_cast<size_t>(r) * m + km];
+        re += w[r].re * v.re - w[r].im * v.im;
+        im += w[r].re * v.im + w[r].im * v.re;
+      }
+      power[k] = re * re + im * im;
+    }
   }
 };
 

@@ -38,6 +38,21 @@ def test_logmel_equals_whispers_feature_extractor(n_mels, pad):
     assert err < 1e-3, err
 
 
+@pytest.mark.parametrize("n_fft", [350, 448, 1000])
+def test_logmel_of_other_fft_lengths_equals_whispers(n_fft):
+    """Lengths av_tx has no fast transform for (350 = 2 x 7 x 25, 1000 = 8 x 125: split into
+    interleaved subsequences, src/audio/features.cc) and one it has (448 = 64 x 7)."""
+    transformers = pytest.importorskip("transformers")
+    x = speech_like(1.7, seed=1)
+    extractor = transformers.WhisperFeatureExtractor(feature_size=80, n_fft=n_fft)
+    ref = extractor(x, sampling_rate=16000, return_tensors="np",
+                    padding="longest").input_features[0].T
+    got = audio.LogMel(n_mels=80, n_fft=n_fft)(x)
+    assert got.shape == ref.shape
+    err = np.abs(got - ref).max()
+    assert err < 1e-3, err
+
+
 def kaldi_fbank(x, rate=16000, bins=80, low=20.0, high=0.0):
     """Kaldi's fbank with torchaudio.compliance.kaldi.fbank's defaults but dither=0, float64:
     frames of 400 samples every 160 (snip_edges: only whole frames); per frame: subtract the

@@ -1,5 +1,7 @@
-// Speech features of a waveform, computed with libavutil's real-to-complex FFT (av_tx): Kaldi's
-// filterbank (Fbank) and Whisper's log-mel spectrogram (LogMel).
+// Speech features of a waveform, computed with libavutil's FFT (av_tx): Kaldi's filterbank
+// (Fbank) and Whisper's log-mel spectrogram (LogMel). An n_fft that av_tx has no fast transform
+// for (Whisper's 400) is split into interleaved subsequences of a length it has (src/audio/
+// features.cc): the same spectrum, without av_tx's naive O(n^2) fallback.
 //
 // Fbank, as Kaldi's compute-fbank-feats and torchaudio.compliance.kaldi.fbank: frames of
 // frame_length ms every frame_shift ms, snip_edges (frames only where they fit whole: 1 +
