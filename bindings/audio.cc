@@ -13,6 +13,7 @@
 #include "stoker/audio/audio_source.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
+#include "stoker/audio/spec_augment.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -109,13 +110,23 @@ NB_MODULE(_audio, m) {
       .def("frames", [](const audio::FeatureOptions& o, int64_t samples) {
         return audio::FeatureExtractor(o).frames(samples);
       });
+  nb::class_<audio::SpecAugmentOptions>(m, "SpecAugmentOptions")
+      .def(nb::init<>())
+      .def_rw("freq_masks", &audio::SpecAugmentOptions::freq_masks)
+      .def_rw("freq_width", &audio::SpecAugmentOptions::freq_width)
+      .def_rw("time_masks", &audio::SpecAugmentOptions::time_masks)
+      .def_rw("time_width", &audio::SpecAugmentOptions::time_width)
+      .def_rw("max_time_fraction", &audio::SpecAugmentOptions::max_time_fraction)
+      .def_rw("mask_mean", &audio::SpecAugmentOptions::mask_mean);
+
   m.def("features", &features, "options"_a, "wave"_a,
         "The features of a mono float32 waveform: [frames, bins] float32.");
 
   nb::class_<AudioSource, Source>(m, "AudioSource")
       .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
-                       double duration_tolerance, std::optional<audio::FeatureOptions> features) {
+                       double duration_tolerance, std::optional<audio::FeatureOptions> features,
+                       std::optional<audio::SpecAugmentOptions> augment) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
              for (const auto& [path, offset, duration] : clips)
@@ -127,10 +138,11 @@ NB_MODULE(_audio, m) {
              o.max_duration = max_duration;
              o.duration_tolerance = duration_tolerance;
              o.features = features;
+             o.augment = augment;
              return std::make_shared<AudioSource>(std::move(cs), o);
            }),
            "clips"_a, "sample_rate"_a, "mono"_a, "channels"_a, "max_duration"_a,
-           "duration_tolerance"_a, "features"_a.none(),
+           "duration_tolerance"_a, "features"_a.none(), "augment"_a.none() = nb::none(),
            "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
            "seconds) each.")
       .def("stats", [](const AudioSource& s) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "stoker/errors.h"
+#include "stoker/random.h"
 
 namespace stoker {
 namespace {
@@ -44,10 +45,13 @@ AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
                             " s)");
   }
   max_samples_ = static_cast<uint64_t>(std::llround(o.max_duration * o.sample_rate));
+  if (o.augment && !o.features)
+    throw InvalidArgument("AudioSource: SpecAugment masks features: it needs features");
   if (o.features) {
     if (o.features->sample_rate != o.sample_rate || !o.mono)
       throw InvalidArgument("AudioSource: features need mono audio at their own sample rate");
     features_.emplace(*o.features);
+    if (o.augment) audio::validate(*o.augment);
     const int64_t frames = features_->frames(static_cast<int64_t>(max_samples_));
     fields_.push_back({"features",
                        kFloat32,
@@ -79,6 +83,7 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
                        WorkerState* state) const {
   auto& w = static_cast<AudioWorker&>(*state);
   const AudioClip& clip = clips_[key.index];
+  SampleRng rng(key.seed, key.epoch, key.index);
   const uint64_t want = samples(key.index);
   const double seconds = static_cast<double>(want) / options_.sample_rate;
   audio::DecodeTimes times;
@@ -101,7 +106,12 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   w.wave.resize(want * channels, 0.0f);  // within the tolerance: padded, or cut to the duration
   if (features_) {
     const auto t0 = std::chrono::steady_clock::now();
-    features_->compute(w.wave, reinterpret_cast<float*>(slots[0]), w.scratch);
+    auto* out = reinterpret_cast<float*>(slots[0]);
+    features_->compute(w.wave, out, w.scratch);
+    if (options_.augment) {
+      const int64_t frames = features_->frames(static_cast<int64_t>(w.wave.size()));
+      audio::spec_augment(*options_.augment, rng, out, frames, features_->bins());
+    }
     features_ns_ += nanos(std::chrono::steady_clock::now() - t0);
   } else {
     std::memcpy(slots[0], w.wave.data(), w.wave.size() * sizeof(float));

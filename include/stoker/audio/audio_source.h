@@ -9,6 +9,7 @@
 // - "index": int64 scalar, the clip's index (the Python side looks its transcript up by it).
 // length(i) is round(duration x sample_rate) samples (or the frames of that many): from the
 // header or the manifest, never from decoding, so that a Budget plans an epoch without reading.
+// With AudioOptions::augment, the features are masked by SpecAugment, seeded by the sample's key.
 // A clip that decodes to fewer samples than that by at most duration_tolerance seconds is padded
 // with zeros to it; one longer is cut to it.
 //
@@ -30,6 +31,7 @@
 
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
+#include "stoker/audio/spec_augment.h"
 #include "stoker/source.h"
 
 namespace stoker {
@@ -47,6 +49,9 @@ struct AudioOptions {
   double max_duration = 0;          // seconds: the longest clip (> 0); longer clips are cut to it
   double duration_tolerance = 0.1;  // seconds a clip may decode short of its duration
   std::optional<audio::FeatureOptions> features;
+  // SpecAugment's masks on the features (spec_augment.h), drawn from the sample's SampleRng.
+  // REQUIRES: features.
+  std::optional<audio::SpecAugmentOptions> augment;
 };
 
 struct AudioStats {

@@ -17,7 +17,7 @@ from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
 from ..sources._checks import check_index
 from . import manifests
-from .features import Fbank, LogMel
+from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
 _ADVICE = {
@@ -60,12 +60,15 @@ class AudioDataset(StokerDataset):
     header's) a sample may decode before it is a ``DecodeError`` (within it, it is padded with
     zeros). Durations come from the manifest or the files' headers, never from decoding, so that
     ``Budget(seconds=...)`` plans an epoch without reading one.
+
+    ``augment``: ``stoker.audio.SpecAugment(...)``, masks on the features (needs ``features``),
+    drawn per sample from the loader's seed, the epoch and the sample's index.
     """
 
     _extra = "audio"
 
     def __init__(self, source, sample_rate=16000, mono=True, features=None, text=None,
-                 max_duration=None, *, duration_tolerance=0.1):
+                 max_duration=None, *, duration_tolerance=0.1, augment=None):
         module = audio_module()
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
@@ -74,6 +77,11 @@ class AudioDataset(StokerDataset):
                              f"{features!r}")
         if features is not None and not mono:
             raise ValueError("features are computed from mono audio: pass mono=True")
+        if augment is not None and not isinstance(augment, SpecAugment):
+            raise ValueError(f"augment must be stoker.audio.SpecAugment(...), got {augment!r}")
+        if augment is not None and features is None:
+            raise ValueError("augment=SpecAugment(...) masks features: pass features=Fbank() or "
+                             "LogMel() too")
         if max_duration is not None:
             _positive("max_duration", max_duration)
         tolerance = duration_tolerance
@@ -82,6 +90,7 @@ class AudioDataset(StokerDataset):
             raise ValueError(f"duration_tolerance must be seconds >= 0, got {tolerance!r}")
         self.sample_rate, self.mono, self.features = sample_rate, bool(mono), features
         self.duration_tolerance = float(duration_tolerance)
+        self.augment = augment
         self._spec = (source, text, max_duration)
         self.clips, self.unreadable = self._clips(source, text)
         if not self.clips:
@@ -96,7 +105,8 @@ class AudioDataset(StokerDataset):
         options = None if features is None else features._options(sample_rate)
         self._source = module.AudioSource(
             [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
-            self.channels, self.max_duration, self.duration_tolerance, options)
+            self.channels, self.max_duration, self.duration_tolerance, options,
+            None if augment is None else augment._options())
         self._key = "audio" if features is None else "features"
 
     def _clips(self, source, text):
@@ -203,7 +213,7 @@ class AudioDataset(StokerDataset):
     def __reduce__(self):
         source, text, max_duration = self._spec
         return _rebuild, (source, self.sample_rate, self.mono, self.features, text, max_duration,
-                          self.duration_tolerance)
+                          self.duration_tolerance, self.augment)
 
     def __repr__(self):
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
@@ -211,6 +221,8 @@ class AudioDataset(StokerDataset):
                  ("mono" if self.mono else f"{self.channels} channels")]
         if self.features is not None:
             lines.append(f"    Features: {self.features!r}")
+        if self.augment is not None:
+            lines.append(f"    Augment: {self.augment!r}")
         return "\n".join(lines)
 
 
@@ -218,6 +230,7 @@ def module_resampler():
     return audio_module().resampler()
 
 
-def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance):
+def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance,
+             augment):
     return AudioDataset(source, sample_rate, mono, features, text, max_duration,
-                        duration_tolerance=duration_tolerance)
+                        duration_tolerance=duration_tolerance, augment=augment)
