@@ -126,7 +126,8 @@ NB_MODULE(_audio, m) {
       .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
                        double duration_tolerance, std::optional<audio::FeatureOptions> features,
-                       std::optional<audio::SpecAugmentOptions> augment) {
+                       std::optional<audio::SpecAugmentOptions> augment,
+                       std::vector<double> speeds) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
              for (const auto& [path, offset, duration] : clips)
@@ -139,10 +140,12 @@ NB_MODULE(_audio, m) {
              o.duration_tolerance = duration_tolerance;
              o.features = features;
              o.augment = augment;
+             o.speeds = std::move(speeds);
              return std::make_shared<AudioSource>(std::move(cs), o);
            }),
            "clips"_a, "sample_rate"_a, "mono"_a, "channels"_a, "max_duration"_a,
            "duration_tolerance"_a, "features"_a.none(), "augment"_a.none() = nb::none(),
+           "speeds"_a = std::vector<double>{},
            "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
            "seconds) each.")
       .def("stats", [](const AudioSource& s) {

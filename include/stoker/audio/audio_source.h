@@ -6,12 +6,18 @@
 // - "audio": float32, ragged, [samples] (mono) or [samples, channels]: the clip at
 //   AudioOptions::sample_rate; or, with AudioOptions::features, "features": float32, ragged,
 //   [frames, bins];
-// - "index": int64 scalar, the clip's index (the Python side looks its transcript up by it).
-// length(i) is round(duration x sample_rate) samples (or the frames of that many): from the
-// header or the manifest, never from decoding, so that a Budget plans an epoch without reading.
-// With AudioOptions::augment, the features are masked by SpecAugment, seeded by the sample's key.
-// A clip that decodes to fewer samples than that by at most duration_tolerance seconds is padded
-// with zeros to it; one longer is cut to it.
+// - "index": int64 scalar, the clip's index (the Python side looks its transcript up by it);
+// - with AudioOptions::speeds, "perturbed_length": int64 scalar, the sample's rows (samples or
+//   frames) at the speed drawn for it: length() is then a bound, the rows at the slowest speed,
+//   and the rows between the two are zeros.
+// length(i) is round(duration x sample_rate) samples (or the frames of that many), divided by
+// the slowest speed factor and rounded up where there are speeds: from the header or the
+// manifest, never from decoding, so that a Budget plans an epoch without reading. A clip that
+// decodes to fewer samples than it should by at most duration_tolerance seconds is padded with
+// zeros; one longer is cut.
+// With AudioOptions::speeds, a factor is drawn per sample from its SampleRng and the clip comes
+// out 1 / factor as long (decoder.h); with AudioOptions::augment, SpecAugment masks the features
+// (spec_augment.h), drawing after the speed.
 //
 // Contract:
 // - Thread safety: immutable but for its counters (atomic); read() is safe from any number of
@@ -52,6 +58,9 @@ struct AudioOptions {
   // SpecAugment's masks on the features (spec_augment.h), drawn from the sample's SampleRng.
   // REQUIRES: features.
   std::optional<audio::SpecAugmentOptions> augment;
+  // Speed perturbation (decoder.h's DecodeOptions::speed): a factor per sample and epoch, drawn
+  // uniformly from these by the sample's SampleRng. Empty: none. REQUIRES: each > 0.
+  std::vector<double> speeds;
 };
 
 struct AudioStats {
@@ -77,7 +86,7 @@ class AudioSource final : public Source {
             WorkerState* state) const override;
   std::unique_ptr<WorkerState> make_worker_state() const override;
 
-  // Samples of clip `index` at the output rate.
+  // Samples of clip `index` at the output rate, before any speed perturbation.
   uint64_t samples(uint64_t index) const;
   const AudioOptions& options() const { return options_; }
   AudioStats stats() const;
@@ -88,6 +97,10 @@ class AudioSource final : public Source {
   std::optional<audio::FeatureExtractor> features_;
   std::vector<FieldSpec> fields_;
   uint64_t max_samples_ = 0;
+  double slowest_ = 1;  // the slowest speed factor
+
+  // The most samples `samples` of a clip come out as at any of the speeds.
+  uint64_t bound_samples(uint64_t samples) const;
 
   mutable std::atomic<uint64_t> clips_read_{0};
   mutable std::atomic<uint64_t> samples_read_{0};

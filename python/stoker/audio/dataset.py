@@ -62,13 +62,16 @@ class AudioDataset(StokerDataset):
     ``Budget(seconds=...)`` plans an epoch without reading one.
 
     ``augment``: ``stoker.audio.SpecAugment(...)``, masks on the features (needs ``features``),
-    drawn per sample from the loader's seed, the epoch and the sample's index.
+    drawn per sample from the loader's seed, the epoch and the sample's index. ``speed``:
+    factors (``(0.9, 1.0, 1.1)``), one drawn per sample and epoch the same way; the audio is
+    resampled as sox's ``speed`` and Lhotse's ``PerturbSpeed`` do (a factor of 1.1 is 1/1.1 as
+    long, its pitch 1.1 times higher), before the features and their masks.
     """
 
     _extra = "audio"
 
     def __init__(self, source, sample_rate=16000, mono=True, features=None, text=None,
-                 max_duration=None, *, duration_tolerance=0.1, augment=None):
+                 max_duration=None, *, duration_tolerance=0.1, augment=None, speed=None):
         module = audio_module()
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
@@ -84,13 +87,14 @@ class AudioDataset(StokerDataset):
                              "LogMel() too")
         if max_duration is not None:
             _positive("max_duration", max_duration)
+        speeds = _speeds(speed)
         tolerance = duration_tolerance
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
                 not tolerance >= 0:
             raise ValueError(f"duration_tolerance must be seconds >= 0, got {tolerance!r}")
         self.sample_rate, self.mono, self.features = sample_rate, bool(mono), features
         self.duration_tolerance = float(duration_tolerance)
-        self.augment = augment
+        self.augment, self.speed = augment, speeds
         self._spec = (source, text, max_duration)
         self.clips, self.unreadable = self._clips(source, text)
         if not self.clips:
@@ -106,7 +110,7 @@ class AudioDataset(StokerDataset):
         self._source = module.AudioSource(
             [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
             self.channels, self.max_duration, self.duration_tolerance, options,
-            None if augment is None else augment._options())
+            None if augment is None else augment._options(), list(speeds or ()))
         self._key = "audio" if features is None else "features"
 
     def _clips(self, source, text):
@@ -158,14 +162,21 @@ class AudioDataset(StokerDataset):
         """Sample ``index`` as a dict of NumPy arrays (``audio`` or ``features``, its
         ``..._lens``) and its ``text`` where there are transcripts."""
         i = check_index(index, len(self))
-        data = read_sample(self._source, i)[0]
+        fields = read_sample(self._source, i)
+        data = fields[0]
+        if self.speed is not None:  # the speed drawn with seed 0, epoch 0; rows past it are 0
+            data = data[:int(fields[2])]
         out = {self._key: data, f"{self._key}_lens": len(data)}
         if self.texts is not None:
             out["text"] = self.texts[i]
         return out
 
     def _assemble_batch(self, fields):
-        data, index, lengths = fields
+        f = dict(zip((*self._source.field_names, "lengths"), fields))
+        data, index = f[self._key], f["index"]
+        # With speeds, the engine's lengths are the bound (the slowest speed's): the source
+        # writes each sample's own.
+        lengths = f.get("perturbed_length", f["lengths"])
         out = {self._key: data, f"{self._key}_lens": lengths}
         if self.texts is not None:
             out["text"] = [self.texts[i] for i in index.tolist()]  # NumPy or torch, any device
@@ -176,10 +187,11 @@ class AudioDataset(StokerDataset):
 
     def _lengths(self, unit):
         """Seconds: each sample's duration from its manifest or header (cut to
-        max_duration)."""
+        max_duration); with ``speed``, divided by the slowest factor: the longest the sample
+        can come out, so that a batch planned by them never exceeds its budget."""
         if unit != "seconds":
             return super()._lengths(unit)
-        return self.durations.copy()
+        return self.durations / min(self.speed) if self.speed else self.durations.copy()
 
     def stats(self):
         """Counts since the dataset was made, over every loader that read it: clips, seconds
@@ -213,7 +225,7 @@ class AudioDataset(StokerDataset):
     def __reduce__(self):
         source, text, max_duration = self._spec
         return _rebuild, (source, self.sample_rate, self.mono, self.features, text, max_duration,
-                          self.duration_tolerance, self.augment)
+                          self.duration_tolerance, self.augment, self.speed)
 
     def __repr__(self):
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
@@ -223,6 +235,8 @@ class AudioDataset(StokerDataset):
             lines.append(f"    Features: {self.features!r}")
         if self.augment is not None:
             lines.append(f"    Augment: {self.augment!r}")
+        if self.speed is not None:
+            lines.append(f"    Speed: {self.speed}")
         return "\n".join(lines)
 
 
@@ -231,6 +245,17 @@ def module_resampler():
 
 
 def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance,
-             augment):
+             augment, speed):
     return AudioDataset(source, sample_rate, mono, features, text, max_duration,
-                        duration_tolerance=duration_tolerance, augment=augment)
+                        duration_tolerance=duration_tolerance, augment=augment, speed=speed)
+
+
+def _speeds(speed):
+    """``speed=`` as a tuple of positive factors, or None."""
+    if speed is None:
+        return None
+    factors = (speed,) if isinstance(speed, (int, float)) else tuple(speed)
+    if not factors or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and
+                              math.isfinite(f) and 0.1 <= f <= 10 for f in factors):
+        raise ValueError(f"speed must be factors in [0.1, 10] (as (0.9, 1.0, 1.1)), got {speed!r}")
+    return tuple(float(f) for f in factors)
