@@ -30,8 +30,8 @@ int64_t nanos(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
-    : clips_(std::move(clips)), options_(std::move(options)) {
+AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels)
+    : clips_(std::move(clips)), options_(std::move(options)), labels_(std::move(labels)) {
   const AudioOptions& o = options_;
   if (o.sample_rate <= 0 || !(o.max_duration > 0) || o.channels < 1 || !(o.duration_tolerance >= 0))
     throw InvalidArgument(
@@ -71,7 +71,22 @@ AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options)
     fields_.push_back({"audio", kFloat32, {bound, o.channels}, true});
   }
   fields_.push_back({"index", kInt64, {}});
-  if (!o.speeds.empty()) fields_.push_back({"perturbed_length", kInt64, {}});
+  if (!labels_.offsets.empty()) {
+    const std::vector<uint64_t>& at = labels_.offsets;
+    if (at.size() != clips_.size() + 1 || at.front() != 0 || at.back() != labels_.ids.size() ||
+        !std::is_sorted(at.begin(), at.end()))
+      throw InvalidArgument(
+          "AudioSource: label offsets must be one more than the clips, from 0, non-decreasing, "
+          "to the number of ids");
+    uint64_t most = 1;  // a field of at least one id, so that no shape is empty
+    for (size_t i = 0; i + 1 < at.size(); ++i) most = std::max(most, at[i + 1] - at[i]);
+    fields_.push_back({"labels", kInt64, {static_cast<int64_t>(most)}});
+    fields_.push_back({"labels_lens", kInt64, {}});
+  }
+  if (!o.speeds.empty()) {
+    length_slot_ = fields_.size();
+    fields_.push_back({"perturbed_length", kInt64, {}});
+  }
 }
 
 uint64_t AudioSource::samples(uint64_t index) const {
@@ -148,9 +163,18 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   }
   const auto index = static_cast<int64_t>(key.index);
   std::memcpy(slots[1], &index, sizeof index);
+  if (!labels_.offsets.empty()) {
+    const uint64_t from = labels_.offsets[key.index], to = labels_.offsets[key.index + 1];
+    auto* ids = reinterpret_cast<int64_t*>(slots[2]);
+    std::copy(labels_.ids.begin() + static_cast<ptrdiff_t>(from),
+              labels_.ids.begin() + static_cast<ptrdiff_t>(to), ids);
+    std::fill(ids + (to - from), ids + fields_[2].shape[0], kLabelPad);
+    const auto n = static_cast<int64_t>(to - from);
+    std::memcpy(slots[3], &n, sizeof n);
+  }
   if (!speeds.empty()) {
     const auto n = static_cast<int64_t>(rows);
-    std::memcpy(slots[2], &n, sizeof n);
+    std::memcpy(slots[length_slot_], &n, sizeof n);
   }
   clips_read_ += 1;
   samples_read_ += out;

@@ -7,6 +7,8 @@
 //   AudioOptions::sample_rate; or, with AudioOptions::features, "features": float32, ragged,
 //   [frames, bins];
 // - "index": int64 scalar, the clip's index (the Python side looks its transcript up by it);
+// - with labels (AudioLabels), "labels": int64 [the most ids a clip has], the clip's token ids
+//   and kLabelPad after them, and "labels_lens": int64 scalar, how many ids it has;
 // - with AudioOptions::speeds, "perturbed_length": int64 scalar, the sample's rows (samples or
 //   frames) at the speed drawn for it: length() is then a bound, the rows at the slowest speed,
 //   and the rows between the two are zeros.
@@ -63,6 +65,17 @@ struct AudioOptions {
   std::vector<double> speeds;
 };
 
+// A transcript's token ids per clip, tokenized by the caller (the audio wing knows no tokenizer):
+// clip i's are ids[offsets[i], offsets[i + 1]). Empty offsets: no labels.
+struct AudioLabels {
+  std::vector<int64_t> ids;
+  std::vector<uint64_t> offsets;  // clips + 1 of them, from 0, non-decreasing, to ids.size()
+};
+
+// What "labels" holds after a clip's ids: the index PyTorch's cross-entropy (and Hugging Face's
+// speech models) ignore.
+inline constexpr int64_t kLabelPad = -100;
+
 struct AudioStats {
   uint64_t clips = 0;
   double seconds = 0;           // audio delivered
@@ -75,8 +88,9 @@ struct AudioStats {
 class AudioSource final : public Source {
  public:
   // REQUIRES: every clip's duration > 0 and offset >= 0, options.sample_rate > 0,
-  // options.max_duration > 0, channels >= 1 (InvalidArgument otherwise).
-  AudioSource(std::vector<AudioClip> clips, AudioOptions options);
+  // options.max_duration > 0, channels >= 1, labels' offsets empty or as AudioLabels says
+  // (InvalidArgument otherwise).
+  AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels = {});
 
   uint64_t size() const override { return clips_.size(); }
   const std::vector<FieldSpec>& fields() const override { return fields_; }
@@ -94,6 +108,8 @@ class AudioSource final : public Source {
  private:
   std::vector<AudioClip> clips_;
   AudioOptions options_;
+  AudioLabels labels_;
+  size_t length_slot_ = 0;  // the slot of "perturbed_length" (with speeds)
   std::optional<audio::FeatureExtractor> features_;
   std::vector<FieldSpec> fields_;
   uint64_t max_samples_ = 0;

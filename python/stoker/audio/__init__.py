@@ -11,7 +11,8 @@ supported and the tolerances against the reference libraries.
 from .features import Fbank, LogMel, SpecAugment
 from .files import ffmpeg_versions, load, probe, resampler
 
-__all__ = ["AudioDataset", "Fbank", "LogMel", "SpecAugment", "ffmpeg_versions", "load", "probe", "resampler"]
+__all__ = ["AudioDataset", "Fbank", "LogMel", "SpecAugment", "ffmpeg_versions", "load", "probe",
+           "resampler"]
 
 
 def __getattr__(name):
