@@ -154,7 +154,7 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
                           features_->bins());
     }
     features_ns_ += nanos(std::chrono::steady_clock::now() - t0);
-  } else {
+  } else if (!w.wave.empty()) {  // (a clip shorter than half a sample has none: no source)
     std::memcpy(slots[0], w.wave.data(), w.wave.size() * sizeof(float));
   }
   if (slot_rows > rows) {  // a faster speed than the slowest: zeros to the slot's length
