@@ -13,6 +13,8 @@
 #include "stoker/audio/audio_source.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
+#include "stoker/audio/spec_augment.h"
+#include "stoker/errors.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -21,6 +23,7 @@ namespace stoker::python {
 namespace {
 
 using FloatArray = nb::ndarray<nb::numpy, float>;
+using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 FloatArray to_numpy(std::vector<float> data, std::vector<size_t> shape) {
   auto* v = new std::vector<float>(std::move(data));
@@ -109,13 +112,25 @@ NB_MODULE(_audio, m) {
       .def("frames", [](const audio::FeatureOptions& o, int64_t samples) {
         return audio::FeatureExtractor(o).frames(samples);
       });
+  nb::class_<audio::SpecAugmentOptions>(m, "SpecAugmentOptions")
+      .def(nb::init<>())
+      .def_rw("freq_masks", &audio::SpecAugmentOptions::freq_masks)
+      .def_rw("freq_width", &audio::SpecAugmentOptions::freq_width)
+      .def_rw("time_masks", &audio::SpecAugmentOptions::time_masks)
+      .def_rw("time_width", &audio::SpecAugmentOptions::time_width)
+      .def_rw("max_time_fraction", &audio::SpecAugmentOptions::max_time_fraction)
+      .def_rw("mask_mean", &audio::SpecAugmentOptions::mask_mean);
+
   m.def("features", &features, "options"_a, "wave"_a,
         "The features of a mono float32 waveform: [frames, bins] float32.");
 
   nb::class_<AudioSource, Source>(m, "AudioSource")
       .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
-                       double duration_tolerance, std::optional<audio::FeatureOptions> features) {
+                       double duration_tolerance, std::optional<audio::FeatureOptions> features,
+                       std::optional<audio::SpecAugmentOptions> augment,
+                       std::vector<double> speeds, std::optional<Int64Array> label_ids,
+                       std::optional<Int64Array> label_offsets) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
              for (const auto& [path, offset, duration] : clips)
@@ -127,10 +142,24 @@ NB_MODULE(_audio, m) {
              o.max_duration = max_duration;
              o.duration_tolerance = duration_tolerance;
              o.features = features;
-             return std::make_shared<AudioSource>(std::move(cs), o);
+             o.augment = augment;
+             o.speeds = std::move(speeds);
+             AudioLabels labels;  // ids + offsets, as NumPy made them (dataset.py)
+             if (label_ids && label_offsets) {
+               labels.ids.assign(label_ids->data(), label_ids->data() + label_ids->shape(0));
+               labels.offsets.reserve(label_offsets->shape(0));
+               for (size_t i = 0; i < label_offsets->shape(0); ++i) {
+                 const int64_t at = label_offsets->data()[i];
+                 if (at < 0) throw InvalidArgument("AudioSource: label offsets must be >= 0");
+                 labels.offsets.push_back(static_cast<uint64_t>(at));
+               }
+             }
+             return std::make_shared<AudioSource>(std::move(cs), o, std::move(labels));
            }),
            "clips"_a, "sample_rate"_a, "mono"_a, "channels"_a, "max_duration"_a,
-           "duration_tolerance"_a, "features"_a.none(),
+           "duration_tolerance"_a, "features"_a.none(), "augment"_a.none() = nb::none(),
+           "speeds"_a = std::vector<double>{}, "label_ids"_a.none() = nb::none(),
+           "label_offsets"_a.none() = nb::none(),
            "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
            "seconds) each.")
       .def("stats", [](const AudioSource& s) {

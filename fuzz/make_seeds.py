@@ -3,7 +3,7 @@
 ``python fuzz/make_seeds.py OUT`` writes ``OUT/<target>/<name>`` for the targets jpeg, png, tar,
 tokens, npy and megatron, and the text wing's jsonl, tokenizer and chat_template (tokenizer.json
 files of every model family trained on a few lines by Hugging Face ``tokenizers``, chat templates
-of the shapes models ship, JSONL rows plain, gzip and zstd). ``--small`` writes only the small seeds (every file a few KB: photos
+of the shapes models ship, JSONL rows plain, gzip and zstd), and audio (tiny WAVs and a FLAC). ``--small`` writes only the small seeds (every file a few KB: photos
 scaled down to 24-40 px); those are committed in ``fuzz/corpus/``. Without it, the larger seeds are added:
 sample JPEGs as they are, photos at 96-192 px, a slice of a real sample shard. Both are
 deterministic for a given sample dataset.
@@ -32,7 +32,7 @@ from PIL import Image
 
 
 TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table", "megatron", "jsonl", "tokenizer",
-           "chat_template")
+           "chat_template", "audio")
 
 
 # --------------------------------------------------------------------------- FuzzedDataProvider
@@ -567,6 +567,68 @@ def text_seeds():
     return out
 
 
+# --------------------------------------------------------------------------- audio
+
+def wav_bytes(samples, rate, sampwidth=2):
+    """A PCM WAV (Python's wave module) of float samples [T, channels] in [-1, 1]."""
+    import wave
+    scale = {1: 127, 2: 32767}[sampwidth]
+    pcm = np.round(samples * scale).astype(np.int16 if sampwidth == 2 else np.int8)
+    if sampwidth == 1:  # 8-bit WAV is unsigned
+        pcm = (pcm.astype(np.int16) + 128).astype(np.uint8)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(samples.shape[1])
+        w.setsampwidth(sampwidth)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+def encoded_audio(samples, rate, fmt, codec):
+    """``samples`` encoded with PyAV (its wheel has the encoders); None without PyAV."""
+    try:
+        import av
+    except ImportError:
+        return None
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        s = out.add_stream(codec, rate=rate, layout="mono" if samples.shape[1] == 1 else "stereo")
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(np.round(samples.T * 32767).astype(np.int16)).reshape(1, -1),
+            format="s16", layout="mono" if samples.shape[1] == 1 else "stereo")
+        frame.sample_rate = rate
+        for packet in s.encode(frame):
+            out.mux(packet)
+        for packet in s.encode(None):
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def audio_seeds():
+    """fuzz_audio's seeds: tiny WAVs (16-bit mono, 8-bit stereo) and a FLAC (PyAV), each
+    followed by the seven bytes the target reads from the end (fuzz/fuzz_audio.cc: the speed,
+    the duration and offset in ms, mono, the rate's index, in the order FuzzedDataProvider takes
+    them from the end)."""
+    t = np.arange(800) / 8000
+    tone = 0.5 * np.sin(2 * np.pi * 440 * t)[:, None]
+    stereo = np.concatenate([tone, 0.5 * np.sin(2 * np.pi * 660 * t)[:, None]], axis=1)
+
+    def tail(rate_index, mono, offset_ms, duration_ms, speed_index):
+        # FuzzedDataProvider takes each integer's bytes from the end, the first it takes the most
+        # significant: little-endian in file order, the first value consumed last.
+        return bytes([speed_index]) + duration_ms.to_bytes(2, "little") + \
+            offset_ms.to_bytes(2, "little") + bytes([mono, rate_index])
+
+    out = {"tone-8k-s16.wav": wav_bytes(tone, 8000) + tail(1, 1, 0, 0, 0),
+           "tone-8k-s16-cut-fast.wav": wav_bytes(tone, 8000) + tail(0, 1, 20, 50, 2),
+           "stereo-8k-u8.wav": wav_bytes(stereo, 8000, 1) + tail(4, 0, 0, 0, 1)}
+    flac = encoded_audio(np.repeat(tone, 2, axis=0), 16000, "flac", "flac")
+    if flac is not None:
+        out["tone-16k.flac"] = flac + tail(1, 1, 10, 0, 1)
+    return out
+
+
 # --------------------------------------------------------------------------- all seeds
 
 def seeds(small):
@@ -623,6 +685,7 @@ def seeds(small):
     out["npy"] = npy_seeds(pixels)
     out["megatron"] = megatron_seeds()
     out.update(text_seeds())  # small either way: the same seeds as committed
+    out["audio"] = audio_seeds()  # small either way
     if not small:
         out["tokens"] = {f"{k}-long": v for k, v in token_seeds(photos[1][1] * 4).items()}
         out["npy"] = {f"{k}-large": v for k, v in out["npy"].items()}
@@ -638,7 +701,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     targets = set(args.targets.split(","))
     total = 0
-    made = text_seeds() if targets <= {"jsonl", "tokenizer", "chat_template"} else seeds(args.small)
+    if targets <= {"jsonl", "tokenizer", "chat_template", "audio"}:  # no sample data needed
+        made = {**text_seeds(), "audio": audio_seeds()}
+    else:
+        made = seeds(args.small)
     for target, files in made.items():
         if target not in targets:
             continue

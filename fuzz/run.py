@@ -30,8 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("jpeg", "png", "tar", "tokens", "npy", "table", "megatron", "video", "jsonl",
-           "tokenizer", "chat_template")
-SEEDS_VERSION = "4"  # bump when make_seeds.py changes what it writes
+           "tokenizer", "chat_template", "audio")
+SEEDS_VERSION = "5"  # bump when make_seeds.py changes what it writes
 
 _STATUS = re.compile(r"#(\d+)\s+(?:DONE|INITED|NEW|REDUCE|pulse|RELOAD)\s+cov: (\d+) ft: (\d+)"
                      r"(?: corp: (\d+)/\S+)?")

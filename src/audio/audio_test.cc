@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numbers>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,7 +13,9 @@
 #include "stoker/audio/audio_source.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
+#include "stoker/audio/spec_augment.h"
 #include "stoker/errors.h"
+#include "stoker/random.h"
 
 namespace stoker::audio {
 namespace {
@@ -191,6 +194,85 @@ TEST(FeatureExtractor, ASineLightsTheMelBinOfItsFrequency) {
     EXPECT_GE(peak, 15) << static_cast<int>(kind);
     EXPECT_LE(peak, 30) << static_cast<int>(kind);
   }
+}
+
+TEST(SpecAugment, MasksBandsWithinTheirWidthsTheSameForTheSameKey) {
+  const int64_t frames = 200;
+  const int bins = 40;
+  std::vector<float> plain(frames * bins);
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = 1.0f + static_cast<float>(i % 97);
+  SpecAugmentOptions o;
+  o.freq_width = 6;
+  o.time_width = 30;
+  o.max_time_fraction = 0.2;  // 40 frames in all: two masks of at most 20
+  auto masked = [&](uint64_t epoch) {
+    std::vector<float> f = plain;
+    SampleRng rng(7, epoch, 3);
+    spec_augment(o, rng, f.data(), frames, bins);
+    return f;
+  };
+  const std::vector<float> a = masked(0);
+  EXPECT_EQ(a, masked(0));
+  EXPECT_NE(a, masked(1));
+  for (uint64_t epoch = 0; epoch < 20; ++epoch) {
+    const std::vector<float> f = masked(epoch);
+    int cols = 0, rows = 0;
+    for (int b = 0; b < bins; ++b) {
+      bool all = true;
+      for (int64_t t = 0; t < frames; ++t) all &= f[t * bins + b] == 0.0f;
+      cols += all;
+    }
+    for (int64_t t = 0; t < frames; ++t) {
+      bool all = true;
+      for (int b = 0; b < bins; ++b) all &= f[t * bins + b] == 0.0f;
+      rows += all;
+    }
+    EXPECT_LE(cols, 2 * 6);
+    EXPECT_LE(rows, 2 * 20);
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (f[i] != 0.0f) {
+        EXPECT_EQ(f[i], plain[i]);
+      }
+    }
+  }
+  o.time_width = 0;
+  EXPECT_THROW(validate(o), InvalidArgument);
+}
+
+TEST(AudioSource, SpeedAndLabelsWriteTheirFields) {
+  const std::string path = write_wav("speed.wav", 16000, 1, 16000, 440);
+  AudioOptions o;
+  o.max_duration = 1.0;
+  o.speeds = {0.8, 1.25};
+  AudioLabels labels{{5, 6, 7}, {0, 3, 3}};
+  const AudioSource source({{path, 0, 1.0}, {path, 0.5, 0.5}}, o, labels);
+  ASSERT_EQ(source.fields().size(), 5u);
+  EXPECT_EQ(source.fields()[2].name, "labels");
+  EXPECT_EQ(source.fields()[2].shape, std::vector<int64_t>{3});
+  EXPECT_EQ(source.fields()[4].name, "perturbed_length");
+  EXPECT_EQ(source.length(0), 20000u);  // the slowest speed's: 16000 / 0.8
+  EXPECT_EQ(source.length(1), 10000u);
+  auto state = source.make_worker_state();
+  std::vector<float> audio(20000, -1.0f);
+  int64_t index = -1, ids[3] = {}, n_ids = -1, n = -1;
+  std::byte* slots[] = {reinterpret_cast<std::byte*>(audio.data()),
+                        reinterpret_cast<std::byte*>(&index), reinterpret_cast<std::byte*>(ids),
+                        reinterpret_cast<std::byte*>(&n_ids), reinterpret_cast<std::byte*>(&n)};
+  std::set<int64_t> lengths;
+  for (uint64_t epoch = 0; epoch < 8; ++epoch) {
+    source.read({1, epoch, 0}, slots, state.get());
+    EXPECT_TRUE(n == 20000 || n == 12800) << n;  // 16000 / 0.8 or / 1.25
+    lengths.insert(n);
+    for (int64_t i = n; i < 20000; ++i) ASSERT_EQ(audio[i], 0.0f);
+    EXPECT_EQ(std::vector<int64_t>(ids, ids + 3), (std::vector<int64_t>{5, 6, 7}));
+    EXPECT_EQ(n_ids, 3);
+  }
+  EXPECT_EQ(lengths.size(), 2u);  // both speeds drawn over the epochs
+  source.read({1, 0, 1}, slots, state.get());
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 3), (std::vector<int64_t>{-100, -100, -100}));
+  EXPECT_EQ(n_ids, 0);
+  EXPECT_THROW(AudioSource({{path, 0, 1.0}}, o, AudioLabels{{1}, {0, 2}}), InvalidArgument);
+  fs::remove(path);
 }
 
 }  // namespace

@@ -213,8 +213,8 @@ AudioDecoder::~AudioDecoder() = default;
 int AudioDecoder::decode(const std::string& path, double offset, double duration,
                          const DecodeOptions& options, std::vector<float>& out,
                          DecodeTimes* times) {
-  if (!(offset >= 0) || options.sample_rate <= 0)
-    throw InvalidArgument(path + ": a cut needs offset >= 0 and a positive rate");
+  if (!(offset >= 0) || options.sample_rate <= 0 || !(options.speed > 0))
+    throw InvalidArgument(path + ": a cut needs offset >= 0, a positive rate and speed");
   Clock::time_point t0 = Clock::now();
   double resample_s = 0;
   Opened o = open_file(path);
@@ -277,8 +277,15 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
       SwrContext* raw = nullptr;
       AVChannelLayout layout{};
       av_channel_layout_default(&layout, channels);
+      // Speed: the samples as they are, taken to be at another rate (Lhotse rounds it too).
+      const long long as_rate =
+          options.speed == 1 ? in_rate : std::llround(in_rate * options.speed);
+      if (as_rate <= 0 || as_rate > INT32_MAX)
+        throw DecodeError(path + ": no rate to resample from at speed " +
+                          std::to_string(options.speed));
       if (swr_alloc_set_opts2(&raw, &layout, AV_SAMPLE_FMT_FLT, options.sample_rate, &layout,
-                              static_cast<AVSampleFormat>(f->format), in_rate, 0, nullptr) < 0)
+                              static_cast<AVSampleFormat>(f->format), static_cast<int>(as_rate), 0,
+                              nullptr) < 0)
         throw DecodeError(path + ": cannot set up the resampler");
       swr.reset(raw);
       if (resampler_name() == "soxr") av_opt_set_int(raw, "resampler", SWR_ENGINE_SOXR, 0);

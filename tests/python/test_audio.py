@@ -382,3 +382,73 @@ def test_a_relative_path_with_a_colon_is_a_file_not_a_protocol(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     want = write_wav(tmp_path / "take:2.wav", sweep(0.25, 16000), 16000)[:, 0]
     np.testing.assert_array_equal(stoker.AudioDataset(["take:2.wav"])[0]["audio"], want)
+
+
+# ------------------------------------------------------------------------- tokenized transcripts
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level BPE trained here, run by stoker.Tokenizer."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    words = "the quick brown fox jumps over a lazy dog déjà vu naïve 中文 🙂 12345".split()
+    rng = np.random.default_rng(0)
+    tok.train_from_iterator(
+        [" ".join(rng.choice(words, 12)) for _ in range(200)],
+        trainer=tokenizers.trainers.BpeTrainer(
+            vocab_size=300, show_progress=False,
+            initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    return stoker.Tokenizer.from_hf(tok)
+
+
+TRANSCRIPTS = ["the quick brown fox", "", "déjà vu 中文 🙂",
+               "a lazy dog jumps over the fox twice", "12345", "naïve"]
+
+
+def test_transcripts_tokenized_once_batch_as_labels(tmp_path, tokenizer):
+    root = make_folder(tmp_path, durations=(0.3, 0.4, 0.5, 0.6, 0.7, 0.8))
+    ds = stoker.AudioDataset(root, text=TRANSCRIPTS, tokenizer=tokenizer,
+                             features=audio.Fbank(num_mel_bins=16))
+    want = [tokenizer.encode(t) for t in TRANSCRIPTS]
+    assert ds[2]["labels"].tolist() == want[2] and ds[2]["labels_lens"] == len(want[2])
+    assert ds[1]["labels"].tolist() == []
+    runs = []
+    for workers in (1, 2):
+        loader = stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=7, num_workers=workers,
+                                   output="numpy")
+        runs.append(list(loader))
+    seen = []
+    for a, b in zip(*runs):
+        assert set(a) == {"features", "features_lens", "text", "labels", "labels_lens"}
+        for key in ("features", "labels", "labels_lens"):
+            np.testing.assert_array_equal(a[key], b[key])
+        assert a["labels"].dtype == np.int64
+        assert a["labels"].shape == (2, max(max(a["labels_lens"]), 1))
+        for text, ids, n in zip(a["text"], a["labels"], a["labels_lens"].tolist()):
+            ids_want = want[TRANSCRIPTS.index(text)]
+            assert n == len(ids_want) and ids[:n].tolist() == ids_want
+            assert (ids[n:] == -100).all()
+            seen.append(text)
+    assert sorted(seen) == sorted(TRANSCRIPTS)  # every sample once
+    import pickle
+    again = pickle.loads(pickle.dumps(ds))  # the ids travel, not the tokenizer
+    assert again[2]["labels"].tolist() == want[2]
+
+
+def test_a_transcript_that_is_not_utf8_is_named_by_its_sample(tmp_path, tokenizer):
+    root = make_folder(tmp_path, durations=(0.3, 0.4, 0.5))
+    manifest = tmp_path / "train.json"
+    lines = [b'{"audio_filepath": "clips/00.wav", "duration": 0.3, "text": "fine"}',
+             b'{"audio_filepath": "clips/01.wav", "duration": 0.4, "text": "caf\xe9 au lait"}',
+             b'{"audio_filepath": "clips/02.wav", "duration": 0.5, "text": "fine too"}']
+    manifest.write_bytes(b"\n".join(lines) + b"\n")
+    raw = stoker.AudioDataset(manifest)  # without a tokenizer: read, the bytes kept as escapes
+    assert raw.texts[1] == "caf\udce9 au lait"
+    with pytest.raises(stoker.DecodeError, match=r"sample 1 \(.*01\.wav\).*not valid UTF-8"):
+        stoker.AudioDataset(manifest, tokenizer=tokenizer)
+    with pytest.raises(stoker.DecodeError, match=r"sample 2 \(.*02\.wav\)"):
+        stoker.AudioDataset(root, text=["a", "b", b"\xff\xfe"], tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="has none"):
+        stoker.AudioDataset(root, tokenizer=tokenizer)

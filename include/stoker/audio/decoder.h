@@ -46,6 +46,10 @@ std::string ffmpeg_versions();
 struct DecodeOptions {
   int sample_rate = 16000;  // the output rate
   bool mono = true;         // average the channels
+  // Speed perturbation (sox's `speed`, Lhotse's PerturbSpeed): the audio is resampled as if its
+  // rate were round(file rate x speed), so it comes out 1 / speed as long with its pitch times
+  // speed. 1: none. REQUIRES: > 0.
+  double speed = 1;
 };
 
 // Worker seconds spent in each stage of the last decode() calls (added to, never reset).

@@ -1,6 +1,6 @@
 """The audio modality: ``AudioDataset`` (dataset.py: files, NeMo and Lhotse manifests decoded,
-resampled and featurized natively), the features ``Fbank`` and ``LogMel`` (features.py), and
-``load``/``probe`` for one file.
+resampled and featurized natively), the features ``Fbank`` and ``LogMel`` and their
+``SpecAugment`` masks (features.py), and ``load``/``probe`` for one file.
 
 Decoding, resampling and features are the C++ audio wing (include/stoker/audio/); its extension,
 ``stoker._audio``, links FFmpeg's libraries (libavformat, libavcodec, libswresample, libavutil)
@@ -8,10 +8,11 @@ and is imported on first use, so that ``import stoker`` never needs it. docs/aud
 supported and the tolerances against the reference libraries.
 """
 
-from .features import Fbank, LogMel
+from .features import Fbank, LogMel, SpecAugment
 from .files import ffmpeg_versions, load, probe, resampler
 
-__all__ = ["AudioDataset", "Fbank", "LogMel", "ffmpeg_versions", "load", "probe", "resampler"]
+__all__ = ["AudioDataset", "Fbank", "LogMel", "SpecAugment", "ffmpeg_versions", "load", "probe",
+           "resampler"]
 
 
 def __getattr__(name):

@@ -8,16 +8,18 @@ transcript up here (strings stay in Python in this phase, as TableDataset's text
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import os
 
 import numpy as np
 
+from ..errors import DecodeError
 from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
 from ..sources._checks import check_index
 from . import manifests
-from .features import Fbank, LogMel
+from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
 _ADVICE = {
@@ -60,12 +62,24 @@ class AudioDataset(StokerDataset):
     header's) a sample may decode before it is a ``DecodeError`` (within it, it is padded with
     zeros). Durations come from the manifest or the files' headers, never from decoding, so that
     ``Budget(seconds=...)`` plans an epoch without reading one.
+
+    ``augment``: ``stoker.audio.SpecAugment(...)``, masks on the features (needs ``features``),
+    drawn per sample from the loader's seed, the epoch and the sample's index. ``speed``:
+    factors (``(0.9, 1.0, 1.1)``), one drawn per sample and epoch the same way; the audio is
+    resampled as sox's ``speed`` and Lhotse's ``PerturbSpeed`` do (a factor of 1.1 is 1/1.1 as
+    long, its pitch 1.1 times higher), before the features and their masks.
+
+    ``tokenizer``: a ``stoker.Tokenizer``; every transcript is encoded once, when the dataset is
+    made (``add_special_tokens`` as ``Tokenizer.encode``'s), and a batch gets ``labels`` (int64
+    ``[B, L]``, each sample's ids then -100 to the batch's longest) and ``labels_lens`` (int64
+    ``[B]``), besides ``text``.
     """
 
     _extra = "audio"
 
     def __init__(self, source, sample_rate=16000, mono=True, features=None, text=None,
-                 max_duration=None, *, duration_tolerance=0.1):
+                 max_duration=None, *, duration_tolerance=0.1, augment=None, speed=None,
+                 tokenizer=None, add_special_tokens=False):
         module = audio_module()
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
@@ -74,14 +88,21 @@ class AudioDataset(StokerDataset):
                              f"{features!r}")
         if features is not None and not mono:
             raise ValueError("features are computed from mono audio: pass mono=True")
+        if augment is not None and not isinstance(augment, SpecAugment):
+            raise ValueError(f"augment must be stoker.audio.SpecAugment(...), got {augment!r}")
+        if augment is not None and features is None:
+            raise ValueError("augment=SpecAugment(...) masks features: pass features=Fbank() or "
+                             "LogMel() too")
         if max_duration is not None:
             _positive("max_duration", max_duration)
+        speeds = _speeds(speed)
         tolerance = duration_tolerance
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
                 not tolerance >= 0:
             raise ValueError(f"duration_tolerance must be seconds >= 0, got {tolerance!r}")
         self.sample_rate, self.mono, self.features = sample_rate, bool(mono), features
         self.duration_tolerance = float(duration_tolerance)
+        self.augment, self.speed = augment, speeds
         self._spec = (source, text, max_duration)
         self.clips, self.unreadable = self._clips(source, text)
         if not self.clips:
@@ -93,10 +114,17 @@ class AudioDataset(StokerDataset):
             float(durations.max())
         self.durations = np.minimum(durations, self.max_duration)
         self.channels = 1 if self.mono else self._channels()
+        self.tokenizer, self.add_special_tokens = tokenizer, bool(add_special_tokens)
+        self._labels = None if tokenizer is None else tokenizer if isinstance(
+            tokenizer, _TokenIds) else _token_ids(tokenizer, self.clips, self.texts,
+                                                  self.add_special_tokens)
+        ids, offsets = (None, None) if self._labels is None else \
+            (self._labels.ids, self._labels.offsets)
         options = None if features is None else features._options(sample_rate)
         self._source = module.AudioSource(
             [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
-            self.channels, self.max_duration, self.duration_tolerance, options)
+            self.channels, self.max_duration, self.duration_tolerance, options,
+            None if augment is None else augment._options(), list(speeds or ()), ids, offsets)
         self._key = "audio" if features is None else "features"
 
     def _clips(self, source, text):
@@ -123,7 +151,7 @@ class AudioDataset(StokerDataset):
         if isinstance(text, (list, tuple)):
             if len(text) != len(clips):
                 raise ValueError(f"text= has {len(text)} transcripts for {len(clips)} files")
-            clips = [manifests.Clip(c.path, c.offset, c.duration, str(t))
+            clips = [manifests.Clip(c.path, c.offset, c.duration, manifests.as_text(t))
                      for c, t in zip(clips, text)]
         elif isinstance(text, str):
             raise ValueError("text= as a key names a NeMo manifest's field; for files pass a "
@@ -148,17 +176,33 @@ class AudioDataset(StokerDataset):
         """Sample ``index`` as a dict of NumPy arrays (``audio`` or ``features``, its
         ``..._lens``) and its ``text`` where there are transcripts."""
         i = check_index(index, len(self))
-        data = read_sample(self._source, i)[0]
+        fields = read_sample(self._source, i)
+        data = fields[0]
+        named = dict(zip(self._source.field_names, fields))
+        if self.speed is not None:  # the speed drawn with seed 0, epoch 0; rows past it are 0
+            data = data[:int(named["perturbed_length"])]
         out = {self._key: data, f"{self._key}_lens": len(data)}
         if self.texts is not None:
             out["text"] = self.texts[i]
+        if self._labels is not None:
+            out["labels"] = named["labels"][:int(named["labels_lens"])]
+            out["labels_lens"] = len(out["labels"])
         return out
 
     def _assemble_batch(self, fields):
-        data, index, lengths = fields
+        f = dict(zip((*self._source.field_names, "lengths"), fields))
+        data, index = f[self._key], f["index"]
+        # With speeds, the engine's lengths are the bound (the slowest speed's): the source
+        # writes each sample's own.
+        lengths = f.get("perturbed_length", f["lengths"])
         out = {self._key: data, f"{self._key}_lens": lengths}
         if self.texts is not None:
             out["text"] = [self.texts[i] for i in index.tolist()]  # NumPy or torch, any device
+        if self._labels is not None:
+            # The source pads every row to the longest transcript's ids; the batch keeps its own
+            # longest (a view).
+            out["labels"] = f["labels"][:, :max(int(f["labels_lens"].max()), 1)]
+            out["labels_lens"] = f["labels_lens"]
         return out
 
     def _batch_names(self):
@@ -166,10 +210,11 @@ class AudioDataset(StokerDataset):
 
     def _lengths(self, unit):
         """Seconds: each sample's duration from its manifest or header (cut to
-        max_duration)."""
+        max_duration); with ``speed``, divided by the slowest factor: the longest the sample
+        can come out, so that a batch planned by them never exceeds its budget."""
         if unit != "seconds":
             return super()._lengths(unit)
-        return self.durations.copy()
+        return self.durations / min(self.speed) if self.speed else self.durations.copy()
 
     def stats(self):
         """Counts since the dataset was made, over every loader that read it: clips, seconds
@@ -203,7 +248,8 @@ class AudioDataset(StokerDataset):
     def __reduce__(self):
         source, text, max_duration = self._spec
         return _rebuild, (source, self.sample_rate, self.mono, self.features, text, max_duration,
-                          self.duration_tolerance)
+                          self.duration_tolerance, self.augment, self.speed, self._labels,
+                          self.add_special_tokens)
 
     def __repr__(self):
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
@@ -211,6 +257,10 @@ class AudioDataset(StokerDataset):
                  ("mono" if self.mono else f"{self.channels} channels")]
         if self.features is not None:
             lines.append(f"    Features: {self.features!r}")
+        if self.augment is not None:
+            lines.append(f"    Augment: {self.augment!r}")
+        if self.speed is not None:
+            lines.append(f"    Speed: {self.speed}")
         return "\n".join(lines)
 
 
@@ -218,6 +268,55 @@ def module_resampler():
     return audio_module().resampler()
 
 
-def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance):
+def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance,
+             augment, speed, tokenizer, add_special_tokens):
     return AudioDataset(source, sample_rate, mono, features, text, max_duration,
-                        duration_tolerance=duration_tolerance)
+                        duration_tolerance=duration_tolerance, augment=augment, speed=speed,
+                        tokenizer=tokenizer, add_special_tokens=add_special_tokens)
+
+
+def _token_ids(tokenizer, clips, texts, add_special_tokens):
+    """Every transcript's ids, encoded once by the tokenizer's native batch encoder (on every
+    core): int64 ids and offsets, sample i's ids at ids[offsets[i]:offsets[i + 1]]."""
+    from ..text.tokenizer import Tokenizer
+    if not isinstance(tokenizer, Tokenizer):
+        raise ValueError(f"tokenizer must be a stoker.Tokenizer, got {type(tokenizer).__name__}")
+    if texts is None:
+        raise ValueError("tokenizer= tokenizes the transcripts, and this dataset has none (text= "
+                         "gives them for files)")
+    if None in texts:
+        i = texts.index(None)
+        raise ValueError(f"sample {i} ({clips[i].path}) has no transcript to tokenize")
+    try:  # one check for all; the loop below only finds which one fails
+        "\n".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        for i, t in enumerate(texts):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise DecodeError(f"sample {i} ({clips[i].path}): its transcript is not valid "
+                                  f"UTF-8 (at character {e.start}: {t!r})") from None
+    encoded = tokenizer.encode_batch(texts, add_special_tokens)
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, count=len(encoded)), out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int64, count=int(offsets[-1]))
+    return _TokenIds(ids, offsets)
+
+
+class _TokenIds:
+    """Transcripts tokenized already: what a pickled AudioDataset carries in place of its
+    tokenizer (a stoker.Tokenizer does not pickle), and passes back as ``tokenizer``."""
+
+    def __init__(self, ids, offsets):
+        self.ids, self.offsets = ids, offsets
+
+
+def _speeds(speed):
+    """``speed=`` as a tuple of positive factors, or None."""
+    if speed is None:
+        return None
+    factors = (speed,) if isinstance(speed, (int, float)) else tuple(speed)
+    if not factors or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and
+                              math.isfinite(f) and 0.1 <= f <= 10 for f in factors):
+        raise ValueError(f"speed must be factors in [0.1, 10] (as (0.9, 1.0, 1.1)), got {speed!r}")
+    return tuple(float(f) for f in factors)

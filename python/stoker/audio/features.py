@@ -1,10 +1,11 @@
 """Features computed on the loader's worker threads (C++, libavutil's FFT): ``Fbank`` (Kaldi's
 filterbank, as ``torchaudio.compliance.kaldi.fbank`` and Lhotse's ``Fbank``) and ``LogMel``
-(Whisper's log-mel spectrogram, as transformers' ``WhisperFeatureExtractor``).
+(Whisper's log-mel spectrogram, as transformers' ``WhisperFeatureExtractor``), and ``SpecAugment``
+(their masks, seeded per sample).
 
 Each is an immutable value: pass it as ``AudioDataset(features=...)``, or call it on a mono
-float32 waveform for its ``[frames, bins]`` array. SpecAugment and speed perturbation come in a
-later phase (docs/audio.md).
+float32 waveform for its ``[frames, bins]`` array. ``SpecAugment`` masks them, per sample, on the
+same threads.
 """
 
 from __future__ import annotations
@@ -111,4 +112,52 @@ class LogMel(_Features):
         o.n_fft = self.n_fft
         o.hop_length = self.hop_length
         o.pad_30s = self.pad_30s
+        return o
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecAugment:
+    """SpecAugment's frequency and time masks on the features, drawn on the worker threads from
+    each sample's (seed, epoch, index): batches are the same whatever the worker count, and a
+    resumed loader masks as the first run did. Pass it as ``AudioDataset(...,
+    features=Fbank(), augment=SpecAugment())``.
+
+    As torchaudio's ``FrequencyMasking``/``TimeMasking`` and Lhotse's ``SpecAugment`` draw them:
+    ``freq_masks`` bands of mel bins, each of a width drawn uniformly in ``[0, freq_width]`` and
+    a start uniformly where it fits; ``time_masks`` bands of frames, each at most ``time_width``
+    frames (a float in (0, 1): that fraction of the sample's frames), all of them together capped
+    at ``max_time_fraction`` of the sample's frames as Lhotse's ``max_frames_mask_fraction``
+    caps them (fewer or narrower masks on a short sample; 1.0: no cap). Masks may overlap.
+    ``mask_value``: ``"zero"`` (torchaudio's) or ``"mean"`` (Lhotse's: the mean of the sample's
+    features before masking). Only a sample's own frames are masked, never its padding. No time
+    warp (docs/audio.md)."""
+
+    freq_masks: int = 2
+    freq_width: int = 27
+    time_masks: int = 2
+    time_width: float = 100
+    max_time_fraction: float = 0.15
+    mask_value: str = "zero"
+
+    def __post_init__(self):
+        for name in ("freq_masks", "freq_width", "time_masks"):
+            value = getattr(self, name)
+            if not is_int(value) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        w = self.time_width
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or \
+                not (w >= 1 or 0 < w < 1) or w != w or w == float("inf"):
+            raise ValueError(f"time_width must be frames >= 1 or a fraction in (0, 1), got {w!r}")
+        f = self.max_time_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise ValueError(f"max_time_fraction must be in (0, 1], got {f!r}")
+        if self.mask_value not in ("zero", "mean"):
+            raise ValueError(f"mask_value must be 'zero' or 'mean', got {self.mask_value!r}")
+
+    def _options(self):
+        o = audio_module().SpecAugmentOptions()
+        o.freq_masks, o.freq_width, o.time_masks = self.freq_masks, self.freq_width, \
+            self.time_masks
+        o.time_width, o.max_time_fraction = float(self.time_width), float(self.max_time_fraction)
+        o.mask_mean = self.mask_value == "mean"
         return o

@@ -35,8 +35,17 @@ class Clip:
 
 
 def _open_text(path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else \
-        open(path, encoding="utf-8")
+    # Bytes that are not UTF-8 are kept as surrogate escapes (as os.fsdecode keeps them), so that
+    # a path still opens, and a transcript that holds them is named by the sample when it is
+    # tokenized (dataset.py) instead of failing the whole manifest without saying where.
+    return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape") \
+        if path.endswith(".gz") else open(path, encoding="utf-8", errors="surrogateescape")
+
+
+def as_text(t):
+    """A transcript as a str: bytes decoded as UTF-8, with invalid bytes kept as surrogate
+    escapes (tokenizing them is an error naming the sample)."""
+    return t.decode("utf-8", "surrogateescape") if isinstance(t, (bytes, bytearray)) else str(t)
 
 
 def _json_lines(path):
@@ -111,7 +120,7 @@ def nemo_clips(path, text_key):
             raise ValueError(f"{path}:{n}: {audio}: duration {duration!r} and offset {offset!r} "
                              f"must be positive seconds")
         text = row.get(text_key)
-        clips.append(Clip(audio, offset, float(duration), None if text is None else str(text)))
+        clips.append(Clip(audio, offset, float(duration), None if text is None else as_text(text)))
     return clips
 
 
