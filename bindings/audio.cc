@@ -128,8 +128,8 @@ NB_MODULE(_audio, m) {
       .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
                        double duration_tolerance, std::optional<audio::FeatureOptions> features,
-                       std::optional<audio::SpecAugmentOptions> augment,
-                       std::vector<double> speeds, std::optional<Int64Array> label_ids,
+                       std::optional<audio::SpecAugmentOptions> augment, std::vector<double> speeds,
+                       std::optional<Int64Array> label_ids,
                        std::optional<Int64Array> label_offsets) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());

@@ -121,9 +121,9 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   // At a speed, `seconds` of the file come out 1 / speed as long.
   const uint64_t out = speeds.empty() ? want : static_cast<uint64_t>(std::llround(want / speed));
   audio::DecodeTimes times;
-  const int channels = w.decoder.decode(clip.path, clip.offset, seconds,
-                                        {options_.sample_rate, options_.mono, speed}, w.wave,
-                                        &times);
+  const int channels =
+      w.decoder.decode(clip.path, clip.offset, seconds,
+                       {options_.sample_rate, options_.mono, speed}, w.wave, &times);
   if (channels != (options_.mono ? 1 : options_.channels)) {
     throw DecodeError(clip.path + ": has " + std::to_string(channels) + " channels, not " +
                       std::to_string(options_.channels) +

@@ -26,7 +26,7 @@ namespace stoker::audio {
 
 struct SpecAugmentOptions {
   int freq_masks = 2;
-  int freq_width = 27;              // bins
+  int freq_width = 27;  // bins
   int time_masks = 2;
   double time_width = 100;          // >= 1: frames; in (0, 1): a fraction of the sample's frames
   double max_time_fraction = 0.15;  // Lhotse's max_frames_mask_fraction; 1: no cap
