@@ -9,7 +9,7 @@ Two doors:
 Lanes, in order (``make test`` builds what they need first):
 1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds; the fuzz regression inputs and
    seeds replay in each (fuzz/CMakeLists.txt).
-2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 20), two at a
+2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 10), two at a
    time; each target counts as one test. (`make fuzz` runs them for minutes.)
 3. Python tests against the .venv build.
 4. Python tests against the ASan/UBSan build of the extension (build/pyasan/site, `make
@@ -48,7 +48,7 @@ CPP_BUILDS = [
                               "allocator_may_return_null=1 suppressions="
                               + os.path.join(ROOT, "tools", "tsan-suppressions.txt")}),
 ]
-FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "20"))
+FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "10"))
 PYASAN_SITE = os.path.join(ROOT, "build", "pyasan", "site")
 PYTEST_TIMEOUT = 900  # seconds a Python test may take (the longest take about 2 minutes)
 
