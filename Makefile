@@ -74,12 +74,15 @@ sdist: $(DEPS)
 	mkdir -p dist && rm -f dist/stoker-*.tar.gz
 	$(PY) -m build --sdist -o dist .
 
-# C++ tests: a release build, an ASan/UBSan build and a TSan build.
+# C++ tests: a release build, an ASan/UBSan build and a TSan build (the tests of the wings that
+# run threads of their own: CMakeLists.txt's STOKER_TEST_WINGS).
 define cpp_build
 	$(CMAKE) -S . -B build/$(1) -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja $(LAUNCH) \
-	  -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=$(2) -DSTOKER_SANITIZE=$(3) > build/$(1).configure.log
+	  -DBUILD_TESTING=ON -DCMAKE_BUILD_TYPE=$(2) -DSTOKER_SANITIZE=$(3) \
+	  -DSTOKER_TEST_WINGS="$(4)" > build/$(1).configure.log
 	$(CMAKE) --build build/$(1) -j $(JOBS)
 endef
+TSAN_WINGS := engine;sources;pydata;tuning;tables;text;gpu;cuda
 
 cpp: $(DEPS)
 	@mkdir -p build
@@ -89,7 +92,7 @@ cpp-asan: $(DEPS)
 	$(call cpp_build,asan,RelWithDebInfo,address$(,)undefined)
 cpp-tsan: $(DEPS)
 	@mkdir -p build
-	$(call cpp_build,tsan,RelWithDebInfo,thread)
+	$(call cpp_build,tsan,RelWithDebInfo,thread,$(TSAN_WINGS))
 
 , := ,
 

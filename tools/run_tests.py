@@ -7,8 +7,9 @@ Two doors:
   ``slow`` (tests/python/conftest.py says which and why): the edit-test loop, a few minutes.
 
 Lanes, in order (``make test`` builds what they need first):
-1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds; the fuzz regression inputs and
-   seeds replay in each (fuzz/CMakeLists.txt).
+1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds (TSan: the wings that run threads
+   of their own, the Makefile's TSAN_WINGS); the fuzz regression inputs and seeds replay in the
+   first two (fuzz/CMakeLists.txt).
 2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 10), two at a
    time; each target counts as one test. (`make fuzz` runs them for minutes.)
 3. Python tests against the .venv build.
