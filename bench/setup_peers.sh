@@ -19,8 +19,8 @@
 #   remote       the peers of bench/bench_remote.py, streaming from S3 (a local moto server):
 #                WebDataset 1.0.2, Mosaic Streaming 0.13.0, LitData 0.2.76, with boto3,
 #                Pillow and torchvision for their decode and transforms
-#   budget       the peer of bench/bench_budget.py that .venv lacks: Lhotse's
-#                DynamicBucketingSampler (lhotse 1.33.0; torch, the CPU build, under it)
+#   budget       the peer of bench/bench_budget.py and bench/bench_audio.py that .venv lacks:
+#                Lhotse (lhotse 1.33.0, with soundfile and scipy; torch, the CPU build, under it)
 #   sft          the peer's packer in bench/bench_text.py's SFT part: TRL's pack_dataset
 #                (trl 1.16.0, without its dependencies) in .venv-peers/sft/site, which the bench
 #                puts on the path of the interpreter running it (its transformers, datasets,
@@ -109,10 +109,11 @@ env_remote() {
 }
 
 env_budget() {
-  # Lhotse's samplers are pure Python over a CutSet; its audio readers (soundfile, audioread)
-  # come along as dependencies but are not used: the cuts are made from lengths, no audio.
-  # lhotse 1.33.0 imports urllib3 (lhotse.ais) without declaring it.
-  torch_cpu && $PIP numpy psutil urllib3 lhotse==1.33.0
+  # Lhotse's samplers are pure Python over a CutSet (bench_budget.py: no audio). bench_audio.py
+  # reads audio through it: soundfile (a dependency) decodes, and its resampling of 44.1 and
+  # 48 kHz recordings needs scipy, which Lhotse does not declare. lhotse 1.33.0 imports urllib3
+  # (lhotse.ais) without declaring it either.
+  torch_cpu && $PIP numpy psutil urllib3 scipy lhotse==1.33.0
 }
 
 env_sft() {
