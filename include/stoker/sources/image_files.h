@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,51 @@ class ImageFolderFiles final : public ImageFiles {
  private:
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
+
+// The tar indexer every tar reader shares: each WebDataset key of a shard with its members by
+// extension. A key is a member path up to the first '.' of its basename, the extension the rest,
+// lowercased ("img.seg.png" -> key "img", extension "seg.png"). Members without an extension and
+// non-file members (directories, links) are left out.
+struct TarEntry {
+  std::string ext;   // lowercased
+  std::string name;  // member path
+  uint64_t offset;   // of the data, in bytes from the start of the shard
+  uint64_t size;
+};
+struct TarKey {
+  std::string key;
+  std::vector<TarEntry> members;  // in member order
+};
+
+// Local tar shards opened for reading: index() indexes one (ustar, GNU long names, pax `path=`),
+// read() preads a member. Thread safety: immutable after construction; every method may be called
+// concurrently (pread only, no shared offsets). Ownership: keeps its descriptors open for its
+// lifetime. Errors: IoError for a shard that cannot be opened or read (naming it), InvalidArgument
+// naming the shard for a truncated or corrupt tar.
+class TarShardSet {
+ public:
+  explicit TarShardSet(std::vector<std::string> paths);
+  ~TarShardSet();
+  TarShardSet(const TarShardSet&) = delete;
+  TarShardSet& operator=(const TarShardSet&) = delete;
+
+  size_t size() const { return paths_.size(); }
+  const std::string& path(size_t shard) const { return paths_[shard]; }
+  // Every key of shard `shard`, in the order of each key's first member.
+  std::vector<TarKey> index(size_t shard) const;
+  // Replaces `out` with the `size` bytes at `offset` of shard `shard`; `what` names them in
+  // errors (IoError when the shard is shorter: truncated since it was indexed).
+  void read(size_t shard, uint64_t offset, uint64_t size, std::vector<std::byte>& out,
+            const std::string& what) const;
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int> fds_;
+};
+
+// A .cls member's text as a label: a decimal integer with optional surrounding whitespace and
+// sign; false when it is not one (or does not fit int64).
+bool parse_tar_label(std::string_view text, int64_t* out);
 
 // What a tar shard's samples hold: an image (.jpg, .jpeg, .png) or a video (.mp4, .m4v, .mov,
 // .mkv, .webm, .avi) member, with its .cls label.
@@ -118,7 +164,7 @@ class TarShardFiles final : public ImageFiles {
   void add_members(uint32_t shard, std::vector<TarMember> members);
 
   std::vector<std::string> shards_;
-  std::vector<int> fds_;               // local shards
+  std::unique_ptr<TarShardSet> local_;  // local shards
   std::shared_ptr<ShardCache> cache_;  // remote shards
   std::vector<Member> members_;
   std::vector<uint64_t> shard_samples_;
