@@ -21,6 +21,9 @@ namespace stoker::text {
 void bind_text_corpus(nb::module_& m);  // text_corpus.cc
 }
 void bind_chat_template(nb::module_& m);  // text_chat.cc
+namespace stoker::image_text {
+void bind_image_text(nb::module_& m);  // image_text.cc: the submodule image_text
+}
 
 namespace {
 // Python indexes a str by characters: the offsets made character offsets, as tuples.
@@ -92,4 +95,5 @@ NB_MODULE(_text, m) {
       .def("id_to_token", &Tokenizer::id_to_token, "id"_a);
   bind_chat_template(m);
   stoker::text::bind_text_corpus(m);
+  stoker::image_text::bind_image_text(m);
 }

@@ -47,6 +47,7 @@ const char* kind_name(FieldKind k) {
     case FieldKind::kImage:
       return "Image";
     case FieldKind::kText:
+    case FieldKind::kRaw:
       return "Text";
     case FieldKind::kJson:
       return "Json";
@@ -277,6 +278,7 @@ void ImageTextSource::plan_fields() {
         break;
       }
       case FieldKind::kLabel:
+      case FieldKind::kRaw:
         fields_.push_back({o.name, kInt64, {}});
         break;
       case FieldKind::kNpy: {
@@ -355,6 +357,14 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
         for (const int32_t id : fr.suffix) ids[n++] = id;
         for (size_t i = 0; i < o.max_length; ++i) mask[i] = i < n ? 1 : 0;
         for (; n < o.max_length; ++n) ids[n] = o.pad_id;
+        break;
+      }
+      case FieldKind::kRaw: {
+        if (!simdjson::validate_utf8(reinterpret_cast<const char*>(ws->buffer.data()),
+                                     ws->buffer.size()))
+          throw DecodeError("." + o.exts[0] + " member is not valid UTF-8");
+        const auto index = static_cast<int64_t>(key.index);
+        std::memcpy(dst, &index, sizeof index);
         break;
       }
       case FieldKind::kJson: {

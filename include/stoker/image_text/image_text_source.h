@@ -23,6 +23,8 @@
 //   text's ids are cut to max_length less the specials, then framed: the ids `tokenizers` gives
 //   with enable_truncation(max_length) and enable_padding(length=max_length, pad_id). Without
 //   truncation a longer caption is an InvalidArgument. The rest is pad_id, mask 0.
+// - kRaw: int64, the sample's index, once the member is checked to be UTF-8 (DecodeError
+//   otherwise): the Python front reads the text itself (member()) when it assembles a batch.
 // - kJson: `dtype` (float32 or int64) scalar, or [n] for a list of n numbers: the value at the
 //   dotted path `key` of the member's JSON object. The shape is the first sample's (its value's,
 //   or the default's where it has none); a null or absent value takes the default, and without
@@ -68,7 +70,7 @@ class Tokenizer;
 
 namespace stoker::image_text {
 
-enum class FieldKind { kImage, kText, kJson, kLabel, kNpy };
+enum class FieldKind { kImage, kText, kRaw, kJson, kLabel, kNpy };
 
 struct FieldOptions {
   FieldKind kind = FieldKind::kImage;
