@@ -11,6 +11,7 @@ example over img2dataset's shards.
 
 from __future__ import annotations
 
+from . import dataset as _dataset  # noqa: F401  (what TarShards(fields=...) makes)
 from .fields import Image, Json, Label, Npy, Text
 
 __all__ = ["Image", "Json", "Label", "Npy", "Text"]

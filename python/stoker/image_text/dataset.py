@@ -122,3 +122,6 @@ class ImageTextShards(TarShards):
 
     def _extra_repr(self):
         return [f"Shards: {len(self.paths)}", f"Fields: {', '.join(self.fields)}"]
+
+
+TarShards._with_fields = ImageTextShards

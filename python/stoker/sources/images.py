@@ -374,10 +374,13 @@ class TarShards(_ImageDataset):
     key lacking a field's member is. Local shards only in this version. docs/image-text.md.
     """
 
+    # What TarShards(fields=...) makes: the TarShards whose samples are dicts of fields,
+    # stoker/image_text/dataset.py's (set there when `import stoker` imports it).
+    _with_fields = None
+
     def __new__(cls, *args, fields=None, **kwargs):
-        if fields is not None and cls is TarShards:  # samples of any fields: image_text/
-            from ..image_text.dataset import ImageTextShards
-            return object.__new__(ImageTextShards)
+        if fields is not None and cls is TarShards:
+            return object.__new__(TarShards._with_fields)
         return object.__new__(cls)
 
     def __init__(self, paths, transform=None, max_pixels=DEFAULT_MAX_PIXELS, decode="cpu", *,
