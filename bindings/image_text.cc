@@ -6,10 +6,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/shard_cache.h"
+#include "stoker/sources/image_files.h"
 #include "stoker/text/tokenizer.h"
 
 namespace nb = nanobind;
@@ -64,6 +67,17 @@ FieldOptions field_of(const nb::dict& d) {
   return f;
 }
 
+Options options_of(const nb::list& fields, bool skip_missing) {
+  Options o;
+  for (nb::handle h : fields) o.fields.push_back(field_of(nb::cast<nb::dict>(h)));
+  o.skip_missing = skip_missing;
+  return o;
+}
+
+// A shard's keys as a sidecar index holds them: (key, [(ext, member, data offset, size)]).
+using KeyTuple =
+    std::tuple<std::string, std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>>>;
+
 }  // namespace
 
 void bind_image_text(nb::module_& parent) {
@@ -71,14 +85,33 @@ void bind_image_text(nb::module_& parent) {
   nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
       .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields,
                        bool skip_missing) {
-             Options o;
-             for (nb::handle h : fields) o.fields.push_back(field_of(nb::cast<nb::dict>(h)));
-             o.skip_missing = skip_missing;
+             Options o = options_of(fields, skip_missing);
              nb::gil_scoped_release release;
              return std::make_shared<ImageTextSource>(std::move(paths), std::move(o));
            }),
            "paths"_a, "fields"_a, "skip_missing"_a,
-           "Tar shards whose samples hold the fields (dicts made by stoker.image_text).")
+           "Local tar shards whose samples hold the fields (dicts made by stoker.image_text).")
+      .def_static(
+          "remote",
+          [](std::shared_ptr<ShardCache> cache, std::vector<std::vector<KeyTuple>> index,
+             const nb::list& fields, bool skip_missing) {
+            Options o = options_of(fields, skip_missing);
+            std::vector<std::vector<TarKey>> keys(index.size());
+            for (size_t s = 0; s < index.size(); ++s)
+              for (auto& [key, members] : index[s]) {
+                TarKey k{std::move(key), {}};
+                for (auto& [ext, name, offset, size] : members)
+                  k.members.push_back({std::move(ext), std::move(name), offset, size});
+                keys[s].push_back(std::move(k));
+              }
+            nb::gil_scoped_release release;
+            return std::make_shared<ImageTextSource>(std::move(cache), std::move(keys),
+                                                     std::move(o));
+          },
+          "cache"_a, "index"_a, "fields"_a, "skip_missing"_a,
+          "Remote tar shards: index[s] lists shard s's keys as (key, [(ext, member, data "
+          "offset, size)]), from its sidecar.")
+      .def_prop_ro("shard_samples", &ImageTextSource::shard_samples)
       .def("path", &ImageTextSource::path, "index"_a)
       .def(
           "member",

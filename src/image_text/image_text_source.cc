@@ -112,9 +112,37 @@ void put_default(const FieldOptions& f, size_t i, std::byte* dst) {
 
 ImageTextSource::ImageTextSource(std::vector<std::string> shard_paths, Options options)
     : options_(std::move(options)) {
-  if (options_.fields.empty()) throw InvalidArgument("ImageTextSource needs at least one field");
   if (shard_paths.size() > std::numeric_limits<uint32_t>::max())
     throw InvalidArgument("too many tar shards");
+  check_options();
+  tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
+  index({});
+  plan_fields();
+}
+
+ImageTextSource::ImageTextSource(std::shared_ptr<ShardCache> cache,
+                                 std::vector<std::vector<TarKey>> keys, Options options)
+    : options_(std::move(options)) {
+  check_options();
+  tars_ = std::make_unique<TarShardSet>(std::move(cache));
+  if (keys.size() != tars_->size())
+    throw InvalidArgument("ImageTextSource: an index for " + std::to_string(keys.size()) +
+                          " shards, a cache of " + std::to_string(tars_->size()));
+  for (size_t s = 0; s < keys.size(); ++s) {
+    const uint64_t size = *tars_->remote_size(s);
+    for (const TarKey& k : keys[s])
+      for (const TarEntry& e : k.members)
+        if (e.offset > size || e.size > size - e.offset)
+          throw InvalidArgument("the index of tar shard " + tars_->path(s) + " puts member '" +
+                                e.name + "' past the shard's " + std::to_string(size) +
+                                " bytes: the index is stale (rebuild it with `stoker index`)");
+  }
+  index(std::move(keys));
+  plan_fields();
+}
+
+void ImageTextSource::check_options() {
+  if (options_.fields.empty()) throw InvalidArgument("ImageTextSource needs at least one field");
   std::set<std::string> names;
   for (FieldOptions& f : options_.fields) {
     const std::string who = std::string(kind_name(f.kind)) + " field '" + f.name + "'";
@@ -135,19 +163,17 @@ ImageTextSource::ImageTextSource(std::vector<std::string> shard_paths, Options o
         throw InvalidArgument(who + ": dtype is float32 or int64");
     }
   }
-  tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
-  index();
-  plan_fields();
 }
 
 ImageTextSource::~ImageTextSource() = default;
 
-void ImageTextSource::index() {
+void ImageTextSource::index(std::vector<std::vector<TarKey>> keys) {
   const size_t nf = options_.fields.size();
   shard_samples_.reserve(tars_->size());
   for (uint32_t s = 0; s < tars_->size(); ++s) {
     uint64_t kept = 0;
-    for (const TarKey& k : tars_->index(s)) {
+    const std::vector<TarKey> shard_keys = keys.empty() ? tars_->index(s) : std::move(keys[s]);
+    for (const TarKey& k : shard_keys) {
       // Per field, its member: the first of the field's extensions the key has.
       std::vector<const TarEntry*> chosen(nf, nullptr);
       bool any = false;

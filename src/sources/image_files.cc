@@ -319,17 +319,49 @@ TarShardSet::TarShardSet(std::vector<std::string> paths) : paths_(std::move(path
   }
 }
 
+TarShardSet::TarShardSet(std::shared_ptr<ShardCache> cache) : cache_(std::move(cache)) {
+  if (!cache_) throw InvalidArgument("TarShardSet needs a shard cache");
+  paths_.reserve(cache_->size());
+  for (uint32_t s = 0; s < cache_->size(); ++s) paths_.push_back(cache_->shard(s).url);
+}
+
 TarShardSet::~TarShardSet() {
   for (int fd : fds_) ::close(fd);
 }
 
 std::vector<TarKey> TarShardSet::index(size_t shard) const {
+  if (cache_)
+    throw InvalidArgument("remote tar shard " + paths_[shard] +
+                          " is indexed from its sidecar, not here");
   return index_tar_keys(fds_[shard], paths_[shard]);
 }
+
+std::optional<uint64_t> TarShardSet::remote_size(size_t shard) const {
+  if (!cache_) return std::nullopt;
+  return cache_->shard(static_cast<uint32_t>(shard)).size;
+}
+
+namespace {
+struct MemberCopy {
+  const std::byte* src;
+  size_t n;
+  std::byte* dst;
+};
+void copy_member(void* arg) {
+  const auto& c = *static_cast<const MemberCopy*>(arg);
+  std::memcpy(c.dst, c.src, c.n);
+}
+}  // namespace
 
 void TarShardSet::read(size_t shard, uint64_t offset, uint64_t size, std::vector<std::byte>& out,
                        const std::string& what) const {
   out.resize(size);
+  if (cache_) {
+    const MappedFile& file = cache_->read(static_cast<uint32_t>(shard));
+    MemberCopy c{file.bytes().data() + offset, size, out.data()};
+    file.copy(copy_member, &c);
+    return;
+  }
   const size_t got = pread_full(fds_[shard], out.data(), size, offset, what);
   if (got != size) throw IoError("cannot read " + what + ": the tar shard was truncated");
 }
@@ -360,27 +392,29 @@ TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths, TarMedia medi
     : shards_(shard_paths) {
   if (shards_.size() > std::numeric_limits<uint32_t>::max())
     throw InvalidArgument("too many tar shards");
-  local_ = std::make_unique<TarShardSet>(std::move(shard_paths));
+  tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
   shard_samples_.reserve(shards_.size());
   for (uint32_t s = 0; s < shards_.size(); ++s)
-    add_members(s, index_tar(*local_, s, media));
+    add_members(s, index_tar(*tars_, s, media));
 }
 
 TarShardFiles::TarShardFiles(std::shared_ptr<ShardCache> cache,
                              std::vector<std::vector<TarMember>> members)
-    : cache_(std::move(cache)) {
-  if (!cache_) throw InvalidArgument("TarShardFiles needs a shard cache");
-  if (members.size() != cache_->size())
+{
+  if (!cache) throw InvalidArgument("TarShardFiles needs a shard cache");
+  if (members.size() != cache->size())
     throw InvalidArgument("TarShardFiles: an index for " + std::to_string(members.size()) +
-                          " shards, a cache of " + std::to_string(cache_->size()));
-  shards_.reserve(cache_->size());
-  shard_samples_.reserve(cache_->size());
-  for (uint32_t s = 0; s < cache_->size(); ++s) {
-    shards_.push_back(cache_->shard(s).url);
+                          " shards, a cache of " + std::to_string(cache->size()));
+  tars_ = std::make_unique<TarShardSet>(std::move(cache));
+  shards_.reserve(tars_->size());
+  shard_samples_.reserve(tars_->size());
+  for (uint32_t s = 0; s < tars_->size(); ++s) {
+    shards_.push_back(tars_->path(s));
+    const uint64_t size = *tars_->remote_size(s);
     for (const TarMember& m : members[s])
-      if (m.offset > cache_->shard(s).size || m.size > cache_->shard(s).size - m.offset)
+      if (m.offset > size || m.size > size - m.offset)
         throw InvalidArgument("the index of tar shard " + shards_[s] + " puts member '" + m.name +
-                              "' past the shard's " + std::to_string(cache_->shard(s).size) +
+                              "' past the shard's " + std::to_string(size) +
                               " bytes: the index is stale (rebuild it with `stoker index`)");
     add_members(s, std::move(members[s]));
   }
@@ -399,28 +433,9 @@ std::string TarShardFiles::path(uint64_t i) const {
   return shards_[m.shard] + ":" + m.name;
 }
 
-namespace {
-struct MemberCopy {
-  const std::byte* src;
-  size_t n;
-  std::byte* dst;
-};
-void copy_member(void* arg) {
-  const auto& c = *static_cast<const MemberCopy*>(arg);
-  std::memcpy(c.dst, c.src, c.n);
-}
-}  // namespace
-
 void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   const Member& m = members_[i];
-  buffer.resize(m.size);
-  if (cache_) {
-    const MappedFile& file = cache_->read(m.shard);
-    MemberCopy c{file.bytes().data() + m.offset, m.size, buffer.data()};
-    file.copy(copy_member, &c);
-    return;
-  }
-  local_->read(m.shard, m.offset, m.size, buffer, path(i));
+  tars_->read(m.shard, m.offset, m.size, buffer, path(i));
 }
 
 std::vector<uint64_t> TarShardFiles::shards() const {

@@ -59,7 +59,9 @@
 #include "stoker/source.h"
 
 namespace stoker {
+class ShardCache;
 class TarShardSet;
+struct TarKey;
 namespace image {
 class ImagePipeline;
 }
@@ -112,6 +114,12 @@ class ImageTextSource final : public Source {
   // REQUIRES: at least one field; unique field names (with the masks); each field's options as
   // above (InvalidArgument naming the field otherwise).
   ImageTextSource(std::vector<std::string> shard_paths, Options options);
+  // Remote shards: shard s is cache->shard(s), its keys keys[s] (from its sidecar index: `stoker
+  // index`). Nothing is fetched here but the first sample's members where a field takes its
+  // shape from them (Json, Npy). REQUIRES: keys.size() == cache->size(); every member inside its
+  // shard (InvalidArgument naming the shard otherwise: a stale index).
+  ImageTextSource(std::shared_ptr<ShardCache> cache, std::vector<std::vector<TarKey>> keys,
+                  Options options);
   ~ImageTextSource() override;
   ImageTextSource(const ImageTextSource&) = delete;
   ImageTextSource& operator=(const ImageTextSource&) = delete;
@@ -125,6 +133,8 @@ class ImageTextSource final : public Source {
   std::vector<uint64_t> shards() const override;
 
   const IndexStats& stats() const { return stats_; }
+  // Per shard, its samples (a remote dataset's block order needs them).
+  const std::vector<uint64_t>& shard_samples() const { return shard_samples_; }
   // The bytes of field `field`'s member of sample `index` (a raw caption, for Python).
   // REQUIRES: index < size(), field < options' fields.
   std::vector<std::byte> member(uint64_t index, size_t field) const;
@@ -143,7 +153,9 @@ class ImageTextSource final : public Source {
     std::vector<int32_t> prefix, suffix;
   };
 
-  void index();
+  void check_options();
+  // Selects each key's members; `keys` per shard, or empty to index the local shards.
+  void index(std::vector<std::vector<TarKey>> keys);
   void plan_fields();
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];

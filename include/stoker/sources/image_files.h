@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -79,22 +80,30 @@ struct TarKey {
   std::vector<TarEntry> members;  // in member order
 };
 
-// Local tar shards opened for reading: index() indexes one (ustar, GNU long names, pax `path=`),
-// read() preads a member. Thread safety: immutable after construction; every method may be called
-// concurrently (pread only, no shared offsets). Ownership: keeps its descriptors open for its
-// lifetime. Errors: IoError for a shard that cannot be opened or read (naming it), InvalidArgument
-// naming the shard for a truncated or corrupt tar.
+// The tar shards of a dataset, for reading members: local files (index() indexes one: ustar, GNU
+// long names, pax `path=`; read() preads a member), or remote shards in a ShardCache (read()
+// copies the member from the shard's cached mapping, waiting for its fetch; their index comes
+// from a sidecar, so index() is not available). Thread safety: immutable after construction;
+// every method may be called concurrently (pread only, no shared offsets). Ownership: keeps its
+// descriptors open (or the cache) for its lifetime. Errors: IoError for a shard that cannot be
+// opened or read (naming it), InvalidArgument naming the shard for a truncated or corrupt tar.
 class TarShardSet {
  public:
   explicit TarShardSet(std::vector<std::string> paths);
+  // Remote shards: shard s is cache->shard(s), named by its URL. REQUIRES: cache is not null.
+  explicit TarShardSet(std::shared_ptr<ShardCache> cache);
   ~TarShardSet();
   TarShardSet(const TarShardSet&) = delete;
   TarShardSet& operator=(const TarShardSet&) = delete;
 
   size_t size() const { return paths_.size(); }
   const std::string& path(size_t shard) const { return paths_[shard]; }
-  // Every key of shard `shard`, in the order of each key's first member.
+  // Every key of shard `shard`, in the order of each key's first member. Local shards only
+  // (InvalidArgument for remote ones).
   std::vector<TarKey> index(size_t shard) const;
+  // The shard's size in bytes where it is remote (what a sidecar index must fit in); nullopt for
+  // a local shard.
+  std::optional<uint64_t> remote_size(size_t shard) const;
   // Replaces `out` with the `size` bytes at `offset` of shard `shard`; `what` names them in
   // errors (IoError when the shard is shorter: truncated since it was indexed).
   void read(size_t shard, uint64_t offset, uint64_t size, std::vector<std::byte>& out,
@@ -102,7 +111,8 @@ class TarShardSet {
 
  private:
   std::vector<std::string> paths_;
-  std::vector<int> fds_;
+  std::vector<int> fds_;               // local shards
+  std::shared_ptr<ShardCache> cache_;  // remote shards
 };
 
 // A .cls member's text as a label: a decimal integer with optional surrounding whitespace and
@@ -164,8 +174,7 @@ class TarShardFiles final : public ImageFiles {
   void add_members(uint32_t shard, std::vector<TarMember> members);
 
   std::vector<std::string> shards_;
-  std::unique_ptr<TarShardSet> local_;  // local shards
-  std::shared_ptr<ShardCache> cache_;  // remote shards
+  std::unique_ptr<TarShardSet> tars_;
   std::vector<Member> members_;
   std::vector<uint64_t> shard_samples_;
 };

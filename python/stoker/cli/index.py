@@ -34,16 +34,10 @@ def index_video(path):
 
 def index_document(path, size, eos, dtype):
     """The sidecar of the local shard at ``path`` (``size`` bytes)."""
-    from .. import _native
-    from ..sources.tar_index import tar_index_document
+    from ..sources.tar_index import local_tar_index_document
     from ..sources.tokens import token_index_document
     if path.endswith(".tar"):
-        try:
-            return tar_index_document(size, _native.remote.index_tar(path))
-        except ValueError as e:  # no image members: a shard of videos?
-            if "no image member" not in str(e):
-                raise
-            return tar_index_document(size, _native.remote.index_tar(path, "videos"), "videos")
+        return local_tar_index_document(path, size)
     return token_index_document(path, size, dtype, eos)
 
 
@@ -85,8 +79,11 @@ def main(argv=None):
                 etag = None  # a local file's ETag is the store's, once uploaded: sizes only
             manifests.setdefault(directory, {})[name] = {"size": doc["size"], "etag": etag,
                                                          "index": doc}
-            print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
-                  f"{'samples' if 'samples' in doc else 'documents'}")
+            if doc.get("media") == "keys":  # samples of other fields: TarShards(fields=...)
+                print(f"{shard}{INDEX_SUFFIX}: {len(doc['keys'])} keys")
+            else:
+                print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
+                      f"{'samples' if 'samples' in doc else 'documents'}")
         for directory, entries in manifests.items():
             _write_manifest(remote, directory + "/" + MANIFEST_NAME, entries, options)
             print(f"{directory}/{MANIFEST_NAME}: {len(entries)} shards")

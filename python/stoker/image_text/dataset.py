@@ -17,6 +17,7 @@ from ..sources import remote as _remote_shards
 from ..sources._checks import DEFAULT_MAX_PIXELS, check_index, check_max_pixels
 from ..sources.images import TarShards
 from ..sources.samples import read_sample
+from ..sources.tar_index import remote_tar_keys
 from .fields import SPECS, Text
 
 
@@ -50,10 +51,6 @@ class ImageTextShards(TarShards):
             if not isinstance(name, str) or not isinstance(spec, SPECS):
                 raise ValueError(f"fields[{name!r}] is {spec!r}: a field is one of "
                                  f"stoker.image_text.Image, Text, Json, Label, Npy")
-        if _remote_shards.is_remote(paths):
-            raise ValueError("TarShards(fields=...) reads local shards in this version; remote "
-                             "shards (URLs) read as image + label TarShards only")
-        self.paths = _paths.expand(paths, "tar shard", (".tar",))
         self.fields = dict(fields)
         self.missing = missing
         self.max_pixels = check_max_pixels(max_pixels)
@@ -61,8 +58,19 @@ class ImageTextShards(TarShards):
         self.decode = decode
         self._remote_options = (storage_options, cache_dir, cache_budget)
         native = [spec._native(name, self.max_pixels) for name, spec in self.fields.items()]
-        self._source = _image_text_module().ImageTextSource(self.paths, native,
-                                                            missing == "skip")
+        module = _image_text_module()
+        if _remote_shards.is_remote(paths):
+            self.paths = _remote_shards.expand_shards(paths, storage_options)
+            self._remote = _remote_shards.RemoteShards(
+                self.paths, storage_options=storage_options, cache_dir=cache_dir,
+                cache_budget=cache_budget)
+            self._source = module.ImageTextSource.remote(
+                self._remote.native, remote_tar_keys(self._remote), native, missing == "skip")
+            counts = list(self._source.shard_samples)
+            self._block_shards = _remote_shards.block_shards_of([n for n in counts if n], counts)
+        else:
+            self.paths = _paths.expand(paths, "tar shard", (".tar",))
+            self._source = module.ImageTextSource(self.paths, native, missing == "skip")
         self._unbatchable = None
         self._raw = {name: i for i, (name, spec) in enumerate(self.fields.items())
                      if isinstance(spec, Text) and spec.raw}

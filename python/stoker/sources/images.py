@@ -371,7 +371,7 @@ class TarShards(_ImageDataset):
     ``fields``: samples of any members instead of an image and a label: a dict of batch key ->
     field spec of :mod:`stoker.image_text` (``Image``, ``Text``, ``Json``, ``Label``, ``Npy``);
     a sample and a batch are then dicts of them, and ``missing`` ("error" or "skip") says what a
-    key lacking a field's member is. Local shards only in this version. docs/image-text.md.
+    key lacking a field's member is. docs/image-text.md.
     """
 
     # What TarShards(fields=...) makes: the TarShards whose samples are dicts of fields,
