@@ -3,12 +3,11 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <string_view>
-#include <unordered_map>
 
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"

@@ -269,3 +269,20 @@ def test_a_dataset_pickles_as_its_spec(shards, hf):
     assert type(again) is type(ds) and len(again) == 12 and again.missing == "skip"
     assert repr(again._identity()) == repr(ds._identity())
     assert again[5]["caption"] == CAPTIONS[5]
+
+
+def test_without_specials_or_truncation(shards, hf):
+    ref = tokenizers.Tokenizer.from_str(hf.to_str())
+    ref.enable_truncation(12)
+    ref.enable_padding(length=12, pad_id=0)
+    expected = ref.encode_batch(CAPTIONS, add_special_tokens=False)
+    ds = stoker.TarShards(shards, fields={"labels": Label(), "input_ids": Text(
+        hf, max_length=12, pad_id=0, add_special_tokens=False)})
+    for b in batches(ds, batch_size=12):
+        for ids, mask, i in zip(b["input_ids"], b["attention_mask"], b["labels"].tolist()):
+            assert ids.tolist() == expected[i].ids and mask.tolist() == expected[i].attention_mask
+    strict = stoker.TarShards(shards, fields={"input_ids": Text(hf, pad_id=0, truncation=False)})
+    with pytest.raises(stoker.SampleError, match=r"1-004.*longer than max_length=77 "
+                                                 r"\(truncation=False\)") as e:
+        batches(strict, batch_size=12)
+    assert e.value.path == shards[1] + ":1-004"
