@@ -149,7 +149,8 @@ void ImageTextSource::check_options() {
     for (std::string& e : f.exts)
       for (char& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (!names.insert(f.name).second) throw InvalidArgument("two fields named '" + f.name + "'");
-    if (f.kind == FieldKind::kImage && !f.pipeline) throw InvalidArgument(who + " needs a pipeline");
+    if (f.kind == FieldKind::kImage && !f.pipeline)
+      throw InvalidArgument(who + " needs a pipeline");
     if (f.kind == FieldKind::kText) {
       if (!f.tokenizer) throw InvalidArgument(who + " needs a tokenizer");
       if (f.max_length == 0) throw InvalidArgument(who + ": max_length must be at least 1");

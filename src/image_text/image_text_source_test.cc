@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
@@ -89,7 +90,8 @@ const char* kTokenizer = R"({
   "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
                     "use_regex": true},
   "post_processor": {"type": "TemplateProcessing",
-    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+               {"Sequence": {"id": "A", "type_id": 0}},
                {"SpecialToken": {"id": "</s>", "type_id": 0}}],
     "pair": [], "special_tokens": {
       "<s>": {"id": "<s>", "ids": [10], "tokens": ["<s>"]},
@@ -246,7 +248,8 @@ TEST(ImageTextSource, BadMembersAreTypedErrors) {
   EXPECT_NO_THROW(read_sample(s, 1));            // the default
   EXPECT_THROW(read_sample(s, 4), DecodeError);  // not UTF-8
   EXPECT_THROW(read_sample(s, 2), DecodeError);  // not JSON
-  EXPECT_NE(error_of([&] { read_sample(s, 3); }).find("'meta.similarity' is \"high\", not a number"),
+  EXPECT_NE(error_of([&] { read_sample(s, 3); })
+                .find("'meta.similarity' is \"high\", not a number"),
             std::string::npos);
   Options o = fx.options();
   o.fields[2].has_default = false;
@@ -272,6 +275,40 @@ TEST(ImageTextSource, NpyMembersKeepTheFirstSamplesDtypeAndShape) {
   EXPECT_EQ(read_sample(s, 1).values<float>(0), (std::vector<float>{3, 4}));
   EXPECT_NE(error_of([&] { read_sample(s, 2); }).find("shape (3), but the first sample's is"),
             std::string::npos);
+}
+
+TEST(ImageTextSource, ConcurrentReadsEachWithItsWorkerStateEqualOneByOne) {
+  TarWriter t;
+  for (int i = 0; i < 16; ++i) {
+    std::string k = std::to_string(i);
+    k.insert(0, 1, 'k');  // not "k" + ...: GCC 12's -Wrestrict misfires on it
+    t.member(k + ".jpg", jpeg(i));
+    t.member(k + ".txt", std::string(static_cast<size_t>(i % 5) + 1, 'h') + " you");
+    t.member(k + ".json", R"({"meta": {"similarity": )" + std::to_string(i) + "}}");
+    t.member(k + ".cls", std::to_string(i));
+  }
+  const std::string shard = write_file("threads.tar", t.finish());
+  Fixture fx;
+  ImageTextSource s({shard}, fx.options());
+  std::vector<Read> want;
+  for (uint64_t i = 0; i < s.size(); ++i) want.push_back(read_sample(s, i));
+  std::vector<std::vector<Read>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] {
+      const auto state = s.make_worker_state();
+      for (uint64_t i = 0; i < s.size(); ++i) {
+        Read r;
+        std::vector<std::byte*> ptrs;
+        for (const FieldSpec& f : s.fields()) r.slots.emplace_back(f.sample_bytes());
+        for (auto& v : r.slots) ptrs.push_back(v.data());
+        s.read({0, 0, i}, ptrs, state.get());
+        got[t].push_back(std::move(r));
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& reads : got)
+    for (uint64_t i = 0; i < s.size(); ++i) EXPECT_EQ(reads[i].slots, want[i].slots) << i;
 }
 
 }  // namespace

@@ -151,7 +151,8 @@ class Json:
         return d
 
     def __repr__(self):
-        return f"Json({self.key!r}, dtype={self.dtype!r}, default={self.default!r}, ext={self.ext!r})"
+        return (f"Json({self.key!r}, dtype={self.dtype!r}, default={self.default!r}, "
+                f"ext={self.ext!r})")
 
 
 class Label:
