@@ -228,12 +228,13 @@ def bad_shard(tmp_path, i, **replace):
     ({"json": b'{"width": 1}'}, Json, ValueError, "has no 'similarity'"),
     ({"npy": npy_bytes(np.zeros(5, np.float32))}, Npy, ValueError, r"shape \(5\)"),
     ({"cls": b"three"}, Label, ValueError, "invalid label 'three'"),
+    ({"jpg": b"not an image"}, Image, stoker.DecodeError, "unsupported image format"),
 ])
 def test_bad_members_are_errors_naming_the_sample_or_counted_skips(tmp_path, hf, replace, spec,
                                                                     cause, message):
     path = bad_shard(tmp_path, 2, **replace)
     field = {Text: Text(hf, pad_id=0), "raw": Text(raw=True), Json: Json("similarity"),
-             Npy: Npy(), Label: Label()}[spec]
+             Npy: Npy(), Label: Label(), Image: Image(SMALL)}[spec]
     ds = stoker.TarShards(path, fields={"x": field, "labels": Label(ext="cls")} if spec is not
                           Label else {"x": field})
     with pytest.raises(stoker.SampleError) as e:

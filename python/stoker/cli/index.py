@@ -1,7 +1,9 @@
 """``stoker index SHARD...``: the sidecar index of each shard, written beside it.
 
 A remote dataset reads every shard's metadata at construction. Tar shards need the offsets of
-their members, which only a pass over the whole shard finds; token files split into documents at
+their members, which only a pass over the whole shard finds (the index holds every key's members
+by extension, for ``TarShards(fields=...)``, and the image or video + label samples where the
+shard has them); token files split into documents at
 ``--eos`` need their document ends, likewise. ``stoker index`` makes that pass once and writes
 ``<shard>.idx.json`` beside the shard (a local file, or an object put next to a remote one), so
 that a dataset over the shards downloads nothing at construction. Without an index a dataset
