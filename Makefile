@@ -82,7 +82,7 @@ define cpp_build
 	  -DSTOKER_TEST_WINGS="$(4)" > build/$(1).configure.log
 	$(CMAKE) --build build/$(1) -j $(JOBS)
 endef
-TSAN_WINGS := engine;sources;pydata;tuning;tables;text;gpu;cuda
+TSAN_WINGS := engine;sources;pydata;tuning;tables;text;image_text;gpu;cuda
 
 cpp: $(DEPS)
 	@mkdir -p build

@@ -9,11 +9,11 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "stoker/errors.h"
 #include "stoker/mapped_file.h"
 #include "stoker/shard_cache.h"
-#include "stoker/sources/megatron.h"
-#include "stoker/errors.h"
 #include "stoker/sources/image_files.h"
+#include "stoker/sources/megatron.h"
 #include "stoker/sources/token_corpus.h"
 #include "stoker/sources/tokens.h"
 
@@ -171,6 +171,29 @@ void register_remote(nb::module_& m) {
       nb::arg("cache"), nb::arg("shards"), nb::arg("vocab_size") = 0,
       "A TokenCorpus over remote shards: per shard (format, dtype, data offset, tokens, document "
       "ends or [], last token of each document or []).");
+  m.def(
+      "index_tar_keys",
+      [](const std::string& path) {
+        std::vector<TarKey> keys;
+        {
+          nb::gil_scoped_release release;
+          keys = TarShardSet({path}).index(0);
+        }
+        std::vector<std::tuple<
+            std::string, std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>>>>
+            out;
+        out.reserve(keys.size());
+        for (auto& k : keys) {
+          std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>> members;
+          for (auto& e : k.members)
+            members.emplace_back(std::move(e.ext), std::move(e.name), e.offset, e.size);
+          out.emplace_back(std::move(k.key), std::move(members));
+        }
+        return out;
+      },
+      nb::arg("path"),
+      "Every key of a local tar shard with its members: (key, [(ext, member, data offset, "
+      "size)]), in the order of each key's first member.");
   m.def(
       "index_tar",
       [](const std::string& path, const std::string& media) {

@@ -2,8 +2,6 @@
 // it links PCRE2, utf8proc and simdjson (and sentencepiece, where found), which a build without
 // them need not have. It imports
 // stoker._native first for the exception translator (errors.cc), shared between the modules.
-#include "stoker/text/tokenizer.h"
-
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -13,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "stoker/memory.h"
+#include "stoker/text/tokenizer.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -21,6 +20,9 @@ namespace stoker::text {
 void bind_text_corpus(nb::module_& m);  // text_corpus.cc
 }
 void bind_chat_template(nb::module_& m);  // text_chat.cc
+namespace stoker::image_text {
+void bind_image_text(nb::module_& m);  // image_text.cc: the submodule image_text
+}
 
 namespace {
 // Python indexes a str by characters: the offsets made character offsets, as tuples.
@@ -92,4 +94,5 @@ NB_MODULE(_text, m) {
       .def("id_to_token", &Tokenizer::id_to_token, "id"_a);
   bind_chat_template(m);
   stoker::text::bind_text_corpus(m);
+  stoker::image_text::bind_image_text(m);
 }

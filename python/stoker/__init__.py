@@ -15,7 +15,7 @@ command and its sample data) is never imported from here.
 from ._version import __version__
 from ._native.gpu import cuda_available
 from ._native.engine import usable_cores
-from . import transforms
+from . import image_text, transforms
 from .audio import AudioDataset
 from .budget import Budget
 from .errors import DecodeError, MemoryBudgetError, SampleError, WorkerError
@@ -56,6 +56,7 @@ __all__ = [
     "VideoDataset",
     "cuda_available",
     "diagnose",
+    "image_text",
     "transforms",
     "usable_cores",
     "WorkerError",

@@ -10,11 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <unordered_map>
 
+#include "stoker/errors.h"
 #include "stoker/mapped_file.h"
 #include "stoker/shard_cache.h"
-#include "stoker/errors.h"
 
 namespace stoker {
 namespace {
@@ -130,25 +131,6 @@ bool parse_pax(const std::string& data, std::string* path, uint64_t* size, bool*
   return true;
 }
 
-// A decimal integer with optional surrounding whitespace and sign.
-bool parse_label(const std::string& s, int64_t* out) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  if (b == e) return false;
-  bool neg = false;
-  if (s[b] == '+' || s[b] == '-') neg = s[b++] == '-';
-  if (b == e) return false;
-  uint64_t v = 0;
-  for (size_t i = b; i < e; ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(s[i] - '0');
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-  }
-  *out = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
-  return true;
-}
-
 // The data member extensions of a sample of `media`, and how messages name them.
 bool is_data_member(TarMedia media, const std::string& ext) {
   if (media == TarMedia::kVideos)
@@ -161,8 +143,7 @@ const char* data_members(TarMedia media) {
                                     : "an image member (.jpg, .jpeg or .png)";
 }
 
-std::vector<TarMember> index_tar(int fd, const std::string& shard, TarMedia media) {
-  std::vector<TarMember> members;
+std::vector<TarKey> index_tar_keys(int fd, const std::string& shard) {
   struct stat st{};
   if (::fstat(fd, &st) != 0)
     throw IoError("cannot stat tar shard " + shard + ": " + std::strerror(errno));
@@ -173,16 +154,8 @@ std::vector<TarMember> index_tar(int fd, const std::string& shard, TarMedia medi
     return InvalidArgument("tar shard " + shard + ": " + what);
   };
 
-  struct Group {
-    std::string image_name;
-    uint64_t image_offset = 0, image_size = 0;
-    bool has_image = false;
-    std::string label_text, label_name;
-    bool has_label = false;
-  };
-  std::unordered_map<std::string, size_t> group_of;
-  std::vector<std::pair<std::string, Group>> groups;  // in order of first member
-
+  std::unordered_map<std::string, size_t> key_of;
+  std::vector<TarKey> keys;  // in order of first member
   std::string long_name, pax_path, global_path;
   uint64_t pax_size = 0;
   bool has_pax_size = false;
@@ -256,51 +229,142 @@ std::vector<TarMember> index_tar(int fd, const std::string& shard, TarMedia medi
     const size_t slash = name.rfind('/');
     const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
     if (dot == std::string::npos) continue;  // no extension: not part of a sample
-    const std::string key = name.substr(0, dot);
-    const std::string ext = lower(name.substr(dot + 1));
-    auto [it, inserted] = group_of.try_emplace(key, groups.size());
-    if (inserted) groups.emplace_back(key, Group{});
-    Group& g = groups[it->second].second;
-    if (is_data_member(media, ext)) {
-      if (g.has_image)
-        throw corrupt("key '" + key + "' has two " +
-                      (media == TarMedia::kVideos ? "videos" : "images") + ": '" + g.image_name +
-                      "' and '" + name + "'");
-      g.has_image = true;
-      g.image_name = name;
-      g.image_offset = data;
-      g.image_size = size;
-    } else if (ext == "cls") {
-      if (size > 64)
-        throw corrupt("member '" + name + "': invalid label (" + std::to_string(size) +
-                      " bytes; expected a decimal integer)");
-      std::string text(size, '\0');
-      pread_full(fd, text.data(), size, data, "tar shard " + shard);
-      g.label_text = text;
-      g.label_name = name;
-      g.has_label = true;
-    }
+    std::string key = name.substr(0, dot);
+    std::string ext = lower(name.substr(dot + 1));
+    auto [it, inserted] = key_of.try_emplace(key, keys.size());
+    if (inserted) keys.push_back({std::move(key), {}});
+    keys[it->second].members.push_back({std::move(ext), std::move(name), data, size});
   }
+  return keys;
+}
 
-  for (const auto& [key, g] : groups) {
-    if (!g.has_image) {
-      if (!g.has_label) continue;  // only other members (e.g. .json): not a sample
-      throw corrupt("key '" + key + "' has a label ('" + g.label_name + "') but no " +
+// The image (or video) samples of a shard, each with its .cls label.
+std::vector<TarMember> index_tar(const TarShardSet& set, size_t s, TarMedia media) {
+  const std::string& shard = set.path(s);
+  auto corrupt = [&](const std::string& what) {
+    return InvalidArgument("tar shard " + shard + ": " + what);
+  };
+  std::vector<TarMember> members;
+  std::vector<std::byte> text_bytes;
+  for (const TarKey& k : set.index(s)) {
+    const TarEntry* data = nullptr;
+    const TarEntry* label = nullptr;  // the last .cls member
+    for (const TarEntry& e : k.members) {
+      if (is_data_member(media, e.ext)) {
+        if (data != nullptr)
+          throw corrupt("key '" + k.key + "' has two " +
+                        (media == TarMedia::kVideos ? "videos" : "images") + ": '" + data->name +
+                        "' and '" + e.name + "'");
+        data = &e;
+      } else if (e.ext == "cls") {
+        if (e.size > 64)
+          throw corrupt("member '" + e.name + "': invalid label (" + std::to_string(e.size) +
+                        " bytes; expected a decimal integer)");
+        label = &e;
+      }
+    }
+    if (data == nullptr) {
+      if (label == nullptr) continue;  // only other members (e.g. .json): not a sample
+      throw corrupt("key '" + k.key + "' has a label ('" + label->name + "') but no " +
                     std::string(data_members(media)).substr(3));
     }
-    if (!g.has_label)
-      throw corrupt("member '" + g.image_name + "': key '" + key + "' has no label ('" + key +
+    if (label == nullptr)
+      throw corrupt("member '" + data->name + "': key '" + k.key + "' has no label ('" + k.key +
                     ".cls')");
-    int64_t label = 0;
-    if (!parse_label(g.label_text, &label))
-      throw corrupt("member '" + g.label_name + "': invalid label '" + g.label_text +
+    set.read(s, label->offset, label->size, text_bytes, "tar shard " + shard);
+    const std::string text(reinterpret_cast<const char*>(text_bytes.data()), text_bytes.size());
+    int64_t value = 0;
+    if (!parse_tar_label(text, &value))
+      throw corrupt("member '" + label->name + "': invalid label '" + text +
                     "' (expected a decimal integer)");
-    members.push_back({g.image_name, g.image_offset, g.image_size, label});
+    members.push_back({data->name, data->offset, data->size, value});
   }
   return members;
 }
 
 }  // namespace
+
+// A decimal integer with optional surrounding whitespace and sign.
+bool parse_tar_label(std::string_view s, int64_t* out) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  if (b == e) return false;
+  bool neg = false;
+  if (s[b] == '+' || s[b] == '-') neg = s[b++] == '-';
+  if (b == e) return false;
+  uint64_t v = 0;
+  for (size_t i = b; i < e; ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(s[i] - '0');
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  }
+  *out = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  return true;
+}
+
+// --------------------------------------------------------------------------- TarShardSet
+
+TarShardSet::TarShardSet(std::vector<std::string> paths) : paths_(std::move(paths)) {
+  fds_.reserve(paths_.size());
+  try {
+    for (const std::string& p : paths_) {
+      const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0) throw IoError("cannot open tar shard " + p + ": " + std::strerror(errno));
+      fds_.push_back(fd);
+    }
+  } catch (...) {
+    for (int fd : fds_) ::close(fd);
+    throw;
+  }
+}
+
+TarShardSet::TarShardSet(std::shared_ptr<ShardCache> cache) : cache_(std::move(cache)) {
+  if (!cache_) throw InvalidArgument("TarShardSet needs a shard cache");
+  paths_.reserve(cache_->size());
+  for (uint32_t s = 0; s < cache_->size(); ++s) paths_.push_back(cache_->shard(s).url);
+}
+
+TarShardSet::~TarShardSet() {
+  for (int fd : fds_) ::close(fd);
+}
+
+std::vector<TarKey> TarShardSet::index(size_t shard) const {
+  if (cache_)
+    throw InvalidArgument("remote tar shard " + paths_[shard] +
+                          " is indexed from its sidecar, not here");
+  return index_tar_keys(fds_[shard], paths_[shard]);
+}
+
+std::optional<uint64_t> TarShardSet::remote_size(size_t shard) const {
+  if (!cache_) return std::nullopt;
+  return cache_->shard(static_cast<uint32_t>(shard)).size;
+}
+
+namespace {
+struct MemberCopy {
+  const std::byte* src;
+  size_t n;
+  std::byte* dst;
+};
+void copy_member(void* arg) {
+  const auto& c = *static_cast<const MemberCopy*>(arg);
+  std::memcpy(c.dst, c.src, c.n);
+}
+}  // namespace
+
+void TarShardSet::read(size_t shard, uint64_t offset, uint64_t size, std::vector<std::byte>& out,
+                       const std::string& what) const {
+  out.resize(size);
+  if (cache_) {
+    const MappedFile& file = cache_->read(static_cast<uint32_t>(shard));
+    MemberCopy c{file.bytes().data() + offset, size, out.data()};
+    file.copy(copy_member, &c);
+    return;
+  }
+  const size_t got = pread_full(fds_[shard], out.data(), size, offset, what);
+  if (got != size) throw IoError("cannot read " + what + ": the tar shard was truncated");
+}
 
 // --------------------------------------------------------------------------- ImageFolderFiles
 
@@ -325,40 +389,30 @@ void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
 // --------------------------------------------------------------------------- TarShardFiles
 
 TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths, TarMedia media)
-    : shards_(std::move(shard_paths)) {
+    : shards_(shard_paths) {
   if (shards_.size() > std::numeric_limits<uint32_t>::max())
     throw InvalidArgument("too many tar shards");
-  fds_.reserve(shards_.size());
+  tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
   shard_samples_.reserve(shards_.size());
-  try {
-    for (uint32_t s = 0; s < shards_.size(); ++s) {
-      const int fd = ::open(shards_[s].c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0)
-        throw IoError("cannot open tar shard " + shards_[s] + ": " + std::strerror(errno));
-      fds_.push_back(fd);
-      add_members(s, index_tar(fd, shards_[s], media));
-    }
-  } catch (...) {
-    for (int fd : fds_) ::close(fd);
-    throw;
-  }
+  for (uint32_t s = 0; s < shards_.size(); ++s) add_members(s, index_tar(*tars_, s, media));
 }
 
 TarShardFiles::TarShardFiles(std::shared_ptr<ShardCache> cache,
-                             std::vector<std::vector<TarMember>> members)
-    : cache_(std::move(cache)) {
-  if (!cache_) throw InvalidArgument("TarShardFiles needs a shard cache");
-  if (members.size() != cache_->size())
+                             std::vector<std::vector<TarMember>> members) {
+  if (!cache) throw InvalidArgument("TarShardFiles needs a shard cache");
+  if (members.size() != cache->size())
     throw InvalidArgument("TarShardFiles: an index for " + std::to_string(members.size()) +
-                          " shards, a cache of " + std::to_string(cache_->size()));
-  shards_.reserve(cache_->size());
-  shard_samples_.reserve(cache_->size());
-  for (uint32_t s = 0; s < cache_->size(); ++s) {
-    shards_.push_back(cache_->shard(s).url);
+                          " shards, a cache of " + std::to_string(cache->size()));
+  tars_ = std::make_unique<TarShardSet>(std::move(cache));
+  shards_.reserve(tars_->size());
+  shard_samples_.reserve(tars_->size());
+  for (uint32_t s = 0; s < tars_->size(); ++s) {
+    shards_.push_back(tars_->path(s));
+    const uint64_t size = *tars_->remote_size(s);
     for (const TarMember& m : members[s])
-      if (m.offset > cache_->shard(s).size || m.size > cache_->shard(s).size - m.offset)
+      if (m.offset > size || m.size > size - m.offset)
         throw InvalidArgument("the index of tar shard " + shards_[s] + " puts member '" + m.name +
-                              "' past the shard's " + std::to_string(cache_->shard(s).size) +
+                              "' past the shard's " + std::to_string(size) +
                               " bytes: the index is stale (rebuild it with `stoker index`)");
     add_members(s, std::move(members[s]));
   }
@@ -370,38 +424,16 @@ void TarShardFiles::add_members(uint32_t s, std::vector<TarMember> members) {
     members_.push_back({s, m.offset, m.size, m.label, std::move(m.name)});
 }
 
-TarShardFiles::~TarShardFiles() {
-  for (int fd : fds_) ::close(fd);
-}
+TarShardFiles::~TarShardFiles() = default;
 
 std::string TarShardFiles::path(uint64_t i) const {
   const Member& m = members_[i];
   return shards_[m.shard] + ":" + m.name;
 }
 
-namespace {
-struct MemberCopy {
-  const std::byte* src;
-  size_t n;
-  std::byte* dst;
-};
-void copy_member(void* arg) {
-  const auto& c = *static_cast<const MemberCopy*>(arg);
-  std::memcpy(c.dst, c.src, c.n);
-}
-}  // namespace
-
 void TarShardFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   const Member& m = members_[i];
-  buffer.resize(m.size);
-  if (cache_) {
-    const MappedFile& file = cache_->read(m.shard);
-    MemberCopy c{file.bytes().data() + m.offset, m.size, buffer.data()};
-    file.copy(copy_member, &c);
-    return;
-  }
-  const size_t got = pread_full(fds_[m.shard], buffer.data(), m.size, m.offset, path(i));
-  if (got != m.size) throw IoError("cannot read " + path(i) + ": the tar shard was truncated");
+  tars_->read(m.shard, m.offset, m.size, buffer, path(i));
 }
 
 std::vector<uint64_t> TarShardFiles::shards() const {
@@ -412,9 +444,7 @@ std::vector<uint64_t> TarShardFiles::shards() const {
 }
 
 std::vector<TarMember> TarShardFiles::index_file(const std::string& path, TarMedia media) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) throw IoError("cannot open tar shard " + path + ": " + std::strerror(errno));
-  return index_tar(fd.get(), path, media);
+  return index_tar(TarShardSet({path}), 0, media);
 }
 
 }  // namespace stoker

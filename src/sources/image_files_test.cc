@@ -7,8 +7,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "stoker/errors.h"
 #include "engine/test_temp_dir.h"
+#include "stoker/errors.h"
 
 namespace stoker {
 namespace {
@@ -187,6 +187,40 @@ TEST(TarShardFiles, TruncatedAndCorruptTarsAreClearErrors) {
   EXPECT_NE(m3.find("checksum"), std::string::npos) << m3;
   // Missing shard.
   EXPECT_THROW(TarShardFiles({"/nonexistent/shard.tar"}), IoError);
+}
+
+TEST(TarShardSet, IndexesEveryKeyWithItsMembersByExtension) {
+  TarWriter t;
+  t.member("a.jpg", "IMG");
+  t.member("a.txt", "a caption");
+  t.member("dir", "", '5');
+  t.member("b.Seg.PNG", "PNG");
+  t.member("a.json", "{}");
+  t.member("README", "no extension");
+  t.member("./b.txt", "bee");
+  const std::string p = write_file("keys.tar", t.finish());
+  TarShardSet set({p});
+  const std::vector<TarKey> keys = set.index(0);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].key, "a");
+  ASSERT_EQ(keys[0].members.size(), 3u);
+  EXPECT_EQ(keys[0].members[0].ext, "jpg");
+  EXPECT_EQ(keys[0].members[1].ext, "txt");
+  EXPECT_EQ(keys[0].members[2].ext, "json");
+  EXPECT_EQ(keys[1].key, "b");
+  ASSERT_EQ(keys[1].members.size(), 2u);
+  EXPECT_EQ(keys[1].members[0].ext, "seg.png");  // lowercased, from the basename's first '.'
+  EXPECT_EQ(keys[1].members[1].name, "b.txt");
+  std::vector<std::byte> buf;
+  const TarEntry& caption = keys[0].members[1];
+  set.read(0, caption.offset, caption.size, buf, "a.txt");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), buf.size()), "a caption");
+  int64_t label = 0;
+  EXPECT_TRUE(parse_tar_label(" -12\n", &label));
+  EXPECT_EQ(label, -12);
+  EXPECT_FALSE(parse_tar_label("1.5", &label));
+  EXPECT_NE(error_of([] { TarShardSet({"/nonexistent/x.tar"}); }).find("cannot open tar shard"),
+            std::string::npos);
 }
 
 TEST(ImageFiles, AFifoInAFilesPlaceFailsInsteadOfBlocking) {

@@ -173,6 +173,23 @@ def make_tar_shards(tmp):
     return stoker.TarShards(str(path), transform=small_transform())
 
 
+def make_image_text(tmp):
+    """WebDataset shards of an image, a caption and a label, read as dicts of fields."""
+    from stoker.image_text import Image, Label, Text
+    rng = np.random.default_rng(6)
+    path = tmp / "pairs-0.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(6):
+            for suffix, data in ((".jpg", jpeg(rng)), (".txt", b"the lazy dog " * (i + 1)),
+                                 (".cls", str(i % 2).encode())):
+                info = tarfile.TarInfo(f"{i:04d}{suffix}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return stoker.TarShards(str(path), fields={
+        "pixel_values": Image(small_transform()),
+        "input_ids": Text(text_tokenizer(), max_length=8, pad_id=0), "labels": Label()})
+
+
 def make_table(tmp):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -270,6 +287,7 @@ DATASETS = {
                                    "lengths"}),
     "image-folder": (make_image_folder, IMAGES),
     "tar-shards": (make_tar_shards, IMAGES),
+    "image-text": (make_image_text, IMAGES | {"input_ids", "attention_mask"}),
     "table": (make_table, {"x", "labels"}),
     "image-table": (make_image_table, IMAGES),
     # VideoDataset once failed here at the first batch: model(**batch) with a tuple (TypeError)

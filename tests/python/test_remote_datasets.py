@@ -455,3 +455,56 @@ def test_text_dataset_from_s3_equals_the_local_files(s3_env, tmp_path):
     assert got._corpus.path(41) == urls[2] + ": row 1"
     with pytest.raises(stoker.SampleError, match=r"s3://text/b\.jsonl\.gz:8"):
         stoker.TextDataset(urls[1], tok)
+
+
+def test_tar_shards_with_fields_from_s3_equal_local(s3_env, tmp_path):
+    """TarShards(fields=...) over S3: its keys from `stoker index`'s sidecars (or indexed once
+    where a shard has none), batches equal to the same shards read locally."""
+    pytest.importorskip("stoker._text")
+    import io
+    import tarfile
+    from PIL import Image as PILImage
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from stoker.cli import main
+    from stoker.image_text import Image, Json, Text
+    rng = np.random.default_rng(9)
+    local = []
+    for s in range(3):
+        path = tmp_path / f"pairs-{s}.tar"
+        with tarfile.open(path, "w") as tar:
+            for i in range(3):
+                buf = io.BytesIO()
+                PILImage.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(
+                    buf, "JPEG")
+                members = {"jpg": buf.getvalue(), "txt": f"a dog number {s * 3 + i}".encode(),
+                           "json": json.dumps({"similarity": s * 3 + i}).encode()}
+                for ext, data in members.items():
+                    info = tarfile.TarInfo(f"{s}{i:03d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        local.append(str(path))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["a dog number 12345"] * 5, trainer=trainers.BpeTrainer(
+        vocab_size=280, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fields = {"pixel_values": Image(TRANSFORM), "input_ids": Text(tok, max_length=6, pad_id=0),
+              "similarity": Json("similarity")}
+    assert main(["index", str(tmp_path / "*.tar")]) == 0
+    assert json.load(open(local[0] + INDEX_SUFFIX))["keys"][0][0] == "0000"
+    upload(s3_env, "pairs", local[:2] + [p + INDEX_SUFFIX for p in local[:2]], index=False)
+    upload(s3_env, "pairs", local[2:], index=False)  # no sidecar: indexed once, with a warning
+    with pytest.warns(RemoteIndexWarning, match="1 of 3"):
+        ds = stoker.TarShards("s3://pairs/*.tar", fields=fields)
+    assert isinstance(ds, stoker.TarShards) and len(ds) == 9
+    assert ds.default_shuffle == "shards"
+    want = stoker.TarShards(local, fields=fields)
+    for shuffle in (False, "shards"):
+        kw = {"batch_size": 4, "num_workers": 2, "output": "numpy", "shuffle": shuffle, "seed": 2}
+        got = list(stoker.DataLoader(ds, **kw))
+        expected = list(stoker.DataLoader(want, **kw))
+        assert len(got) == len(expected) == 3
+        for a, b in zip(got, expected):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+    assert ds.path(0) == "s3://pairs/pairs-0.tar:0000"

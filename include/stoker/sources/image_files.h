@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,6 +65,60 @@ class ImageFolderFiles final : public ImageFiles {
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
 
+// The tar indexer every tar reader shares: each WebDataset key of a shard with its members by
+// extension. A key is a member path up to the first '.' of its basename, the extension the rest,
+// lowercased ("img.seg.png" -> key "img", extension "seg.png"). Members without an extension and
+// non-file members (directories, links) are left out.
+struct TarEntry {
+  std::string ext;   // lowercased
+  std::string name;  // member path
+  uint64_t offset;   // of the data, in bytes from the start of the shard
+  uint64_t size;
+};
+struct TarKey {
+  std::string key;
+  std::vector<TarEntry> members;  // in member order
+};
+
+// The tar shards of a dataset, for reading members: local files (index() indexes one: ustar, GNU
+// long names, pax `path=`; read() preads a member), or remote shards in a ShardCache (read()
+// copies the member from the shard's cached mapping, waiting for its fetch; their index comes
+// from a sidecar, so index() is not available). Thread safety: immutable after construction;
+// every method may be called concurrently (pread only, no shared offsets). Ownership: keeps its
+// descriptors open (or the cache) for its lifetime. Errors: IoError for a shard that cannot be
+// opened or read (naming it), InvalidArgument naming the shard for a truncated or corrupt tar.
+class TarShardSet {
+ public:
+  explicit TarShardSet(std::vector<std::string> paths);
+  // Remote shards: shard s is cache->shard(s), named by its URL. REQUIRES: cache is not null.
+  explicit TarShardSet(std::shared_ptr<ShardCache> cache);
+  ~TarShardSet();
+  TarShardSet(const TarShardSet&) = delete;
+  TarShardSet& operator=(const TarShardSet&) = delete;
+
+  size_t size() const { return paths_.size(); }
+  const std::string& path(size_t shard) const { return paths_[shard]; }
+  // Every key of shard `shard`, in the order of each key's first member. Local shards only
+  // (InvalidArgument for remote ones).
+  std::vector<TarKey> index(size_t shard) const;
+  // The shard's size in bytes where it is remote (what a sidecar index must fit in); nullopt for
+  // a local shard.
+  std::optional<uint64_t> remote_size(size_t shard) const;
+  // Replaces `out` with the `size` bytes at `offset` of shard `shard`; `what` names them in
+  // errors (IoError when the shard is shorter: truncated since it was indexed).
+  void read(size_t shard, uint64_t offset, uint64_t size, std::vector<std::byte>& out,
+            const std::string& what) const;
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int> fds_;               // local shards
+  std::shared_ptr<ShardCache> cache_;  // remote shards
+};
+
+// A .cls member's text as a label: a decimal integer with optional surrounding whitespace and
+// sign; false when it is not one (or does not fit int64).
+bool parse_tar_label(std::string_view text, int64_t* out);
+
 // What a tar shard's samples hold: an image (.jpg, .jpeg, .png) or a video (.mp4, .m4v, .mov,
 // .mkv, .webm, .avi) member, with its .cls label.
 enum class TarMedia { kImages, kVideos };
@@ -83,8 +139,7 @@ class TarShardFiles final : public ImageFiles {
   // Samples are in shard order, then member order. Throws IoError for a shard that cannot be
   // opened or read, and InvalidArgument naming the shard (and member) for a truncated or corrupt
   // tar, a key without an image or with no or an invalid label.
-  explicit TarShardFiles(std::vector<std::string> shard_paths,
-                         TarMedia media = TarMedia::kImages);
+  explicit TarShardFiles(std::vector<std::string> shard_paths, TarMedia media = TarMedia::kImages);
   // Remote shards: shard s is cache->shard(s) (its URL names it in messages), its samples are
   // members[s] in order. Nothing is opened here. REQUIRES: members.size() == cache->size(); every
   // member inside its shard's size (InvalidArgument naming the shard otherwise).
@@ -118,8 +173,7 @@ class TarShardFiles final : public ImageFiles {
   void add_members(uint32_t shard, std::vector<TarMember> members);
 
   std::vector<std::string> shards_;
-  std::vector<int> fds_;               // local shards
-  std::shared_ptr<ShardCache> cache_;  // remote shards
+  std::unique_ptr<TarShardSet> tars_;
   std::vector<Member> members_;
   std::vector<uint64_t> shard_samples_;
 };

@@ -1,7 +1,9 @@
 """``stoker index SHARD...``: the sidecar index of each shard, written beside it.
 
 A remote dataset reads every shard's metadata at construction. Tar shards need the offsets of
-their members, which only a pass over the whole shard finds; token files split into documents at
+their members, which only a pass over the whole shard finds (the index holds every key's members
+by extension, for ``TarShards(fields=...)``, and the image or video + label samples where the
+shard has them); token files split into documents at
 ``--eos`` need their document ends, likewise. ``stoker index`` makes that pass once and writes
 ``<shard>.idx.json`` beside the shard (a local file, or an object put next to a remote one), so
 that a dataset over the shards downloads nothing at construction. Without an index a dataset
@@ -34,16 +36,10 @@ def index_video(path):
 
 def index_document(path, size, eos, dtype):
     """The sidecar of the local shard at ``path`` (``size`` bytes)."""
-    from .. import _native
-    from ..sources.tar_index import tar_index_document
+    from ..sources.tar_index import local_tar_index_document
     from ..sources.tokens import token_index_document
     if path.endswith(".tar"):
-        try:
-            return tar_index_document(size, _native.remote.index_tar(path))
-        except ValueError as e:  # no image members: a shard of videos?
-            if "no image member" not in str(e):
-                raise
-            return tar_index_document(size, _native.remote.index_tar(path, "videos"), "videos")
+        return local_tar_index_document(path, size)
     return token_index_document(path, size, dtype, eos)
 
 
@@ -85,8 +81,11 @@ def main(argv=None):
                 etag = None  # a local file's ETag is the store's, once uploaded: sizes only
             manifests.setdefault(directory, {})[name] = {"size": doc["size"], "etag": etag,
                                                          "index": doc}
-            print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
-                  f"{'samples' if 'samples' in doc else 'documents'}")
+            if doc.get("media") == "keys":  # samples of other fields: TarShards(fields=...)
+                print(f"{shard}{INDEX_SUFFIX}: {len(doc['keys'])} keys")
+            else:
+                print(f"{shard}{INDEX_SUFFIX}: {len(doc.get('samples', doc.get('ends', [])))} "
+                      f"{'samples' if 'samples' in doc else 'documents'}")
         for directory, entries in manifests.items():
             _write_manifest(remote, directory + "/" + MANIFEST_NAME, entries, options)
             print(f"{directory}/{MANIFEST_NAME}: {len(entries)} shards")

@@ -367,10 +367,28 @@ class TarShards(_ImageDataset):
     index`` writes them); a shard without one is downloaded once at construction to index it
     (the index is kept in the cache). A DataLoader with ``shuffle=True`` visits remote shards in
     the shard order (``shuffle="shards"``).
+
+    ``fields``: samples of any members instead of an image and a label: a dict of batch key ->
+    field spec of :mod:`stoker.image_text` (``Image``, ``Text``, ``Json``, ``Label``, ``Npy``);
+    a sample and a batch are then dicts of them, and ``missing`` ("error" or "skip") says what a
+    key lacking a field's member is. docs/image-text.md.
     """
 
+    # What TarShards(fields=...) makes: the TarShards whose samples are dicts of fields,
+    # stoker/image_text/dataset.py's (set there when `import stoker` imports it).
+    _with_fields = None
+
+    def __new__(cls, *args, fields=None, **kwargs):
+        if fields is not None and cls is TarShards:
+            return object.__new__(TarShards._with_fields)
+        return object.__new__(cls)
+
     def __init__(self, paths, transform=None, max_pixels=DEFAULT_MAX_PIXELS, decode="cpu", *,
-                 storage_options=None, cache_dir=None, cache_budget=None):
+                 storage_options=None, cache_dir=None, cache_budget=None, fields=None,
+                 missing="error"):
+        if missing != "error":
+            raise ValueError("missing= is for TarShards(fields=...): a key without its image or "
+                             "label is an error of the image + label TarShards")
         if _remote_shards.is_remote(paths):
             self.paths = _remote_shards.expand_shards(paths, storage_options)
             self._remote = _remote_shards.RemoteShards(

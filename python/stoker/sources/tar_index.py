@@ -10,14 +10,32 @@ from .. import _native
 from . import remote as _remote_shards
 
 
-def tar_index_document(size, members, media="images"):
+def tar_index_document(size, members, media="images", keys=None):
     """A tar shard's sidecar index: its size and samples (image or video member, data offset,
-    size, label); ``media`` says which (absent: images)."""
+    size, label); ``media`` says which (absent: images; "keys": a shard of other samples, whose
+    ``samples`` is empty). ``keys``: every key with its members, ``[key, [[ext, member, data
+    offset, size], ...]]`` (what ``TarShards(fields=...)`` reads; an index written before it has
+    none and is rebuilt for it)."""
     doc = {"format": "stoker-tar-index", "version": 1, "size": size,
            "samples": [list(m) for m in members]}
     if media != "images":
         doc["media"] = media
+    if keys is not None:
+        doc["keys"] = [[k, [list(m) for m in ms]] for k, ms in keys]
     return doc
+
+
+def local_tar_index_document(path, size):
+    """The sidecar of the local tar shard at ``path`` (``size`` bytes): its keys, and its samples
+    as an image (else video) + label shard where it is one."""
+    keys = _native.remote.index_tar_keys(path)
+    for media in ("images", "videos"):
+        try:
+            return tar_index_document(size, _native.remote.index_tar(path, media), media, keys)
+        except ValueError as e:  # not a shard of (image or video, label) samples
+            if "has no label" in str(e) or "invalid label" in str(e) or "has two" in str(e):
+                break
+    return tar_index_document(size, [], "keys", keys)
 
 
 def is_tar_index(doc, media):
@@ -48,6 +66,42 @@ def remote_tar_index(remote, media="images"):
         remote.save_derived(shard, derived,
                             tar_index_document(remote.sizes[shard], members, media))
         return members
+
+    index = remote._map(one, range(len(remote.urls)))
+    if unindexed:
+        _remote_shards.warn_indexing("tar shards", len(unindexed), len(remote.urls),
+                                     "stoker index " + remote.urls[0].rsplit("/", 1)[0] + "/*.tar")
+    return index
+
+
+def _has_keys(doc, size):
+    return doc is not None and doc.get("format") == "stoker-tar-index" and \
+        doc.get("keys") is not None and doc.get("size") == size
+
+
+def remote_tar_keys(remote):
+    """Per remote shard, its keys with their members (``[(key, [(ext, member, offset, size)])]``):
+    from its sidecar index, else from the cache's, else by downloading and indexing it
+    (RemoteIndexWarning)."""
+    from .. import remote as _store
+    unindexed = []
+
+    def one(shard):
+        url, size = remote.urls[shard], remote.sizes[shard]
+        doc = remote.index_entry(shard)  # the directory's manifest (`stoker index`)
+        if not _has_keys(doc, size):
+            try:
+                doc = json.loads(remote.read(url + _remote_shards.INDEX_SUFFIX))
+            except _store.RemoteNotFound:
+                doc = None
+        if not _has_keys(doc, size):
+            doc = remote.load_derived(shard, "tar-keys-index")
+        if _has_keys(doc, size):
+            return [(k, [tuple(m) for m in ms]) for k, ms in doc["keys"]]
+        unindexed.append(shard)
+        keys = _native.remote.index_tar_keys(remote.fetch(shard))
+        remote.save_derived(shard, "tar-keys-index", tar_index_document(size, [], "keys", keys))
+        return keys
 
     index = remote._map(one, range(len(remote.urls)))
     if unindexed:

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Image-text: stoker.TarShards(fields=...) against the peers, side by side in one run (issue 50).
+
+CLIP-style training data, the same for every contender:
+* Shards: WebDataset shards written by ``webdataset``'s own ``ShardWriter`` (in the peers'
+  environment, .venv-peers/remote from ``bash bench/setup_peers.sh remote``), 250 samples a
+  shard: ``<key>.jpg`` (the built-in sample data's photographs: real photos at ImageNet-like
+  sizes, ``stoker.sample_data``), ``<key>.txt`` (a caption of 4-90 words drawn from Python's
+  docstrings, seed 0: a fifth of them over 77 tokens) and ``<key>.json`` (width, height,
+  similarity), as img2dataset writes them. Made once in bench/data/image_text/ (git-ignored).
+* Tokenizer: a CLIP-style byte-level BPE (lower-cased, ``<|startoftext|> $A <|endoftext|>``,
+  padded with ``<|endoftext|>``) that ``tokenizers`` trains on the captions (nothing is
+  downloaded), 8,000 tokens.
+* Pipeline: RandomResizedCrop(224) + float32 + ImageNet-style normalize (CLIP's mean and std),
+  captions padded or cut to 77 ids with their attention mask; batches of 128, shuffled.
+Contenders, each in a measurement child of its own (peak RSS of its process tree), one epoch
+timed from the iterator's creation (imports and construction before the clock), the shards in
+the page cache:
+* stoker: ``TarShards(shards, fields={"pixel_values": Image(train), "input_ids": Text(tok,
+  max_length=77), "similarity": Json("similarity")})`` in ``stoker.DataLoader(batch_size=128,
+  shuffle=True)`` (workers "auto").
+* wds-torchvision: ``webdataset.WebDataset(shards, shardshuffle=True).shuffle(1000)
+  .decode("pil")`` with torchvision's v2 RandomResizedCrop + ToImage + ToDtype + Normalize per
+  image and the ``tokenizers`` tokenizer (padding and truncation to 77) per batch in the collate:
+  open_clip's pipeline, in torch's DataLoader at 1 and 2 workers (the faster reported).
+* wds-clipprocessor: the same shards with transformers' ``CLIPProcessor`` (its CLIPImageProcessor:
+  resize, center crop 224, normalize; and a ``PreTrainedTokenizerFast`` of the same tokenizer)
+  in the collate, at 1 and 2 workers.
+Figure: samples per second, the median of --repeat (stoker; 1 for each peer configuration, the
+peers being several times slower). Target: stoker >= 3x the best peer.
+
+    python bench/bench_image_text.py [--quick] [--repeat 3] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from harness import emit, machine_line, median_of, peer_python, read_files, run_measured, \
+    write_json
+
+HERE = os.path.abspath(__file__)
+DATA = Path(__file__).resolve().parent / "data" / "image_text"
+BATCH = 128
+MAX_LENGTH = 77
+MEAN = (0.48145466, 0.4578275, 0.40821073)  # CLIP's
+STD = (0.26862954, 0.26130258, 0.27577711)
+TARGET = 3.0
+
+
+# --- data -------------------------------------------------------------------------------------
+
+def _words():
+    import pydoc
+    import re
+    words = []
+    for name in ("json", "os", "re", "collections", "argparse", "subprocess", "threading",
+                 "pathlib", "functools", "itertools", "textwrap", "random", "statistics"):
+        words += re.findall(r"[A-Za-z]{2,}", pydoc.render_doc(__import__(name),
+                                                               renderer=pydoc.plaintext))
+    return words
+
+
+def make_data(quick):
+    """The samples (jpg path, caption, json) and the tokenizer; the shards are written by the
+    peers' environment (``--child write``). Returns {"samples": [...], "tokenizer": path}."""
+    root = DATA / ("quick" if quick else "full")
+    manifest = root / "samples.json"
+    if manifest.exists():
+        return json.loads(manifest.read_text()), root
+    from stoker.sample_data import default_sample_root, make_sample
+    make_sample(default_sample_root())
+    photos = sorted(str(p) for p in (default_sample_root() / "train").rglob("*.JPEG"))
+    if not photos:
+        photos = sorted(str(p) for p in (default_sample_root() / "train").rglob("*.jp*g"))
+    photos = photos[:200] if quick else photos
+    rng = random.Random(0)
+    words = _words()
+    samples = []
+    for i, path in enumerate(photos):
+        n = rng.randint(4, 90) if rng.random() < 0.2 else rng.randint(4, 30)
+        at = rng.randrange(len(words))
+        caption = " ".join(words[(at + k) % len(words)] for k in range(n))
+        from PIL import Image
+        with Image.open(path) as im:
+            w, h = im.size
+        samples.append({"key": f"{i:06d}", "jpg": path, "txt": caption,
+                        "json": {"width": w, "height": h,
+                                 "similarity": round(rng.uniform(0.2, 0.45), 4)}})
+    root.mkdir(parents=True, exist_ok=True)
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, \
+        processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([s["txt"] for s in samples] + words, trainers.BpeTrainer(
+        vocab_size=8000, special_tokens=["<|startoftext|>", "<|endoftext|>"],
+        show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bos, eos = tok.token_to_id("<|startoftext|>"), tok.token_to_id("<|endoftext|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[("<|startoftext|>", bos), ("<|endoftext|>", eos)])
+    tokdir = root / "tokenizer"
+    tokdir.mkdir(exist_ok=True)
+    tok.save(str(tokdir / "tokenizer.json"))
+    (tokdir / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|startoftext|>",
+        "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "unk_token": "<|endoftext|>", "model_max_length": MAX_LENGTH}))
+    manifest.write_text(json.dumps(samples))
+    return samples, root
+
+
+def shards_of(root):
+    return sorted(str(p) for p in (root / "shards").glob("*.tar"))
+
+
+# --- measurement children ---------------------------------------------------------------------
+
+def child_write(a):
+    import webdataset as wds
+    root = Path(a.root)
+    samples = json.loads((root / "samples.json").read_text())
+    (root / "shards").mkdir(exist_ok=True)
+    with wds.ShardWriter(str(root / "shards" / "shard-%05d.tar"), maxcount=250,
+                         verbose=0) as sink:
+        for s in samples:
+            with open(s["jpg"], "rb") as f:
+                jpg = f.read()
+            sink.write({"__key__": s["key"], "jpg": jpg, "txt": s["txt"], "json": s["json"]})
+    return {"shards": len(shards_of(root))}
+
+
+def child_stoker(a):
+    import stoker
+    from stoker import transforms as T
+    from stoker.image_text import Image, Json, Text
+    root = Path(a.root)
+    train = T.Compose([T.RandomResizedCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+    tok = stoker.Tokenizer.from_file(str(root / "tokenizer"))
+    ds = stoker.TarShards(shards_of(root), fields={
+        "pixel_values": Image(train), "input_ids": Text(tok, max_length=MAX_LENGTH),
+        "similarity": Json("similarity")})
+    loader = stoker.DataLoader(ds, batch_size=BATCH, shuffle=True, seed=0)
+    t0 = time.perf_counter()
+    samples = 0
+    for batch in loader:
+        assert batch["input_ids"].shape[1] == MAX_LENGTH
+        samples += len(batch["input_ids"])
+    return {"wall_s": time.perf_counter() - t0, "samples": samples}
+
+
+def child_peer(a):
+    import torch
+    import webdataset as wds
+    root = Path(a.root)
+    torch.set_num_threads(1)
+    if a.peer == "wds-torchvision":
+        from tokenizers import Tokenizer
+        from torchvision.transforms import v2
+        tok = Tokenizer.from_file(str(root / "tokenizer" / "tokenizer.json"))
+        tok.enable_truncation(MAX_LENGTH)
+        tok.enable_padding(length=MAX_LENGTH, pad_id=tok.token_to_id("<|endoftext|>"),
+                           pad_token="<|endoftext|>")
+        train = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.ToImage(),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+        def image(x):
+            return train(x.convert("RGB"))
+
+        def collate(rows):
+            images, captions, meta = zip(*rows)
+            enc = tok.encode_batch(list(captions))
+            return {"pixel_values": torch.stack(images),
+                    "input_ids": torch.tensor([e.ids for e in enc]),
+                    "attention_mask": torch.tensor([e.attention_mask for e in enc]),
+                    "similarity": torch.tensor([m["similarity"] for m in meta])}
+    else:
+        from transformers import CLIPImageProcessor, CLIPProcessor, PreTrainedTokenizerFast
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root / "tokenizer"))
+        processor = CLIPProcessor(image_processor=CLIPImageProcessor(crop_size=224,
+                                                                     size={"shortest_edge": 224}),
+                                  tokenizer=tokenizer)
+
+        def image(x):
+            return x.convert("RGB")
+
+        def collate(rows):
+            images, captions, meta = zip(*rows)
+            out = processor(text=list(captions), images=list(images), padding="max_length",
+                            truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+            out["similarity"] = torch.tensor([m["similarity"] for m in meta])
+            return out
+
+    ds = (wds.WebDataset(shards_of(root), shardshuffle=True, empty_check=False)
+          .shuffle(1000).decode("pil").to_tuple("jpg", "txt", "json").map_tuple(image, None, None))
+    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=a.workers,
+                                         collate_fn=collate)
+    t0 = time.perf_counter()
+    samples = 0
+    for batch in loader:
+        assert batch["input_ids"].shape[1] == MAX_LENGTH
+        samples += len(batch["input_ids"])
+    return {"wall_s": time.perf_counter() - t0, "samples": samples}
+
+
+CHILDREN = {"write": child_write, "stoker": child_stoker, "peer": child_peer}
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+def measure(python, args, repeat, timeout, samples):
+    runs = []
+    for _ in range(repeat):
+        try:
+            runs.append(run_measured([python, HERE, "--child", *args], timeout=timeout))
+        except RuntimeError as e:
+            runs.append({"error": str(e)})
+    for r in runs:
+        if "samples" in r and r["samples"] != samples:
+            r["error"] = f"delivered {r['samples']} samples of {samples}"
+    out = median_of(runs)
+    if "wall_s" in out:
+        out["samples_per_s"] = samples / out["wall_s"]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: 200 samples, 1 round")
+    p.add_argument("--repeat", type=int, help="rounds of stoker (median; 3, --quick 1)")
+    p.add_argument("--peer-repeat", type=int, default=1, help="rounds of each peer configuration")
+    p.add_argument("--timeout", type=float, default=900, help="seconds a child may run")
+    p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    p.add_argument("--root", help=argparse.SUPPRESS)
+    p.add_argument("--peer", help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        emit(CHILDREN[a.child](a))
+        return 0
+    repeat = a.repeat or (1 if a.quick else 3)
+    print(machine_line())
+    try:
+        import stoker.image_text  # noqa: F401
+        import stoker._text  # noqa: F401
+    except ImportError as e:
+        print(f"this stoker has no text module ({e}): nothing to measure")
+        return 1
+    peer = peer_python("remote")
+    if peer is None:
+        print("no peers' environment (bash bench/setup_peers.sh remote): nothing to compare")
+        return 1
+    samples, root = make_data(a.quick)
+    if not shards_of(root):
+        run_measured([peer, HERE, "--child", "write", "--root", str(root)], timeout=a.timeout)
+    shards = shards_of(root)
+    read_files(shards)
+    n = len(samples)
+    size = sum(os.path.getsize(s) for s in shards)
+    print(f"data: {n} samples in {len(shards)} shards written by webdataset's ShardWriter "
+          f"({size / 2**20:.0f} MiB; the built-in sample data's photographs, captions of 4-90 "
+          f"words), batches of {BATCH}, RandomResizedCrop(224) + normalize, 77-token captions")
+    common = ["--root", str(root)]
+    rows = {"stoker": measure(sys.executable, ["stoker", *common], repeat, a.timeout, n)}
+    for name in ("wds-torchvision", "wds-clipprocessor"):
+        for w in (1, 2):
+            rows[f"{name}-w{w}"] = measure(peer, ["peer", *common, "--peer", name, "--workers",
+                                                  str(w)], a.peer_repeat, a.timeout, n)
+    print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10}")
+    for k, r in rows.items():
+        if "samples_per_s" not in r:
+            print(f"  {k:<22} failed: {r.get('error', '?')[:80]}")
+            continue
+        print(f"  {k:<22} {r['samples_per_s']:>10,.1f} {r['peak_rss'] / 2**20:>8,.0f} MiB")
+    ok = False
+    peers = [r for k, r in rows.items() if k != "stoker" and "samples_per_s" in r]
+    if peers and "samples_per_s" in rows["stoker"]:
+        best = max(peers, key=lambda r: r["samples_per_s"])
+        name = next(k for k, r in rows.items() if r is best)
+        ratio = rows["stoker"]["samples_per_s"] / best["samples_per_s"]
+        ok = ratio >= TARGET
+        print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
+              f"{rows['stoker']['peak_rss'] / best['peak_rss']:.2f}x")
+    if a.json:
+        write_json(a.json, {"samples": n, "rows": rows})
+    print("\ntarget met" if ok else "\ntarget missed (above)")
+    return 0
+
+
+if __name__ == "__main__":
+    import record  # bench/record.py: a full run's output also goes to bench/results/
+    sys.exit(record.run(main))

@@ -1,0 +1,135 @@
+// stoker._text.image_text: ImageTextSource (include/stoker/image_text/image_text_source.h), tar
+// shards of any fields, the source of a TarShards(fields=...). In stoker._text because a caption is
+// tokenized by the text wing; the pipelines come from stoker._native (shared nanobind types).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "stoker/errors.h"
+#include "stoker/image/pipeline.h"
+#include "stoker/image_text/image_text_source.h"
+#include "stoker/shard_cache.h"
+#include "stoker/sources/image_files.h"
+#include "stoker/text/tokenizer.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace stoker::image_text {
+namespace {
+
+template <typename T>
+T get(const nb::dict& d, const char* key, T fallback) {
+  return d.contains(key) ? nb::cast<T>(d[key]) : fallback;
+}
+
+// One field from the dict python/stoker/image_text/ makes of a spec.
+FieldOptions field_of(const nb::dict& d) {
+  FieldOptions f;
+  const std::string kind = nb::cast<std::string>(d["kind"]);
+  f.name = nb::cast<std::string>(d["name"]);
+  f.exts = nb::cast<std::vector<std::string>>(d["exts"]);
+  if (kind == "image") {
+    f.kind = FieldKind::kImage;
+    f.pipeline = nb::cast<std::shared_ptr<image::ImagePipeline>>(d["pipeline"]);
+  } else if (kind == "text") {
+    f.kind = FieldKind::kText;
+    f.tokenizer = nb::cast<std::shared_ptr<text::Tokenizer>>(d["tokenizer"]);
+    f.max_length = nb::cast<uint32_t>(d["max_length"]);
+    f.truncation = nb::cast<bool>(d["truncation"]);
+    f.add_special_tokens = nb::cast<bool>(d["add_special_tokens"]);
+    f.pad_id = nb::cast<int64_t>(d["pad_id"]);
+    f.mask_name = nb::cast<std::string>(d["mask_name"]);
+  } else if (kind == "raw") {
+    f.kind = FieldKind::kRaw;
+  } else if (kind == "json") {
+    f.kind = FieldKind::kJson;
+    f.key = nb::cast<std::string>(d["key"]);
+    const std::string dtype = nb::cast<std::string>(d["dtype"]);
+    if (dtype != "float32" && dtype != "int64")
+      throw InvalidArgument("Json: dtype is \"float32\" or \"int64\", not \"" + dtype + "\"");
+    f.dtype = dtype == "int64" ? kInt64 : kFloat32;
+    if (d.contains("default") && !d["default"].is_none()) {
+      f.has_default = true;
+      f.default_is_list = get<bool>(d, "default_is_list", false);
+      f.default_value = nb::cast<std::vector<double>>(d["default"]);
+    }
+  } else if (kind == "label") {
+    f.kind = FieldKind::kLabel;
+  } else if (kind == "npy") {
+    f.kind = FieldKind::kNpy;
+  } else {
+    throw InvalidArgument("unknown field kind '" + kind + "'");
+  }
+  return f;
+}
+
+Options options_of(const nb::list& fields, bool skip_missing) {
+  Options o;
+  for (nb::handle h : fields) o.fields.push_back(field_of(nb::cast<nb::dict>(h)));
+  o.skip_missing = skip_missing;
+  return o;
+}
+
+// A shard's keys as a sidecar index holds them: (key, [(ext, member, data offset, size)]).
+using KeyTuple =
+    std::tuple<std::string, std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>>>;
+
+}  // namespace
+
+void bind_image_text(nb::module_& parent) {
+  nb::module_ m = parent.def_submodule("image_text", "Tar shards of any fields.");
+  nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
+      .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields, bool skip_missing) {
+             Options o = options_of(fields, skip_missing);
+             nb::gil_scoped_release release;
+             return std::make_shared<ImageTextSource>(std::move(paths), std::move(o));
+           }),
+           "paths"_a, "fields"_a, "skip_missing"_a,
+           "Local tar shards whose samples hold the fields (dicts made by stoker.image_text).")
+      .def_static(
+          "remote",
+          [](std::shared_ptr<ShardCache> cache, std::vector<std::vector<KeyTuple>> index,
+             const nb::list& fields, bool skip_missing) {
+            Options o = options_of(fields, skip_missing);
+            std::vector<std::vector<TarKey>> keys(index.size());
+            for (size_t s = 0; s < index.size(); ++s)
+              for (auto& [key, members] : index[s]) {
+                TarKey k{std::move(key), {}};
+                for (auto& [ext, name, offset, size] : members)
+                  k.members.push_back({std::move(ext), std::move(name), offset, size});
+                keys[s].push_back(std::move(k));
+              }
+            nb::gil_scoped_release release;
+            return std::make_shared<ImageTextSource>(std::move(cache), std::move(keys),
+                                                     std::move(o));
+          },
+          "cache"_a, "index"_a, "fields"_a, "skip_missing"_a,
+          "Remote tar shards: index[s] lists shard s's keys as (key, [(ext, member, data "
+          "offset, size)]), from its sidecar.")
+      .def_prop_ro("shard_samples", &ImageTextSource::shard_samples)
+      .def("path", &ImageTextSource::path, "index"_a)
+      .def(
+          "member",
+          [](const ImageTextSource& s, uint64_t index, size_t field) {
+            if (index >= s.size()) throw nb::index_error("sample index out of range");
+            std::vector<std::byte> b;
+            {
+              nb::gil_scoped_release release;
+              b = s.member(index, field);
+            }
+            return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "index"_a, "field"_a, "The bytes of field `field`'s member of sample `index`.")
+      .def("stats", [](const ImageTextSource& s) {
+        nb::dict d;
+        d["keys"] = s.stats().keys;
+        d["skipped_keys"] = s.stats().skipped_keys;
+        d["skipped_examples"] = s.stats().skipped_examples;
+        return d;
+      });
+}
+
+}  // namespace stoker::image_text

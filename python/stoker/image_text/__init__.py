@@ -1,0 +1,17 @@
+"""Image-text samples: WebDataset shards whose samples hold any fields (img2dataset's
+``<key>.jpg`` + ``<key>.txt`` + ``<key>.json``, a ``.cls``, a ``.npy``), read by
+``stoker.TarShards(paths, fields={...})``.
+
+``fields`` maps each batch key (the name the model takes: ``pixel_values``, ``input_ids``, ...) to
+one of the specs below; a sample is then a dict and so is a batch. Every member is decoded in C++
+worker threads (include/stoker/image_text/image_text_source.h): images by the image pipeline,
+captions by the native ``stoker.Tokenizer``, JSON values by simdjson. docs/image-text.md has an
+example over img2dataset's shards.
+"""
+
+from __future__ import annotations
+
+from . import dataset as _dataset  # noqa: F401  (what TarShards(fields=...) makes)
+from .fields import Image, Json, Label, Npy, Text
+
+__all__ = ["Image", "Json", "Label", "Npy", "Text"]

@@ -1,0 +1,185 @@
+"""The field specs of ``TarShards(fields=...)``: what one member of a sample becomes in a batch.
+
+Each spec is a plain value (picklable: a dataset rebuilt in a worker process or on another node
+makes the same fields); ``_native(name, max_pixels)`` makes the dict the C++ source takes
+(bindings/image_text.cc)."""
+
+from __future__ import annotations
+
+import numbers
+
+from .. import _native
+
+
+def _exts(ext, what):
+    exts = (ext,) if isinstance(ext, str) else tuple(ext)
+    if not exts or not all(isinstance(e, str) and e for e in exts):
+        raise ValueError(f"{what}: ext is an extension or a tuple of them, got {ext!r}")
+    return tuple(e.lower().lstrip(".") for e in exts)
+
+
+class Image:
+    """The sample's image member (the first of ``ext`` the key has), decoded and transformed by
+    the native image pipeline: ``transform`` is a :mod:`stoker.transforms` pipeline (or a
+    torchvision v2 recipe it compiles) that ends in a fixed size and runs natively (a transform
+    with a Python part is a ValueError naming it). Randomness is keyed by (seed, epoch, sample
+    index), as TarShards' images are."""
+
+    def __init__(self, transform, ext=("jpg", "jpeg", "png", "webp")):
+        self.transform = transform
+        self.ext = _exts(ext, "Image")
+
+    def _native(self, name, max_pixels):
+        from ..transforms import _compile
+        if self.transform is None:
+            raise ValueError(f"fields[{name!r}]: Image needs a transform that ends in a fixed "
+                             f"size, e.g. Compose([Resize(256), CenterCrop(224), ToTensor()])")
+        compiled = _compile.compile_transform(self.transform)
+        if compiled.python:
+            raise ValueError(f"fields[{name!r}]: {compiled.python_names[0]} has no native form; "
+                             f"an Image field runs its transform natively only")
+        return {"kind": "image", "name": name, "exts": list(self.ext),
+                "pipeline": _native.image.ImagePipeline(compiled.specs, max_pixels)}
+
+    def __repr__(self):
+        return f"Image({self.transform!r}, ext={self.ext!r})"
+
+
+class Text:
+    """The sample's caption (UTF-8 text), tokenized natively: int64 ids ``[max_length]``, and an
+    attention mask (int64, 1 for real tokens) in the batch under ``<key>_attention_mask``, or
+    ``attention_mask`` for the key ``input_ids`` (as Hugging Face processors name them).
+
+    ``tokenizer``: a ``stoker.Tokenizer``, a ``tokenizers.Tokenizer`` or a transformers fast
+    tokenizer (converted by ``Tokenizer.from_hf``), or a path (``Tokenizer.from_file``). The ids
+    are those of ``tokenizer(text, padding="max_length", max_length=max_length,
+    truncation=True)``: the caption's tokens cut to leave room for the post-processor's special
+    tokens (``add_special_tokens``), which are then put around them (CLIP keeps its final
+    ``<|endoftext|>``), and ``pad_id`` after them: by default the id of the tokenizer's
+    ``pad_token`` (CLIP pads with ``<|endoftext|>``); ValueError where it has none and no
+    ``pad_id`` is given. ``truncation=False``: a longer caption is an error of its sample.
+    ``padding`` is "max_length" (the one padding of this version).
+
+    ``raw=True``: the caption itself, a Python str per sample (a list in the batch), read and
+    checked to be UTF-8 natively, decoded to str when the batch is assembled; no tokenizer."""
+
+    def __init__(self, tokenizer=None, max_length=77, padding="max_length", truncation=True,
+                 ext="txt", add_special_tokens=True, pad_id=None, raw=False):
+        if padding != "max_length":
+            raise ValueError(f'Text: padding="max_length" is the one padding supported, got '
+                             f"{padding!r}")
+        if raw and tokenizer is not None:
+            raise ValueError("Text(raw=True) keeps the caption as text: it takes no tokenizer")
+        if not raw and tokenizer is None:
+            raise ValueError("Text needs a tokenizer (or raw=True for the caption as a str)")
+        if not isinstance(max_length, numbers.Integral) or max_length < 1:
+            raise ValueError(f"Text: max_length is a positive integer, got {max_length!r}")
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.padding = padding
+        self.truncation = bool(truncation)
+        self.ext = _exts(ext, "Text")
+        self.add_special_tokens = bool(add_special_tokens)
+        self.pad_id = pad_id
+        self.raw = bool(raw)
+
+    @staticmethod
+    def mask_name(name):
+        """The attention mask's key for a Text field of key ``name``."""
+        return "attention_mask" if name == "input_ids" else f"{name}_attention_mask"
+
+    def _stoker_tokenizer(self):
+        from ..text import Tokenizer
+        t = self.tokenizer
+        if isinstance(t, Tokenizer):
+            return t
+        if isinstance(t, (str, bytes)) or hasattr(t, "__fspath__"):
+            return Tokenizer.from_file(t)
+        return Tokenizer.from_hf(t)
+
+    def _pad_id(self, tokenizer):
+        if self.pad_id is not None:
+            return int(self.pad_id)
+        pad = tokenizer.template_tokens().get("pad_token")
+        hf = getattr(self.tokenizer, "pad_token_id", None)  # a transformers tokenizer's own
+        if hf is not None:
+            return int(hf)
+        if pad is not None and tokenizer.token_to_id(pad) is not None:
+            return tokenizer.token_to_id(pad)
+        raise ValueError("Text: the tokenizer names no pad token; pass pad_id= (CLIP pads with "
+                         "its <|endoftext|> id)")
+
+    def _native(self, name, max_pixels):
+        if self.raw:
+            return {"kind": "raw", "name": name, "exts": list(self.ext)}
+        tokenizer = self._stoker_tokenizer()
+        return {"kind": "text", "name": name, "exts": list(self.ext),
+                "tokenizer": tokenizer._native, "max_length": self.max_length,
+                "truncation": self.truncation, "add_special_tokens": self.add_special_tokens,
+                "pad_id": self._pad_id(tokenizer), "mask_name": self.mask_name(name)}
+
+    def __repr__(self):
+        return (f"Text(max_length={self.max_length}, truncation={self.truncation}, "
+                f"ext={self.ext!r}, add_special_tokens={self.add_special_tokens}, "
+                f"pad_id={self.pad_id!r}, raw={self.raw})")
+
+
+class Json:
+    """A number, or a fixed-length list of numbers, picked by name from the sample's JSON object
+    member: ``key`` is a name or a dotted path (``"a.b"``). ``dtype`` "float32" or "int64" (the
+    latter takes integers only). The shape is the first sample's; an absent or null value takes
+    ``default`` (a number, or a list of that length), and without one is an error of its
+    sample."""
+
+    def __init__(self, key, dtype="float32", default=None, ext="json"):
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"Json: key is a name or a dotted path, got {key!r}")
+        if dtype not in ("float32", "int64"):
+            raise ValueError(f'Json: dtype is "float32" or "int64", got {dtype!r}')
+        self.key = key
+        self.dtype = dtype
+        self.default = default
+        self.ext = _exts(ext, "Json")
+
+    def _native(self, name, max_pixels):
+        d = {"kind": "json", "name": name, "exts": list(self.ext), "key": self.key,
+             "dtype": self.dtype}
+        if self.default is not None:
+            is_list = not isinstance(self.default, numbers.Number)
+            d["default"] = [float(v) for v in self.default] if is_list else [float(self.default)]
+            d["default_is_list"] = is_list
+        return d
+
+    def __repr__(self):
+        return (f"Json({self.key!r}, dtype={self.dtype!r}, default={self.default!r}, "
+                f"ext={self.ext!r})")
+
+
+class Label:
+    """The sample's decimal integer label (int64), from its ``.cls`` member."""
+
+    def __init__(self, ext="cls"):
+        self.ext = _exts(ext, "Label")
+
+    def _native(self, name, max_pixels):
+        return {"kind": "label", "name": name, "exts": list(self.ext)}
+
+    def __repr__(self):
+        return f"Label(ext={self.ext!r})"
+
+
+class Npy:
+    """The sample's ``.npy`` array member: its dtype and shape are the first sample's, and every
+    other sample must have the same (an error naming the sample otherwise)."""
+
+    def __init__(self, ext="npy"):
+        self.ext = _exts(ext, "Npy")
+
+    def _native(self, name, max_pixels):
+        return {"kind": "npy", "name": name, "exts": list(self.ext)}
+
+    def __repr__(self):
+        return f"Npy(ext={self.ext!r})"
+
+
+SPECS = (Image, Text, Json, Label, Npy)
