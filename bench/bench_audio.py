@@ -56,8 +56,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import emit, machine_line, median_of, peer_python, read_files, run_measured, \
-    write_json
+from harness import emit, machine_line, median_epochs, median_of, peer_python, read_files, \
+    run_measured, write_json
 
 HERE = os.path.abspath(__file__)
 DATA = Path(__file__).resolve().parent / "data" / "audio"
@@ -300,21 +300,21 @@ CHILDREN = {"stoker": child_stoker, "bound": child_bound, "lhotse": child_lhotse
 # --- the parent -------------------------------------------------------------------------------
 
 def measure(python, args, repeat, timeout, audio_s=None, samples=None):
-    """The median of ``repeat`` runs of a child; with ``audio_s``, its seconds of audio a second
-    (an epoch delivers every sample: ``samples`` of them, or the run is an error)."""
-    runs = []
-    for _ in range(repeat):
-        try:
-            runs.append(run_measured([python, HERE, "--child", *args], timeout=timeout))
-        except RuntimeError as e:
-            runs.append({"error": str(e)})
-    for r in runs:
-        if samples is not None and "samples" in r and r["samples"] != samples:
-            r["error"] = f"delivered {r['samples']} samples of {samples}"
-    out = median_of(runs)
+    """The median of ``repeat`` epochs of a child; with ``audio_s``, its seconds of audio a
+    second (an epoch delivers every sample: ``samples`` of them, or the run is an error)."""
+    if samples is None:  # not an epoch (the slice)
+        return median_of([_run(python, args, timeout) for _ in range(repeat)])
+    out = median_epochs([python, HERE, "--child", *args], repeat, samples, timeout=timeout)
     if audio_s is not None and "wall_s" in out:
         out["audio_per_s"] = audio_s / out["wall_s"]
     return out
+
+
+def _run(python, args, timeout):
+    try:
+        return run_measured([python, HERE, "--child", *args], timeout=timeout)
+    except RuntimeError as e:
+        return {"error": str(e)}
 
 
 def fmt_rss(b):

@@ -2,8 +2,9 @@
 """Image-text: stoker.TarShards(fields=...) against the peers, side by side in one run (issue 50).
 
 CLIP-style training data, the same for every contender:
-* Shards: WebDataset shards written by ``webdataset``'s own ``ShardWriter`` (in the peers'
-  environment, .venv-peers/remote from ``bash bench/setup_peers.sh remote``), 250 samples a
+* Shards: WebDataset shards written by ``webdataset``'s own ``ShardWriter`` (webdataset 1.0.2
+  from ``bash bench/setup_peers.sh imagetext``, in .venv-peers/imagetext/site, which the peers'
+  children put on the path of this interpreter: .venv's torch, torchvision and transformers), 250 samples a
   shard: ``<key>.jpg`` (the built-in sample data's photographs: real photos at ImageNet-like
   sizes, ``stoker.sample_data``), ``<key>.txt`` (a caption of 4-90 words drawn from Python's
   docstrings, seed 0: a fifth of them over 77 tokens) and ``<key>.json`` (width, height,
@@ -19,7 +20,7 @@ the page cache:
 * stoker: ``TarShards(shards, fields={"pixel_values": Image(train), "input_ids": Text(tok,
   max_length=77), "similarity": Json("similarity")})`` in ``stoker.DataLoader(batch_size=128,
   shuffle=True)`` (workers "auto").
-* wds-torchvision: ``webdataset.WebDataset(shards, shardshuffle=True).shuffle(1000)
+* wds-torchvision: ``webdataset.WebDataset(shards, shardshuffle=100).shuffle(1000)
   .decode("pil")`` with torchvision's v2 RandomResizedCrop + ToImage + ToDtype + Normalize per
   image and the ``tokenizers`` tokenizer (padding and truncation to 77) per batch in the collate:
   open_clip's pipeline, in torch's DataLoader at 1 and 2 workers (the faster reported).
@@ -43,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import emit, machine_line, median_of, peer_python, read_files, run_measured, \
+from harness import emit, machine_line, median_epochs, peer_python, read_files, run_measured, \
     write_json
 
 HERE = os.path.abspath(__file__)
@@ -200,7 +201,7 @@ def child_peer(a):
             out["similarity"] = torch.tensor([m["similarity"] for m in meta])
             return out
 
-    ds = (wds.WebDataset(shards_of(root), shardshuffle=True, empty_check=False)
+    ds = (wds.WebDataset(shards_of(root), shardshuffle=100, empty_check=False)
           .shuffle(1000).decode("pil").to_tuple("jpg", "txt", "json").map_tuple(image, None, None))
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=a.workers,
                                          collate_fn=collate)
@@ -217,17 +218,18 @@ CHILDREN = {"write": child_write, "stoker": child_stoker, "peer": child_peer}
 
 # --- the parent -------------------------------------------------------------------------------
 
-def measure(python, args, repeat, timeout, samples):
-    runs = []
-    for _ in range(repeat):
-        try:
-            runs.append(run_measured([python, HERE, "--child", *args], timeout=timeout))
-        except RuntimeError as e:
-            runs.append({"error": str(e)})
-    for r in runs:
-        if "samples" in r and r["samples"] != samples:
-            r["error"] = f"delivered {r['samples']} samples of {samples}"
-    out = median_of(runs)
+PEER_SITE = Path(__file__).resolve().parent.parent / ".venv-peers" / "imagetext" / "site"
+
+
+def peer_env():
+    """This interpreter's environment with webdataset (.venv-peers/imagetext/site) on its path."""
+    path = os.pathsep.join(p for p in (str(PEER_SITE), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def measure(args, repeat, timeout, samples, env=None):
+    out = median_epochs([sys.executable, HERE, "--child", *args], repeat, samples, env=env,
+                        timeout=timeout)
     if "wall_s" in out:
         out["samples_per_s"] = samples / out["wall_s"]
     return out
@@ -256,13 +258,13 @@ def main(argv=None):
     except ImportError as e:
         print(f"this stoker has no text module ({e}): nothing to measure")
         return 1
-    peer = peer_python("remote")
-    if peer is None:
-        print("no peers' environment (bash bench/setup_peers.sh remote): nothing to compare")
+    if peer_python("imagetext") is None:
+        print("no webdataset (bash bench/setup_peers.sh imagetext): nothing to compare")
         return 1
     samples, root = make_data(a.quick)
     if not shards_of(root):
-        run_measured([peer, HERE, "--child", "write", "--root", str(root)], timeout=a.timeout)
+        run_measured([sys.executable, HERE, "--child", "write", "--root", str(root)],
+                     env=peer_env(), timeout=a.timeout)
     shards = shards_of(root)
     read_files(shards)
     n = len(samples)
@@ -271,11 +273,11 @@ def main(argv=None):
           f"({size / 2**20:.0f} MiB; the built-in sample data's photographs, captions of 4-90 "
           f"words), batches of {BATCH}, RandomResizedCrop(224) + normalize, 77-token captions")
     common = ["--root", str(root)]
-    rows = {"stoker": measure(sys.executable, ["stoker", *common], repeat, a.timeout, n)}
+    rows = {"stoker": measure(["stoker", *common], repeat, a.timeout, n)}
     for name in ("wds-torchvision", "wds-clipprocessor"):
         for w in (1, 2):
-            rows[f"{name}-w{w}"] = measure(peer, ["peer", *common, "--peer", name, "--workers",
-                                                  str(w)], a.peer_repeat, a.timeout, n)
+            rows[f"{name}-w{w}"] = measure(["peer", *common, "--peer", name, "--workers", str(w)],
+                                           a.peer_repeat, a.timeout, n, peer_env())
     print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10}")
     for k, r in rows.items():
         if "samples_per_s" not in r:

@@ -194,3 +194,20 @@ def run_measured(cmd, env=None, timeout=None):
     if proc.returncode != 0:
         raise RuntimeError(f"measurement {cmd[2:]} failed (exit {proc.returncode})")
     return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": rss.peak}
+
+
+def median_epochs(cmd, repeat, samples, env=None, timeout=None):
+    """The median (``median_of``) of ``repeat`` runs of the measurement child ``cmd``, each of
+    which reports the ``samples`` it delivered and its ``wall_s`` for one epoch: a run that
+    delivered another count than ``samples`` (an epoch must deliver every sample once) counts as
+    an error, as does one that failed."""
+    runs = []
+    for _ in range(repeat):
+        try:
+            runs.append(run_measured(cmd, env=env, timeout=timeout))
+        except RuntimeError as e:
+            runs.append({"error": str(e)})
+    for r in runs:
+        if "error" not in r and r.get("samples") != samples:
+            r["error"] = f"delivered {r.get('samples')} samples of {samples}"
+    return median_of(runs)

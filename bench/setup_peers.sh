@@ -25,6 +25,9 @@
 #                (trl 1.16.0, without its dependencies) in .venv-peers/sft/site, which the bench
 #                puts on the path of the interpreter running it (its transformers, datasets,
 #                torch: the versions Stoker is measured beside)
+#   imagetext    bench/bench_image_text.py's WebDataset (webdataset 1.0.2, without its
+#                dependencies) in .venv-peers/imagetext/site, put on the path of .venv's
+#                interpreter as sft's is
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -121,6 +124,13 @@ env_sft() {
   $PIP --no-deps --target "$ROOT/sft/site" trl==1.16.0
 }
 
+env_imagetext() {
+  # Only the files: bench_image_text.py runs webdataset from site/ with .venv's interpreter (its
+  # torch, torchvision and transformers, the versions Stoker is measured beside; PyPI's
+  # torchvision needs PyPI's CUDA torch, which the CPU-torch environments here do not have).
+  $PIP --no-deps --target "$ROOT/imagetext/site" webdataset==1.0.2 braceexpand
+}
+
 env_ffcv() {
   # FFCV 1.0.2's setup.py compiles libffcv against pkg-config's opencv4 and libturbojpeg (apt);
   # its Python side needs numba, OpenCV's bindings and torch (the CPU build). Its sdist's
@@ -145,7 +155,7 @@ apt_packages() {
   esac
 }
 
-ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote budget sft)
+ALL=(torchvision pillow-simd dali spdl tfdata ffcv llm remote budget sft imagetext)
 if [ $# -gt 0 ]; then NAMES=("$@"); else NAMES=("${ALL[@]}"); fi
 for name in "${NAMES[@]}"; do
   case " ${ALL[*]} " in
