@@ -542,7 +542,7 @@ void Tokenizer::Impl::parse_post(simdjson::dom::element e) {
   const std::string type = json::type_of(e, origin, "post-processor");
   auto pair_id = [&](const char* key) {
     simdjson::dom::array a;
-    int64_t id;
+    int64_t id = 0;
     if (e[key].get(a) || a.size() != 2 || a.at(1).get(id)) {
       throw InvalidArgument(origin + ": " + type + " without its " + key + " [token, id]");
     }

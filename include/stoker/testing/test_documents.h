@@ -46,9 +46,9 @@ class VectorDocuments final : public DocumentSet {
   }
 
  private:
-  std::vector<std::vector<uint8_t>> trained_;
   std::vector<std::vector<int64_t>> docs_;
   std::set<uint64_t> fail_;
+  std::vector<std::vector<uint8_t>> trained_;
   uint64_t tokens_ = 0;
 };
 
