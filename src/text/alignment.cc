@@ -94,7 +94,7 @@ std::vector<Change> normalize_changes(std::string_view s, NormalForm form) {
   }
   // The crate's Recompositions, state for state.
   std::optional<Change> composee;
-  std::optional<int> last_ccc;
+  int last_ccc = -1;  // the last blocked character's combining class; -1: none (classes are >= 0)
   std::vector<Change> blocked;
   auto flush = [&] {
     out.insert(out.end(), blocked.begin(), blocked.end());
@@ -109,12 +109,12 @@ std::vector<Change> normalize_changes(std::string_view s, NormalForm form) {
       }
       continue;
     }
-    if (last_ccc && *last_ccc >= ccc) {  // blocked from the composee
+    if (last_ccc >= 0 && last_ccc >= ccc) {  // blocked from the composee
       if (ccc == 0) {
         out.push_back(*composee);
         flush();
         composee = c;
-        last_ccc.reset();
+        last_ccc = -1;
         continue;
       }
       blocked.push_back(c);
@@ -125,7 +125,7 @@ std::vector<Change> normalize_changes(std::string_view s, NormalForm form) {
       composee = Change{*r, composee->change + c.change - 1};
       continue;
     }
-    if (!last_ccc && ccc == 0) {
+    if (last_ccc < 0 && ccc == 0) {
       out.push_back(*composee);
       composee = c;
       continue;

@@ -18,15 +18,15 @@ std::string string_or(simdjson::dom::element e, const char* key, const std::stri
 }
 
 bool bool_or(simdjson::dom::element e, const char* key, bool fallback) {
-  bool v;
+  bool v = fallback;
   if (e[key].get(v) != simdjson::SUCCESS) return fallback;
   return v;
 }
 
 int64_t int_or(simdjson::dom::element e, const char* key, int64_t fallback) {
-  int64_t v;
+  int64_t v = 0;
   if (e[key].get(v) != simdjson::SUCCESS) {
-    uint64_t u;
+    uint64_t u = 0;
     if (e[key].get(u) == simdjson::SUCCESS) return static_cast<int64_t>(u);
     return fallback;
   }

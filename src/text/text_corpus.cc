@@ -33,9 +33,7 @@ constexpr size_t kReasonsKept = 8;
 constexpr const char* kFiles[] = {"tokens.u32", "trained.u8", "starts.u64", "rows.u64"};
 enum FileIndex { kTokens, kTrained, kStarts, kRows, kNumFiles };
 
-std::string system_error(const std::string& what) {
-  return what + ": " + std::strerror(errno);
-}
+std::string system_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 // A store file being written: appended to through a buffer.
 class OutFile {
@@ -180,9 +178,9 @@ std::vector<uint8_t> TextCorpus::trained(uint64_t d) const {
 }
 
 std::string TextCorpus::path(uint64_t d) const {
-  const auto it = std::upper_bound(
-      origins_.begin(), origins_.end(), d,
-      [](uint64_t v, const Origin& o) { return v < o.first_document; });
+  const auto it =
+      std::upper_bound(origins_.begin(), origins_.end(), d,
+                       [](uint64_t v, const Origin& o) { return v < o.first_document; });
   if (it == origins_.begin()) return {};
   const Origin& o = *(it - 1);
   return o.lines ? o.name + ":" + std::to_string(rows_[d])
@@ -192,8 +190,10 @@ std::string TextCorpus::path(uint64_t d) const {
 std::shared_ptr<TextCorpus> TextCorpus::open(const std::string& store_dir) {
   const std::string index_path = store_dir + "/index.json";
   simdjson::dom::parser parser;
+  simdjson::padded_string text;  // (parser.load() trips GCC's -Wmaybe-uninitialized at -O3)
   simdjson::dom::element index;
-  if (parser.load(index_path).get(index) != simdjson::SUCCESS)
+  if (simdjson::padded_string::load(index_path).get(text) != simdjson::SUCCESS ||
+      parser.parse(text).get(index) != simdjson::SUCCESS)
     throw IoError("no complete text store in " + store_dir + " (index.json missing or unreadable)");
   TextCorpusStats stats;
   std::vector<Origin> origins;
@@ -222,7 +222,7 @@ std::shared_ptr<TextCorpus> TextCorpus::open(const std::string& store_dir) {
     const std::string path = store_dir + "/" + kFiles[f];
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw IoError(system_error("text store " + store_dir + ": cannot open " + path));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected[f]) {
       ::close(fd);
       throw IoError("text store " + store_dir + ": " + kFiles[f] + " has " +
@@ -299,8 +299,8 @@ class TextCorpusBuilder::Impl {
     auto rows = std::make_shared<const ArrowRows>(array, schema);
     const int column = rows->column(format_.field);
     if (column < 0)
-      throw InvalidArgument(origin + ": no column \"" + format_.field + "\" (columns: " +
-                            rows->column_names() + ")");
+      throw InvalidArgument(origin + ": no column \"" + format_.field +
+                            "\" (columns: " + rows->column_names() + ")");
     const int tools = format_.messages ? rows->column("tools") : -1;
     const auto o = add_origin(origin, false, first_row);
     for (uint64_t b = 0; b < rows->size(); b += kArrowRowsPerTask) {
@@ -340,7 +340,7 @@ class TextCorpusBuilder::Impl {
   struct Task {
     uint64_t seq = 0;
     std::shared_ptr<const std::string> origin;  // its name
-    std::string lines;        // JSONL: whole lines
+    std::string lines;                          // JSONL: whole lines
     uint64_t first_line = 0;  // JSONL: the first line's number; Arrow: the batch's first row's
     std::shared_ptr<const ArrowRows> rows;
     int column = -1, tools = -1;
@@ -361,7 +361,7 @@ class TextCorpusBuilder::Impl {
 
   // The origin's name, shared by its tasks.
   std::shared_ptr<const std::string> add_origin(const std::string& name, bool lines,
-                                               uint64_t first_row = 0) {
+                                                uint64_t first_row = 0) {
     std::lock_guard lock(mu_);
     // Arrow batches of one origin follow each other: one origin, rows numbered on.
     if (lines || origins_.empty() || origins_.back().lines || origins_.back().name != name ||
@@ -448,7 +448,8 @@ class TextCorpusBuilder::Impl {
     r.tokens.insert(r.tokens.end(), row.ids.begin(), row.ids.end());
     if (format_.assistant_only) {
       r.trained.insert(r.trained.end(), row.trained.begin(), row.trained.end());
-      r.trained_tokens += static_cast<uint64_t>(std::count(row.trained.begin(), row.trained.end(), 1));
+      r.trained_tokens +=
+          static_cast<uint64_t>(std::count(row.trained.begin(), row.trained.end(), 1));
     } else {
       r.trained_tokens += row.ids.size();
     }
@@ -478,8 +479,8 @@ class TextCorpusBuilder::Impl {
     }
   }
 
-  void encode(const Task& t, simdjson::dom::parser& parser, EncodedRow& out,
-              std::string& messages, std::string& tools, Result& r) {
+  void encode(const Task& t, simdjson::dom::parser& parser, EncodedRow& out, std::string& messages,
+              std::string& tools, Result& r) {
     if (t.rows != nullptr) {
       const ArrowRows& rows = *t.rows;
       for (uint64_t i = t.begin; i < t.end; ++i) {
@@ -541,12 +542,18 @@ class TextCorpusBuilder::Impl {
 
   static std::string type_name(simdjson::dom::element v) {
     switch (v.type()) {
-      case simdjson::dom::element_type::ARRAY: return "a list";
-      case simdjson::dom::element_type::OBJECT: return "an object";
-      case simdjson::dom::element_type::STRING: return "a string";
-      case simdjson::dom::element_type::BOOL: return "a bool";
-      case simdjson::dom::element_type::NULL_VALUE: return "null";
-      default: return "a number";
+      case simdjson::dom::element_type::ARRAY:
+        return "a list";
+      case simdjson::dom::element_type::OBJECT:
+        return "an object";
+      case simdjson::dom::element_type::STRING:
+        return "a string";
+      case simdjson::dom::element_type::BOOL:
+        return "a bool";
+      case simdjson::dom::element_type::NULL_VALUE:
+        return "null";
+      default:
+        return "a number";
     }
   }
 
@@ -666,8 +673,8 @@ TextCorpusBuilder::~TextCorpusBuilder() = default;
 void TextCorpusBuilder::add_jsonl(const std::string& path, const std::string& origin) {
   impl_->add_jsonl(path, origin);
 }
-void TextCorpusBuilder::add_arrow(ArrowArray* array, ArrowSchema* schema,
-                                  const std::string& origin, uint64_t first_row) {
+void TextCorpusBuilder::add_arrow(ArrowArray* array, ArrowSchema* schema, const std::string& origin,
+                                  uint64_t first_row) {
   impl_->add_arrow(array, schema, origin, first_row);
 }
 std::shared_ptr<TextCorpus> TextCorpusBuilder::finish() { return impl_->finish(); }
