@@ -149,6 +149,29 @@ TEST(AudioDecoder, BytesInMemoryDecodeAsTheirFileDoes) {
   fs::remove(path);
 }
 
+TEST(AudioDecoder, BytesInMemorySeekPastTheirEndAsAFileDoes) {
+  // After its data, a chunk whose size runs past the end of the file, then a second data chunk
+  // inside that size: on a file the demuxer skips past the end (and stops); the bytes in memory
+  // must do the same (the fuzzer found them reading the second chunk when that seek failed).
+  const std::string path = write_wav("past_end.wav", 8000, 1, 800, 440);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    const uint32_t big = 1u << 20, small = 800;
+    f.write("JUNK", 4);
+    f.write(reinterpret_cast<const char*>(&big), 4);
+    f.write("data", 4);
+    f.write(reinterpret_cast<const char*>(&small), 4);
+    f << std::string(small, '\x10');
+  }
+  AudioDecoder d;
+  std::vector<float> from_file, from_memory;
+  d.decode(path, 0, 0, {8000, true}, from_file);
+  d.decode(file_bytes(path), "past_end", 0, 0, {8000, true}, from_memory);
+  EXPECT_EQ(from_file.size(), 800u);
+  EXPECT_EQ(from_file, from_memory);
+  fs::remove(path);
+}
+
 TEST(AudioDecoder, BadBytesAreDecodeErrorsNamingThem) {
   AudioDecoder d;
   std::vector<float> out;

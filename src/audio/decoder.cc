@@ -129,7 +129,10 @@ struct MemoryInput {
       default:
         return AVERROR(EINVAL);
     }
-    if (to < 0 || to > m->size) return AVERROR(EINVAL);
+    // Past the end is allowed, as lseek allows it on a file (reads there are at end of file):
+    // the demuxers that skip a chunk a header says is longer than the file (WAV's data chunk)
+    // must take the same path as on a file.
+    if (to < 0) return AVERROR(EINVAL);
     m->pos = to;
     return to;
   }
