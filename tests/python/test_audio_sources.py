@@ -9,6 +9,7 @@ Test audio is made as test_audio.py makes it (PyAV encodes FLAC, MP3, Opus)."""
 import io
 import json
 import os
+import pickle
 import tarfile
 import warnings
 
@@ -92,6 +93,8 @@ def test_tar_samples_are_the_files_decoded_with_their_transcripts(made):
         got, want = ds[i], files[i]
         np.testing.assert_array_equal(got["audio"], want["audio"])  # bit-identical
         assert got["text"] == made["texts"][i]
+    again = pickle.loads(pickle.dumps(ds))  # as a worker process or another node rebuilds it
+    assert again._identity() == ds._identity() and again.texts == ds.texts
     whole = audio.load(made["files"][2])
     np.testing.assert_array_equal(audio.load(open(made["files"][2], "rb").read()), whole)
     assert audio.probe(open(made["files"][3], "rb").read()) == audio.probe(made["files"][3])
@@ -187,6 +190,7 @@ def test_hf_parquet_and_arrow_samples_are_the_files_decoded(made, tmp_path):
         for i in range(len(ds)):
             np.testing.assert_array_equal(ds[i]["audio"], files[i]["audio"])
     assert ds.path(4) == "table:4"
+    assert pickle.loads(pickle.dumps(ds))._identity() == ds._identity()
     assert stoker.AudioDataset([str(tmp_path / "a.parquet")]).path(2) == \
         f"{tmp_path / 'a.parquet'}:2"
     runs = [batches(stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=2, num_workers=w,
