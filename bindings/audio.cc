@@ -10,11 +10,16 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
+#include <span>
+
+#include "stoker/audio/audio_members.h"
 #include "stoker/audio/audio_source.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
 #include "stoker/audio/spec_augment.h"
 #include "stoker/errors.h"
+#include "stoker/shard_cache.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -24,6 +29,7 @@ namespace {
 
 using FloatArray = nb::ndarray<nb::numpy, float>;
 using Int64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using ByteArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 FloatArray to_numpy(std::vector<float> data, std::vector<size_t> shape) {
   auto* v = new std::vector<float>(std::move(data));
@@ -31,12 +37,7 @@ FloatArray to_numpy(std::vector<float> data, std::vector<size_t> shape) {
   return FloatArray(v->data(), shape.size(), shape.data(), owner);
 }
 
-nb::dict probe(const std::string& path) {
-  audio::AudioInfo info;
-  {
-    nb::gil_scoped_release release;
-    info = audio::probe(path);
-  }
+nb::dict info_dict(const audio::AudioInfo& info) {
   nb::dict out;
   out["duration"] = info.duration;
   out["sample_rate"] = info.sample_rate;
@@ -45,11 +46,43 @@ nb::dict probe(const std::string& path) {
   return out;
 }
 
-FloatArray decode(const std::string& path, double offset, double duration, int sample_rate,
+// A file by its path, or encoded audio in memory (bytes).
+nb::dict probe(const nb::object& source) {
+  audio::AudioInfo info;
+  if (nb::isinstance<nb::bytes>(source)) {
+    const auto data = nb::borrow<nb::bytes>(source);
+    const std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()), data.size());
+    nb::gil_scoped_release release;
+    info = audio::probe(bytes, "<bytes>");
+  } else {
+    const std::string path = nb::cast<std::string>(source);
+    nb::gil_scoped_release release;
+    info = audio::probe(path);
+  }
+  return info_dict(info);
+}
+
+std::vector<audio::TarMemberRef> tar_refs(
+    const std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>& refs) {
+  std::vector<audio::TarMemberRef> out;
+  out.reserve(refs.size());
+  for (const auto& [shard, offset, size] : refs) out.push_back({shard, offset, size});
+  return out;
+}
+
+// A file by its path, or encoded audio in memory (bytes).
+FloatArray decode(const nb::object& source, double offset, double duration, int sample_rate,
                   bool mono) {
   std::vector<float> out;
   int channels = 0;
-  {
+  if (nb::isinstance<nb::bytes>(source)) {
+    const auto data = nb::borrow<nb::bytes>(source);  // held: the bytes outlive the call
+    const std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()), data.size());
+    nb::gil_scoped_release release;
+    audio::AudioDecoder decoder;
+    channels = decoder.decode(bytes, "<bytes>", offset, duration, {sample_rate, mono}, out);
+  } else {
+    const std::string path = nb::cast<std::string>(source);
     nb::gil_scoped_release release;
     audio::AudioDecoder decoder;
     channels = decoder.decode(path, offset, duration, {sample_rate, mono}, out);
@@ -84,13 +117,71 @@ NB_MODULE(_audio, m) {
         "FFmpeg's libraries as linked: 'libavformat 59.27.100, ...'.");
   m.def("resampler", &audio::resampler_name,
         "libswresample's engine this build resamples with: 'soxr' or 'swr'.");
-  m.def("probe", &probe, "path"_a,
-        "An audio file's duration (seconds), sample_rate, channels and codec, from its header and "
+  m.def("probe", &probe, "source"_a,
+        "An audio file's (a path) or encoded audio's (bytes) duration (seconds), sample_rate, "
+        "channels and codec, from its header and "
         "container, without decoding.");
-  m.def("decode", &decode, "path"_a, "offset"_a = 0.0, "duration"_a = 0.0, "sample_rate"_a = 16000,
-        "mono"_a = true,
-        "[offset, offset + duration) seconds of the file (duration <= 0: to the end) as float32 "
-        "at sample_rate: [T] mono, else [T, channels].");
+  m.def("decode", &decode, "source"_a, "offset"_a = 0.0, "duration"_a = 0.0,
+        "sample_rate"_a = 16000, "mono"_a = true,
+        "[offset, offset + duration) seconds of the file at a path, or of encoded audio in bytes "
+        "(duration <= 0: to the end) as float32 at sample_rate: [T] mono, else [T, channels].");
+
+  nb::class_<audio::AudioMembers>(m, "AudioMembers",
+                                  "Encoded audio inside other files, by index "
+                                  "(stoker/audio/audio_members.h).")
+      .def("__len__", &audio::AudioMembers::size)
+      .def(
+          "probe",
+          [](const audio::AudioMembers& members, const std::vector<std::string>& names,
+             int threads) {
+            std::vector<audio::MemberInfo> infos;
+            {
+              nb::gil_scoped_release release;
+              infos = audio::probe_members(members, names, threads);
+            }
+            nb::list out;
+            for (const audio::MemberInfo& i : infos)
+              out.append(i.error.empty() ? nb::object(info_dict(i.info))
+                                         : nb::object(nb::str(i.error.c_str())));
+            return out;
+          },
+          "names"_a, "threads"_a = 1,
+          "Each member's header (a dict as probe()'s), or the message why it cannot be read.");
+  m.def(
+      "tar_members",
+      [](std::vector<std::string> shards,
+         const std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>& refs) {
+        return std::shared_ptr<audio::AudioMembers>(
+            std::make_shared<audio::TarAudioMembers>(std::move(shards), tar_refs(refs)));
+      },
+      "shards"_a, "members"_a,
+      "Members of local tar shards: (shard index, data offset, size) each.");
+  m.def(
+      "remote_tar_members",
+      [](std::shared_ptr<ShardCache> cache,
+         const std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>& refs) {
+        return std::shared_ptr<audio::AudioMembers>(
+            std::make_shared<audio::TarAudioMembers>(std::move(cache), tar_refs(refs)));
+      },
+      "cache"_a, "members"_a,
+      "Members of remote tar shards (a stoker._native.remote.ShardCache): (shard index, data "
+      "offset, size) each.");
+  m.def(
+      "buffer_members",
+      [](ByteArray data, Int64Array offsets) {
+        std::vector<std::byte> bytes(data.shape(0));
+        if (!bytes.empty()) std::memcpy(bytes.data(), data.data(), bytes.size());
+        std::vector<uint64_t> at;
+        at.reserve(offsets.shape(0));
+        for (size_t i = 0; i < offsets.shape(0); ++i) {
+          if (offsets.data()[i] < 0) throw InvalidArgument("buffer_members: offsets must be >= 0");
+          at.push_back(static_cast<uint64_t>(offsets.data()[i]));
+        }
+        return std::shared_ptr<audio::AudioMembers>(
+            std::make_shared<audio::BufferAudioMembers>(std::move(bytes), std::move(at)));
+      },
+      "data"_a, "offsets"_a,
+      "Members in one buffer (uint8): member i is data[offsets[i]:offsets[i + 1]].");
 
   nb::class_<audio::FeatureOptions> opts(m, "FeatureOptions");
   nb::enum_<audio::FeatureOptions::Kind>(opts, "Kind")
@@ -129,12 +220,13 @@ NB_MODULE(_audio, m) {
                        int sample_rate, bool mono, int channels, double max_duration,
                        double duration_tolerance, std::optional<audio::FeatureOptions> features,
                        std::optional<audio::SpecAugmentOptions> augment, std::vector<double> speeds,
-                       std::optional<Int64Array> label_ids,
-                       std::optional<Int64Array> label_offsets) {
+                       std::optional<Int64Array> label_ids, std::optional<Int64Array> label_offsets,
+                       std::shared_ptr<audio::AudioMembers> members) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
              for (const auto& [path, offset, duration] : clips)
-               cs.push_back({path, offset, duration});
+               cs.push_back(
+                   {path, offset, duration, members ? static_cast<int64_t>(cs.size()) : -1});
              AudioOptions o;
              o.sample_rate = sample_rate;
              o.mono = mono;
@@ -154,14 +246,15 @@ NB_MODULE(_audio, m) {
                  labels.offsets.push_back(static_cast<uint64_t>(at));
                }
              }
-             return std::make_shared<AudioSource>(std::move(cs), o, std::move(labels));
+             return std::make_shared<AudioSource>(std::move(cs), o, std::move(labels),
+                                                  std::move(members));
            }),
            "clips"_a, "sample_rate"_a, "mono"_a, "channels"_a, "max_duration"_a,
            "duration_tolerance"_a, "features"_a.none(), "augment"_a.none() = nb::none(),
            "speeds"_a = std::vector<double>{}, "label_ids"_a.none() = nb::none(),
-           "label_offsets"_a.none() = nb::none(),
+           "label_offsets"_a.none() = nb::none(), "members"_a.none() = nb::none(),
            "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
-           "seconds) each.")
+           "seconds) each; with members (AudioMembers), clip i is member i and its path names it.")
       .def("stats", [](const AudioSource& s) {
         const AudioStats a = s.stats();
         nb::dict out;

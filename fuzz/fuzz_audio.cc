@@ -7,12 +7,15 @@
 // offset and duration (ms), and a speed. Checked: probing, decoding and reading throw nothing but
 // DecodeError or IoError; a decode that succeeds returns whole frames of its channel count; the
 // features have frames(samples) x bins values, and the masks leave their shape alone; an
-// AudioSource writes exactly its sample's length, and its label ids.
+// AudioSource writes exactly its sample's length, and its label ids. The same bytes decoded from
+// memory (a tar member's path, decoder.h) fail as the file does or give the same samples, bit for
+// bit.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   require(channels >= 1 && (!mono || channels == 1), "a decode of no channels, or not mono");
   require(wave.size() % static_cast<size_t>(channels) == 0, "a decode of partial frames");
+
+  {
+    std::vector<float> from_memory;
+    int memory_channels = 0;
+    try {
+      memory_channels = decoder.decode(std::as_bytes(std::span(bytes)), "member", offset, duration,
+                                       {rate, mono, speed}, from_memory);
+    } catch (const stoker::DecodeError&) {
+      require(false, "bytes that decode as a file fail from memory");
+    }
+    require(memory_channels == channels && from_memory.size() == wave.size() &&
+                (wave.empty() ||
+                 std::memcmp(from_memory.data(), wave.data(), wave.size() * sizeof(float)) == 0),
+            "bytes decode from memory unlike their file");
+  }
 
   if (mono && !wave.empty()) {
     audio::FeatureOptions o;

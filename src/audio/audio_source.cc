@@ -16,6 +16,7 @@ struct AudioWorker final : WorkerState {
   audio::AudioDecoder decoder;
   audio::FeatureScratch scratch;
   std::vector<float> wave;
+  std::vector<std::byte> member;  // a member's bytes, where they are copied (tar shards)
 };
 
 std::string seconds_text(double s) {
@@ -30,8 +31,12 @@ int64_t nanos(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels)
-    : clips_(std::move(clips)), options_(std::move(options)), labels_(std::move(labels)) {
+AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels,
+                         std::shared_ptr<const audio::AudioMembers> members)
+    : clips_(std::move(clips)),
+      options_(std::move(options)),
+      labels_(std::move(labels)),
+      members_(std::move(members)) {
   const AudioOptions& o = options_;
   if (o.sample_rate <= 0 || !(o.max_duration > 0) || o.channels < 1 || !(o.duration_tolerance >= 0))
     throw InvalidArgument(
@@ -49,6 +54,9 @@ AudioSource::AudioSource(std::vector<AudioClip> clips, AudioOptions options, Aud
                             "offset >= 0 (got offset " +
                             seconds_text(c.offset) + " s, duration " + seconds_text(c.duration) +
                             " s)");
+    if (c.member >= 0 && (!members_ || static_cast<uint64_t>(c.member) >= members_->size()))
+      throw InvalidArgument("AudioSource: " + c.path + ": member " + std::to_string(c.member) +
+                            " of " + std::to_string(members_ ? members_->size() : 0));
   }
   max_samples_ = static_cast<uint64_t>(std::llround(o.max_duration * o.sample_rate));
   if (!o.speeds.empty()) slowest_ = *std::min_element(o.speeds.begin(), o.speeds.end());
@@ -121,9 +129,12 @@ void AudioSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   // At a speed, `seconds` of the file come out 1 / speed as long.
   const uint64_t out = speeds.empty() ? want : static_cast<uint64_t>(std::llround(want / speed));
   audio::DecodeTimes times;
-  const int channels =
-      w.decoder.decode(clip.path, clip.offset, seconds,
-                       {options_.sample_rate, options_.mono, speed}, w.wave, &times);
+  const audio::DecodeOptions how{options_.sample_rate, options_.mono, speed};
+  const int channels = clip.member >= 0
+                           ? w.decoder.decode(members_->bytes(static_cast<uint64_t>(clip.member),
+                                                              w.member, clip.path),
+                                              clip.path, clip.offset, seconds, how, w.wave, &times)
+                           : w.decoder.decode(clip.path, clip.offset, seconds, how, w.wave, &times);
   if (channels != (options_.mono ? 1 : options_.channels)) {
     throw DecodeError(clip.path + ": has " + std::to_string(channels) + " channels, not " +
                       std::to_string(options_.channels) +

@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numbers>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "stoker/audio/audio_members.h"
 #include "stoker/audio/audio_source.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
@@ -116,6 +118,117 @@ TEST(AudioDecoder, BadFilesAreDecodeErrorsNamingTheFile) {
     EXPECT_NE(std::string(e.what()).find("past the end"), std::string::npos) << e.what();
   }
   for (const auto& p : {empty, junk, wav}) fs::remove(p);
+}
+
+std::vector<std::byte> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto* b = reinterpret_cast<const std::byte*>(s.data());
+  return {b, b + s.size()};
+}
+
+TEST(AudioDecoder, BytesInMemoryDecodeAsTheirFileDoes) {
+  const std::string path = write_wav("memory.wav", 44100, 2, 44100 * 2, 250);
+  const std::vector<std::byte> bytes = file_bytes(path);
+  const AudioInfo a = probe(path), b = probe(bytes, "memory");
+  EXPECT_EQ(a.duration, b.duration);
+  EXPECT_EQ(a.sample_rate, b.sample_rate);
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.codec, b.codec);
+  AudioDecoder d;
+  for (const DecodeOptions& o : {DecodeOptions{16000, true}, DecodeOptions{22050, false, 1.1}}) {
+    for (const auto& [offset, duration] : {std::pair{0.0, 0.0}, std::pair{0.7, 0.5}}) {
+      std::vector<float> from_file, from_memory;
+      const int c1 = d.decode(path, offset, duration, o, from_file);
+      const int c2 = d.decode(bytes, "memory", offset, duration, o, from_memory);
+      EXPECT_EQ(c1, c2);
+      ASSERT_FALSE(from_file.empty());
+      EXPECT_EQ(from_file, from_memory) << offset;  // bit-identical
+    }
+  }
+  fs::remove(path);
+}
+
+TEST(AudioDecoder, BytesInMemorySeekPastTheirEndAsAFileDoes) {
+  // After its data, a chunk whose size runs past the end of the file, then a second data chunk
+  // inside that size: on a file the demuxer skips past the end (and stops); the bytes in memory
+  // must do the same (the fuzzer found them reading the second chunk when that seek failed).
+  const std::string path = write_wav("past_end.wav", 8000, 1, 800, 440);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    const uint32_t big = 1u << 20, small = 800;
+    f.write("JUNK", 4);
+    f.write(reinterpret_cast<const char*>(&big), 4);
+    f.write("data", 4);
+    f.write(reinterpret_cast<const char*>(&small), 4);
+    f << std::string(small, '\x10');
+  }
+  AudioDecoder d;
+  std::vector<float> from_file, from_memory;
+  d.decode(path, 0, 0, {8000, true}, from_file);
+  d.decode(file_bytes(path), "past_end", 0, 0, {8000, true}, from_memory);
+  EXPECT_EQ(from_file.size(), 800u);
+  EXPECT_EQ(from_file, from_memory);
+  fs::remove(path);
+}
+
+TEST(AudioDecoder, BadBytesAreDecodeErrorsNamingThem) {
+  AudioDecoder d;
+  std::vector<float> out;
+  const std::vector<std::byte> junk(4096, std::byte{'x'});
+  for (const std::span<const std::byte> bytes : {std::span<const std::byte>(), std::span(junk)}) {
+    try {
+      d.decode(bytes, "shard.tar:key", 0, 0, {}, out);
+      FAIL() << bytes.size();
+    } catch (const DecodeError& e) {
+      EXPECT_NE(std::string(e.what()).find("shard.tar:key"), std::string::npos) << e.what();
+    }
+  }
+  // A truncated member decodes short of its header's duration (AudioSource checks it).
+  const std::string path = write_wav("memory_cut.wav", 16000, 1, 16000, 100, /*truncate=*/true);
+  const std::vector<std::byte> cut = file_bytes(path);
+  EXPECT_EQ(probe(cut, "cut").duration, probe(path).duration);
+  d.decode(cut, "cut", 0, 0, {}, out);
+  EXPECT_EQ(out.size(), 4000u);
+  fs::remove(path);
+}
+
+TEST(AudioSource, ClipsOfMembersReadAsTheirFiles) {
+  const std::string a = write_wav("members_a.wav", 44100, 1, 44100, 300);
+  const std::string b = write_wav("members_b.wav", 16000, 1, 8000, 500, /*truncate=*/true);
+  std::vector<std::byte> buffer = file_bytes(a);
+  const std::vector<std::byte> second = file_bytes(b);
+  const uint64_t split = buffer.size();
+  buffer.insert(buffer.end(), second.begin(), second.end());
+  EXPECT_THROW(BufferAudioMembers(buffer, {0, split}), InvalidArgument);
+  auto members =
+      std::make_shared<BufferAudioMembers>(buffer, std::vector<uint64_t>{0, split, buffer.size()});
+  AudioOptions o;
+  o.max_duration = 1.0;
+  EXPECT_THROW(AudioSource({{"x", 0, 1.0, 2}}, o, {}, members), InvalidArgument);
+  const AudioSource files({{a, 0.25, 0.5}}, o);
+  const AudioSource source({{"mem:a", 0.25, 0.5, 0}, {"mem:b", 0, 0.5, 1}}, o, {}, members);
+  std::vector<float> want(8000), got(8000);
+  int64_t index = -1;
+  auto state = source.make_worker_state();
+  std::byte* want_slots[] = {reinterpret_cast<std::byte*>(want.data()),
+                             reinterpret_cast<std::byte*>(&index)};
+  std::byte* got_slots[] = {reinterpret_cast<std::byte*>(got.data()),
+                            reinterpret_cast<std::byte*>(&index)};
+  files.read({0, 0, 0}, want_slots, files.make_worker_state().get());
+  source.read({0, 0, 0}, got_slots, state.get());
+  EXPECT_EQ(want, got);
+  try {
+    source.read({0, 0, 1}, got_slots, state.get());
+    FAIL();
+  } catch (const DecodeError& e) {
+    EXPECT_NE(std::string(e.what()).find("mem:b"), std::string::npos) << e.what();
+  }
+  const std::vector<MemberInfo> infos = probe_members(*members, {"mem:a", "mem:b"}, 2);
+  EXPECT_NEAR(infos[0].info.duration, 1.0, 1e-3);
+  EXPECT_TRUE(infos[0].error.empty());
+  fs::remove(a);
+  fs::remove(b);
 }
 
 TEST(AudioSource, ATruncatedFileIsADecodeErrorAndGoodClipsAreTheirLength) {

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <new>
+#include <span>
 #include <system_error>
 
 #include "stoker/errors.h"
@@ -80,13 +82,107 @@ void set_log_level() {
   });
 }
 
-// An opened file and its audio stream.
+// Encoded audio in memory, read by FFmpeg through an AVIOContext: read and seek over the bytes
+// (AVSEEK_SIZE says their size, as a file's would), so that the demuxers probe, seek and estimate
+// durations as they do on a file. Owns the AVIOContext and its buffer (FFmpeg may reallocate it);
+// the AVFormatContext that reads it must be closed first (Opened's member order).
+struct MemoryInput {
+  const uint8_t* data = nullptr;
+  int64_t size = 0;
+  int64_t pos = 0;
+  AVIOContext* avio = nullptr;
+
+  MemoryInput() = default;
+  MemoryInput(const MemoryInput&) = delete;
+  MemoryInput& operator=(const MemoryInput&) = delete;
+  ~MemoryInput() {
+    if (avio != nullptr) {
+      av_freep(&avio->buffer);
+      avio_context_free(&avio);
+    }
+  }
+
+  static int read(void* opaque, uint8_t* buf, int n) {
+    auto* m = static_cast<MemoryInput*>(opaque);
+    const int64_t left = m->size - m->pos;
+    if (left <= 0) return AVERROR_EOF;
+    const int k = static_cast<int>(std::min<int64_t>(n, left));
+    std::memcpy(buf, m->data + m->pos, static_cast<size_t>(k));
+    m->pos += k;
+    return k;
+  }
+
+  static int64_t seek(void* opaque, int64_t offset, int whence) {
+    auto* m = static_cast<MemoryInput*>(opaque);
+    if (whence & AVSEEK_SIZE) return m->size;
+    int64_t to = 0;
+    switch (whence & ~AVSEEK_FORCE) {
+      case SEEK_SET:
+        to = offset;
+        break;
+      case SEEK_CUR:
+        to = m->pos + offset;
+        break;
+      case SEEK_END:
+        to = m->size + offset;
+        break;
+      default:
+        return AVERROR(EINVAL);
+    }
+    // Past the end is allowed, as lseek allows it on a file (reads there are at end of file):
+    // the demuxers that skip a chunk a header says is longer than the file (WAV's data chunk)
+    // must take the same path as on a file.
+    if (to < 0) return AVERROR(EINVAL);
+    m->pos = to;
+    return to;
+  }
+};
+
+// The AVIOContext's buffer: what FFmpeg copies the bytes through (its own default size).
+constexpr int kIoBuffer = 32 * 1024;
+
+// An opened input and its audio stream.
 struct Opened {
+  std::unique_ptr<MemoryInput> memory;  // bytes in memory; declared first: closed after `format`
   Format format;
   int stream = -1;
   AVStream* st = nullptr;
   const AVCodec* decoder = nullptr;
 };
+
+// The audio stream of an opened input: its codec's parameters from the header, else probed (a
+// few packets read, never the whole input), and a decoder for it.
+void find_audio(Opened& o, const std::string& name) {
+  AVFormatContext* raw = o.format.get();
+  const bool known = [&] {
+    for (unsigned i = 0; i < raw->nb_streams; ++i) {
+      const AVCodecParameters* p = raw->streams[i]->codecpar;
+      if (p->codec_type == AVMEDIA_TYPE_AUDIO && p->sample_rate > 0 && p->ch_layout.nb_channels > 0)
+        return true;
+    }
+    return false;
+  }();
+  if (!known) {
+    if (int err = avformat_find_stream_info(raw, nullptr); err < 0)
+      throw DecodeError(name + ": cannot read its streams (" + av_message(err) + ")");
+  }
+  o.stream = av_find_best_stream(raw, AVMEDIA_TYPE_AUDIO, -1, -1, &o.decoder, 0);
+  if (o.stream == AVERROR_STREAM_NOT_FOUND) throw DecodeError(name + ": has no audio stream");
+  if (o.stream < 0 || o.decoder == nullptr) {  // named by FFmpeg's codec, else the file's tag
+    std::string what = "unknown";
+    for (unsigned i = 0; i < raw->nb_streams; ++i) {
+      const AVCodecParameters* p = raw->streams[i]->codecpar;
+      if (p->codec_type != AVMEDIA_TYPE_AUDIO) continue;
+      char tag[32];
+      std::snprintf(tag, sizeof tag, "codec tag 0x%04x", p->codec_tag);
+      const AVCodecDescriptor* d = avcodec_descriptor_get(p->codec_id);
+      what = d != nullptr && p->codec_id != AV_CODEC_ID_NONE ? std::string(d->name) : tag;
+      break;
+    }
+    throw DecodeError(name + ": an audio codec this FFmpeg cannot decode (" + what + ")");
+  }
+  o.st = raw->streams[o.stream];
+}
 
 Opened open_file(const std::string& path) {
   set_log_level();
@@ -104,36 +200,35 @@ Opened open_file(const std::string& path) {
     throw DecodeError(path + ": not an audio file FFmpeg can read (" + av_message(err) + ")");
   }
   o.format.reset(raw);
-  // Most containers say the codec's parameters in their header; the others are probed (a few
-  // packets read, never the whole file).
-  const bool known = [&] {
-    for (unsigned i = 0; i < raw->nb_streams; ++i) {
-      const AVCodecParameters* p = raw->streams[i]->codecpar;
-      if (p->codec_type == AVMEDIA_TYPE_AUDIO && p->sample_rate > 0 && p->ch_layout.nb_channels > 0)
-        return true;
-    }
-    return false;
-  }();
-  if (!known) {
-    if (int err = avformat_find_stream_info(raw, nullptr); err < 0)
-      throw DecodeError(path + ": cannot read its streams (" + av_message(err) + ")");
+  find_audio(o, path);
+  return o;
+}
+
+// Bytes in memory, probed by their content (and the name's extension, as FFmpeg weighs a file's).
+Opened open_memory(std::span<const std::byte> bytes, const std::string& name) {
+  set_log_level();
+  if (bytes.empty()) throw DecodeError(name + ": is empty (0 bytes)");
+  Opened o;
+  o.memory = std::make_unique<MemoryInput>();
+  o.memory->data = reinterpret_cast<const uint8_t*>(bytes.data());
+  o.memory->size = static_cast<int64_t>(bytes.size());
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBuffer));
+  if (buffer == nullptr) throw std::bad_alloc();
+  o.memory->avio = avio_alloc_context(buffer, kIoBuffer, 0, o.memory.get(), &MemoryInput::read,
+                                      nullptr, &MemoryInput::seek);
+  if (o.memory->avio == nullptr) {
+    av_free(buffer);
+    throw std::bad_alloc();
   }
-  o.stream = av_find_best_stream(raw, AVMEDIA_TYPE_AUDIO, -1, -1, &o.decoder, 0);
-  if (o.stream == AVERROR_STREAM_NOT_FOUND) throw DecodeError(path + ": has no audio stream");
-  if (o.stream < 0 || o.decoder == nullptr) {  // named by FFmpeg's codec, else the file's tag
-    std::string what = "unknown";
-    for (unsigned i = 0; i < raw->nb_streams; ++i) {
-      const AVCodecParameters* p = raw->streams[i]->codecpar;
-      if (p->codec_type != AVMEDIA_TYPE_AUDIO) continue;
-      char tag[32];
-      std::snprintf(tag, sizeof tag, "codec tag 0x%04x", p->codec_tag);
-      const AVCodecDescriptor* d = avcodec_descriptor_get(p->codec_id);
-      what = d != nullptr && p->codec_id != AV_CODEC_ID_NONE ? std::string(d->name) : tag;
-      break;
-    }
-    throw DecodeError(path + ": an audio codec this FFmpeg cannot decode (" + what + ")");
-  }
-  o.st = raw->streams[o.stream];
+  AVFormatContext* raw = avformat_alloc_context();
+  if (raw == nullptr) throw std::bad_alloc();
+  raw->pb = o.memory->avio;
+  raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  // (On failure avformat_open_input frees `raw`, not the AVIOContext: MemoryInput does.)
+  if (int err = avformat_open_input(&raw, name.c_str(), nullptr, nullptr); err < 0)
+    throw DecodeError(name + ": not audio FFmpeg can read (" + av_message(err) + ")");
+  o.format.reset(raw);
+  find_audio(o, name);
   return o;
 }
 
@@ -191,8 +286,8 @@ std::string ffmpeg_versions() {
          v("libswresample", swresample_version()) + ", " + v("libavutil", avutil_version());
 }
 
-AudioInfo probe(const std::string& path) {
-  Opened o = open_file(path);
+namespace {
+AudioInfo info_of(const Opened& o) {
   AudioInfo info;
   info.duration = stream_duration(o);
   info.sample_rate = o.st->codecpar->sample_rate;
@@ -200,24 +295,58 @@ AudioInfo probe(const std::string& path) {
   info.codec = o.decoder->name;
   return info;
 }
+}  // namespace
+
+AudioInfo probe(const std::string& path) { return info_of(open_file(path)); }
+
+AudioInfo probe(std::span<const std::byte> bytes, const std::string& name) {
+  return info_of(open_memory(bytes, name));
+}
 
 struct AudioDecoder::Impl {
   Frame frame{av_frame_alloc()};
   Packet packet{av_packet_alloc()};
   std::vector<float> resampled;  // interleaved, the file's channels
+
+  // Everything after the input is open, for a file and for bytes in memory alike. `path` names
+  // the input in errors; t0: when opening it began (decode time counts it).
+  int decode(Opened& o, const std::string& path, double offset, double duration,
+             const DecodeOptions& options, std::vector<float>& out, DecodeTimes* times,
+             Clock::time_point t0);
 };
 
 AudioDecoder::AudioDecoder() : impl_(std::make_unique<Impl>()) {}
 AudioDecoder::~AudioDecoder() = default;
 
+namespace {
+void check_cut(const std::string& name, double offset, const DecodeOptions& options) {
+  if (!(offset >= 0) || options.sample_rate <= 0 || !(options.speed > 0))
+    throw InvalidArgument(name + ": a cut needs offset >= 0, a positive rate and speed");
+}
+}  // namespace
+
 int AudioDecoder::decode(const std::string& path, double offset, double duration,
                          const DecodeOptions& options, std::vector<float>& out,
                          DecodeTimes* times) {
-  if (!(offset >= 0) || options.sample_rate <= 0 || !(options.speed > 0))
-    throw InvalidArgument(path + ": a cut needs offset >= 0, a positive rate and speed");
-  Clock::time_point t0 = Clock::now();
-  double resample_s = 0;
+  check_cut(path, offset, options);
+  const Clock::time_point t0 = Clock::now();
   Opened o = open_file(path);
+  return impl_->decode(o, path, offset, duration, options, out, times, t0);
+}
+
+int AudioDecoder::decode(std::span<const std::byte> bytes, const std::string& name, double offset,
+                         double duration, const DecodeOptions& options, std::vector<float>& out,
+                         DecodeTimes* times) {
+  check_cut(name, offset, options);
+  const Clock::time_point t0 = Clock::now();
+  Opened o = open_memory(bytes, name);
+  return impl_->decode(o, name, offset, duration, options, out, times, t0);
+}
+
+int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset, double duration,
+                               const DecodeOptions& options, std::vector<float>& out,
+                               DecodeTimes* times, Clock::time_point t0) {
+  double resample_s = 0;
   AVFormatContext* fmt = o.format.get();
   const AVStream* st = o.st;
   const double total = stream_duration(o);
@@ -247,10 +376,10 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
   int64_t next = -1;                   // the sample after the last frame's
   int64_t fed = 0;
   int64_t decoded = 0;  // samples out of the decoder
-  auto& res = impl_->resampled;
+  auto& res = resampled;
   res.clear();
-  AVFrame* frame = impl_->frame.get();
-  AVPacket* packet = impl_->packet.get();
+  AVFrame* av_frame = frame.get();
+  AVPacket* av_packet = packet.get();
   bool done = false;
 
   auto convert = [&](const uint8_t** in, int count) {
@@ -321,20 +450,20 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
 
   auto receive = [&] {
     while (!done) {
-      const int err = avcodec_receive_frame(codec.get(), frame);
+      const int err = avcodec_receive_frame(codec.get(), av_frame);
       if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return;
       if (err < 0) {
         throw DecodeError(path + ": corrupt audio near t=" +
                           seconds_text(next > 0 ? next / static_cast<double>(in_rate) : offset) +
                           " s (" + av_message(err) + ")");
       }
-      take(frame);
-      av_frame_unref(frame);
+      take(av_frame);
+      av_frame_unref(av_frame);
     }
   };
 
   while (!done) {
-    const int err = av_read_frame(fmt, packet);
+    const int err = av_read_frame(fmt, av_packet);
     if (err == AVERROR_EOF) break;
     if (err < 0) {
       throw DecodeError(
@@ -342,12 +471,12 @@ int AudioDecoder::decode(const std::string& path, double offset, double duration
           seconds_text(next > 0 && in_rate > 0 ? next / static_cast<double>(in_rate) : offset) +
           " s (" + av_message(err) + ")");
     }
-    if (packet->stream_index != o.stream) {
-      av_packet_unref(packet);
+    if (av_packet->stream_index != o.stream) {
+      av_packet_unref(av_packet);
       continue;
     }
-    const int sent = avcodec_send_packet(codec.get(), packet);
-    av_packet_unref(packet);
+    const int sent = avcodec_send_packet(codec.get(), av_packet);
+    av_packet_unref(av_packet);
     if (sent < 0 && sent != AVERROR(EAGAIN)) {
       throw DecodeError(
           path + ": corrupt audio near t=" +

@@ -2,7 +2,8 @@
 // features by the worker threads, straight into batch slots.
 //
 // Sample i is clip i: `duration` seconds of a file from `offset` (a whole recording: offset 0 and
-// its duration from the header). Fields:
+// its duration from the header), or of a member of the source's AudioMembers (a tar shard's
+// member, a table's cell: audio_members.h), decoded from memory the same way. Fields:
 // - "audio": float32, ragged, [samples] (mono) or [samples, channels]: the clip at
 //   AudioOptions::sample_rate; or, with AudioOptions::features, "features": float32, ragged,
 //   [frames, bins];
@@ -37,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/audio/audio_members.h"
 #include "stoker/audio/decoder.h"
 #include "stoker/audio/features.h"
 #include "stoker/audio/spec_augment.h"
@@ -45,9 +47,10 @@
 namespace stoker {
 
 struct AudioClip {
-  std::string path;
+  std::string path;     // the file; for a member, its name in errors ("shard.tar:key")
   double offset = 0;    // seconds into the file
   double duration = 0;  // seconds, > 0
+  int64_t member = -1;  // >= 0: the audio is this member of the source's AudioMembers
 };
 
 struct AudioOptions {
@@ -89,8 +92,9 @@ class AudioSource final : public Source {
  public:
   // REQUIRES: every clip's duration > 0 and offset >= 0, options.sample_rate > 0,
   // options.max_duration > 0, channels >= 1, labels' offsets empty or as AudioLabels says
-  // (InvalidArgument otherwise).
-  AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels = {});
+  // (InvalidArgument otherwise), members given where a clip names one (and holding it).
+  AudioSource(std::vector<AudioClip> clips, AudioOptions options, AudioLabels labels = {},
+              std::shared_ptr<const audio::AudioMembers> members = nullptr);
 
   uint64_t size() const override { return clips_.size(); }
   const std::vector<FieldSpec>& fields() const override { return fields_; }
@@ -109,6 +113,7 @@ class AudioSource final : public Source {
   std::vector<AudioClip> clips_;
   AudioOptions options_;
   AudioLabels labels_;
+  std::shared_ptr<const audio::AudioMembers> members_;
   size_t length_slot_ = 0;  // the slot of "perturbed_length" (with speeds)
   std::optional<audio::FeatureExtractor> features_;
   std::vector<FieldSpec> fields_;

@@ -7,6 +7,11 @@
 // with it, else its own windowed-sinc filter at its defaults: resampler_name() says which.
 // docs/audio.md states the tolerance measured against scipy.signal.resample_poly.
 //
+// Encoded audio in memory (a tar member, a Parquet cell) decodes as a file does: FFmpeg reads the
+// bytes through an AVIOContext (read and seek over them), probes the container by its content,
+// and everything after the input is open is one path for both, so that the same bytes decode to
+// the same samples either way.
+//
 // Contract:
 // - Thread safety: probe() and resampler_name() are safe from any thread. An AudioDecoder is one
 //   thread's (a worker's state); distinct decoders run concurrently.
@@ -19,8 +24,10 @@
 //   stream, an unsupported codec, corrupt data, an offset past the end).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,9 @@ struct AudioInfo {
 
 // Throws as AudioDecoder::decode does for a file that cannot be opened.
 AudioInfo probe(const std::string& path);
+// The same for encoded audio in memory; `name` names it in errors ("shard.tar:key"). The bytes
+// are read during the call only.
+AudioInfo probe(std::span<const std::byte> bytes, const std::string& name);
 
 // "soxr" or "swr": libswresample's engine this build resamples with (see above).
 std::string resampler_name();
@@ -72,6 +82,10 @@ class AudioDecoder {
   // caller checks it against what it expected. REQUIRES: offset >= 0, options.sample_rate > 0.
   int decode(const std::string& path, double offset, double duration, const DecodeOptions& options,
              std::vector<float>& out, DecodeTimes* times = nullptr);
+  // The same for encoded audio in memory (read during the call only), named `name` in errors.
+  int decode(std::span<const std::byte> bytes, const std::string& name, double offset,
+             double duration, const DecodeOptions& options, std::vector<float>& out,
+             DecodeTimes* times = nullptr);
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
-"""The audio modality: ``AudioDataset`` (dataset.py: files, NeMo and Lhotse manifests decoded,
-resampled and featurized natively), the features ``Fbank`` and ``LogMel`` and their
+"""The audio modality: ``AudioDataset`` (dataset.py: files, NeMo and Lhotse manifests, and
+WebDataset tar shards and Hugging Face audio tables (shards.py), decoded, resampled and
+featurized natively), the features ``Fbank`` and ``LogMel`` and their
 ``SpecAugment`` masks (features.py), and ``load``/``probe`` for one file.
 
 Decoding, resampling and features are the C++ audio wing (include/stoker/audio/); its extension,

@@ -18,7 +18,7 @@ from ..errors import DecodeError
 from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
 from ..sources._checks import check_index
-from . import manifests
+from . import manifests, shards
 from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
@@ -69,6 +69,18 @@ class AudioDataset(StokerDataset):
     resampled as sox's ``speed`` and Lhotse's ``PerturbSpeed`` do (a factor of 1.1 is 1/1.1 as
     long, its pitch 1.1 times higher), before the features and their masks.
 
+    Audio inside other files, decoded from memory (shards.py): WebDataset tar shards
+    (``"shards/{000..009}.tar"``, a list of ``.tar`` paths, or URLs of object storage with
+    ``storage_options``, ``cache_dir``, ``cache_budget`` as TarShards takes them): a sample is a
+    key with an audio member (``.flac``, ``.wav``, ``.mp3``, ``.opus``, ``.ogg``, ``.m4a``; the
+    first found), its transcript the key's ``.txt``, else ``text`` (default "text") of its
+    ``.json``; and Hugging Face audio tables (Parquet or Arrow files, or a ``pyarrow.Table``)
+    with an ``Audio()`` column named ``audio`` (``{"bytes", "path"}`` structs) and transcripts
+    in the column ``text`` (default "text" where there is one). ``missing``: "error" (a key
+    without audio, a row without bytes, is a ValueError naming it) or "skip" (left out, counted
+    in ``stats()["skipped_keys"]``). Durations come from each member's header, probed once when
+    the dataset is made. ``path(i)`` is ``shard.tar:key`` or ``file.parquet:row``.
+
     ``tokenizer``: a ``stoker.Tokenizer``; every transcript is encoded once, when the dataset is
     made (``add_special_tokens`` as ``Tokenizer.encode``'s), and a batch gets ``labels`` (int64
     ``[B, L]``, each sample's ids then -100 to the batch's longest) and ``labels_lens`` (int64
@@ -79,8 +91,13 @@ class AudioDataset(StokerDataset):
 
     def __init__(self, source, sample_rate=16000, mono=True, features=None, text=None,
                  max_duration=None, *, duration_tolerance=0.1, augment=None, speed=None,
-                 tokenizer=None, add_special_tokens=False):
+                 tokenizer=None, add_special_tokens=False, audio="audio", missing="error",
+                 storage_options=None, cache_dir=None, cache_budget=None):
         module = audio_module()
+        if missing not in ("error", "skip"):
+            raise ValueError(f'missing is "error" or "skip", got {missing!r}')
+        if not isinstance(audio, str):
+            raise ValueError(f"audio names the table's Audio() column, got {audio!r}")
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
             raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
         if features is not None and not isinstance(features, (Fbank, LogMel)):
@@ -104,7 +121,18 @@ class AudioDataset(StokerDataset):
         self.duration_tolerance = float(duration_tolerance)
         self.augment, self.speed = augment, speeds
         self._spec = (source, text, max_duration)
-        self.clips, self.unreadable = self._clips(source, text)
+        self._inside = dict(audio=audio, missing=missing, storage_options=storage_options,
+                            cache_dir=cache_dir, cache_budget=cache_budget)
+        self._members, self.skipped, self._member_channels = None, None, 1
+        inside = self._inside_clips(source, text, audio, missing, storage_options, cache_dir,
+                                    cache_budget)
+        if inside is not None:
+            self.clips, self.unreadable = inside.clips, inside.unreadable
+            self._members, self.skipped = inside.native, inside.skipped
+            self._member_channels = inside.channels
+            self._remote, self._block_shards = inside.remote, inside.block_shards
+        else:
+            self.clips, self.unreadable = self._clips(source, text)
         if not self.clips:
             raise ValueError(f"no audio in {source!r}")
         self.texts = [c.text for c in self.clips] if any(
@@ -124,7 +152,8 @@ class AudioDataset(StokerDataset):
         self._source = module.AudioSource(
             [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
             self.channels, self.max_duration, self.duration_tolerance, options,
-            None if augment is None else augment._options(), list(speeds or ()), ids, offsets)
+            None if augment is None else augment._options(), list(speeds or ()), ids, offsets,
+            self._members)
         self._key = "audio" if features is None else "features"
 
     def _clips(self, source, text):
@@ -158,7 +187,23 @@ class AudioDataset(StokerDataset):
                              "list of transcripts")
         return clips, unreadable
 
+    def _inside_clips(self, source, text, audio, missing, storage_options, cache_dir,
+                      cache_budget):
+        """The samples of tar shards or of a table (shards.py), else None."""
+        if shards.is_table(source) or shards.is_tar(source):
+            if isinstance(text, (list, tuple)):
+                raise ValueError("text= as a list is for files; tar shards and tables have their "
+                                 "own transcripts (text= names the .json key or the column)")
+        if shards.is_table(source):
+            return shards.table_members(source, audio, text, missing, self.sample_rate)
+        if shards.is_tar(source):
+            return shards.tar_members(source, text, missing, self.sample_rate, storage_options,
+                                      cache_dir, cache_budget)
+        return None
+
     def _channels(self):
+        if self._members is not None:
+            return self._member_channels
         bad = set(self.unreadable)
         for c in self.clips:
             if c.path not in bad:
@@ -169,7 +214,7 @@ class AudioDataset(StokerDataset):
         return len(self.clips)
 
     def path(self, index):
-        """The file of sample ``index``."""
+        """The file of sample ``index`` (``shard.tar:key``, ``file.parquet:row`` for a member)."""
         return self.clips[check_index(index, len(self))].path
 
     def __getitem__(self, index):
@@ -220,8 +265,12 @@ class AudioDataset(StokerDataset):
         """Counts since the dataset was made, over every loader that read it: clips, seconds
         (of audio delivered), decoded_seconds (of audio decoded: a cut decodes its slice and a
         short pre-roll, not its whole file), decode_seconds, resample_seconds and
-        features_seconds (worker time in each stage)."""
-        return self._source.stats()
+        features_seconds (worker time in each stage); for tar shards and tables, skipped_keys
+        (keys or rows left out by missing="skip")."""
+        s = self._source.stats()
+        if self.skipped is not None:
+            s["skipped_keys"] = len(self.skipped)
+        return s
 
     def _stats(self):
         return {**super()._stats(), "audio": {**self.stats(), "resampler": module_resampler()}}
@@ -249,7 +298,7 @@ class AudioDataset(StokerDataset):
         source, text, max_duration = self._spec
         return _rebuild, (source, self.sample_rate, self.mono, self.features, text, max_duration,
                           self.duration_tolerance, self.augment, self.speed, self._labels,
-                          self.add_special_tokens)
+                          self.add_special_tokens, self._inside)
 
     def __repr__(self):
         lines = [f"Dataset {type(self).__name__}", f"    Number of datapoints: {len(self)}",
@@ -269,10 +318,11 @@ def module_resampler():
 
 
 def _rebuild(source, sample_rate, mono, features, text, max_duration, duration_tolerance,
-             augment, speed, tokenizer, add_special_tokens):
+             augment, speed, tokenizer, add_special_tokens, inside=None):
     return AudioDataset(source, sample_rate, mono, features, text, max_duration,
                         duration_tolerance=duration_tolerance, augment=augment, speed=speed,
-                        tokenizer=tokenizer, add_special_tokens=add_special_tokens)
+                        tokenizer=tokenizer, add_special_tokens=add_special_tokens,
+                        **(inside or {}))
 
 
 def _token_ids(tokenizer, clips, texts, add_special_tokens):

@@ -28,15 +28,23 @@ def resampler():
     return audio_module().resampler()
 
 
+def _source(path):
+    """A path, or encoded audio in memory (bytes-like: decoded from memory, probed by content)."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return bytes(path)
+    return os.fspath(path)
+
+
 def probe(path):
     """A file's ``duration`` (seconds), ``sample_rate``, ``channels`` and ``codec``, from its
-    header and container, without decoding."""
-    return audio_module().probe(os.fspath(path))
+    header and container, without decoding. ``path`` may be encoded audio's bytes."""
+    return audio_module().probe(_source(path))
 
 
 def load(path, offset=0.0, duration=None, sample_rate=16000, mono=True):
     """``duration`` seconds of ``path`` from ``offset`` (None: to the end) as float32 NumPy at
     ``sample_rate``: ``[T]`` mono (the channels averaged), else ``[T, channels]``. Seeks to the
-    offset: a slice never decodes the whole file."""
-    return audio_module().decode(os.fspath(path), float(offset), float(duration or 0.0),
+    offset: a slice never decodes the whole file. ``path`` may be encoded audio's bytes (a tar
+    member, a Parquet cell), decoded from memory to the same samples as the file."""
+    return audio_module().decode(_source(path), float(offset), float(duration or 0.0),
                                  int(sample_rate), bool(mono))

@@ -1,0 +1,244 @@
+"""AudioDataset's sources whose audio lives inside other files, decoded from memory by the C++
+source (include/stoker/audio/audio_members.h):
+
+- WebDataset tar shards (paths, brace patterns, or URLs of object storage): a sample is a key with
+  an audio member (the key's first member among ``AUDIO_MEMBERS``), its transcript the key's
+  ``.txt`` member (UTF-8, surrounding whitespace stripped), else the value under ``text`` in its
+  ``.json`` member. Indexed by the one tar indexer (TarShardSet, through
+  ``_native.remote.index_tar_keys``). A remote shard is fetched once into the node's cache at
+  construction: its members' headers give the durations and its transcripts are read there (a
+  sidecar index holds neither yet).
+- Hugging Face audio tables (Parquet or Arrow files, or a ``pyarrow.Table``): a column of
+  ``{"bytes", "path"}`` structs as ``datasets``' ``Audio()`` writes it (or a binary column), its
+  bytes gathered once into one buffer with offsets, handed to C++: no Python per sample once
+  made.
+
+Either way every member's header is probed at construction (on C++ threads, from the mapped
+shard or the buffer), so that durations are known without decoding, as for files; a member whose
+header cannot be read is kept with the longest readable duration and fails when read, a
+DecodeError naming it (``shard.tar:key``, ``file.parquet:row``), which ``on_error="skip"`` counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from .. import _native
+from ..sources import paths as _paths
+from ..sources import remote as _remote_shards
+from .files import audio_module
+from .manifests import Clip, as_text
+
+AUDIO_MEMBERS = ("flac", "wav", "mp3", "opus", "ogg", "m4a")
+_TABLE_SUFFIXES = (".parquet", ".arrow")
+_PROBE_THREADS = 8
+
+
+@dataclasses.dataclass
+class Members:
+    """What a source of members makes: the clips (``path`` names each member), those whose
+    header could not be read, the native AudioMembers, the keys or rows left out
+    (missing="skip"), the first readable member's channels, and for remote shards their
+    RemoteShards and the shards each block reads."""
+    clips: list
+    unreadable: list
+    native: object
+    skipped: list
+    channels: int
+    remote: object = None
+    block_shards: list = None
+
+
+def _items(source):
+    return [source] if isinstance(source, (str, os.PathLike)) else \
+        list(source) if isinstance(source, (list, tuple)) else None
+
+
+def is_table(source):
+    """Whether ``source`` is a pyarrow Table, or Parquet or Arrow files."""
+    if type(source).__module__.startswith("pyarrow") and hasattr(source, "column_names"):
+        return True
+    items = _items(source)
+    return bool(items) and all(isinstance(p, (str, os.PathLike)) and
+                               os.fspath(p).lower().endswith(_TABLE_SUFFIXES) for p in items)
+
+
+def is_tar(source):
+    """Whether ``source`` names WebDataset tar shards: paths, patterns or URLs ending in .tar."""
+    items = _items(source)
+    return bool(items) and all(isinstance(p, (str, os.PathLike)) and
+                               os.fspath(p).lower().endswith(".tar") for p in items)
+
+
+def _probe(native, names, sample_rate):
+    """Durations (the longest readable one where a header cannot be read), the names whose
+    header cannot be read, and the first readable member's channels."""
+    infos = native.probe(names, min(_PROBE_THREADS, os.cpu_count() or 1))
+    durations, unreadable, channels = [], [], None
+    for name, info in zip(names, infos):
+        d = info["duration"] if isinstance(info, dict) else 0.0
+        if not d > 0:
+            unreadable.append(name)
+        elif channels is None:
+            channels = info["channels"]
+        durations.append(d)
+    longest = max(durations, default=0.0) or 1.0 / sample_rate
+    return [d if d > 0 else longest for d in durations], unreadable, channels or 1
+
+
+def _transcript(f, members, key, name):
+    """The key's transcript: its .txt member, else ``key`` of its .json object; None without."""
+    by_ext = {}
+    for ext, _, offset, size in members:
+        by_ext.setdefault(ext, (offset, size))
+    if "txt" in by_ext:
+        offset, size = by_ext["txt"]
+        f.seek(offset)
+        return as_text(f.read(size)).strip()
+    if "json" in by_ext:
+        offset, size = by_ext["json"]
+        f.seek(offset)
+        try:
+            doc = json.loads(f.read(size))
+        except ValueError as e:
+            raise ValueError(f"{name}: its .json member does not parse ({e})") from None
+        value = doc.get(key) if isinstance(doc, dict) else None
+        return None if value is None else as_text(value)
+    return None
+
+
+def tar_members(source, text, missing, sample_rate, storage_options=None, cache_dir=None,
+                cache_budget=None):
+    """The samples of WebDataset tar shards (module docstring). ``text``: None or a str (the
+    .json key, "text" by default), or False (no transcripts). ``missing``: "error" (a key without
+    an audio member is a ValueError naming ``shard.tar:key``) or "skip" (left out, listed in
+    ``skipped``)."""
+    module = audio_module()
+    remote = None
+    if _remote_shards.is_remote(source):
+        names = _remote_shards.expand_shards(source, storage_options)
+        remote = _remote_shards.RemoteShards(names, storage_options=storage_options,
+                                             cache_dir=cache_dir, cache_budget=cache_budget)
+        local = remote._map(remote.fetch, range(len(names)))
+    else:
+        names = local = _paths.expand(source, "tar shard", (".tar",))
+    key = text if isinstance(text, str) else "text"
+    refs, clip_names, texts, skipped = [], [], [], []
+    for s, path in enumerate(local):
+        keys = _native.remote.index_tar_keys(path)
+        with open(path, "rb") as f:
+            for k, members in keys:
+                name = f"{names[s]}:{k}"
+                audio = next((m for m in members if m[0] in AUDIO_MEMBERS), None)
+                if audio is None:
+                    if missing == "error":
+                        raise ValueError(
+                            f"{name}: no audio member ({', '.join('.' + e for e in AUDIO_MEMBERS)}"
+                            f"); missing=\"skip\" leaves such keys out")
+                    skipped.append(f"{name}: no audio member")
+                    continue
+                refs.append((s, audio[2], audio[3]))
+                clip_names.append(name)
+                texts.append(None if text is False else _transcript(f, members, key, name))
+    local_members = module.tar_members(list(local), refs)
+    durations, unreadable, channels = _probe(local_members, clip_names, sample_rate)
+    native = local_members if remote is None else module.remote_tar_members(remote.native, refs)
+    clips = [Clip(n, 0.0, d, t) for n, d, t in zip(clip_names, durations, texts)]
+    block_shards = None if remote is None else [[s] for s in range(len(names))]
+    return Members(clips, unreadable, native, skipped, channels, remote, block_shards)
+
+
+def _read_tables(source):
+    """(pyarrow Table, name of each row's file) of a Table or of Parquet/Arrow files."""
+    import pyarrow as pa
+    if isinstance(source, pa.Table):
+        return source, ["table"] * source.num_rows
+    tables, files = [], []
+    for path in _paths.expand(source, "table file", _TABLE_SUFFIXES):
+        if path.lower().endswith(".parquet"):
+            import pyarrow.parquet as pq
+            t = pq.read_table(path)
+        else:  # datasets writes the streaming format; `save_to_disk` and others the file one
+            with pa.memory_map(path) as f:
+                try:
+                    t = pa.ipc.open_file(f).read_all()
+                except pa.ArrowInvalid:
+                    f.seek(0)
+                    t = pa.ipc.open_stream(f).read_all()
+        tables.append(t)
+        files.append((path, t.num_rows))
+    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    return table, [p for p, n in files for _ in range(n)]
+
+
+def table_members(source, audio, text, missing, sample_rate):
+    """The samples of a Hugging Face audio table (module docstring): the audio in column
+    ``audio``, the transcripts in column ``text`` (None: "text" where the table has it; False:
+    none). ``missing``: "error" (a row without audio bytes is a ValueError naming it) or "skip"
+    (left out, listed in ``skipped``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    table, row_files = _read_tables(source)
+    if audio not in table.column_names:
+        raise ValueError(f"no column {audio!r} in the table (columns: {table.column_names}); "
+                         f"pass audio= the Audio() column's name")
+    col = table.column(audio)
+    if pa.types.is_struct(col.type):
+        field = col.type.get_field_index("bytes")
+        if field < 0:
+            raise ValueError(f"column {audio!r} is a struct without a 'bytes' field: not an "
+                             f"Audio() column of encoded audio")
+        data = pc.struct_field(col, [field])
+    elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        data = col
+    else:
+        raise ValueError(f"column {audio!r} is {col.type}: an Audio() column is a struct of "
+                         f"{{bytes, path}} (or binary)")
+    data = data.cast(pa.large_binary())
+    data = data.combine_chunks() if isinstance(data, pa.ChunkedArray) else data
+    rows = np.arange(len(data))
+    names = [f"{f}:{r}" for f, r in zip(row_files, _row_numbers(row_files))]
+    skipped = []
+    if data.null_count:
+        valid = data.is_valid().to_numpy(zero_copy_only=False)
+        if missing == "error":
+            first = int(np.flatnonzero(~valid)[0])
+            raise ValueError(f"{names[first]}: no audio bytes in column {audio!r} (a path alone "
+                             f"is not read); missing=\"skip\" leaves such rows out")
+        skipped = [f"{names[i]}: no audio bytes" for i in np.flatnonzero(~valid)]
+        rows = np.flatnonzero(valid)
+        data = data.take(pa.array(rows))
+    texts = [None] * len(rows)
+    column = text if isinstance(text, str) else "text" if text is None else None
+    if column is not None:
+        if column in table.column_names:
+            values = table.column(column).to_pylist()
+            texts = [None if values[i] is None else as_text(values[i]) for i in rows.tolist()]
+        elif text is not None:
+            raise ValueError(f"no column {column!r} in the table (columns: "
+                             f"{table.column_names})")
+    bufs = data.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64)[data.offset:data.offset + len(data) + 1]
+    payload = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
+        np.zeros(0, np.uint8)
+    payload = np.ascontiguousarray(payload[offsets[0]:offsets[-1]])
+    offsets = np.ascontiguousarray(offsets - offsets[0])
+    native = audio_module().buffer_members(payload, offsets)
+    clip_names = [names[i] for i in rows.tolist()]
+    durations, unreadable, channels = _probe(native, clip_names, sample_rate)
+    clips = [Clip(n, 0.0, d, t) for n, d, t in zip(clip_names, durations, texts)]
+    return Members(clips, unreadable, native, skipped, channels)
+
+
+def _row_numbers(row_files):
+    """Each row's number within its file."""
+    out, last, n = [], None, 0
+    for f in row_files:
+        n = n + 1 if f == last else 0
+        last = f
+        out.append(n)
+    return out

@@ -1,0 +1,233 @@
+"""The audio wing's sources of audio inside other files (stoker/audio/shards.py): WebDataset tar
+shards, local and on object storage, and Hugging Face audio tables (Parquet, Arrow, a pyarrow
+Table), decoded from memory. Each sample equals the same audio read as a file, bit for bit; every
+key once an epoch whatever the workers, resume, Budget(seconds=...); bad members named
+``shard.tar:key`` or skipped and counted; keys without audio under missing="error"|"skip".
+
+Test audio is made as test_audio.py makes it (PyAV encodes FLAC, MP3, Opus)."""
+
+import io
+import json
+import os
+import pickle
+import tarfile
+import warnings
+
+import numpy as np
+import pytest
+
+import stoker
+
+pytest.importorskip("stoker._audio", reason="this build has no audio module")
+from stoker import audio  # noqa: E402
+from test_audio import encode, sweep, write_wav  # noqa: E402
+
+# (key, codec, seconds, rate, transcript as .txt, .json or none)
+CLIPS = [("a", "flac", 0.50, 16000, "txt"), ("b", "wav", 0.30, 16000, "json"),
+         ("c", "mp3", 0.60, 22050, "txt"), ("d", "opus", 0.40, 48000, "json"),
+         ("e", "flac", 0.70, 16000, None), ("f", "wav", 0.45, 8000, "txt")]
+
+
+def add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_shard(path, members):
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            add(tar, name, data)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The clips as files (files/<key>.<ext>) and as 2 tar shards of 3 keys (shards/0.tar,
+    1.tar), with their transcripts."""
+    root = tmp_path_factory.mktemp("audio_sources")
+    (root / "files").mkdir()
+    (root / "shards").mkdir()
+    files, texts, members = [], [], [[], []]
+    for i, (key, codec, seconds, rate, kind) in enumerate(CLIPS):
+        x = sweep(seconds, rate, noise=0.05, seed=i)
+        path = root / "files" / f"{key}.{codec}"
+        if codec == "wav":
+            write_wav(path, x, rate)
+        else:
+            encode(path, x, rate, codec)
+        files.append(str(path))
+        text = f"clip {key}" if kind else None
+        texts.append(text)
+        shard = members[i // 3]
+        shard.append((f"{key}.{codec}", path.read_bytes()))
+        if kind == "txt":
+            shard.append((f"{key}.txt", f" {text}\n".encode()))
+        elif kind == "json":
+            shard.append((f"{key}.json", json.dumps({"text": text, "id": i}).encode()))
+    shards = [write_shard(root / "shards" / f"{s}.tar", m) for s, m in enumerate(members)]
+    return {"root": root, "files": files, "texts": texts, "shards": shards}
+
+
+def batches(loader):
+    return [(np.asarray(b["audio"]), np.asarray(b["audio_lens"]), b.get("text")) for b in loader]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for (x, lx, tx), (y, ly, ty) in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(lx, ly)
+        assert tx == ty
+
+
+def test_tar_samples_are_the_files_decoded_with_their_transcripts(made):
+    ds = stoker.AudioDataset(os.path.join(made["root"], "shards", "{0..1}.tar"))
+    files = stoker.AudioDataset(made["files"])
+    assert len(ds) == len(CLIPS)
+    assert [ds.path(i) for i in range(len(ds))] == \
+        [f"{made['shards'][i // 3]}:{c[0]}" for i, c in enumerate(CLIPS)]
+    np.testing.assert_array_equal(ds._lengths("seconds"), files._lengths("seconds"))
+    assert ds.texts == made["texts"]
+    for i in range(len(ds)):
+        got, want = ds[i], files[i]
+        np.testing.assert_array_equal(got["audio"], want["audio"])  # bit-identical
+        assert got["text"] == made["texts"][i]
+    again = pickle.loads(pickle.dumps(ds))  # as a worker process or another node rebuilds it
+    assert again._identity() == ds._identity() and again.texts == ds.texts
+    whole = audio.load(made["files"][2])
+    np.testing.assert_array_equal(audio.load(open(made["files"][2], "rb").read()), whole)
+    assert audio.probe(open(made["files"][3], "rb").read()) == audio.probe(made["files"][3])
+
+
+def test_tar_epochs_hold_every_key_once_whatever_the_workers_and_resume(made):
+    ds = stoker.AudioDataset(made["shards"], text=False)
+    assert ds.texts is None
+    runs = [batches(stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=5, num_workers=w,
+                                      output="numpy")) for w in (1, 2)]
+    same(*runs)
+    want = sorted(round(float(d) * 16000) for d in ds._lengths("seconds"))
+    assert sorted(int(n) for _, lens, _ in runs[0] for n in lens) == want
+    loader = stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=5, output="numpy")
+    it = iter(loader)
+    head = [next(it)]
+    state = loader.state_dict()
+    del it
+    resumed = stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=5, output="numpy")
+    resumed.load_state_dict(state)
+    same(batches(head) + batches(resumed), runs[0])
+    budget = stoker.DataLoader(ds, batch_size=stoker.Budget(seconds=1.0), shuffle=True, seed=1,
+                               output="numpy")
+    seen = []
+    for x, lens, _ in batches(budget):
+        assert x.shape[0] * x.shape[1] <= 1.0 * 16000
+        seen += lens.tolist()
+    assert sorted(seen) == want
+
+
+@pytest.fixture
+def bad_shard(made, tmp_path):
+    flac = open(made["files"][0], "rb").read()
+    long = encode(tmp_path / "long.flac", sweep(1.0, 16000), 16000, "flac").read_bytes()
+    return write_shard(tmp_path / "bad.tar", [
+        ("good.flac", flac), ("good.txt", b"fine"),
+        ("junk.flac", b"not audio at all\n" * 300), ("junk.txt", b"junk"),
+        ("cut.flac", long[:len(long) // 3]), ("cut.txt", b"cut"),
+        ("orphan.txt", b"a transcript without audio")])
+
+
+def test_bad_members_are_named_by_shard_and_key_or_skipped_and_counted(bad_shard):
+    with pytest.raises(ValueError, match=r"bad\.tar:orphan: no audio member"):
+        stoker.AudioDataset(bad_shard)
+    ds = stoker.AudioDataset(bad_shard, missing="skip")
+    assert len(ds) == 3 and ds.stats()["skipped_keys"] == 1
+    # (FFmpeg cannot open a FLAC cut short, file or member: its header is unreadable too)
+    assert ds.unreadable == [f"{bad_shard}:junk", f"{bad_shard}:cut"]
+    it = iter(stoker.DataLoader(ds, batch_size=1, output="numpy"))
+    failed, good = {}, []
+    while True:
+        try:
+            good.append(next(it)["text"])
+        except StopIteration:
+            break
+        except stoker.SampleError as e:
+            failed[e.path] = e
+    assert good == [["fine"]]
+    assert set(failed) == {f"{bad_shard}:junk", f"{bad_shard}:cut"}
+    for path, e in failed.items():
+        assert path in str(e) and isinstance(e.__cause__, stoker.DecodeError), str(e)
+    assert "not audio FFmpeg can read" in str(failed[f"{bad_shard}:junk"])
+    loader = stoker.DataLoader(ds, batch_size=2, on_error="skip", output="numpy")
+    assert {t for b in loader for t in b["text"]} == {"fine"}  # the bad ones replaced
+    assert loader.stats()["skipped"] == 2
+
+
+def hf_table(made, rows=None):
+    """The clips as `datasets` writes an Audio() column: {bytes, path} structs, and a text
+    column."""
+    pa = pytest.importorskip("pyarrow")
+    rows = range(len(made["files"])) if rows is None else rows
+    audio_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    cells = [{"bytes": open(made["files"][i], "rb").read(),
+              "path": os.path.basename(made["files"][i])} for i in rows]
+    return pa.table({"audio": pa.array(cells, type=audio_type),
+                     "text": [made["texts"][i] for i in rows]})
+
+
+def test_hf_parquet_and_arrow_samples_are_the_files_decoded(made, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    pq.write_table(hf_table(made, [0, 1, 2]), tmp_path / "a.parquet", row_group_size=2)
+    with pa.OSFile(str(tmp_path / "b.arrow"), "wb") as sink:  # as `datasets` caches it
+        table = hf_table(made, [3, 4, 5])
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    files = stoker.AudioDataset(made["files"])
+    for source in ([str(tmp_path / "a.parquet"), str(tmp_path / "b.arrow")], hf_table(made)):
+        ds = stoker.AudioDataset(source)
+        assert len(ds) == len(CLIPS) and ds.texts == made["texts"]
+        np.testing.assert_array_equal(ds._lengths("seconds"), files._lengths("seconds"))
+        for i in range(len(ds)):
+            np.testing.assert_array_equal(ds[i]["audio"], files[i]["audio"])
+    assert ds.path(4) == "table:4"
+    assert pickle.loads(pickle.dumps(ds))._identity() == ds._identity()
+    assert stoker.AudioDataset([str(tmp_path / "a.parquet")]).path(2) == \
+        f"{tmp_path / 'a.parquet'}:2"
+    runs = [batches(stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=2, num_workers=w,
+                                      output="numpy")) for w in (1, 2)]
+    same(*runs)
+
+
+def test_hf_rows_without_audio_bytes_under_missing(made):
+    pa = pytest.importorskip("pyarrow")
+    table = hf_table(made, [0, 1])
+    cells = table.column("audio").to_pylist()
+    cells[0]["bytes"] = None
+    table = table.set_column(0, "audio", pa.array(cells, type=table.schema.field("audio").type))
+    with pytest.raises(ValueError, match=r"table:0: no audio bytes"):
+        stoker.AudioDataset(table)
+    ds = stoker.AudioDataset(table, missing="skip")
+    assert len(ds) == 1 and ds.texts == [made["texts"][1]] and ds.stats()["skipped_keys"] == 1
+    want = stoker.AudioDataset([made["files"][1]])[0]["audio"]
+    np.testing.assert_array_equal(ds[0]["audio"], want)
+    with pytest.raises(ValueError, match="no column 'speech'"):
+        stoker.AudioDataset(table, audio="speech")
+
+
+def test_remote_tar_shards_equal_the_local_ones(made, s3_server, monkeypatch, tmp_path):
+    pytest.importorskip("obstore")
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    s3_server.put("audio", {os.path.basename(p): open(p, "rb").read() for p in made["shards"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        remote = stoker.AudioDataset("s3://audio/{0..1}.tar")
+    local = stoker.AudioDataset(made["shards"])
+    assert [remote.path(i) for i in range(len(remote))] == \
+        [f"s3://audio/{i // 3}.tar:{c[0]}" for i, c in enumerate(CLIPS)]
+    assert remote.texts == local.texts
+    np.testing.assert_array_equal(remote._lengths("seconds"), local._lengths("seconds"))
+    kw = dict(batch_size=2, shuffle=True, seed=4, output="numpy")
+    same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
+         batches(stoker.DataLoader(local, **kw)))
