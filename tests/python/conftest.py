@@ -196,9 +196,9 @@ def no_leaked_threads():
     assert native_threads() == before, "the test left threads running"
 
 
-# stoker.remote's tests run against servers on 127.0.0.1 (remote_servers.py): moto's S3 (one for
-# the session: it takes ~1 s to start), a directory over HTTP that also plays the Hugging Face
-# Hub, and fault-injecting proxies in front of either.
+# stoker.remote's tests run against servers on 127.0.0.1 (remote_servers.py): moto's S3 (a child
+# process, one for the session: it takes ~1 s to start), a directory over HTTP that also plays the
+# Hugging Face Hub, and fault-injecting proxies in front of either.
 @pytest.fixture(scope="session")
 def s3_server():
     """An S3Server: ``url`` (the endpoint), ``put(bucket, {key: bytes})``, ``env()`` (the

@@ -1,6 +1,6 @@
 """Local servers for the stoker.remote tests: nothing here reaches beyond 127.0.0.1.
 
-- ``S3Server``: moto's S3 in a thread, with IAM authentication switched on after one user and its
+- ``S3Server``: moto's S3 in a child process, with IAM authentication switched on after one user and its
   access key are made, so wrong credentials get the 403 a real bucket gives.
 - ``FileServer``: a directory over HTTP/1.1 (HEAD, GET, ``Range: bytes=a-b``, ETag), which also
   plays the Hugging Face Hub for ``datasets/<org>/<name>/...`` below its root: ``/datasets/<org>/
@@ -11,8 +11,8 @@
   the answer back with the faults its attributes ask for. Faults are counted, not random: a test
   sets ``fail_next = 3`` and exactly the next three requests fail.
 
-The servers are threads of the test process: ``start()`` returns once they listen, ``stop()``
-joins them.
+``FileServer`` and ``FaultProxy`` are threads of the test process, ``S3Server`` a child process:
+``start()`` returns once they listen, ``stop()`` joins them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -58,46 +59,47 @@ class _Threaded:
 # --- S3 (moto) ---------------------------------------------------------------------------------
 
 class S3Server:
-    """moto's S3 server on 127.0.0.1. ``access_key`` / ``secret_key`` are a real IAM user's of
-    this server; any other key is refused with 403 (InvalidAccessKeyId / SignatureDoesNotMatch)."""
+    """moto's S3 server on 127.0.0.1, in a child process. ``access_key`` / ``secret_key`` are a
+    real IAM user's of this server; any other key is refused with 403 (InvalidAccessKeyId /
+    SignatureDoesNotMatch).
+
+    A child, so that it serves at full speed beside a test process that runs under ASan's malloc
+    (the ASan lane preloads it into Python, and moto's requests are mostly allocations), and so
+    that its requests never wait on the test's GIL. It runs this file (``_serve_s3``) without
+    the sanitizer's environment, prints its endpoint and key as one JSON line, and stops when
+    its standard input closes (``stop()``, or the test process ending)."""
 
     def start(self):
-        import logging
+        import subprocess
 
-        from moto import settings
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.url = f"http://{host}:{port}"
-        iam = self._client("iam", "anything", "anything")
-        iam.create_user(UserName="stoker")
-        iam.put_user_policy(UserName="stoker", PolicyName="all", PolicyDocument=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-        key = iam.create_access_key(UserName="stoker")["AccessKey"]
-        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
-        self._previous_auth = settings.INITIAL_NO_AUTH_ACTION_COUNT
-        settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # read per request: authentication is on now
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LD_PRELOAD", "PYTHONMALLOC") and not k.endswith("SAN_OPTIONS")}
+        self._child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "s3"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                       text=True)
+        line = self._child.stdout.readline()
+        if not line:
+            self._child.wait(timeout=30)
+            raise RuntimeError(f"moto's S3 server did not start (exit {self._child.returncode})")
+        ready = json.loads(line)
+        self.url, self.access_key, self.secret_key = (ready["url"], ready["access_key"],
+                                                      ready["secret_key"])
         return self
 
     def stop(self):
-        from moto import settings
+        import subprocess
 
-        settings.INITIAL_NO_AUTH_ACTION_COUNT = self._previous_auth
-        self._server.stop()
-
-    def _client(self, service, key, secret):
-        import boto3
-
-        return boto3.client(service, endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id=key, aws_secret_access_key=secret)
+        self._child.stdin.close()
+        try:
+            self._child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
+        self._child.stdout.close()
 
     def client(self):
         """A boto3 S3 client with this server's valid key."""
-        return self._client("s3", self.access_key, self.secret_key)
+        return _boto3_client(self.url, "s3", self.access_key, self.secret_key)
 
     def put(self, bucket, files):
         """Creates `bucket` (if new) and uploads ``{key: bytes}``."""
@@ -113,6 +115,40 @@ class S3Server:
         """The environment a client needs to reach this server (or `endpoint`, a proxy of it)."""
         return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint or self.url}
+
+
+def _boto3_client(url, service, key, secret):
+    import boto3
+
+    return boto3.client(service, endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret)
+
+
+def _serve_s3():
+    """S3Server's child: moto's S3 on a free port of 127.0.0.1, with one IAM user whose key is
+    printed (JSON) with the endpoint; authentication is switched on after that user is made. Serves
+    until standard input closes."""
+    import logging
+
+    from moto import settings
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    iam = _boto3_client(url, "iam", "anything", "anything")
+    iam.create_user(UserName="stoker")
+    iam.put_user_policy(UserName="stoker", PolicyName="all", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="stoker")["AccessKey"]
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # read per request: authentication is on now
+    print(json.dumps({"url": url, "access_key": key["AccessKeyId"],
+                      "secret_key": key["SecretAccessKey"]}), flush=True)
+    sys.stdin.read()
+    server.stop()
 
 
 # --- a directory over HTTP, and the fake Hugging Face Hub ---------------------------------------
@@ -315,10 +351,10 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         while sent < cut:
             chunk = body[sent:min(cut, sent + proxy.chunk)]
             proxy._pace(len(chunk))
+            with proxy.lock:  # counted before the write: the client may have it all right after
+                proxy.bytes_served += len(chunk)
             self.wfile.write(chunk)
             sent += len(chunk)
-            with proxy.lock:
-                proxy.bytes_served += len(chunk)
         if how is not None:
             self.wfile.flush()
             if how == "reset":  # RST instead of FIN: the client sees "connection reset by peer"
@@ -413,3 +449,7 @@ class FaultProxy(_Threaded):
             self._pace_until = start + n / self.bandwidth
             wait = self._pace_until - now
         time.sleep(wait)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["s3"]:
+    _serve_s3()
