@@ -125,10 +125,10 @@ ext-asan: $(DEPS)
 	  -C cmake.define.STOKER_TESTING=ON -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) . \
 	  > build/pyasan/install.log 2>&1 || (cat build/pyasan/install.log; exit 1)
 
-# Everything: the release, ASan/UBSan and TSan C++ lanes, the fuzz smoke, the Python tests (slow
-# ones included) against .venv and against the ASan/UBSan extension, and the wheel installed in a
+# Everything: the release, ASan/UBSan and TSan C++ lanes (the fuzz seeds and regression inputs
+# replay in the first two), the Python tests (slow ones included) against .venv and against the ASan/UBSan extension, and the wheel installed in a
 # clean room (tests/python/test_wheel.py). CI runs this (.ci/run).
-test: install cpp cpp-asan cpp-tsan fuzz-build ext-asan wheel
+test: install cpp cpp-asan cpp-tsan ext-asan wheel
 	$(PY) tools/run_tests.py
 
 # The edit-test loop, a few minutes: the release C++ tests and the Python tests not marked slow

@@ -1,5 +1,5 @@
-"""Runs the libFuzzer targets built in build/fuzz (``make fuzz``, and the fuzz smoke of
-``make test``), each for a given time, and reports what each did.
+"""Runs the libFuzzer targets built in build/fuzz (``make fuzz``; CI's fuzz smoke is ``make fuzz
+FUZZ_SECONDS=10 FUZZ_JOBS=2``, .ci/run), each for a given time, and reports what each did.
 
 Corpus directories given to each target, in this order: ``build/fuzz/corpus/<target>`` (where
 libFuzzer adds the inputs that found new coverage; kept between runs), ``fuzz/corpus/<target>``
@@ -11,8 +11,7 @@ build/fuzz, so nothing a target writes lands in the repository) and fails the ru
 to fuzz/regressions/<target>/ with the fix.
 
 Per target the report gives the inputs executed, the coverage (edges, libFuzzer's ``cov``, and
-features, ``ft``), the corpus size and the exit status; ``--json`` writes it, ``--junit`` writes
-one test case per target for tools/run_tests.py.
+features, ``ft``), the corpus size and the exit status; ``--json`` writes it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import re
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,21 +100,10 @@ def describe(r):
             f"{r.get('average_exec_per_sec', 0):>7,}/s  cov {r.get('edges', 0):>5} edges  "
             f"ft {r.get('features', 0):>6}  corpus {r.get('corpus', 0):>5}  "
             f"{r['seconds']:>6.0f} s  {status}")
-    if r["returncode"] != 0:  # one line: tools/run_tests.py repeats a failure's first line
+    if r["returncode"] != 0:  # one line a target: a failure names its input and log
         line += f": {r.get('summary', 'no sanitizer summary')}; input: " \
                 f"{r.get('artifact', '?')}; log: {r['log']}"
     return line
-
-
-def write_junit(results, path):
-    suite = ET.Element("testsuite", name="fuzz", tests=str(len(results)))
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname="fuzz", name=f"fuzz_{r['target']}",
-                             time=str(r["seconds"]))
-        if r["returncode"] != 0:
-            failure = ET.SubElement(case, "failure", message=describe(r))
-            failure.text = Path(r["log"]).read_text()[-20000:]
-    ET.ElementTree(suite).write(path)
 
 
 def main(argv=None):
@@ -128,7 +115,6 @@ def main(argv=None):
     p.add_argument("--nice", type=int, default=0, help="run the targets under nice -n N")
     p.add_argument("--build", default=str(ROOT / "build" / "fuzz"))
     p.add_argument("--json", help="write the results as JSON")
-    p.add_argument("--junit", help="write one JUnit test case per target")
     args = p.parse_args(argv)
     build = Path(args.build).resolve()  # absolute: the targets run in it
     targets = [t for t in args.targets.split(",") if t]
@@ -152,8 +138,6 @@ def main(argv=None):
             print(describe(results[-1]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    if args.junit:
-        write_junit(results, args.junit)
     return 1 if any(r["returncode"] != 0 for r in results) else 0
 
 

@@ -3,17 +3,16 @@ non-zero when anything failed.
 
 Two doors:
 - ``make test`` (no option): every lane below, slow tests included. CI runs this.
-- ``make check`` (``--quick``): lanes 1 (release build only) and 3 without the tests marked
+- ``make check`` (``--quick``): lanes 1 (release build only) and 2 without the tests marked
   ``slow`` (tests/python/conftest.py says which and why): the edit-test loop, a few minutes.
 
 Lanes, in order (``make test`` builds what they need first):
 1. C++ tests (ctest) of the release, ASan/UBSan and TSan builds (TSan: the wings that run threads
    of their own, the Makefile's TSAN_WINGS); the fuzz regression inputs and seeds replay in the
-   first two (fuzz/CMakeLists.txt).
-2. Fuzz smoke: every libFuzzer target of build/fuzz for FUZZ_SMOKE_SECONDS (default 10), two at a
-   time; each target counts as one test. (`make fuzz` runs them for minutes.)
-3. Python tests against the .venv build.
-4. Python tests against the ASan/UBSan build of the extension (build/pyasan/site, `make
+   first two (fuzz/CMakeLists.txt). The libFuzzer search itself is `make fuzz` (CI runs it for
+   10 s a target before `make test`: .ci/run).
+2. Python tests against the .venv build.
+3. Python tests against the ASan/UBSan build of the extension (build/pyasan/site, `make
    ext-asan`): the suite without the tests marked slow (those start Ray clusters, torchrun jobs,
    fresh virtual environments and interpreters: process orchestration that calls the same native
    paths as the rest, and at ASan's pace they would take the lane over the 30 minutes `make test`
@@ -49,7 +48,6 @@ CPP_BUILDS = [
                               "allocator_may_return_null=1 suppressions="
                               + os.path.join(ROOT, "tools", "tsan-suppressions.txt")}),
 ]
-FUZZ_SMOKE_SECONDS = int(os.environ.get("FUZZ_SMOKE_SECONDS", "10"))
 PYASAN_SITE = os.path.join(ROOT, "build", "pyasan", "site")
 PYTEST_TIMEOUT = 900  # seconds a Python test may take (the longest take about 2 minutes)
 
@@ -170,11 +168,6 @@ def main(argv=None):
                     [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                      "not slow", *hang, f"--junitxml={report}"], report))
             return finish(totals)
-
-        report = os.path.join(tmp, "fuzz.xml")
-        add(run(f"Fuzz smoke ({FUZZ_SMOKE_SECONDS} s a target)",
-                [sys.executable, "fuzz/run.py", "--seconds", str(FUZZ_SMOKE_SECONDS),
-                 "--jobs", "2", "--junit", report], report))
 
         report = os.path.join(tmp, "pytest.xml")
         add(run("Python", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
