@@ -21,10 +21,14 @@ $(DEPS): requirements.txt requirements-lerobot.txt scripts/system-deps.sh
 	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/lerobot -r requirements-lerobot.txt
 	touch $@
 
-# The Python package, built by scikit-build-core (incremental: build/{wheel_tag} is kept).
+# The Python package, built by scikit-build-core (incremental: build/{wheel_tag} is kept). The
+# wings are named ON (each is built where its libraries are found): `make wheel` turns three of
+# them OFF in the same build directory, and CMake's cache would otherwise keep them off here.
+WINGS_ON := $(foreach w,VIDEO TEXT AUDIO,-C cmake.define.STOKER_$(w)_WING=ON)
 install: $(DEPS)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pip install -q --no-build-isolation --no-deps \
-	  -C cmake.define.STOKER_TESTING=ON -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) .
+	  -C cmake.define.STOKER_TESTING=ON $(WINGS_ON) \
+	  -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) .
 
 demo: install
 	$(VENV)/bin/stoker demo
