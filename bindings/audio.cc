@@ -216,7 +216,7 @@ NB_MODULE(_audio, m) {
         "The features of a mono float32 waveform: [frames, bins] float32.");
 
   nb::class_<AudioSource, Source>(m, "AudioSource")
-      .def(nb::new_([](const std::vector<std::tuple<std::string, double, double>>& clips,
+      .def(nb::new_([](const std::vector<std::tuple<std::string, double, double, int64_t>>& clips,
                        int sample_rate, bool mono, int channels, double max_duration,
                        double duration_tolerance, std::optional<audio::FeatureOptions> features,
                        std::optional<audio::SpecAugmentOptions> augment, std::vector<double> speeds,
@@ -224,9 +224,8 @@ NB_MODULE(_audio, m) {
                        std::shared_ptr<audio::AudioMembers> members) {
              std::vector<AudioClip> cs;
              cs.reserve(clips.size());
-             for (const auto& [path, offset, duration] : clips)
-               cs.push_back(
-                   {path, offset, duration, members ? static_cast<int64_t>(cs.size()) : -1});
+             for (const auto& [path, offset, duration, member] : clips)
+               cs.push_back({path, offset, duration, member});
              AudioOptions o;
              o.sample_rate = sample_rate;
              o.mono = mono;
@@ -253,8 +252,9 @@ NB_MODULE(_audio, m) {
            "duration_tolerance"_a, "features"_a.none(), "augment"_a.none() = nb::none(),
            "speeds"_a = std::vector<double>{}, "label_ids"_a.none() = nb::none(),
            "label_offsets"_a.none() = nb::none(), "members"_a.none() = nb::none(),
-           "Clips of audio files (stoker/audio/audio_source.h): (path, offset seconds, duration "
-           "seconds) each; with members (AudioMembers), clip i is member i and its path names it.")
+           "Clips (stoker/audio/audio_source.h): (path, offset seconds, duration seconds, member) "
+           "each; member -1: the audio file at path; >= 0: that member of members (AudioMembers), "
+           "which path names.")
       .def("stats", [](const AudioSource& s) {
         const AudioStats a = s.stats();
         nb::dict out;

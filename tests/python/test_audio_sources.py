@@ -214,6 +214,46 @@ def test_hf_rows_without_audio_bytes_under_missing(made):
         stoker.AudioDataset(table, audio="speech")
 
 
+def test_hf_cells_with_a_path_alone_read_the_file(made, tmp_path, monkeypatch):
+    """A cell without bytes is its `path`'s file, as datasets' Audio() opens it (a relative path
+    from the current directory); cells with bytes and cells with a path alone mix in one table;
+    a path to no file is a missing row."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    table = hf_table(made)
+    cells = table.column("audio").to_pylist()
+    monkeypatch.chdir(os.path.dirname(made["files"][0]))
+    for i in (0, 2, 3):  # relative, absolute, absolute
+        cells[i]["bytes"] = None
+        cells[i]["path"] = os.path.basename(made["files"][i]) if i == 0 else made["files"][i]
+    table = table.set_column(0, "audio", pa.array(cells, type=table.schema.field("audio").type))
+    pq.write_table(table, tmp_path / "mixed.parquet")
+    files = stoker.AudioDataset(made["files"])
+    for source in (table, str(tmp_path / "mixed.parquet")):
+        ds = stoker.AudioDataset(source)
+        assert len(ds) == len(CLIPS) and ds.texts == made["texts"]
+        assert ds.path(0) == os.path.basename(made["files"][0])
+        assert ds.path(2) == made["files"][2] and ds.path(1).endswith(":1")
+        np.testing.assert_array_equal(ds._lengths("seconds"), files._lengths("seconds"))
+        for i in range(len(ds)):
+            np.testing.assert_array_equal(ds[i]["audio"], files[i]["audio"])
+    runs = [batches(stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=4, num_workers=w,
+                                      output="numpy")) for w in (1, 2)]
+    same(*runs)
+    every = stoker.AudioDataset(table.set_column(0, "audio", pa.array(
+        [{"bytes": None, "path": p} for p in made["files"]],
+        type=table.schema.field("audio").type)))  # a path in every cell: files only
+    for i in range(len(every)):
+        np.testing.assert_array_equal(every[i]["audio"], files[i]["audio"])
+    cells[3]["path"] = str(tmp_path / "gone.flac")
+    gone = table.set_column(0, "audio", pa.array(cells, type=table.schema.field("audio").type))
+    with pytest.raises(ValueError, match=r"table:3: no audio bytes, and no file at '.*gone.flac'"):
+        stoker.AudioDataset(gone)
+    ds = stoker.AudioDataset(gone, missing="skip")
+    assert len(ds) == len(CLIPS) - 1 and ds.stats()["skipped_keys"] == 1
+    assert ds.texts == [t for i, t in enumerate(made["texts"]) if i != 3]
+
+
 def test_remote_tar_shards_equal_the_local_ones(made, s3_server, monkeypatch, tmp_path):
     pytest.importorskip("obstore")
     for key, value in s3_server.env().items():

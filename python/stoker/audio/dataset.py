@@ -150,7 +150,7 @@ class AudioDataset(StokerDataset):
             (self._labels.ids, self._labels.offsets)
         options = None if features is None else features._options(sample_rate)
         self._source = module.AudioSource(
-            [(c.path, c.offset, c.duration) for c in self.clips], sample_rate, self.mono,
+            [(c.path, c.offset, c.duration, c.member) for c in self.clips], sample_rate, self.mono,
             self.channels, self.max_duration, self.duration_tolerance, options,
             None if augment is None else augment._options(), list(speeds or ()), ids, offsets,
             self._members)
@@ -204,11 +204,7 @@ class AudioDataset(StokerDataset):
     def _channels(self):
         if self._members is not None:
             return self._member_channels
-        bad = set(self.unreadable)
-        for c in self.clips:
-            if c.path not in bad:
-                return audio_module().probe(c.path)["channels"]
-        return 1
+        return manifests.first_channels(self.clips, self.unreadable)
 
     def __len__(self):
         return len(self.clips)

@@ -28,10 +28,13 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".opus", ".ogg", ".oga", ".m4a", ".
 
 @dataclasses.dataclass(frozen=True)
 class Clip:
+    """A sample: ``offset`` and ``duration`` seconds of the audio file ``path``, or (``member``
+    >= 0) of that member of the source's AudioMembers (shards.py), which ``path`` then names."""
     path: str
     offset: float
     duration: float
     text: str | None = None
+    member: int = -1
 
 
 def _open_text(path):
@@ -85,6 +88,15 @@ def file_clips(paths, sample_rate):
         clips.append(Clip(p, 0.0, duration))
     longest = max((c.duration for c in clips), default=0.0) or 1.0 / sample_rate
     return [c if c.duration > 0 else Clip(c.path, 0.0, longest) for c in clips], unreadable
+
+
+def first_channels(clips, unreadable):
+    """The channels of the first clip whose file's header can be read (1 without one)."""
+    bad = set(unreadable)
+    for c in clips:
+        if c.path not in bad:
+            return audio_module().probe(c.path)["channels"]
+    return 1
 
 
 def folder_files(root):

@@ -11,7 +11,8 @@ source (include/stoker/audio/audio_members.h):
 - Hugging Face audio tables (Parquet or Arrow files, or a ``pyarrow.Table``): a column of
   ``{"bytes", "path"}`` structs as ``datasets``' ``Audio()`` writes it (or a binary column), its
   bytes gathered once into one buffer with offsets, handed to C++: no Python per sample once
-  made.
+  made. A cell with a ``path`` alone is that file, read from disk (each Clip says which: a
+  member, or a file).
 
 Either way every member's header is probed at construction (on C++ threads, from the mapped
 shard or the buffer), so that durations are known without decoding, as for files; a member whose
@@ -30,6 +31,7 @@ import numpy as np
 from .. import _native
 from ..sources import paths as _paths
 from ..sources import remote as _remote_shards
+from . import manifests
 from .files import audio_module
 from .manifests import Clip, as_text
 
@@ -147,7 +149,8 @@ def tar_members(source, text, missing, sample_rate, storage_options=None, cache_
     local_members = module.tar_members(list(local), refs)
     durations, unreadable, channels = _probe(local_members, clip_names, sample_rate)
     native = local_members if remote is None else module.remote_tar_members(remote.native, refs)
-    clips = [Clip(n, 0.0, d, t) for n, d, t in zip(clip_names, durations, texts)]
+    clips = [Clip(n, 0.0, d, t, i)
+             for i, (n, d, t) in enumerate(zip(clip_names, durations, texts))]
     block_shards = None if remote is None else [[s] for s in range(len(names))]
     return Members(clips, unreadable, native, skipped, channels, remote, block_shards)
 
@@ -178,8 +181,11 @@ def _read_tables(source):
 def table_members(source, audio, text, missing, sample_rate):
     """The samples of a Hugging Face audio table (module docstring): the audio in column
     ``audio``, the transcripts in column ``text`` (None: "text" where the table has it; False:
-    none). ``missing``: "error" (a row without audio bytes is a ValueError naming it) or "skip"
-    (left out, listed in ``skipped``)."""
+    none). A cell without bytes whose ``path`` is set is that file, opened as ``datasets``'
+    ``Audio()`` opens it (the path as written: a relative one from the current directory), read
+    from disk like the files of a folder; the cells with bytes are gathered into one buffer.
+    ``missing``: "error" (a row with no audio, neither bytes nor an existing file, is a ValueError
+    naming it) or "skip" (left out, listed in ``skipped``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     table, row_files = _read_tables(source)
@@ -187,12 +193,15 @@ def table_members(source, audio, text, missing, sample_rate):
         raise ValueError(f"no column {audio!r} in the table (columns: {table.column_names}); "
                          f"pass audio= the Audio() column's name")
     col = table.column(audio)
+    paths = None
     if pa.types.is_struct(col.type):
         field = col.type.get_field_index("bytes")
         if field < 0:
             raise ValueError(f"column {audio!r} is a struct without a 'bytes' field: not an "
                              f"Audio() column of encoded audio")
         data = pc.struct_field(col, [field])
+        if col.type.get_field_index("path") >= 0:
+            paths = pc.struct_field(col, [col.type.get_field_index("path")]).to_pylist()
     elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
         data = col
     else:
@@ -200,27 +209,32 @@ def table_members(source, audio, text, missing, sample_rate):
                          f"{{bytes, path}} (or binary)")
     data = data.cast(pa.large_binary())
     data = data.combine_chunks() if isinstance(data, pa.ChunkedArray) else data
-    rows = np.arange(len(data))
     names = [f"{f}:{r}" for f, r in zip(row_files, _row_numbers(row_files))]
-    skipped = []
-    if data.null_count:
-        valid = data.is_valid().to_numpy(zero_copy_only=False)
+    has_bytes = data.is_valid().to_numpy(zero_copy_only=False)
+    # Each row: its member in the buffer (bytes), its file (a path alone), or neither.
+    files, skipped = {}, []
+    for r in np.flatnonzero(~has_bytes).tolist():
+        path = None if paths is None or paths[r] is None else os.path.expanduser(paths[r])
+        if path is not None and os.path.isfile(path):
+            files[r] = path
+            continue
+        why = "no audio bytes" + ("" if path is None else f", and no file at {paths[r]!r}")
         if missing == "error":
-            first = int(np.flatnonzero(~valid)[0])
-            raise ValueError(f"{names[first]}: no audio bytes in column {audio!r} (a path alone "
-                             f"is not read); missing=\"skip\" leaves such rows out")
-        skipped = [f"{names[i]}: no audio bytes" for i in np.flatnonzero(~valid)]
-        rows = np.flatnonzero(valid)
-        data = data.take(pa.array(rows))
+            raise ValueError(f"{names[r]}: {why} in column {audio!r}; missing=\"skip\" leaves "
+                             f"such rows out")
+        skipped.append(f"{names[r]}: {why}")
+    rows = [r for r in range(len(data)) if has_bytes[r] or r in files]
     texts = [None] * len(rows)
     column = text if isinstance(text, str) else "text" if text is None else None
     if column is not None:
         if column in table.column_names:
             values = table.column(column).to_pylist()
-            texts = [None if values[i] is None else as_text(values[i]) for i in rows.tolist()]
+            texts = [None if values[i] is None else as_text(values[i]) for i in rows]
         elif text is not None:
             raise ValueError(f"no column {column!r} in the table (columns: "
                              f"{table.column_names})")
+    in_buffer = np.flatnonzero(has_bytes)
+    data = data.take(pa.array(in_buffer))
     bufs = data.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int64)[data.offset:data.offset + len(data) + 1]
     payload = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
@@ -228,9 +242,19 @@ def table_members(source, audio, text, missing, sample_rate):
     payload = np.ascontiguousarray(payload[offsets[0]:offsets[-1]])
     offsets = np.ascontiguousarray(offsets - offsets[0])
     native = audio_module().buffer_members(payload, offsets)
-    clip_names = [names[i] for i in rows.tolist()]
-    durations, unreadable, channels = _probe(native, clip_names, sample_rate)
-    clips = [Clip(n, 0.0, d, t) for n, d, t in zip(clip_names, durations, texts)]
+    member_names = [names[i] for i in in_buffer.tolist()]
+    durations, unreadable, channels = _probe(native, member_names, sample_rate)
+    member_of = {r: m for m, r in enumerate(in_buffer.tolist())}
+    by_row = {r: (names[r], durations[m], m) for r, m in member_of.items()}
+    if files:
+        file_clips, bad_files = manifests.file_clips(list(files.values()), sample_rate)
+        unreadable += bad_files
+        for r, c in zip(files, file_clips):
+            by_row[r] = (c.path, c.duration, -1)
+        if not member_of:
+            channels = manifests.first_channels(file_clips, bad_files)
+    clips = [Clip(by_row[r][0], 0.0, by_row[r][1], t, by_row[r][2])
+             for r, t in zip(rows, texts)]
     return Members(clips, unreadable, native, skipped, channels)
 
 
