@@ -18,7 +18,7 @@ from ..errors import DecodeError
 from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
 from ..sources._checks import check_index
-from . import manifests, shards
+from . import manifests, shar, shards
 from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
@@ -189,7 +189,14 @@ class AudioDataset(StokerDataset):
 
     def _inside_clips(self, source, text, audio, missing, storage_options, cache_dir,
                       cache_budget):
-        """The samples of tar shards or of a table (shards.py), else None."""
+        """The samples of a Lhotse Shar (shar.py), of tar shards or of a table (shards.py), else
+        None."""
+        if shar.is_shar(source):
+            if isinstance(text, (list, tuple)):
+                raise ValueError("text= as a list is for files; a Lhotse Shar has its own "
+                                 "transcripts (its supervisions')")
+            return shar.shar_members(source, text, missing, storage_options, cache_dir,
+                                     cache_budget)
         if shards.is_table(source) or shards.is_tar(source):
             if isinstance(text, (list, tuple)):
                 raise ValueError("text= as a list is for files; tar shards and tables have their "
