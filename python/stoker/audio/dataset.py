@@ -44,9 +44,11 @@ class AudioDataset(StokerDataset):
 
     ``source``: a folder of audio files (``.wav``, ``.flac``, ``.mp3``, ``.opus``, ``.ogg``, ...,
     found recursively and sorted), a glob, a list of files, a NeMo JSON-lines manifest
-    (``audio_filepath``, ``duration``, ``offset``, ``text``) or a Lhotse CutSet manifest
-    (``cuts.jsonl.gz``, recordings and supervisions inline). A sample is a recording (a file) or
-    a cut (an offset and a duration in one): a cut seeks and decodes only its slice.
+    (``audio_filepath``, ``duration``, ``offset``, ``text``), a Lhotse CutSet manifest
+    (``cuts.jsonl.gz``, recordings and supervisions inline) or a Lhotse Shar (a directory of
+    ``cuts.NNNNNN.jsonl.gz`` and ``recording.NNNNNN.tar``, or ``{"cuts": [...], "recording":
+    [...]}`` as ``CutSet.from_shar(fields=...)`` takes it; shar.py). A sample is a recording (a
+    file) or a cut (an offset and a duration in one): a cut seeks and decodes only its slice.
 
     A batch is a dict: ``audio`` float32 ``[B, T]`` (``[B, T, channels]`` with ``mono=False``)
     padded with zeros, and ``audio_lens`` (int64 samples at ``sample_rate``); or, with
