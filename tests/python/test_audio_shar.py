@@ -173,6 +173,17 @@ def test_cuts_without_their_audio_are_named_or_skipped_and_counted(made, tmp_pat
     assert isinstance(e.value.__cause__, stoker.DecodeError)
 
 
+def test_a_multicut_keeps_its_channels_or_averages_them(tmp_path):
+    path = encode(tmp_path / "st.flac", sweep(0.4, 16000, channels=2), 16000, "flac")
+    cut = dict(cut_json("two", 0.0, 0.4, 16000, "both"), type="MultiCut", channel=[0, 1])
+    cut["recording"]["channel_ids"] = [0, 1]
+    root, _ = bad_shar(tmp_path / "s", [cut], [("two", "flac", path.read_bytes())])
+    kept = stoker.AudioDataset(root, mono=False)
+    assert kept.channels == 2 and kept.texts == ["both"]
+    np.testing.assert_array_equal(kept[0]["audio"], audio.load(path, mono=False))
+    np.testing.assert_array_equal(stoker.AudioDataset(root)[0]["audio"], audio.load(path))
+
+
 def test_shards_out_of_step_or_unreadable_are_named(made, tmp_path):
     (a, b, c), (m_a, m_b, m_c) = made["shards"][0]
     root, tar = bad_shar(tmp_path / "order", [a, b, c], [m_a, m_c, m_b])
