@@ -29,9 +29,10 @@ from .. import _native
 from ..sources import remote as _remote_shards
 from .files import audio_module
 from .manifests import Clip, as_text, check_cut_type, cut_text
-from .shards import AUDIO_MEMBERS, Members
+from .shards import Members
 
 _PLACEHOLDER = "nodata"  # SharWriter's member for a cut without audio (with its ".nometa")
+_NOT_AUDIO = ("json", "nometa", _PLACEHOLDER)  # a member's manifest, and the placeholders
 
 
 def _is_cuts(name):
@@ -146,10 +147,12 @@ def _shard_clips(s, cuts_name, lines, tar_name, entries, text, missing, refs, sk
             raise ValueError(f"{cuts_name}:{n} (cut {cut_id!r}): start {start!r} and duration "
                              f"{duration!r} must be seconds, the duration positive")
         found = entries.get(cut_id, {})
-        ext = next((e for e in found if e in AUDIO_MEMBERS), None)
+        # The cut's data member, whatever its extension (SharWriter(format="original") names
+        # it .original); FFmpeg tells the codec by its content.
+        ext = next((e for e in found if e not in _NOT_AUDIO), None)
         if ext is None:
             why = "a cut without audio (.nodata)" if _PLACEHOLDER in found else \
-                "no audio member (" + ", ".join("." + e for e in AUDIO_MEMBERS) + ")"
+                "no audio member (<cut_id>.flac, .wav, .opus, .mp3, ...)"
             if missing == "error":
                 raise ValueError(f"{name}: {why}; missing=\"skip\" leaves such cuts out")
             skipped.append(f"{name}: {why}")
