@@ -480,7 +480,11 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
         throw DecodeError(path + ": cannot set up the resampler (" + av_message(err) + ")");
       // Room for the whole cut at once (a little over, for the resampler's rounding): growing
       // by doubling would copy it and map fresh pages a few times over.
-      const double seconds = duration > 0 ? duration : std::max(total - offset, 0.0);
+      // (No more than the stream says is left: a manifest's duration may be wrong.)
+      const double left = std::max(total - offset, 0.0);
+      const double seconds = duration > 0 && total > 0 ? std::min(duration, left)
+                             : duration > 0            ? duration
+                                                       : left;
       const double frames = seconds / options.speed * options.sample_rate + 64;
       if (frames < (1u << 26) / static_cast<unsigned>(channels))  // up to 256 MiB at once
         res.reserve(static_cast<size_t>(frames) * static_cast<size_t>(channels));
