@@ -1,16 +1,19 @@
 #include "stoker/audio/decoder.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <new>
 #include <span>
-#include <system_error>
 
 #include "stoker/errors.h"
 
@@ -27,6 +30,13 @@ namespace {
 // Decoded before a cut's offset after a seek, for the codecs whose first frames after a jump
 // need the ones before (MP3's bit reservoir, Opus's 80 ms pre-roll); trimmed away by timestamp.
 constexpr double kPreroll = 0.1;
+
+// Whether a codec's frames after a seek need the ones before: all but those whose frames decode
+// alone (a FLAC block, PCM), for which the seek lands on the frame the cut starts in.
+bool needs_preroll(AVCodecID id) {
+  const bool pcm = id >= AV_CODEC_ID_FIRST_AUDIO && id < AV_CODEC_ID_ADPCM_IMA_QT;
+  return !(pcm || id == AV_CODEC_ID_FLAC);
+}
 
 struct FormatCloser {
   void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
@@ -150,10 +160,26 @@ struct Opened {
   const AVCodec* decoder = nullptr;
 };
 
+// A FLAC stream's rate and channels from its STREAMINFO (the stream's extradata, as FLAC's own
+// demuxer gives it), which that demuxer leaves to avformat_find_stream_info to find by parsing
+// and decoding the first frames: read here, that probing (a twentieth of a short slice's time) is
+// not needed. The decoder reads the same STREAMINFO itself when it opens.
+void flac_stream_info(AVCodecParameters* p) {
+  if (p->codec_id != AV_CODEC_ID_FLAC || p->extradata_size != 34 || p->sample_rate > 0) return;
+  const uint8_t* b = p->extradata;
+  const int rate = (b[10] << 12) | (b[11] << 4) | (b[12] >> 4);
+  const int channels = ((b[12] >> 1) & 7) + 1;
+  if (rate <= 0 || rate > 655350) return;  // not a valid STREAMINFO: probed as before
+  p->sample_rate = rate;
+  av_channel_layout_uninit(&p->ch_layout);
+  av_channel_layout_default(&p->ch_layout, channels);
+}
+
 // The audio stream of an opened input: its codec's parameters from the header, else probed (a
 // few packets read, never the whole input), and a decoder for it.
 void find_audio(Opened& o, const std::string& name) {
   AVFormatContext* raw = o.format.get();
+  for (unsigned i = 0; i < raw->nb_streams; ++i) flac_stream_info(raw->streams[i]->codecpar);
   const bool known = [&] {
     for (unsigned i = 0; i < raw->nb_streams; ++i) {
       const AVCodecParameters* p = raw->streams[i]->codecpar;
@@ -184,17 +210,46 @@ void find_audio(Opened& o, const std::string& name) {
   o.st = raw->streams[o.stream];
 }
 
+// The demuxer for input that begins with `head`, where its first bytes say it beyond doubt, so
+// that opening it skips probing every demuxer (a tenth of a short slice's time): a FLAC stream's
+// "fLaC" marker, which is what probing finds there too (FLAC with ID3 tags before it is probed).
+// Else null: probed as before.
+const AVInputFormat* known_format(const unsigned char* head, size_t n) {
+  if (n >= 4 && std::memcmp(head, "fLaC", 4) == 0) return av_find_input_format("flac");
+  return nullptr;
+}
+
+// A file's size and its first bytes (up to `n`) into `head`; IoError where it cannot be read.
+uint64_t file_head(const std::string& path, unsigned char* head, size_t n, size_t* got) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st{};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw IoError(path + ": cannot open (" + std::strerror(err) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(path + ": cannot open (" +
+                  (S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file") + ")");
+  }
+  const ssize_t k = st.st_size > 0 ? ::pread(fd, head, n, 0) : 0;
+  ::close(fd);
+  *got = k > 0 ? static_cast<size_t>(k) : 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
 Opened open_file(const std::string& path) {
   set_log_level();
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw IoError(path + ": cannot open (" + ec.message() + ")");
-  if (size == 0) throw DecodeError(path + ": is empty (0 bytes)");
+  unsigned char head[4];
+  size_t got = 0;
+  if (file_head(path, head, sizeof head, &got) == 0)
+    throw DecodeError(path + ": is empty (0 bytes)");
   Opened o;
   AVFormatContext* raw = nullptr;
   // Through the file protocol by name: a path with a colon ("take:2.wav") is not a protocol.
   const std::string url = "file:" + path;
-  if (int err = avformat_open_input(&raw, url.c_str(), nullptr, nullptr); err < 0) {
+  if (int err = avformat_open_input(&raw, url.c_str(), known_format(head, got), nullptr); err < 0) {
     if (err == AVERROR(ENOENT) || err == AVERROR(EACCES))
       throw IoError(path + ": cannot open (" + av_message(err) + ")");
     throw DecodeError(path + ": not an audio file FFmpeg can read (" + av_message(err) + ")");
@@ -225,7 +280,9 @@ Opened open_memory(std::span<const std::byte> bytes, const std::string& name) {
   raw->pb = o.memory->avio;
   raw->flags |= AVFMT_FLAG_CUSTOM_IO;
   // (On failure avformat_open_input frees `raw`, not the AVIOContext: MemoryInput does.)
-  if (int err = avformat_open_input(&raw, name.c_str(), nullptr, nullptr); err < 0)
+  const auto* head = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (int err = avformat_open_input(&raw, name.c_str(), known_format(head, bytes.size()), nullptr);
+      err < 0)
     throw DecodeError(name + ": not audio FFmpeg can read (" + av_message(err) + ")");
   o.format.reset(raw);
   find_audio(o, name);
@@ -362,7 +419,8 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
                       av_message(err) + ")");
   const double start = stream_start(st);
   if (offset > 0) {
-    const double at = std::max(0.0, offset - kPreroll) + start;
+    const double at =
+        std::max(0.0, offset - (needs_preroll(st->codecpar->codec_id) ? kPreroll : 0)) + start;
     const auto ts = static_cast<int64_t>(std::floor(at / av_q2d(st->time_base)));
     // A file that cannot seek is read from its start: the trim below still cuts by timestamp.
     if (av_seek_frame(fmt, o.stream, ts, AVSEEK_FLAG_BACKWARD) >= 0)
@@ -420,6 +478,16 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
       if (resampler_name() == "soxr") av_opt_set_int(raw, "resampler", SWR_ENGINE_SOXR, 0);
       if (int err = swr_init(raw); err < 0)
         throw DecodeError(path + ": cannot set up the resampler (" + av_message(err) + ")");
+      // Room for the whole cut at once (a little over, for the resampler's rounding): growing
+      // by doubling would copy it and map fresh pages a few times over.
+      // (No more than the stream says is left: a manifest's duration may be wrong.)
+      const double left = std::max(total - offset, 0.0);
+      const double seconds = duration > 0 && total > 0 ? std::min(duration, left)
+                             : duration > 0            ? duration
+                                                       : left;
+      const double frames = seconds / options.speed * options.sample_rate + 64;
+      if (frames < (1u << 26) / static_cast<unsigned>(channels))  // up to 256 MiB at once
+        res.reserve(static_cast<size_t>(frames) * static_cast<size_t>(channels));
     } else if (f->ch_layout.nb_channels != channels || f->sample_rate != in_rate) {
       throw DecodeError(path + ": its channels or rate change at t=" +
                         seconds_text(next / static_cast<double>(in_rate)) + " s");
@@ -512,7 +580,9 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
       out[i] = sum * scale;
     }
   } else {
-    out.assign(res.begin(), res.end());
+    // Handed over, not copied: `out` takes the samples and `res` the caller's old buffer (the
+    // worker's own, reused at the next call: both keep their capacity).
+    out.swap(res);
   }
   if (times != nullptr) {
     times->decode += decode_s;

@@ -127,6 +127,33 @@ def test_a_cut_at_the_files_rate_is_its_slice_exactly(tmp_path):
         np.testing.assert_array_equal(cut, want[40000:52000])
 
 
+def test_a_flac_opens_by_its_marker_and_cuts_exactly_wherever_it_starts(tmp_path):
+    """A FLAC is opened by its "fLaC" marker and its STREAMINFO without probing, and a cut seeks
+    to the block it starts in (no pre-roll): the same samples as the slice, at a block's edge or
+    inside one, from the file, its bytes, its bytes behind an ID3 tag (probed), and a WAV
+    misnamed .flac (probed by its content, not its name)."""
+    x = sweep(3.0, 16000, noise=0.1)
+    want = write_wav(tmp_path / "a.wav", x, 16000)[:, 0]
+    flac = encode(tmp_path / "a.flac", x, 16000, "flac").read_bytes()
+    block = int.from_bytes(flac[8:10], "big")  # STREAMINFO's (fixed) block size
+    tagged = b"ID3\x04\x00\x00\x00\x00\x00\x00" + flac  # an empty ID3v2 tag before it
+    (tmp_path / "wav.flac").write_bytes((tmp_path / "a.wav").read_bytes())
+    for source in (tmp_path / "a.flac", flac, tagged, tmp_path / "wav.flac"):
+        assert audio.probe(source)["sample_rate"] == 16000
+        for at in (0, block, block + 1, 16000, 46400):  # on a block's edge, past it, inside
+            cut = audio.load(source, offset=at / 16000, duration=0.1)
+            np.testing.assert_array_equal(cut, want[at:at + 1600])
+    # A cut inside one block decodes that block alone (with a pre-roll, the two before it too)
+    start = 20 * block + 160
+    (tmp_path / "cut.json").write_text(json.dumps(
+        {"audio_filepath": "a.flac", "offset": start / 16000, "duration": 0.005}))
+    ds = stoker.AudioDataset(str(tmp_path / "cut.json"))
+    np.testing.assert_array_equal(ds[0]["audio"], want[start:start + 80])
+    assert ds.stats()["decoded_seconds"] == pytest.approx(block / 16000)
+    with pytest.raises(OSError, match="is a directory"):  # IoError, as a missing file
+        audio.load(tmp_path)
+
+
 @pytest.mark.parametrize("rate, up, down", [(44100, 160, 441), (48000, 1, 3), (8000, 2, 1)])
 def test_resampling_matches_scipy_resample_poly(rate, up, down, tmp_path):
     """libswresample's soxr engine against scipy.signal.resample_poly (Kaiser window, beta 5)

@@ -18,7 +18,7 @@ from ..errors import DecodeError
 from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
 from ..sources._checks import check_index
-from . import manifests, shards
+from . import manifests, shar, shards
 from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
@@ -44,9 +44,11 @@ class AudioDataset(StokerDataset):
 
     ``source``: a folder of audio files (``.wav``, ``.flac``, ``.mp3``, ``.opus``, ``.ogg``, ...,
     found recursively and sorted), a glob, a list of files, a NeMo JSON-lines manifest
-    (``audio_filepath``, ``duration``, ``offset``, ``text``) or a Lhotse CutSet manifest
-    (``cuts.jsonl.gz``, recordings and supervisions inline). A sample is a recording (a file) or
-    a cut (an offset and a duration in one): a cut seeks and decodes only its slice.
+    (``audio_filepath``, ``duration``, ``offset``, ``text``), a Lhotse CutSet manifest
+    (``cuts.jsonl.gz``, recordings and supervisions inline) or a Lhotse Shar (a directory of
+    ``cuts.NNNNNN.jsonl.gz`` and ``recording.NNNNNN.tar``, or ``{"cuts": [...], "recording":
+    [...]}`` as ``CutSet.from_shar(fields=...)`` takes it; shar.py). A sample is a recording (a
+    file) or a cut (an offset and a duration in one): a cut seeks and decodes only its slice.
 
     A batch is a dict: ``audio`` float32 ``[B, T]`` (``[B, T, channels]`` with ``mono=False``)
     padded with zeros, and ``audio_lens`` (int64 samples at ``sample_rate``); or, with
@@ -189,7 +191,14 @@ class AudioDataset(StokerDataset):
 
     def _inside_clips(self, source, text, audio, missing, storage_options, cache_dir,
                       cache_budget):
-        """The samples of tar shards or of a table (shards.py), else None."""
+        """The samples of a Lhotse Shar (shar.py), of tar shards or of a table (shards.py), else
+        None."""
+        if shar.is_shar(source):
+            if isinstance(text, (list, tuple)):
+                raise ValueError("text= as a list is for files; a Lhotse Shar has its own "
+                                 "transcripts (its supervisions')")
+            return shar.shar_members(source, text, missing, storage_options, cache_dir,
+                                     cache_budget)
         if shards.is_table(source) or shards.is_tar(source):
             if isinstance(text, (list, tuple)):
                 raise ValueError("text= as a list is for files; tar shards and tables have their "

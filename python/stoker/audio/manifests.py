@@ -141,9 +141,7 @@ def lhotse_clips(path):
     clips = []
     for n, cut in _json_lines(path):
         where = f"{path}:{n} (cut {cut.get('id')!r})"
-        kind = cut.get("type", "MonoCut")
-        if kind not in ("MonoCut", "MultiCut"):
-            raise ValueError(f"{where}: a {kind}: only MonoCut and MultiCut are read for now")
+        check_cut_type(cut, where)
         rec = cut.get("recording")
         if not rec:
             raise ValueError(f"{where}: no recording inline (a CutSet of cuts with their "
@@ -154,11 +152,23 @@ def lhotse_clips(path):
                              f"{[s.get('type') for s in sources]}); only type 'file' is read "
                              f"for now")
         channels = rec.get("channel_ids") or sources[0].get("channels") or [0]
-        if kind == "MonoCut" and len(channels) > 1:
+        if cut.get("type", "MonoCut") == "MonoCut" and len(channels) > 1:
             raise ValueError(f"{where}: a MonoCut of channel {cut.get('channel')} of a "
                              f"{len(channels)}-channel recording; one channel of several is not "
                              f"read yet")
-        texts = [s["text"] for s in cut.get("supervisions") or () if s.get("text")]
         clips.append(Clip(os.path.expanduser(sources[0]["source"]), float(cut["start"]),
-                          float(cut["duration"]), " ".join(texts) if texts else None))
+                          float(cut["duration"]), cut_text(cut)))
     return clips
+
+
+def check_cut_type(cut, where):
+    """A ValueError naming ``where`` unless ``cut`` is a MonoCut or a MultiCut."""
+    kind = cut.get("type", "MonoCut") if isinstance(cut, dict) else type(cut).__name__
+    if kind not in ("MonoCut", "MultiCut"):
+        raise ValueError(f"{where}: a {kind}: only MonoCut and MultiCut are read for now")
+
+
+def cut_text(cut):
+    """A cut's transcript: its supervisions' texts joined by spaces (None without any)."""
+    texts = [s["text"] for s in cut.get("supervisions") or () if s.get("text")]
+    return " ".join(texts) if texts else None
