@@ -7,14 +7,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 
+#include "audio/flac_frames.h"
 #include "stoker/errors.h"
 
 extern "C" {
@@ -310,6 +313,28 @@ double stream_start(const AVStream* st) {
   return st->start_time != AV_NOPTS_VALUE ? st->start_time * av_q2d(st->time_base) : 0.0;
 }
 
+// A native FLAC stream's frames (flac_frames.h), read through the input's AVIOContext, where its
+// demuxer is FFmpeg's FLAC one; else nullopt (the demuxer's packets are read).
+std::optional<FlacFrames> flac_frames(const Opened& o) {
+  AVFormatContext* fmt = o.format.get();
+  if (o.st->codecpar->codec_id != AV_CODEC_ID_FLAC || fmt->pb == nullptr ||
+      std::strcmp(fmt->iformat->name, "flac") != 0)
+    return std::nullopt;
+  AVIOContext* pb = fmt->pb;
+  const int64_t size = avio_size(pb);
+  if (size <= 0) return std::nullopt;
+  const int64_t demuxer_at = avio_tell(pb);  // where the demuxer reads on, should this not do
+  std::optional<FlacFrames> frames = FlacFrames::open(
+      [pb](int64_t pos, uint8_t* dst, int64_t n) -> int64_t {
+        if (avio_seek(pb, pos, SEEK_SET) < 0) return -1;
+        const int k = avio_read(pb, dst, static_cast<int>(std::min<int64_t>(n, INT_MAX)));
+        return k >= 0 ? k : k == AVERROR_EOF ? 0 : -1;
+      },
+      size);
+  if (!frames) avio_seek(pb, demuxer_at, SEEK_SET);
+  return frames;
+}
+
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -418,7 +443,11 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
     throw DecodeError(path + ": cannot open its " + o.decoder->name + " decoder (" +
                       av_message(err) + ")");
   const double start = stream_start(st);
-  if (offset > 0) {
+  std::optional<FlacFrames> flac = flac_frames(o);
+  bool flac_end = false;  // its seek found no frame: the offset is past its end
+  if (offset > 0 && flac) {
+    flac_end = !flac->seek(static_cast<uint64_t>(std::floor(offset * flac->info().rate)));
+  } else if (offset > 0) {
     const double at =
         std::max(0.0, offset - (needs_preroll(st->codecpar->codec_id) ? kPreroll : 0)) + start;
     const auto ts = static_cast<int64_t>(std::floor(at / av_q2d(st->time_base)));
@@ -426,6 +455,21 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
     if (av_seek_frame(fmt, o.stream, ts, AVSEEK_FLAG_BACKWARD) >= 0)
       avcodec_flush_buffers(codec.get());
   }
+  // The next packet: a FLAC frame stamped with its first sample, else the demuxer's.
+  auto read_packet = [&](AVPacket* p) -> int {
+    if (!flac) return av_read_frame(fmt, p);
+    std::span<const uint8_t> bytes;
+    uint64_t first = 0;
+    if (flac_end || !flac->next(&bytes, &first)) return AVERROR_EOF;
+    if (int err = av_new_packet(p, static_cast<int>(bytes.size())); err < 0) return err;
+    std::memcpy(p->data, bytes.data(), bytes.size());
+    p->pts = p->dts =
+        av_rescale_q(static_cast<int64_t>(first),
+                     AVRational{1, static_cast<int>(flac->info().rate)}, st->time_base) +
+        (st->start_time != AV_NOPTS_VALUE ? st->start_time : 0);
+    p->stream_index = o.stream;
+    return 0;
+  };
 
   Swr swr;
   int channels = 0;
@@ -531,7 +575,7 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
   };
 
   while (!done) {
-    const int err = av_read_frame(fmt, av_packet);
+    const int err = read_packet(av_packet);
     if (err == AVERROR_EOF) break;
     if (err < 0) {
       throw DecodeError(

@@ -59,7 +59,8 @@ def encode(path, x, rate, codec):
         if name == "vorbis":
             s.codec_context.options = {"strict": "experimental"}
         if sample_fmt == "s16":
-            data = np.clip(np.round(x * 32767), -32768, 32767).astype(np.int16).T.reshape(1, -1)
+            # packed: the channels interleaved, [1, T x channels]
+            data = np.clip(np.round(x * 32767), -32768, 32767).astype(np.int16).reshape(1, -1)
         elif sample_fmt == "flt":
             data = x.astype(np.float32).reshape(1, -1)
         else:
@@ -152,6 +153,37 @@ def test_a_flac_opens_by_its_marker_and_cuts_exactly_wherever_it_starts(tmp_path
     assert ds.stats()["decoded_seconds"] == pytest.approx(block / 16000)
     with pytest.raises(OSError, match="is a directory"):  # IoError, as a missing file
         audio.load(tmp_path)
+
+
+def test_flac_frames_found_by_their_headers_whatever_the_rate_channels_and_stated_total(
+        tmp_path):
+    """A native FLAC is fed to the decoder frame by frame from its own headers, and a cut seeks
+    by interpolating over the bytes (src/audio/flac_frames.h): stereo at 44.1 kHz (side-channel
+    coding, a rate code of its own), a STREAMINFO whose total is 0 (unknown: the seek walks the
+    frames), a stream cut short mid-frame (its last whole frames decode, then the error names
+    the time), and a cut past the end; every cut equals the slice of the PCM it was made from."""
+    x = sweep(4.0, 44100, channels=2, noise=0.05, seed=3)
+    want = write_wav(tmp_path / "s.wav", x, 44100)
+    flac = encode(tmp_path / "s.flac", x, 44100, "flac").read_bytes()
+    assert flac[:4] == b"fLaC" and flac[4] & 0x7F == 0  # STREAMINFO first
+    unknown = bytearray(flac)
+    unknown[8 + 13] &= 0xF0  # STREAMINFO's total samples: 0, unknown
+    unknown[8 + 14:8 + 18] = b"\0\0\0\0"
+    for source in (tmp_path / "s.flac", flac, bytes(unknown)):
+        for at in (0, 1, 4095, 4096, 4097, 44100, 3 * 44100 + 17, len(want) - 300):
+            cut = audio.load(source, offset=at / 44100, duration=0.2, sample_rate=44100,
+                             mono=False)
+            np.testing.assert_array_equal(cut, want[at:at + 8820])
+        whole = audio.load(source, sample_rate=44100, mono=False)
+        np.testing.assert_array_equal(whole, want)
+    with pytest.raises(stoker.DecodeError, match=r"<bytes>: offset t=4.500 s is past the end"):
+        audio.load(flac, offset=4.5, duration=0.1, sample_rate=44100)
+    cut_short = flac[:len(flac) * 3 // 4]
+    with pytest.raises(stoker.DecodeError, match=r"<bytes>: corrupt audio near t=2\.\d+ s"):
+        audio.load(cut_short, sample_rate=44100)
+    np.testing.assert_array_equal(  # what comes before the cut is whole
+        audio.load(cut_short, offset=1.0, duration=0.5, sample_rate=44100, mono=False),
+        want[44100:44100 + 22050])
 
 
 @pytest.mark.parametrize("rate, up, down", [(44100, 160, 441), (48000, 1, 3), (8000, 2, 1)])
