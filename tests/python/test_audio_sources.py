@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import tarfile
 import warnings
 
@@ -172,6 +173,42 @@ def hf_table(made, rows=None):
               "path": os.path.basename(made["files"][i])} for i in rows]
     return pa.table({"audio": pa.array(cells, type=audio_type),
                      "text": [made["texts"][i] for i in rows]})
+
+
+def test_remote_tar_shards_with_sidecars_are_made_without_fetching_a_shard(
+        made, s3_server, monkeypatch, tmp_path):
+    """`stoker index` stores each audio member's duration and channels and its key's transcript
+    members in the shard's sidecar (facts.audio): a dataset over the remote shards is made from
+    the sidecars alone (no shard in the cache until the loader reads), equal to the local one."""
+    pytest.importorskip("obstore")
+    from stoker.cli import main
+    from stoker.sources.remote import INDEX_SUFFIX
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(cache))
+    shards = []
+    for p in made["shards"]:
+        shards.append(str(tmp_path / os.path.basename(p)))
+        shutil.copy(p, shards[-1])
+    assert main(["index", *shards]) == 0
+    doc = json.load(open(shards[0] + INDEX_SUFFIX))
+    facts = doc["facts"]["audio"]
+    assert sorted(facts) == [c[0] for c in CLIPS[:3]]
+    assert facts["a"][2].strip() == made["texts"][0] and facts["b"][3] is not None  # .txt, .json
+    s3_server.put("sidecars", {os.path.basename(p): open(p, "rb").read()
+                               for p in shards + [q + INDEX_SUFFIX for q in shards]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RemoteIndexWarning: nothing indexed here
+        remote = stoker.AudioDataset("s3://sidecars/{0..1}.tar")
+    assert not cache.exists() or not [f for f in os.listdir(cache) if f.endswith(".tar")]
+    local = stoker.AudioDataset(made["shards"])
+    assert remote.texts == local.texts
+    np.testing.assert_array_equal(remote._lengths("seconds"), local._lengths("seconds"))
+    kw = dict(batch_size=2, shuffle=True, seed=5, output="numpy")
+    same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
+         batches(stoker.DataLoader(local, **kw)))
+    assert len([f for f in os.listdir(cache) if f.endswith(".tar")]) == 2
 
 
 def test_hf_parquet_and_arrow_samples_are_the_files_decoded(made, tmp_path):

@@ -5,9 +5,11 @@ source (include/stoker/audio/audio_members.h):
   an audio member (the key's first member among ``AUDIO_MEMBERS``), its transcript the key's
   ``.txt`` member (UTF-8, surrounding whitespace stripped), else the value under ``text`` in its
   ``.json`` member. Indexed by the one tar indexer (TarShardSet, through
-  ``_native.remote.index_tar_keys``). A remote shard is fetched once into the node's cache at
-  construction: its members' headers give the durations and its transcripts are read there (a
-  sidecar index holds neither yet).
+  ``_native.remote.index_tar_keys``). Each audio member's header (its duration, channels) and
+  its key's .txt and .json members are what ``describe_shard`` finds, and what ``stoker index``
+  stores in a shard's sidecar (``facts.audio``, sources/tar_index.py): a dataset over remote
+  shards with sidecars is made from them without fetching a shard; a shard without one is
+  fetched once into the node's cache and described there.
 - Hugging Face audio tables (Parquet or Arrow files, or a ``pyarrow.Table``): a column of
   ``{"bytes", "path"}`` structs as ``datasets``' ``Audio()`` writes it (or a binary column), its
   bytes gathered once into one buffer with offsets, handed to C++: no Python per sample once
@@ -31,6 +33,7 @@ import numpy as np
 from .. import _native
 from ..sources import paths as _paths
 from ..sources import remote as _remote_shards
+from ..sources import tar_index as _tar_index
 from . import manifests
 from .files import audio_module
 from .manifests import Clip, as_text
@@ -92,20 +95,54 @@ def _probe(native, names, sample_rate):
     return [d if d > 0 else longest for d in durations], unreadable, channels or 1
 
 
-def _transcript(f, members, key, name):
-    """The key's transcript: its .txt member, else ``key`` of its .json object; None without."""
-    by_ext = {}
-    for ext, _, offset, size in members:
-        by_ext.setdefault(ext, (offset, size))
-    if "txt" in by_ext:
-        offset, size = by_ext["txt"]
-        f.seek(offset)
-        return as_text(f.read(size)).strip()
-    if "json" in by_ext:
-        offset, size = by_ext["json"]
-        f.seek(offset)
+def _audio_member(members):
+    """A key's audio member (its first among AUDIO_MEMBERS), or None."""
+    return next((m for m in members if m[0] in AUDIO_MEMBERS), None)
+
+
+def describe_shard(path, keys):
+    """The audio facts of the local tar shard at ``path`` with ``keys`` (its sidecar's
+    ``facts.audio``, sources/tar_index.py): for each key with an audio member, ``[duration
+    (0: its header cannot be read), channels, its .txt member's text or None, its .json
+    member's text or None]``. None where no key has an audio member or this build has no audio
+    module."""
+    found = [(k, m, _audio_member(m)) for k, m in keys]
+    found = [(k, m, a) for k, m, a in found if a is not None]
+    if not found:
+        return None
+    try:
+        module = audio_module()
+    except ImportError:
+        return None
+    members = module.tar_members([path], [(0, a[2], a[3]) for _, _, a in found])
+    infos = members.probe([f"{path}:{k}" for k, _, _ in found],
+                          min(_PROBE_THREADS, os.cpu_count() or 1))
+    facts = {}
+    with open(path, "rb") as f:
+        def text_of(ms, ext):
+            m = next((m for m in ms if m[0] == ext), None)
+            if m is None:
+                return None
+            f.seek(m[2])
+            return as_text(f.read(m[3]))
+
+        for (k, ms, _), info in zip(found, infos):
+            ok = isinstance(info, dict) and info["duration"] > 0
+            facts[k] = [info["duration"] if ok else 0.0, info["channels"] if ok else 0,
+                        text_of(ms, "txt"), text_of(ms, "json")]
+    return facts
+
+
+_tar_index.register_facts("audio", describe_shard)
+
+
+def _transcript(txt, js, key, name):
+    """A key's transcript: its .txt member, else ``key`` of its .json object; None without."""
+    if txt is not None:
+        return txt.strip()
+    if js is not None:
         try:
-            doc = json.loads(f.read(size))
+            doc = json.loads(js)
         except ValueError as e:
             raise ValueError(f"{name}: its .json member does not parse ({e})") from None
         value = doc.get(key) if isinstance(doc, dict) else None
@@ -125,34 +162,47 @@ def tar_members(source, text, missing, sample_rate, storage_options=None, cache_
         names = _remote_shards.expand_shards(source, storage_options)
         remote = _remote_shards.RemoteShards(names, storage_options=storage_options,
                                              cache_dir=cache_dir, cache_budget=cache_budget)
-        local = remote._map(remote.fetch, range(len(names)))
+        shard_keys, facts = [], []
+        for s, doc in enumerate(_tar_index.remote_tar_documents(remote)):
+            shard_keys.append(_tar_index.document_keys(doc))
+            known = doc.get("facts", {}).get("audio")
+            # A sidecar written without the audio facts (before them, or without the audio
+            # module): the shard is fetched and described here.
+            facts.append(known if known is not None or not any(
+                _audio_member(m) for _, m in shard_keys[-1]) else
+                describe_shard(remote.fetch(s), shard_keys[-1]))
     else:
-        names = local = _paths.expand(source, "tar shard", (".tar",))
+        names = _paths.expand(source, "tar shard", (".tar",))
+        shard_keys = [_native.remote.index_tar_keys(p) for p in names]
+        facts = [describe_shard(p, k) for p, k in zip(names, shard_keys)]
     key = text if isinstance(text, str) else "text"
-    refs, clip_names, texts, skipped = [], [], [], []
-    for s, path in enumerate(local):
-        keys = _native.remote.index_tar_keys(path)
-        with open(path, "rb") as f:
-            for k, members in keys:
-                name = f"{names[s]}:{k}"
-                audio = next((m for m in members if m[0] in AUDIO_MEMBERS), None)
-                if audio is None:
-                    if missing == "error":
-                        raise ValueError(
-                            f"{name}: no audio member ({', '.join('.' + e for e in AUDIO_MEMBERS)}"
-                            f"); missing=\"skip\" leaves such keys out")
-                    skipped.append(f"{name}: no audio member")
-                    continue
-                refs.append((s, audio[2], audio[3]))
-                clip_names.append(name)
-                texts.append(None if text is False else _transcript(f, members, key, name))
-    local_members = module.tar_members(list(local), refs)
-    durations, unreadable, channels = _probe(local_members, clip_names, sample_rate)
-    native = local_members if remote is None else module.remote_tar_members(remote.native, refs)
-    clips = [Clip(n, 0.0, d, t, i)
-             for i, (n, d, t) in enumerate(zip(clip_names, durations, texts))]
+    refs, clips, unreadable, skipped, channels = [], [], [], [], None
+    for s, keys in enumerate(shard_keys):
+        for k, members in keys:
+            name = f"{names[s]}:{k}"
+            audio = _audio_member(members)
+            if audio is None:
+                if missing == "error":
+                    raise ValueError(
+                        f"{name}: no audio member ({', '.join('.' + e for e in AUDIO_MEMBERS)}"
+                        f"); missing=\"skip\" leaves such keys out")
+                skipped.append(f"{name}: no audio member")
+                continue
+            duration, ch, txt, js = facts[s][k]
+            if not duration > 0:
+                unreadable.append(name)
+            elif channels is None:
+                channels = ch
+            clips.append(Clip(name, 0.0, duration,
+                              None if text is False else _transcript(txt, js, key, name),
+                              len(refs)))
+            refs.append((s, audio[2], audio[3]))
+    longest = max((c.duration for c in clips), default=0.0) or 1.0 / sample_rate
+    clips = [c if c.duration > 0 else dataclasses.replace(c, duration=longest) for c in clips]
+    native = module.tar_members(list(names), refs) if remote is None else \
+        module.remote_tar_members(remote.native, refs)
     block_shards = None if remote is None else [[s] for s in range(len(names))]
-    return Members(clips, unreadable, native, skipped, channels, remote, block_shards)
+    return Members(clips, unreadable, native, skipped, channels or 1, remote, block_shards)
 
 
 def _read_tables(source):
