@@ -50,7 +50,8 @@ wheel: $(DEPS)
 
 # Every wheel this machine can build honestly, into dist/ (replacing what is there): cp310-cp310,
 # cp311-cp311 and one cp312-abi3 for every CPython from 3.12 on, each manylinux_2_28 (zig's clang
-# for glibc 2.28, libjpeg-turbo and libpng built from Debian's sources the same way). A CPython
+# for glibc 2.28, libjpeg-turbo and libpng built from Debian's sources the same way, and an LGPL
+# FFmpeg with dav1d and libsoxr for the video and audio modules). A CPython
 # not found on this machine is named and its wheel skipped. scripts/wheel-deps.sh installs what
 # it needs (nasm, a deb-src entry); zig comes from PyPI into build/wheels/venv-tools. Not part of
 # `make test` (a full compile per wheel); docs/install.md says what it covers.

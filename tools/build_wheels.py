@@ -596,7 +596,8 @@ def test(args):
             failed += bool(problems)
             result = "passed" if not problems else "FAILED"
             rows.append((wheel.name, interp.full, result, tables,
-                         ", ".join(facts.get("from_system", [])), time.time() - t))
+                         ", ".join(facts.get("from_system", [])), facts.get("audio", "-"),
+                         time.time() - t))
             for line in problems:
                 log(f"{wheel.name} on Python {interp.full}: {line}")
     log(f"clean rooms, {time.time() - t0:.0f} s:")
@@ -604,9 +605,9 @@ def test(args):
         if len(row) == 4:
             log(f"  {row[0]}: {row[2]}")
             continue
-        name, version, result, tables, system, seconds = row
+        name, version, result, tables, system, audio, seconds = row
         log(f"  {name} on Python {version}: {result}; [tables]: {tables} ({seconds:.0f} s); "
-            f"from the system: {system}")
+            f"from the system: {system}; audio: {audio}")
     for v, why in missing.items():
         log(f"  CPython {v[0]}.{v[1]}: {why}")
     return 1 if failed else 0

@@ -273,9 +273,10 @@ def make_audio(where):
 
 def audio_problems(seen, data, libs):
     """What is wrong with the room's audio (not soxr, samples unlike those written or unlike
-    scipy's resampling of them, libsoxr or libswresample not the wheel's own), in words."""
+    scipy's resampling of them, libsoxr or libswresample not the wheel's own), in words, and a
+    line for the report (the resampler, the largest difference from scipy's)."""
     from scipy.signal import resample_poly
-    problems = []
+    problems, worst = [], 0.0
     audio = seen["audio"]
     if audio["resampler"] != "soxr":
         problems.append(f"the resampler is {audio['resampler']!r}, not soxr")
@@ -306,6 +307,7 @@ def audio_problems(seen, data, libs):
         if err is None or err > 2e-3:
             problems.append(f"{name}: at 16 kHz {len(got)} samples (want {len(want)}), "
                             f"{err} from scipy's resample_poly (want <= 2e-3)")
+        worst = max(worst, err or 0.0)
     # Each sample's length is its header's duration (AudioDataset pads a short decode to it)
     lens = [round(info["duration"] * 16000) for info in audio["probe"]]
     if audio["batch"] != [[len(lens), max(lens)], lens]:
@@ -318,7 +320,9 @@ def audio_problems(seen, data, libs):
     soxr = [p for p in mapped if "soxr" in os.path.basename(p)]
     if soxr:
         problems.append(f"a libsoxr was loaded (the wheel's libswresample links it in): {soxr}")
-    return problems
+    names = ", ".join(os.path.basename(p) for p in audio["paths"])
+    return problems, (f"{names} decoded; resampler {audio['resampler']}, 16 kHz within "
+                      f"{worst:.1e} of scipy's resample_poly")
 
 
 def video_problems(seen, data, libs):
@@ -364,6 +368,7 @@ def room(wheel, python, tmp):
     tmp = Path(tmp)
     name = os.path.basename(wheel)
     problems = []
+    audio_report = "no audio module"
     with zipfile.ZipFile(wheel) as z:
         has_video = any(n.startswith("stoker/_video") for n in z.namelist())
         has_audio = any(n.startswith("stoker/_audio") for n in z.namelist())
@@ -456,7 +461,8 @@ def room(wheel, python, tmp):
     if has_audio and seen["audio"] is None:
         problems.append("the wheel has stoker._audio, but the room cannot find it")
     elif has_audio:
-        problems += audio_problems(seen, data, libs)
+        found, audio_report = audio_problems(seen, data, libs)
+        problems += found
 
     # The console script, and the build report users paste into bug reports.
     cli = subprocess.run([str(venv / "bin" / "stoker"), "--help"], env=env, cwd=tmp,
@@ -469,7 +475,7 @@ def room(wheel, python, tmp):
         problems.append(f"python -m stoker.info: {info.stderr[-1000:]}")
     facts = {"python": subprocess.run([py, "-c", "import sys; print(sys.version.split()[0])"],
                                       capture_output=True, text=True, env=env).stdout.strip(),
-             "from_system": sorted(from_system), "info": info.stdout}
+             "from_system": sorted(from_system), "info": info.stdout, "audio": audio_report}
     return problems, facts
 
 
@@ -516,6 +522,7 @@ def main():
         print("FAIL", line)
     if facts:
         print(f"Python {facts['python']}: from the system {', '.join(facts['from_system'])}")
+        print(f"audio: {facts['audio']}")
     print("clean room:", "passed" if not problems else f"{len(problems)} problems")
     return 1 if problems else 0
 
