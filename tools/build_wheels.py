@@ -11,9 +11,10 @@ built in a virtual environment of its own interpreter (build/wheels/venv-3.X, th
 requirements at requirements.txt's pins), and compiled by zig's clang for glibc 2.28 with GCC's
 libstdc++ (tools/zig_cc.sh), against libjpeg-turbo and libpng built the same way from Debian's
 sources (scripts/wheel-deps.sh), and against an LGPL, decode-only FFmpeg with dav1d (the video
-module) and libswresample with libsoxr linked in (the audio module), built the same way; auditwheel
-then bundles those libraries and tags the wheel manylinux_2_28 (tools/repair_wheel.sh). --toolchain gcc builds as `make wheel` does instead (this
-machine's GCC and glibc: manylinux_2_34), for the comparison of bench/bench_wheels.py.
+module) and libswresample with libsoxr linked in (the audio module), built the same way;
+auditwheel then bundles those libraries and tags the wheel manylinux_2_28 (tools/repair_wheel.sh).
+--toolchain gcc builds as `make wheel` does instead (this machine's GCC and glibc:
+manylinux_2_34), for the comparison of bench/bench_wheels.py.
 
     python tools/build_wheels.py [--out dist] [--toolchain zig|gcc] [--only cp311,abi3] [--jobs N]
     python tools/build_wheels.py --test [--out dist]
