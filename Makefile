@@ -38,7 +38,8 @@ demo: install
 # tools/repair_wheel.sh (auditwheel) bundles libjpeg and libpng and tags it manylinux. Without the
 # video module: it would link (and the repair bundle) this system's GPL build of FFmpeg. Without
 # the text module (stoker.Tokenizer) too: the wheels do not bundle PCRE2, utf8proc, simdjson yet.
-# Nor the audio module (stoker.AudioDataset), which links FFmpeg's libswresample too.
+# Nor the audio module (stoker.AudioDataset), for the video module's reason (`make wheels` builds
+# an LGPL FFmpeg, libswresample with soxr, and bundles it for both).
 # docs/install.md says what it holds and how to go lower.
 wheel: $(DEPS)
 	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
