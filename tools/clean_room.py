@@ -35,8 +35,31 @@ from pathlib import Path
 
 import numpy as np
 
+# The room's audio, where the wheel has the audio module (make wheels): each file of
+# DATA/audio at its own rate and at 16 kHz (saved for the comparison outside the room), and all
+# of them as one AudioDataset batch. Part of ROOM; tests/python/test_wheel.py runs it in-process
+# against the checkout's build to hold audio_problems to what it must find.
+AUDIO_ROOM = textwrap.dedent("""
+    def audio_seen(data):
+        import glob, os
+        import numpy as np
+        import stoker
+        from stoker import audio as A
+        paths = sorted(glob.glob(os.path.join(data, "audio", "*")))
+        audio = {"paths": paths, "resampler": A.resampler(),
+                 "probe": [A.probe(p) for p in paths]}
+        for i, (p, info) in enumerate(zip(paths, audio["probe"])):
+            np.save(os.path.join(data, f"audio{i}.npy"), A.load(p, sample_rate=16000))
+            np.save(os.path.join(data, f"audio{i}.own.npy"),
+                    A.load(p, sample_rate=info["sample_rate"]))
+        batch = next(iter(stoker.DataLoader(stoker.AudioDataset(paths, sample_rate=16000),
+                                            batch_size=len(paths), output="numpy")))
+        audio["batch"] = [list(batch["audio"].shape), batch["audio_lens"].tolist()]
+        return audio
+""")
+
 # Runs inside the clean environment; prints one JSON line of what it saw.
-ROOM = textwrap.dedent("""
+ROOM = AUDIO_ROOM + textwrap.dedent("""
     import glob, json, os, subprocess, sys
     import numpy as np
     import stoker
@@ -92,21 +115,7 @@ ROOM = textwrap.dedent("""
             np.save(os.path.join(data, f"clip{i}.npy"), clip)
             video["stamps"].append(stamps.tolist())
 
-    # The audio module, where the wheel has one (make wheels): each file at its own rate and at
-    # 16 kHz, and the three as one AudioDataset batch.
-    audio = None
-    if importlib.util.find_spec("stoker._audio") is not None:
-        from stoker import audio as A
-        paths = sorted(glob.glob(os.path.join(data, "audio", "*")))
-        audio = {"paths": paths, "resampler": A.resampler(), "ffmpeg": A.ffmpeg_versions(),
-                 "probe": [A.probe(p) for p in paths]}
-        for i, (p, info) in enumerate(zip(paths, audio["probe"])):
-            np.save(os.path.join(data, f"audio{i}.npy"), A.load(p, sample_rate=16000))
-            np.save(os.path.join(data, f"audio{i}.own.npy"),
-                    A.load(p, sample_rate=info["sample_rate"]))
-        batch = next(iter(stoker.DataLoader(stoker.AudioDataset(paths, sample_rate=16000),
-                                            batch_size=len(paths), output="numpy")))
-        audio["batch"] = [list(batch["audio"].shape), batch["audio_lens"].tolist()]
+    audio = audio_seen(data) if importlib.util.find_spec("stoker._audio") is not None else None
 
     ldd = {}
     for so in glob.glob(os.path.join(site, "stoker*", "**", "*.so*"), recursive=True):
