@@ -38,7 +38,8 @@ demo: install
 # tools/repair_wheel.sh (auditwheel) bundles libjpeg and libpng and tags it manylinux. Without the
 # video module: it would link (and the repair bundle) this system's GPL build of FFmpeg. Without
 # the text module (stoker.Tokenizer) too: the wheels do not bundle PCRE2, utf8proc, simdjson yet.
-# Nor the audio module (stoker.AudioDataset), which links FFmpeg's libswresample too.
+# Nor the audio module (stoker.AudioDataset), for the video module's reason (`make wheels` builds
+# an LGPL FFmpeg, libswresample with soxr, and bundles it for both).
 # docs/install.md says what it holds and how to go lower.
 wheel: $(DEPS)
 	rm -rf build/wheel && mkdir -p dist && rm -f dist/stoker-*.whl
@@ -50,7 +51,8 @@ wheel: $(DEPS)
 
 # Every wheel this machine can build honestly, into dist/ (replacing what is there): cp310-cp310,
 # cp311-cp311 and one cp312-abi3 for every CPython from 3.12 on, each manylinux_2_28 (zig's clang
-# for glibc 2.28, libjpeg-turbo and libpng built from Debian's sources the same way). A CPython
+# for glibc 2.28, libjpeg-turbo and libpng built from Debian's sources the same way, and an LGPL
+# FFmpeg with dav1d and libsoxr for the video and audio modules). A CPython
 # not found on this machine is named and its wheel skipped. scripts/wheel-deps.sh installs what
 # it needs (nasm, a deb-src entry); zig comes from PyPI into build/wheels/venv-tools. Not part of
 # `make test` (a full compile per wheel); docs/install.md says what it covers.

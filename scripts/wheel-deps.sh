@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make wheels`' system side (docs/install.md, "Every wheel"): what tools/build_wheels.py needs
 # beyond scripts/system-deps.sh, installed if missing, and the Debian sources of the libraries the
-# wheels bundle (the two image libraries; FFmpeg and dav1d for the video module), unpacked into
-# DIR.
+# wheels bundle (the two image libraries; FFmpeg and dav1d for the video module, FFmpeg and libsoxr
+# for the audio module), unpacked into DIR.
 #
 #   nasm      libjpeg-turbo's, FFmpeg's and dav1d's SIMD kernels are NASM sources
 #   meson     dav1d's build (with ninja, from .venv)
@@ -10,11 +10,12 @@
 #   deb-src   a source entry beside each Debian entry apt already uses (same mirror, suites,
 #             components), in /etc/apt/sources.list.d/stoker-deb-src.sources, where none exists
 #
-# The sources are Debian's own (libjpeg-turbo 2.1.5, libpng 1.6.39, FFmpeg 5.1, dav1d 1.0.0 on
-# Debian 12, with Debian's patches): for the image libraries, the same code as `make wheel`
-# bundles, compiled for glibc 2.28 instead; FFmpeg configured LGPL and decode-only.
-# Usage: scripts/wheel-deps.sh DIR   (prints the four source directories, one a line:
-#        libjpeg-turbo, libpng, ffmpeg, dav1d)
+# The sources are Debian's own (libjpeg-turbo 2.1.5, libpng 1.6.39, FFmpeg 5.1, dav1d 1.0.0,
+# libsoxr 0.1.3 on Debian 12, with Debian's patches): for the image libraries, the same code as
+# `make wheel` bundles, compiled for glibc 2.28 instead; FFmpeg configured LGPL and decode-only,
+# its libswresample with libsoxr (LGPL-2.1) linked in statically.
+# Usage: scripts/wheel-deps.sh DIR   (prints the five source directories, one a line:
+#        libjpeg-turbo, libpng, ffmpeg, dav1d, libsoxr)
 set -euo pipefail
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
 sudo_cmd=""
@@ -68,7 +69,7 @@ fi
 # The sources, once: `apt-get source` downloads the .dsc, the upstream tarball and Debian's
 # changes, checks them against the signed index, and unpacks them with Debian's patches applied.
 cd "$dir"
-for pkg in libjpeg-turbo libpng1.6 ffmpeg dav1d; do
+for pkg in libjpeg-turbo libpng1.6 ffmpeg dav1d libsoxr; do
   if ! ls -d "$dir/$pkg"-*/ >/dev/null 2>&1; then
     # The newest version whose files the mirror serves: the security suite's index can name a
     # version whose sources its mirror does not carry (seen here: libpng's +deb12u6, 404).

