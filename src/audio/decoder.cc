@@ -214,11 +214,15 @@ void find_audio(Opened& o, const std::string& name) {
 }
 
 // The demuxer for input that begins with `head`, where its first bytes say it beyond doubt, so
-// that opening it skips probing every demuxer (a tenth of a short slice's time): a FLAC stream's
-// "fLaC" marker, which is what probing finds there too (FLAC with ID3 tags before it is probed).
-// Else null: probed as before.
+// that opening it skips probing every demuxer (a tenth of a short slice's time, and most of a
+// short WAV's): a FLAC stream's "fLaC" marker, a WAV's "RIFF" + "WAVE", an Ogg page's "OggS",
+// which is what probing finds there too (FLAC with ID3 tags before it is probed). Else null:
+// probed as before.
 const AVInputFormat* known_format(const unsigned char* head, size_t n) {
   if (n >= 4 && std::memcmp(head, "fLaC", 4) == 0) return av_find_input_format("flac");
+  if (n >= 12 && std::memcmp(head, "RIFF", 4) == 0 && std::memcmp(head + 8, "WAVE", 4) == 0)
+    return av_find_input_format("wav");
+  if (n >= 4 && std::memcmp(head, "OggS", 4) == 0) return av_find_input_format("ogg");
   return nullptr;
 }
 
@@ -244,7 +248,7 @@ uint64_t file_head(const std::string& path, unsigned char* head, size_t n, size_
 
 Opened open_file(const std::string& path) {
   set_log_level();
-  unsigned char head[4];
+  unsigned char head[12];
   size_t got = 0;
   if (file_head(path, head, sizeof head, &got) == 0)
     throw DecodeError(path + ": is empty (0 bytes)");
@@ -444,6 +448,11 @@ int AudioDecoder::Impl::decode(Opened& o, const std::string& path, double offset
                       av_message(err) + ")");
   const double start = stream_start(st);
   std::optional<FlacFrames> flac = flac_frames(o);
+  // FFmpeg's WAV demuxer asks for a PCM stream's packets to be probed again (for MP3 or S/PDIF
+  // data mislabelled as PCM), up to the context's probesize (5 MB): every demuxer's probe over
+  // ever larger buffers, most of a short WAV's decode. The header has been read and the stream
+  // is known: its first packet is probed alone.
+  fmt->probesize = 32;
   bool flac_end = false;  // its seek found no frame: the offset is past its end
   if (offset > 0 && flac) {
     flac_end = !flac->seek(static_cast<uint64_t>(std::floor(offset * flac->info().rate)));
