@@ -24,6 +24,7 @@ from stoker import audio  # noqa: E402
 from test_audio import encode, sweep, write_wav  # noqa: E402
 
 # (key, codec, seconds, rate, transcript as .txt, .json or none)
+CODEC_SUFFIXES = (".flac", ".wav", ".mp3", ".opus")
 CLIPS = [("a", "flac", 0.50, 16000, "txt"), ("b", "wav", 0.30, 16000, "json"),
          ("c", "mp3", 0.60, 22050, "txt"), ("d", "opus", 0.40, 48000, "json"),
          ("e", "flac", 0.70, 16000, None), ("f", "wav", 0.45, 8000, "txt")]
@@ -209,6 +210,51 @@ def test_remote_tar_shards_with_sidecars_are_made_without_fetching_a_shard(
     same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
          batches(stoker.DataLoader(local, **kw)))
     assert len([f for f in os.listdir(cache) if f.endswith(".tar")]) == 2
+
+
+def test_remote_files_from_urls_and_manifests_equal_the_local_files(
+        made, s3_server, monkeypatch, tmp_path):
+    """Audio files on S3: a NeMo manifest whose paths are URLs (local, or on S3 with paths
+    relative to it) makes the dataset from its durations without fetching a file; URLs without
+    durations are fetched once and their headers read (a RemoteIndexWarning). Samples, texts and
+    durations equal the local files', whatever the workers."""
+    pytest.importorskip("obstore")
+    from stoker.sources.remote import RemoteIndexWarning
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    names = [os.path.basename(p) for p in made["files"]]
+    s3_server.put("files", {f"audio/{n}": open(p, "rb").read()
+                            for n, p in zip(names, made["files"])})
+    local = stoker.AudioDataset(made["files"], text=made["texts"])
+    durations = local._lengths("seconds")
+    rows = [{"audio_filepath": f"audio/{n}", "duration": float(d), "text": t}
+            for n, d, t in zip(names, durations, made["texts"])]
+    s3_server.put("files", {"train.jsonl": "\n".join(json.dumps(r) for r in rows).encode()})
+    absolute = tmp_path / "absolute.jsonl"
+    absolute.write_text("\n".join(json.dumps(dict(r, audio_filepath="s3://files/" +
+                                                   r["audio_filepath"])) for r in rows))
+    for n, source in enumerate(("s3://files/train.jsonl", str(absolute))):
+        cache = tmp_path / f"cache{n}"
+        monkeypatch.setenv("STOKER_CACHE_DIR", str(cache))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing fetched: no RemoteIndexWarning
+            ds = stoker.AudioDataset(source)
+        assert not cache.exists() or not [f for f in os.listdir(cache)
+                                           if f.endswith(tuple(CODEC_SUFFIXES))]
+        assert [ds.path(i) for i in range(len(ds))] == [f"s3://files/audio/{n}" for n in names]
+        assert ds.texts == local.texts
+        np.testing.assert_array_equal(ds._lengths("seconds"), durations)
+        kw = dict(batch_size=2, shuffle=True, seed=6, output="numpy")
+        same(batches(stoker.DataLoader(ds, num_workers=2, **kw)),
+             batches(stoker.DataLoader(local, **kw)))
+    with pytest.warns(RemoteIndexWarning, match="6 of 6 remote audio files have no duration"):
+        urls = stoker.AudioDataset([f"s3://files/audio/{n}" for n in names], text=made["texts"])
+    np.testing.assert_array_equal(urls._lengths("seconds"), durations)
+    for i in range(len(urls)):
+        np.testing.assert_array_equal(urls[i]["audio"], local[i]["audio"])
+    with pytest.warns(RemoteIndexWarning):  # made again from its spec (the files cached now)
+        assert pickle.loads(pickle.dumps(urls))._identity() == urls._identity()
 
 
 def test_hf_parquet_and_arrow_samples_are_the_files_decoded(made, tmp_path):

@@ -17,8 +17,9 @@ import numpy as np
 from ..errors import DecodeError
 from ..sources.base import StokerDataset, figure
 from ..sources.samples import read_sample
+from ..sources import remote as _remote_shards
 from ..sources._checks import check_index
-from . import manifests, shar, shards
+from . import manifests, remote_files, shar, shards
 from .features import Fbank, LogMel, SpecAugment
 from .files import audio_module
 
@@ -128,13 +129,19 @@ class AudioDataset(StokerDataset):
         self._members, self.skipped, self._member_channels = None, None, 1
         inside = self._inside_clips(source, text, audio, missing, storage_options, cache_dir,
                                     cache_budget)
+        if inside is None:
+            clips, unreadable = self._clips(source, text, storage_options)
+            if any(manifests.is_url(c.path) for c in clips):  # files on object storage
+                inside = remote_files.remote_members(clips, sample_rate, storage_options,
+                                                     cache_dir, cache_budget)
+                inside.unreadable += unreadable
+            else:
+                self.clips, self.unreadable = clips, unreadable
         if inside is not None:
             self.clips, self.unreadable = inside.clips, inside.unreadable
             self._members, self.skipped = inside.native, inside.skipped
             self._member_channels = inside.channels
             self._remote, self._block_shards = inside.remote, inside.block_shards
-        else:
-            self.clips, self.unreadable = self._clips(source, text)
         if not self.clips:
             raise ValueError(f"no audio in {source!r}")
         self.texts = [c.text for c in self.clips] if any(
@@ -158,32 +165,40 @@ class AudioDataset(StokerDataset):
             self._members)
         self._key = "audio" if features is None else "features"
 
-    def _clips(self, source, text):
-        if isinstance(source, (str, os.PathLike)):
-            path = os.path.expanduser(os.fspath(source))
-            if os.path.isfile(path) and manifests.is_manifest(path):
-                if isinstance(text, (list, tuple)):
-                    raise ValueError("text= as a list is for files; a manifest has its own")
-                if manifests.is_cutset(path):
-                    return manifests.lhotse_clips(path), []
-                key = text if isinstance(text, str) else "text"
-                return manifests.nemo_clips(path, key), []
-            if os.path.isdir(path):
-                paths = manifests.folder_files(path)
-            elif os.path.isfile(path):
-                paths = [path]
-            else:
-                paths = sorted(glob.glob(path, recursive=True))
-                if not paths:
-                    raise FileNotFoundError(f"no audio file at {path}")
+    def _clips(self, source, text, storage_options):
+        if isinstance(source, str) and manifests.is_url(source) and manifests.is_manifest(source):
+            if isinstance(text, (list, tuple)):
+                raise ValueError("text= as a list is for files; a manifest has its own")
+            return remote_files.read_manifest(source, text, storage_options), []
+        if _remote_shards.is_remote(source):  # URLs of files, or patterns of them
+            clips, unreadable = remote_files.url_clips(source, storage_options), []
         else:
-            paths = [os.path.expanduser(os.fspath(p)) for p in source]
-        clips, unreadable = manifests.file_clips(paths, self.sample_rate)
+            if isinstance(source, (str, os.PathLike)):
+                path = os.path.expanduser(os.fspath(source))
+                if os.path.isfile(path) and manifests.is_manifest(path):
+                    if isinstance(text, (list, tuple)):
+                        raise ValueError("text= as a list is for files; a manifest has its own")
+                    if manifests.is_cutset(path):
+                        return manifests.lhotse_clips(path), []
+                    key = text if isinstance(text, str) else "text"
+                    return manifests.nemo_clips(path, key), []
+                if os.path.isdir(path):
+                    paths = manifests.folder_files(path)
+                elif os.path.isfile(path):
+                    paths = [path]
+                else:
+                    paths = sorted(glob.glob(path, recursive=True))
+                    if not paths:
+                        raise FileNotFoundError(f"no audio file at {path}")
+            else:
+                paths = [os.path.expanduser(os.fspath(p)) for p in source]
+            clips, unreadable = manifests.file_clips(paths, self.sample_rate)
         if isinstance(text, (list, tuple)):
             if len(text) != len(clips):
                 raise ValueError(f"text= has {len(text)} transcripts for {len(clips)} files")
-            clips = [manifests.Clip(c.path, c.offset, c.duration, manifests.as_text(t))
-                     for c, t in zip(clips, text)]
+            clips = [manifests.Clip(c.path, c.offset, c.duration,
+                                    None if t is None else manifests.as_text(t))
+                     for c, t in zip(clips, text)]  # None: a file without a transcript
         elif isinstance(text, str):
             raise ValueError("text= as a key names a NeMo manifest's field; for files pass a "
                              "list of transcripts")
@@ -212,6 +227,10 @@ class AudioDataset(StokerDataset):
 
     def _channels(self):
         if self._members is not None:
+            if self._member_channels is None:  # remote files, none fetched: the first one's
+                first = next(c.path for c in self.clips if c.member == 0)
+                info = self._members.probe([first], 1)[0]
+                return info["channels"] if isinstance(info, dict) else 1
             return self._member_channels
         return manifests.first_channels(self.clips, self.unreadable)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import os
 
@@ -51,8 +52,14 @@ def as_text(t):
     return t.decode("utf-8", "surrogateescape") if isinstance(t, (bytes, bytearray)) else str(t)
 
 
-def _json_lines(path):
-    with _open_text(path) as f:
+def _json_lines(path, data=None):
+    """(line number, object) of a JSON-lines file, or of its ``data`` (bytes read from a URL)."""
+    if data is not None:
+        raw = gzip.decompress(data) if path.endswith(".gz") else data
+        f = io.StringIO(raw.decode("utf-8", errors="surrogateescape"))
+    else:
+        f = _open_text(path)
+    with f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
@@ -66,9 +73,9 @@ def is_manifest(path):
     return p.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
 
 
-def is_cutset(path):
+def is_cutset(path, data=None):
     """A Lhotse CutSet rather than a NeMo manifest: its first line is a cut."""
-    for _, row in _json_lines(path):
+    for _, row in _json_lines(path, data):
         return isinstance(row, dict) and "recording" in row and "start" in row
     return False
 
@@ -111,19 +118,40 @@ def folder_files(root):
     return out
 
 
-def nemo_clips(path, text_key):
-    """The clips of a NeMo manifest; its durations are trusted (a clip that decodes shorter fails
-    when read, by AudioDataset's duration_tolerance)."""
-    base = os.path.dirname(os.path.abspath(path))
+def is_url(path):
+    """Whether ``path`` is a URL of the remote layer (s3://, gs://, az://, http(s)://, hf://)."""
+    from .. import remote
+    return isinstance(path, str) and remote.is_url(path)
+
+
+def resolve(audio, manifest):
+    """An audio path of a NeMo manifest at ``manifest`` (a path or URL): a URL or an absolute
+    path as it is, a relative one from the manifest's directory."""
+    if is_url(audio) or audio.startswith("/"):
+        return audio
+    if is_url(manifest):
+        return manifest.rsplit("/", 1)[0] + "/" + audio
+    audio = os.path.expanduser(audio)
+    return audio if os.path.isabs(audio) else \
+        os.path.join(os.path.dirname(os.path.abspath(manifest)), audio)
+
+
+def nemo_clips(path, text_key, data=None):
+    """The clips of a NeMo manifest (or of its ``data``, read from a URL); its durations are
+    trusted (a clip that decodes shorter fails when read, by AudioDataset's duration_tolerance).
+    A row without one: its file's header, where the file is local (a remote file's is read when
+    the dataset fetches it: its duration is 0 here)."""
     module = None
     clips = []
-    for n, row in _json_lines(path):
+    for n, row in _json_lines(path, data):
         if "audio_filepath" not in row:
             raise ValueError(f"{path}:{n}: a NeMo manifest line needs audio_filepath")
-        audio = os.path.expanduser(row["audio_filepath"])
-        if not os.path.isabs(audio):
-            audio = os.path.join(base, audio)
+        audio = resolve(row["audio_filepath"], path)
         duration = row.get("duration")
+        if duration is None and is_url(audio):
+            clips.append(Clip(audio, float(row.get("offset") or 0.0), 0.0,
+                              None if row.get(text_key) is None else as_text(row[text_key])))
+            continue
         if duration is None:  # not in the manifest: the header's
             module = module or audio_module()
             duration = module.probe(audio)["duration"]
@@ -136,10 +164,10 @@ def nemo_clips(path, text_key):
     return clips
 
 
-def lhotse_clips(path):
-    """The cuts of a Lhotse CutSet manifest."""
+def lhotse_clips(path, data=None):
+    """The cuts of a Lhotse CutSet manifest (or of its ``data``, read from a URL)."""
     clips = []
-    for n, cut in _json_lines(path):
+    for n, cut in _json_lines(path, data):
         where = f"{path}:{n} (cut {cut.get('id')!r})"
         check_cut_type(cut, where)
         rec = cut.get("recording")
@@ -156,8 +184,9 @@ def lhotse_clips(path):
             raise ValueError(f"{where}: a MonoCut of channel {cut.get('channel')} of a "
                              f"{len(channels)}-channel recording; one channel of several is not "
                              f"read yet")
-        clips.append(Clip(os.path.expanduser(sources[0]["source"]), float(cut["start"]),
-                          float(cut["duration"]), cut_text(cut)))
+        source = sources[0]["source"]  # as Lhotse opens it: a URL, else from the current dir
+        clips.append(Clip(source if is_url(source) else os.path.expanduser(source),
+                          float(cut["start"]), float(cut["duration"]), cut_text(cut)))
     return clips
 
 
