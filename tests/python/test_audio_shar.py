@@ -239,6 +239,13 @@ def test_remote_shar_equals_the_local_one(made, s3_server, monkeypatch, tmp_path
     kw = dict(batch_size=2, shuffle=True, seed=4, output="numpy")
     same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
          batches(stoker.DataLoader(local, **kw)))
+    for directory in ("s3://shar", "s3://shar/"):  # listed, as a local directory is
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            listed = stoker.AudioDataset(directory)
+        assert [listed.path(i) for i in range(len(listed))] == \
+            [remote.path(i) for i in range(len(remote))]
+        same(batches(stoker.DataLoader(listed, **kw)), batches(stoker.DataLoader(local, **kw)))
 
 
 def test_a_shar_written_by_lhotse_reads_as_cutset_from_shar(made, tmp_path):

@@ -281,6 +281,26 @@ def test_hf_parquet_and_arrow_samples_are_the_files_decoded(made, tmp_path):
     same(*runs)
 
 
+def test_hf_tables_at_urls_equal_the_local_ones(made, s3_server, monkeypatch, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("obstore")
+    import pyarrow.parquet as pq
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    pq.write_table(hf_table(made, [0, 1, 2]), tmp_path / "a.parquet")
+    with pa.OSFile(str(tmp_path / "b.arrow"), "wb") as sink:
+        table = hf_table(made, [3, 4, 5])
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    s3_server.put("tables", {n: (tmp_path / n).read_bytes() for n in ("a.parquet", "b.arrow")})
+    remote = stoker.AudioDataset(["s3://tables/a.parquet", "s3://tables/b.arrow"])
+    local = stoker.AudioDataset([str(tmp_path / "a.parquet"), str(tmp_path / "b.arrow")])
+    assert remote.path(4) == "s3://tables/b.arrow:1" and remote.texts == local.texts
+    np.testing.assert_array_equal(remote._lengths("seconds"), local._lengths("seconds"))
+    for i in range(len(remote)):
+        np.testing.assert_array_equal(remote[i]["audio"], local[i]["audio"])
+
+
 def test_hf_rows_without_audio_bytes_under_missing(made):
     pa = pytest.importorskip("pyarrow")
     table = hf_table(made, [0, 1])

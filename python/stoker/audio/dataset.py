@@ -208,7 +208,7 @@ class AudioDataset(StokerDataset):
                       cache_budget):
         """The samples of a Lhotse Shar (shar.py), of tar shards or of a table (shards.py), else
         None."""
-        if shar.is_shar(source):
+        if shar.is_shar(source, storage_options):
             if isinstance(text, (list, tuple)):
                 raise ValueError("text= as a list is for files; a Lhotse Shar has its own "
                                  "transcripts (its supervisions')")
@@ -219,7 +219,8 @@ class AudioDataset(StokerDataset):
                 raise ValueError("text= as a list is for files; tar shards and tables have their "
                                  "own transcripts (text= names the .json key or the column)")
         if shards.is_table(source):
-            return shards.table_members(source, audio, text, missing, self.sample_rate)
+            return shards.table_members(source, audio, text, missing, self.sample_rate,
+                                        storage_options)
         if shards.is_tar(source):
             return shards.tar_members(source, text, missing, self.sample_rate, storage_options,
                                       cache_dir, cache_budget)

@@ -40,22 +40,44 @@ def _is_cuts(name):
     return base.split(".")[0] == "cuts" and ".jsonl" in base
 
 
-def is_shar(source):
-    """A Shar: a ``fields`` dict with ``"cuts"``, or a local directory holding cuts shards."""
+def _remote_dir(source):
+    """A URL that names a directory (no file suffix), "/"-terminated; else None."""
+    if not isinstance(source, str) or not _remote_shards.is_remote(source):
+        return None
+    last = source.rstrip("/").rsplit("/", 1)[-1]
+    return None if "." in last or any(c in source for c in "*?[{") else \
+        source.rstrip("/") + "/"
+
+
+def is_shar(source, storage_options=None):
+    """A Shar: a ``fields`` dict with ``"cuts"``, or a directory (local, or a URL: one listing)
+    holding cuts shards."""
     if isinstance(source, dict):
         return "cuts" in source
+    directory = _remote_dir(source)
+    if directory is not None:
+        try:
+            return bool(_remote_shards.expand_shards(directory + "cuts.*.jsonl*",
+                                                     storage_options))
+        except (ValueError, OSError):  # no listing (http), or nothing there
+            return False
     if isinstance(source, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(source))
         return os.path.isdir(path) and any(_is_cuts(n) for n in os.listdir(path))
     return False
 
 
-def shar_fields(source):
+def shar_fields(source, storage_options=None):
     """``{"cuts": [...], "recording": [...]}`` of a Shar directory (as Lhotse lists it: each
-    field's files sorted by name) or of a ``fields`` dict (its lists as given)."""
+    field's files sorted by name; a URL's listed) or of a ``fields`` dict (its lists as given)."""
     if isinstance(source, dict):
         fields = {k: [os.fspath(p) for p in v] for k, v in source.items()}
         where = "fields"
+    elif _remote_dir(source) is not None:
+        where = _remote_dir(source)
+        fields = {"cuts": _remote_shards.expand_shards(where + "cuts.*.jsonl*", storage_options),
+                  "recording": _remote_shards.expand_shards(where + "recording.*.tar",
+                                                            storage_options)}
     else:
         root = os.path.expanduser(os.fspath(source))
         names = sorted(os.listdir(root))
@@ -180,7 +202,7 @@ def shar_members(source, text, missing, storage_options=None, cache_dir=None,
     ValueError naming ``recording.NNNNNN.tar:cut_id``) or "skip" (left out, listed in
     ``skipped``)."""
     module = audio_module()
-    fields = shar_fields(source)
+    fields = shar_fields(source, storage_options)
     cuts_names, names = fields["cuts"], fields["recording"]
     remote = None
     if _remote_shards.is_remote(names + cuts_names):

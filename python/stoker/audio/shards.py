@@ -205,18 +205,31 @@ def tar_members(source, text, missing, sample_rate, storage_options=None, cache_
     return Members(clips, unreadable, native, skipped, channels or 1, remote, block_shards)
 
 
-def _read_tables(source):
-    """(pyarrow Table, name of each row's file) of a Table or of Parquet/Arrow files."""
+def _read_tables(source, storage_options=None):
+    """(pyarrow Table, name of each row's file) of a Table or of Parquet/Arrow files, local or at
+    URLs (each read whole into memory: the audio's bytes are gathered into one buffer anyway)."""
     import pyarrow as pa
     if isinstance(source, pa.Table):
         return source, ["table"] * source.num_rows
+    if _remote_shards.is_remote(source):
+        from .. import remote
+        paths = _remote_shards.expand_shards(source, storage_options)
+
+        def opened(url):
+            store = remote.Store.for_url(url, storage_options)
+            return pa.BufferReader(pa.py_buffer(bytes(store.read(url, 0, None))))
+    else:
+        paths = _paths.expand(source, "table file", _TABLE_SUFFIXES)
+
+        def opened(path):
+            return pa.memory_map(path)
     tables, files = [], []
-    for path in _paths.expand(source, "table file", _TABLE_SUFFIXES):
-        if path.lower().endswith(".parquet"):
-            import pyarrow.parquet as pq
-            t = pq.read_table(path)
-        else:  # datasets writes the streaming format; `save_to_disk` and others the file one
-            with pa.memory_map(path) as f:
+    for path in paths:
+        with opened(path) as f:
+            if path.lower().endswith(".parquet"):
+                import pyarrow.parquet as pq
+                t = pq.read_table(f)
+            else:  # datasets writes the streaming format; `save_to_disk` and others the file one
                 try:
                     t = pa.ipc.open_file(f).read_all()
                 except pa.ArrowInvalid:
@@ -228,7 +241,7 @@ def _read_tables(source):
     return table, [p for p, n in files for _ in range(n)]
 
 
-def table_members(source, audio, text, missing, sample_rate):
+def table_members(source, audio, text, missing, sample_rate, storage_options=None):
     """The samples of a Hugging Face audio table (module docstring): the audio in column
     ``audio``, the transcripts in column ``text`` (None: "text" where the table has it; False:
     none). A cell without bytes whose ``path`` is set is that file, opened as ``datasets``'
@@ -238,7 +251,7 @@ def table_members(source, audio, text, missing, sample_rate):
     naming it) or "skip" (left out, listed in ``skipped``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    table, row_files = _read_tables(source)
+    table, row_files = _read_tables(source, storage_options)
     if audio not in table.column_names:
         raise ValueError(f"no column {audio!r} in the table (columns: {table.column_names}); "
                          f"pass audio= the Audio() column's name")
