@@ -4,8 +4,8 @@
 CLIP-style training data, the same for every contender:
 * Shards: WebDataset shards written by ``webdataset``'s own ``ShardWriter`` (webdataset 1.0.2
   from ``bash bench/setup_peers.sh imagetext``, in .venv-peers/imagetext/site, which the peers'
-  children put on the path of this interpreter: .venv's torch, torchvision and transformers), 250 samples a
-  shard: ``<key>.jpg`` (the built-in sample data's photographs: real photos at ImageNet-like
+  children put on the path of this interpreter: .venv's torch, torchvision and transformers),
+  250 samples a shard: ``<key>.jpg`` (the built-in sample data's photographs: real photos at ImageNet-like
   sizes, ``stoker.sample_data``), ``<key>.txt`` (a caption of 4-90 words drawn from Python's
   docstrings, seed 0: a fifth of them over 77 tokens) and ``<key>.json`` (width, height,
   similarity), as img2dataset writes them. Made once in bench/data/image_text/ (git-ignored).
@@ -27,6 +27,11 @@ the page cache:
 * wds-clipprocessor: the same shards with transformers' ``CLIPProcessor`` (its CLIPImageProcessor:
   resize, center crop 224, normalize; and a ``PreTrainedTokenizerFast`` of the same tokenizer)
   in the collate, at 1 and 2 workers.
+* litdata (where ``setup_peers.sh imagetext`` installed it, litdata 0.2.76): the same samples
+  written once by ``litdata.optimize`` into its own chunks (the JPEG's bytes, the caption, the
+  score), read by a ``StreamingDataset(shuffle=True)`` whose ``__getitem__`` decodes and
+  transforms as wds-torchvision does, in a ``StreamingDataLoader`` with that collate, at 1 and 2
+  workers.
 Figure: samples per second, the median of --repeat (stoker; 1 for each peer configuration, the
 peers being several times slower). Target: stoker >= 3x the best peer.
 
@@ -140,6 +145,22 @@ def child_write(a):
     return {"shards": len(shards_of(root))}
 
 
+def _litdata_sample(s):
+    """One sample as LitData's optimize() stores it: the JPEG's bytes, the caption, the score."""
+    with open(s["jpg"], "rb") as f:
+        return {"jpg": f.read(), "txt": s["txt"], "similarity": float(s["json"]["similarity"])}
+
+
+def child_write_litdata(a):
+    """The same samples in LitData's own chunked format (litdata.optimize), its peer's input."""
+    from litdata import optimize
+    root = Path(a.root)
+    samples = json.loads((root / "samples.json").read_text())
+    optimize(fn=_litdata_sample, inputs=samples, output_dir=str(root / "litdata"),
+             chunk_bytes="64MB", num_workers=1, mode="overwrite")
+    return {"chunks": len(list((root / "litdata").glob("*.bin")))}
+
+
 def child_stoker(a):
     import stoker
     from stoker import transforms as T
@@ -164,7 +185,7 @@ def child_peer(a):
     import webdataset as wds
     root = Path(a.root)
     torch.set_num_threads(1)
-    if a.peer == "wds-torchvision":
+    if a.peer in ("wds-torchvision", "litdata"):
         from tokenizers import Tokenizer
         from torchvision.transforms import v2
         tok = Tokenizer.from_file(str(root / "tokenizer" / "tokenizer.json"))
@@ -201,10 +222,27 @@ def child_peer(a):
             out["similarity"] = torch.tensor([m["similarity"] for m in meta])
             return out
 
-    ds = (wds.WebDataset(shards_of(root), shardshuffle=100, empty_check=False)
-          .shuffle(1000).decode("pil").to_tuple("jpg", "txt", "json").map_tuple(image, None, None))
-    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=a.workers,
-                                         collate_fn=collate)
+    if a.peer == "litdata":
+        import io
+
+        from litdata import StreamingDataLoader, StreamingDataset
+        from PIL import Image as PILImage
+
+        class Samples(StreamingDataset):
+            def __getitem__(self, index):
+                s = super().__getitem__(index)
+                return (image(PILImage.open(io.BytesIO(s["jpg"]))), s["txt"],
+                        {"similarity": s["similarity"]})
+
+        loader = StreamingDataLoader(Samples(str(root / "litdata"), shuffle=True, seed=0),
+                                     batch_size=BATCH, num_workers=a.workers,
+                                     collate_fn=collate)
+    else:
+        ds = (wds.WebDataset(shards_of(root), shardshuffle=100, empty_check=False)
+              .shuffle(1000).decode("pil").to_tuple("jpg", "txt", "json")
+              .map_tuple(image, None, None))
+        loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=a.workers,
+                                             collate_fn=collate)
     t0 = time.perf_counter()
     samples = 0
     for batch in loader:
@@ -213,7 +251,8 @@ def child_peer(a):
     return {"wall_s": time.perf_counter() - t0, "samples": samples}
 
 
-CHILDREN = {"write": child_write, "stoker": child_stoker, "peer": child_peer}
+CHILDREN = {"write": child_write, "write-litdata": child_write_litdata, "stoker": child_stoker,
+            "peer": child_peer}
 
 
 # --- the parent -------------------------------------------------------------------------------
@@ -265,8 +304,12 @@ def main(argv=None):
     if not shards_of(root):
         run_measured([sys.executable, HERE, "--child", "write", "--root", str(root)],
                      env=peer_env(), timeout=a.timeout)
+    has_litdata = (PEER_SITE / "litdata").is_dir()  # setup_peers.sh imagetext installs it
+    if has_litdata and not (root / "litdata" / "index.json").exists():
+        run_measured([sys.executable, HERE, "--child", "write-litdata", "--root", str(root)],
+                     env=peer_env(), timeout=a.timeout)
     shards = shards_of(root)
-    read_files(shards)
+    read_files(shards + sorted(str(p) for p in (root / "litdata").glob("*.bin")))
     n = len(samples)
     size = sum(os.path.getsize(s) for s in shards)
     print(f"data: {n} samples in {len(shards)} shards written by webdataset's ShardWriter "
@@ -274,7 +317,7 @@ def main(argv=None):
           f"words), batches of {BATCH}, RandomResizedCrop(224) + normalize, 77-token captions")
     common = ["--root", str(root)]
     rows = {"stoker": measure(["stoker", *common], repeat, a.timeout, n)}
-    for name in ("wds-torchvision", "wds-clipprocessor"):
+    for name in ("wds-torchvision", "wds-clipprocessor") + (("litdata",) if has_litdata else ()):
         for w in (1, 2):
             rows[f"{name}-w{w}"] = measure(["peer", *common, "--peer", name, "--workers", str(w)],
                                            a.peer_repeat, a.timeout, n, peer_env())

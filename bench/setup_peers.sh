@@ -25,9 +25,9 @@
 #                (trl 1.16.0, without its dependencies) in .venv-peers/sft/site, which the bench
 #                puts on the path of the interpreter running it (its transformers, datasets,
 #                torch: the versions Stoker is measured beside)
-#   imagetext    bench/bench_image_text.py's WebDataset (webdataset 1.0.2, without its
-#                dependencies) in .venv-peers/imagetext/site, put on the path of .venv's
-#                interpreter as sft's is
+#   imagetext    bench/bench_image_text.py's WebDataset and LitData (webdataset 1.0.2, litdata
+#                0.2.76, without their dependencies) in .venv-peers/imagetext/site, put on the
+#                path of .venv's interpreter as sft's is
 #
 # torch: PyPI's torch wheel pulls in CUDA libraries; the CPU build in /opt/wheels (the one
 # `make install` uses) is installed instead, and torchvision / torchdata without dependencies
@@ -128,7 +128,8 @@ env_imagetext() {
   # Only the files: bench_image_text.py runs webdataset from site/ with .venv's interpreter (its
   # torch, torchvision and transformers, the versions Stoker is measured beside; PyPI's
   # torchvision needs PyPI's CUDA torch, which the CPU-torch environments here do not have).
-  $PIP --no-deps --target "$ROOT/imagetext/site" webdataset==1.0.2 braceexpand
+  $PIP --no-deps --target "$ROOT/imagetext/site" webdataset==1.0.2 braceexpand litdata==0.2.76 \
+    lightning-utilities
 }
 
 env_ffcv() {
