@@ -75,6 +75,17 @@ def batches(loader):
     return [(np.asarray(b["audio"]), np.asarray(b["audio_lens"]), b.get("text")) for b in loader]
 
 
+def same_as_local(remote, local, paths):
+    """``remote`` has the ``paths``, and the texts, durations and (shuffled, 2 workers) batches of
+    ``local``."""
+    assert [remote.path(i) for i in range(len(remote))] == paths
+    assert remote.texts == local.texts
+    np.testing.assert_array_equal(remote._lengths("seconds"), local._lengths("seconds"))
+    kw = dict(batch_size=2, shuffle=True, seed=4, output="numpy")
+    same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
+         batches(stoker.DataLoader(local, **kw)))
+
+
 def same(a, b):
     assert len(a) == len(b)
     for (x, lx, tx), (y, ly, ty) in zip(a, b):
@@ -366,11 +377,5 @@ def test_remote_tar_shards_equal_the_local_ones(made, s3_server, monkeypatch, tm
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         remote = stoker.AudioDataset("s3://audio/{0..1}.tar")
-    local = stoker.AudioDataset(made["shards"])
-    assert [remote.path(i) for i in range(len(remote))] == \
-        [f"s3://audio/{i // 3}.tar:{c[0]}" for i, c in enumerate(CLIPS)]
-    assert remote.texts == local.texts
-    np.testing.assert_array_equal(remote._lengths("seconds"), local._lengths("seconds"))
-    kw = dict(batch_size=2, shuffle=True, seed=4, output="numpy")
-    same(batches(stoker.DataLoader(remote, num_workers=2, **kw)),
-         batches(stoker.DataLoader(local, **kw)))
+    same_as_local(remote, stoker.AudioDataset(made["shards"]),
+                  [f"s3://audio/{i // 3}.tar:{c[0]}" for i, c in enumerate(CLIPS)])
