@@ -1,6 +1,8 @@
 // Batches by a budget (stoker/budget.h), in stoker._native.engine: BudgetPlan and its epochs,
 // which the Python front makes once per loader (the plan) and once per iteration (the epoch), and
 // gives to Engine.iterate_budget.
+#include "stoker/budget.h"
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -8,7 +10,6 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "stoker/budget.h"
 #include "stoker/errors.h"
 
 namespace stoker::python {
@@ -73,7 +74,8 @@ void register_budget(nb::module_& m) {
                          "Batches by a budget over the samples' lengths (stoker/budget.h).")
       .def(nb::new_([](Lengths lengths, double budget, const std::string& cost,
                        double quadratic_length, std::vector<double> bucket_bounds,
-                       uint64_t max_batch_size, const std::string& remainder) {
+                       uint64_t max_batch_size, const std::string& remainder,
+                       std::vector<uint32_t> bucket_of) {
              BudgetOptions o;
              o.budget = budget;
              o.cost = parse_cost(cost);
@@ -81,6 +83,7 @@ void register_budget(nb::module_& m) {
              o.bucket_bounds = std::move(bucket_bounds);
              o.max_batch_size = max_batch_size;
              o.remainder = parse_remainder(remainder);
+             o.bucket_of = std::move(bucket_of);
              std::vector<double> values(lengths.data(), lengths.data() + lengths.shape(0));
              nb::gil_scoped_release release;  // O(n log n)
              return std::make_shared<BudgetPlan>(std::move(values), std::move(o));
@@ -88,7 +91,9 @@ void register_budget(nb::module_& m) {
            nb::arg("lengths"), nb::arg("budget"), nb::arg("cost") = "padded",
            nb::arg("quadratic_length") = 0.0, nb::arg("bucket_bounds") = std::vector<double>{},
            nb::arg("max_batch_size") = 0, nb::arg("remainder") = "drop",
-           "`lengths`: a float64 array, one length a sample, in the budget's unit.")
+           nb::arg("bucket_of") = std::vector<uint32_t>{},
+           "`lengths`: a float64 array, one length a sample, in the budget's unit; `bucket_of`: "
+           "each sample's bucket, where the buckets are given (no bounds then).")
       .def_prop_ro("num_samples", &BudgetPlan::num_samples)
       .def_prop_ro("num_buckets", &BudgetPlan::num_buckets)
       .def_prop_ro("bucket_bounds", &BudgetPlan::bucket_bounds)
@@ -97,13 +102,13 @@ void register_budget(nb::module_& m) {
           nb::rv_policy::move)
       .def_prop_ro("max_batch_size", &BudgetPlan::max_batch_size)
       .def_prop_ro("budget", [](const BudgetPlan& p) { return p.options().budget; })
-      .def("bucket", [](const BudgetPlan& p, uint64_t j) { return as_array(p.bucket(j)); },
-           nb::arg("bucket"))
+      .def(
+          "bucket", [](const BudgetPlan& p, uint64_t j) { return as_array(p.bucket(j)); },
+          nb::arg("bucket"))
       .def("cost", &BudgetPlan::cost, nb::arg("count"), nb::arg("sum"), nb::arg("longest"))
-      .def("epoch", &BudgetPlan::epoch, nb::arg("seed"), nb::arg("epoch"), nb::arg("shuffle") = true,
-           nb::arg("rank") = 0, nb::arg("world_size") = 1,
-           nb::arg("consumed") = std::vector<uint64_t>{},
-           nb::call_guard<nb::gil_scoped_release>(),
+      .def("epoch", &BudgetPlan::epoch, nb::arg("seed"), nb::arg("epoch"),
+           nb::arg("shuffle") = true, nb::arg("rank") = 0, nb::arg("world_size") = 1,
+           nb::arg("consumed") = std::vector<uint64_t>{}, nb::call_guard<nb::gil_scoped_release>(),
            "Rank `rank`'s batches of epoch `epoch`, from the buckets' `consumed` counts (a "
            "BudgetEpoch).");
 }

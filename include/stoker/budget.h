@@ -9,7 +9,9 @@
 // token counts from an index, durations from a header) and the options:
 // - Buckets. A sample belongs to the first bucket whose upper bound exceeds its length (the last
 //   bucket is open). Bounds are given, or chosen from the lengths ("auto": kAutoBuckets buckets,
-//   each holding about the same total length).
+//   each holding about the same total length). Or the buckets are given, one a sample
+//   (bucket_of: images in aspect-ratio buckets, whose batches must not mix shapes): bucket j
+//   holds the samples given j, and there are no bounds.
 // - Cost. A batch of B samples whose longest has length L costs B * L (kPadded: the padded
 //   batch), the sum of its lengths (kSum), or B * (L + L * L / q) (kQuadratic: attention's cost,
 //   q = quadratic_length). A batch never costs more than the budget and never holds more than
@@ -61,6 +63,9 @@ struct BudgetOptions {
   double quadratic_length = 0;
   // Ascending upper bounds of the buckets but the last (which is open); empty = auto.
   std::vector<double> bucket_bounds;
+  // Each sample's bucket, given (empty: by length, as above). REQUIRES: one a sample, and no
+  // bucket_bounds with it.
+  std::vector<uint32_t> bucket_of;
   uint64_t max_batch_size = 0;  // 0 = no limit but the budget
   BudgetRemainder remainder = BudgetRemainder::kDrop;
 };
@@ -82,7 +87,8 @@ class BudgetPlan {
   uint64_t num_samples() const { return lengths_.size(); }
   const BudgetOptions& options() const { return options_; }
   double length(uint64_t i) const { return lengths_[i]; }
-  // The buckets' upper bounds (all but the last bucket's), as given or chosen.
+  // The buckets' upper bounds (all but the last bucket's), as given or chosen; empty where the
+  // buckets were given (bucket_of).
   const std::vector<double>& bucket_bounds() const { return bounds_; }
   uint64_t num_buckets() const { return buckets_.size(); }
   // The samples of bucket j, ascending. REQUIRES: j < num_buckets().

@@ -13,6 +13,12 @@
 // length set to the field's pad_value, and adds a field "lengths" (int64 [B]) after the source's.
 // read() writes the first length(index) rows of each ragged slot, and nothing after them.
 //
+// Samples of a few shapes (images resized to their aspect-ratio bucket, SDXL's way): a field may
+// be bucketed, its shape that of the sample's bucket, bucket_shapes[bucket(index)]. The loader
+// plans every batch from one bucket (a budget's plan whose buckets are the source's) and holds
+// the batch as [B, bucket_shapes[b]...], each sample's slot that shape's bytes; read() writes the
+// sample's own bucket's shape. A source has ragged or bucketed fields, not both.
+//
 // Thread safety: a Source is immutable after construction; read() is called concurrently from many
 // threads and must not modify shared state. Per-thread mutable state (decoder handles, scratch
 // buffers) lives in the WorkerState the source creates for each thread.
@@ -38,6 +44,9 @@ struct FieldSpec {
   // sample's length are pad_value (converted to dtype) in a batch.
   bool ragged = false;
   double pad_value = 0;
+  // A bucketed field (see above): the shape of each bucket's samples, by bucket; `shape` is then
+  // each dimension's largest. Empty: every sample has `shape`.
+  std::vector<std::vector<int64_t>> bucket_shapes = {};
 
   size_t sample_bytes() const;
   // Bytes of one row of the first dimension (a ragged field's unit). REQUIRES: !shape.empty().
@@ -107,6 +116,11 @@ class Source {
   // with ragged fields. REQUIRES: index < size(). Must not throw: a sample whose data turns out
   // bad fails when it is read.
   virtual uint64_t length(uint64_t /*index*/) const { return 0; }
+
+  // The bucket of sample `index` (< every bucketed field's bucket_shapes.size()), known without
+  // reading the sample. Only called on a source with bucketed fields. REQUIRES: index < size().
+  // Must not throw.
+  virtual uint64_t bucket(uint64_t /*index*/) const { return 0; }
 
   // Per-thread state for read(); nullptr when the source needs none.
   virtual std::unique_ptr<WorkerState> make_worker_state() const { return nullptr; }

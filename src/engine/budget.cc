@@ -44,7 +44,7 @@ std::vector<double> auto_bounds(const std::vector<double>& lengths, uint64_t k) 
     if (above == sorted.end()) break;
     if (bounds.empty() || *above > bounds.back()) bounds.push_back(*above);
     while (next < k && cum >= (total > 0 ? total : static_cast<double>(sorted.size())) *
-                                   static_cast<double>(next) / static_cast<double>(k))
+                                  static_cast<double>(next) / static_cast<double>(k))
       ++next;
   }
   return bounds;
@@ -52,7 +52,8 @@ std::vector<double> auto_bounds(const std::vector<double>& lengths, uint64_t k) 
 
 // A counter-based stream for the step shuffle.
 uint64_t below(uint64_t key, uint64_t i, uint64_t n) {
-  const unsigned __int128 m = static_cast<unsigned __int128>(mix64(key + i * 0x9e3779b97f4a7c15ULL)) * n;
+  const unsigned __int128 m =
+      static_cast<unsigned __int128>(mix64(key + i * 0x9e3779b97f4a7c15ULL)) * n;
   return static_cast<uint64_t>(m >> 64);
 }
 
@@ -64,8 +65,9 @@ BudgetPlan::BudgetPlan(std::vector<double> lengths, BudgetOptions options)
   if (!(o.budget > 0) || !std::isfinite(o.budget))
     throw InvalidArgument("the budget must be a positive number, got " + number(o.budget));
   if (!(o.quadratic_length >= 0) || !std::isfinite(o.quadratic_length))
-    throw InvalidArgument("quadratic_length must be a positive number (0: the longest sample), got " +
-                          number(o.quadratic_length));
+    throw InvalidArgument(
+        "quadratic_length must be a positive number (0: the longest sample), got " +
+        number(o.quadratic_length));
   for (size_t b = 0; b < o.bucket_bounds.size(); ++b) {
     const double x = o.bucket_bounds[b];
     if (!(x > 0) || !std::isfinite(x) || (b > 0 && !(x > o.bucket_bounds[b - 1])))
@@ -76,24 +78,36 @@ BudgetPlan::BudgetPlan(std::vector<double> lengths, BudgetOptions options)
   for (uint64_t i = 0; i < lengths_.size(); ++i) {
     const double l = lengths_[i];
     if (!(l >= 0) || !std::isfinite(l))
-      throw InvalidArgument("sample " + std::to_string(i) + "'s length must be a finite number >= 0, got " +
-                            number(l));
+      throw InvalidArgument("sample " + std::to_string(i) +
+                            "'s length must be a finite number >= 0, got " + number(l));
     longest = std::max(longest, l);
   }
   if (o.cost == BudgetCost::kQuadratic && options_.quadratic_length == 0)
     options_.quadratic_length = longest > 0 ? longest : 1.0;
-  bounds_ = o.bucket_bounds.empty()
-                ? auto_bounds(lengths_, std::clamp<uint64_t>(lengths_.size() / kSortWindow, 1,
-                                                             kAutoBuckets))
-                : o.bucket_bounds;
-  buckets_.resize(bounds_.size() + 1);
+  const bool given = !o.bucket_of.empty();
+  if (given) {
+    if (o.bucket_of.size() != lengths_.size())
+      throw InvalidArgument("bucket_of gives " + std::to_string(o.bucket_of.size()) +
+                            " buckets for " + std::to_string(lengths_.size()) + " samples");
+    if (!o.bucket_bounds.empty())
+      throw InvalidArgument("the buckets are given (bucket_of): no bucket bounds with them");
+    buckets_.resize(*std::max_element(o.bucket_of.begin(), o.bucket_of.end()) + uint64_t{1});
+  } else {
+    bounds_ = o.bucket_bounds.empty()
+                  ? auto_bounds(lengths_, std::clamp<uint64_t>(lengths_.size() / kSortWindow, 1,
+                                                               kAutoBuckets))
+                  : o.bucket_bounds;
+    buckets_.resize(bounds_.size() + 1);
+  }
   for (uint64_t i = 0; i < lengths_.size(); ++i) {
     const double l = lengths_[i];
     if (cost(1, l, l) > o.budget) {
       oversized_.push_back(i);
       continue;
     }
-    const uint64_t j = std::upper_bound(bounds_.begin(), bounds_.end(), l) - bounds_.begin();
+    const uint64_t j = given
+                           ? o.bucket_of[i]
+                           : std::upper_bound(bounds_.begin(), bounds_.end(), l) - bounds_.begin();
     buckets_[j].push_back(i);
   }
   // The most samples a batch can hold: the shortest ones of a bucket, as many as fit.
@@ -141,11 +155,13 @@ uint64_t BudgetPlan::max_padded_elements(std::span<const uint64_t> element_lengt
     // A batch whose longest (by the plan's length) is sample m holds at most the samples as long
     // as m or shorter; its count is bounded by the cost of the shortest of them with m.
     std::vector<double> prefix(by_length.size() + 1, 0.0);
-    for (size_t k = 0; k < by_length.size(); ++k) prefix[k + 1] = prefix[k] + lengths_[by_length[k]];
+    for (size_t k = 0; k < by_length.size(); ++k)
+      prefix[k + 1] = prefix[k] + lengths_[by_length[k]];
     uint64_t widest = 0;  // the longest element length among samples up to m's length group
     for (size_t m = 0; m < by_length.size();) {
       size_t group_end = m;  // samples of m's plan length: [m, group_end)
-      while (group_end < by_length.size() && lengths_[by_length[group_end]] == lengths_[by_length[m]])
+      while (group_end < by_length.size() &&
+             lengths_[by_length[group_end]] == lengths_[by_length[m]])
         widest = std::max(widest, element_lengths[by_length[group_end++]]);
       const double l = lengths_[by_length[m]];
       // The largest count c <= group_end whose c shortest (with the longest at l) fit.
@@ -153,8 +169,10 @@ uint64_t BudgetPlan::max_padded_elements(std::span<const uint64_t> element_lengt
       if (options_.max_batch_size) hi = std::min<uint64_t>(hi, options_.max_batch_size);
       while (lo < hi) {
         const uint64_t c = (lo + hi + 1) / 2;
-        if (cost(c, prefix[c - 1] + l, l) <= options_.budget) lo = c;
-        else hi = c - 1;
+        if (cost(c, prefix[c - 1] + l, l) <= options_.budget)
+          lo = c;
+        else
+          hi = c - 1;
       }
       const uint64_t padded = (widest + multiple - 1) / multiple * multiple;
       most = std::max(most, lo * padded);
@@ -171,8 +189,8 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
     throw InvalidArgument("rank " + std::to_string(rank) + " of world_size " +
                           std::to_string(world_size) + ": need rank < world_size");
   if (!consumed.empty() && consumed.size() != buckets_.size())
-    throw InvalidArgument("consumed counts: " + std::to_string(consumed.size()) + " given, the plan has " +
-                          std::to_string(buckets_.size()) + " buckets");
+    throw InvalidArgument("consumed counts: " + std::to_string(consumed.size()) +
+                          " given, the plan has " + std::to_string(buckets_.size()) + " buckets");
   consumed.resize(buckets_.size(), 0);
   auto out = std::shared_ptr<BudgetEpoch>(new BudgetEpoch());
   BudgetEpoch& e = *out;
@@ -193,7 +211,8 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
       const bool down = (w / kSortWindow) % 2 == 1;
       std::sort(order.begin() + w, order.begin() + std::min(n, w + kSortWindow),
                 [&](uint64_t a, uint64_t b) {
-                  const bool less = lengths_[a] < lengths_[b] || (lengths_[a] == lengths_[b] && a < b);
+                  const bool less =
+                      lengths_[a] < lengths_[b] || (lengths_[a] == lengths_[b] && a < b);
                   return down ? !less && a != b : less;
                 });
     }
@@ -213,8 +232,10 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
       sum += l;
       longest = std::max(longest, l);
     }
-    if (n > 0) starts.push_back(n);
-    else starts.clear();
+    if (n > 0)
+      starts.push_back(n);
+    else
+      starts.clear();
     // The bucket's batches, runs of kBatchRun neighbours (in length) in a permuted order: a
     // step's ranks take consecutive batches, of about the same length and cost.
     BudgetEpoch::BucketBatches& bb = e.buckets_[j];
@@ -231,7 +252,8 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
       const uint64_t run = r + 1 < runs ? run_perm[r] : runs - 1;
       const uint64_t first = run * kBatchRun, last = std::min(nb, first + kBatchRun);
       for (uint64_t src = first; src < last; ++src) {
-        bb.order.insert(bb.order.end(), order.begin() + starts[src], order.begin() + starts[src + 1]);
+        bb.order.insert(bb.order.end(), order.begin() + starts[src],
+                        order.begin() + starts[src + 1]);
         bb.starts.push_back(bb.order.size());
       }
     }
@@ -272,7 +294,8 @@ std::shared_ptr<const BudgetEpoch> BudgetPlan::epoch(uint64_t seed, uint64_t epo
   for (uint64_t s = 0; s < e.steps_.size(); ++s) {
     double least = 0, most = 0;
     for (uint64_t r = 0; r < world_size; ++r) {
-      const std::span<const uint64_t> batch = e.bucket_batch(e.steps_[s].bucket, e.steps_[s].first + r);
+      const std::span<const uint64_t> batch =
+          e.bucket_batch(e.steps_[s].bucket, e.steps_[s].first + r);
       double sum = 0, longest = 0;
       for (uint64_t i : batch) {
         sum += lengths_[i];

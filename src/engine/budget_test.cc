@@ -235,6 +235,42 @@ TEST(BudgetPlan, BucketsAsGivenAndAuto) {
   EXPECT_THROW(BudgetPlan({1, -2}, tokens(10)), InvalidArgument);
 }
 
+TEST(BudgetPlan, GivenBucketsNeverShareABatchWhateverTheLengths) {
+  // Images in aspect-ratio buckets: equal areas (lengths) in different buckets must not mix.
+  std::vector<double> lengths;
+  std::vector<uint32_t> bucket_of;
+  for (uint32_t i = 0; i < 997; ++i) {
+    bucket_of.push_back((i * 7) % 5);
+    lengths.push_back(bucket_of.back() % 2 ? 4096 : 8192);
+  }
+  BudgetOptions o = tokens(8 * 8192.0);
+  o.bucket_of = bucket_of;
+  const BudgetPlan plan(lengths, o);
+  ASSERT_EQ(plan.num_buckets(), 5u);
+  EXPECT_TRUE(plan.bucket_bounds().empty());
+  for (uint64_t world : {1, 3}) {
+    std::vector<int> seen(lengths.size(), 0);
+    for (const auto& rank : all_ranks(plan, 4, 1, world)) {
+      for (const Batch& b : rank) {
+        for (uint64_t i : b.samples) {
+          EXPECT_EQ(bucket_of[i], b.bucket) << "sample " << i;
+          ++seen[i];
+        }
+        EXPECT_LE(batch_cost(plan, b.samples), o.budget);
+      }
+    }
+    if (world == 1) {
+      for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sample " << i;
+    }
+  }
+  BudgetOptions bad = o;
+  bad.bucket_bounds = {5000};
+  EXPECT_THROW(BudgetPlan(lengths, bad), InvalidArgument);
+  bad = o;
+  bad.bucket_of.pop_back();
+  EXPECT_THROW(BudgetPlan(lengths, bad), InvalidArgument);
+}
+
 TEST(BudgetPlan, MaxPaddedElementsBoundsEveryBatch) {
   const auto lengths = skewed(20000, 9);
   std::vector<uint64_t> elements(lengths.size());

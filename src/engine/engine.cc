@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -31,9 +32,9 @@ EngineOptions resolve(EngineOptions o) {
   o.memory_budget = resolve_memory_budget(o.memory_budget);
   bool unavailable = false;
   o.pin_memory = resolve_pinned(o.pin_memory, &unavailable) ? PinMemory::kOn : PinMemory::kOff;
-  check_repeats(o.repeats, o.mixture                                         ? SampleOrder::kMixture
+  check_repeats(o.repeats, o.mixture                               ? SampleOrder::kMixture
                            : o.classes || !o.class_weights.empty() ? SampleOrder::kStratified
-                                                                    : SampleOrder::kPlain);
+                                                                   : SampleOrder::kPlain);
   if (o.stripes == 0) o.stripes = o.world_size;
   return o;
 }
@@ -48,7 +49,16 @@ uint64_t epoch_positions(const Source& source, const EngineOptions& o) {
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-uint64_t round_up(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+uint64_t round_up(uint64_t n, uint64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+// Elements of an array of `shape` (1 for a scalar).
+uint64_t shape_elements(std::span<const int64_t> shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
 
 template <class T>
 void fill_as(std::byte* dst, size_t count, T value) {
@@ -78,10 +88,14 @@ void pad_rows(std::byte* dst, const FieldSpec& f, size_t row_bytes, uint64_t row
     case DType::kUInt:
     case DType::kBool:
       switch (f.dtype.bits) {
-        case 8: return fill_as(dst, count, static_cast<int8_t>(v));
-        case 16: return fill_as(dst, count, static_cast<int16_t>(v));
-        case 32: return fill_as(dst, count, static_cast<int32_t>(v));
-        default: return fill_as(dst, count, static_cast<int64_t>(v));
+        case 8:
+          return fill_as(dst, count, static_cast<int8_t>(v));
+        case 16:
+          return fill_as(dst, count, static_cast<int16_t>(v));
+        case 32:
+          return fill_as(dst, count, static_cast<int32_t>(v));
+        default:
+          return fill_as(dst, count, static_cast<int64_t>(v));
       }
     case DType::kBFloat: {
       const float x = static_cast<float>(v);
@@ -191,13 +205,24 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
   for (const FieldSpec& f : fields) {
     if (!f.ragged) continue;
     if (f.shape.empty() || !can_pad(f))
-      throw InvalidArgument("ragged field " + f.name + ": needs a first dimension and a pad value " +
-                            "its dtype holds");
+      throw InvalidArgument("ragged field " + f.name +
+                            ": needs a first dimension and a pad value " + "its dtype holds");
     if (lengths_field == kNoLengths) {
       lengths_field = fields.size();
       first_ragged = &f - fields.data();
     }
     longest = std::max<uint64_t>(longest, f.shape[0]);
+  }
+  for (const FieldSpec& f : fields) bucketed = bucketed || !f.bucket_shapes.empty();
+  if (bucketed) {
+    if (lengths_field != kNoLengths)
+      throw InvalidArgument("a source has ragged or bucketed fields, not both");
+    if (!options.budget)
+      throw InvalidArgument(
+          "a source of bucketed fields (images in aspect-ratio buckets) needs batches planned by "
+          "its buckets: a budget's plan");
+    if (options.batch_transform)
+      throw InvalidArgument("a batch transform mixes images of one shape: not bucketed fields");
   }
   if (options.budget) {
     if (options.classes || !options.class_weights.empty() || options.mixture ||
@@ -206,7 +231,8 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
           "batches by a budget are planned by the budget: not with a stratified or class-weighted "
           "order, a mixture, repeats, a batch transform or shuffle=\"shards\"");
     if (options.budget->num_samples() != source->size())
-      throw InvalidArgument("the budget's plan has " + std::to_string(options.budget->num_samples()) +
+      throw InvalidArgument("the budget's plan has " +
+                            std::to_string(options.budget->num_samples()) +
                             " samples but the source has " + std::to_string(source->size()));
   }
   if (lengths_field != kNoLengths) {
@@ -235,6 +261,19 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
     bytes = align_up(bytes, kFieldAlign);
     field_offsets.push_back(bytes);
     sample_bytes.push_back(f.ragged ? f.row_bytes() : f.sample_bytes());
+    if (!f.bucket_shapes.empty()) {  // the budget's largest batch of one bucket's shape
+      std::vector<uint64_t> elements(source->size());
+      for (uint64_t i = 0; i < elements.size(); ++i) {
+        const uint64_t b = source->bucket(i);
+        if (b >= f.bucket_shapes.size())
+          throw InvalidArgument("sample " + std::to_string(i) + " is in bucket " +
+                                std::to_string(b) + " of " +
+                                std::to_string(f.bucket_shapes.size()) + " of field " + f.name);
+        elements[i] = shape_elements(f.bucket_shapes[b]);
+      }
+      bytes += f.dtype.bytes() * options.budget->max_padded_elements(elements, 1);
+      continue;
+    }
     bytes += f.ragged ? f.row_bytes() * ragged_capacity : f.sample_bytes() * rows;
   }
   // Large batches: the workers fill each batch together, so an autotuned depth starts at one
@@ -320,11 +359,22 @@ std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const Ep
   batch->index = b;
   batch->length = draws.batch_length(plan, b);
   batch->pinned = pool->kind() == MemoryKind::kPinned;
-  // Ragged fields: padded to the batch's longest sample.
-  uint64_t padded = 0;
-  if (lengths_field != kNoLengths) {
-    std::vector<uint64_t> indices(batch->length);
+  // Ragged fields: padded to the batch's longest sample. Bucketed: the shape of its bucket.
+  uint64_t padded = 0, bucket = 0;
+  std::vector<uint64_t> indices;
+  if (lengths_field != kNoLengths || bucketed) {
+    indices.resize(batch->length);
     draws.draw(plan, b, indices);
+  }
+  if (bucketed && !indices.empty()) {
+    bucket = source->bucket(indices[0]);
+    for (uint64_t i : indices)
+      if (source->bucket(i) != bucket)
+        throw Error("batch " + std::to_string(b) + " mixes samples of buckets " +
+                    std::to_string(bucket) + " and " + std::to_string(source->bucket(i)) +
+                    ": a bucketed source's batches must be planned by its buckets");
+  }
+  if (lengths_field != kNoLengths) {
     for (uint64_t i : indices) padded = std::max(padded, source->length(i));
     padded = round_up(padded, options.pad_to_multiple_of);
     if (padded * batch->length > ragged_capacity)
@@ -340,6 +390,9 @@ std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const Ep
     if (specs[f].ragged) {
       field.shape.push_back(static_cast<int64_t>(padded));
       field.shape.insert(field.shape.end(), specs[f].shape.begin() + 1, specs[f].shape.end());
+    } else if (!specs[f].bucket_shapes.empty()) {
+      const std::vector<int64_t>& shape = specs[f].bucket_shapes[bucket];
+      field.shape.insert(field.shape.end(), shape.begin(), shape.end());
     } else {
       field.shape.insert(field.shape.end(), specs[f].shape.begin(), specs[f].shape.end());
     }
@@ -399,28 +452,37 @@ void Engine::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& 
   // early, so that many memory accesses are in flight at once instead of one miss at a time.
   source->prefetch_batch(indices);
   for (uint64_t s = 0; s < std::min<uint64_t>(kPrefetchAhead, n); ++s) source->prefetch(indices[s]);
-  // Ragged fields: rows of the batch's padded length; "lengths" gets each sample's.
-  uint64_t padded = UINT64_MAX;
+  // Ragged fields: rows of the batch's padded length; "lengths" gets each sample's. A sample's
+  // slot is one sample of the batch's shape (a ragged field's padded rows, a bucketed field's
+  // bucket).
+  uint64_t padded = UINT64_MAX, bucket = UINT64_MAX;
   int64_t* lengths = nullptr;
   if (lengths_field != kNoLengths) {
     lengths = reinterpret_cast<int64_t*>(batch.fields[lengths_field].data);
     for (size_t f = 0; f < nfields; ++f)
       if (fields[f].ragged) padded = static_cast<uint64_t>(batch.fields[f].shape[1]);
   }
+  if (bucketed && n > 0) bucket = source->bucket(indices[0]);
+  std::vector<size_t> stride(nfields);
+  for (size_t f = 0; f < nfields; ++f) {
+    const std::vector<int64_t>& shape = batch.fields[f].shape;
+    stride[f] = fields[f].dtype.bytes() *
+                shape_elements(std::span<const int64_t>(shape).subspan(shape.empty() ? 0 : 1));
+  }
   for (uint64_t s = 0; s < n; ++s) {
     if (s + kPrefetchAhead < n) source->prefetch(indices[s + kPrefetchAhead]);
     const uint64_t at = begin + s;
-    for (size_t f = 0; f < nfields; ++f)
-      slot[f] = batch.fields[f].data + at * (fields[f].ragged ? padded : 1) * sample_bytes[f];
+    for (size_t f = 0; f < nfields; ++f) slot[f] = batch.fields[f].data + at * stride[f];
     try {
       const uint64_t read = read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s],
-                                        {slot, nfields}, worker, padded);
+                                        {slot, nfields}, worker, padded, bucket);
       if (lengths != nullptr) {
         const uint64_t length = source->length(read);
         lengths[at] = static_cast<int64_t>(length);
         for (size_t f = 0; f < nfields; ++f)
           if (fields[f].ragged)
-            pad_rows(slot[f] + length * sample_bytes[f], fields[f], sample_bytes[f], padded - length);
+            pad_rows(slot[f] + length * sample_bytes[f], fields[f], sample_bytes[f],
+                     padded - length);
       }
     } catch (...) {
       if (failed_at != nullptr) *failed_at = at;
@@ -452,7 +514,7 @@ void Engine::State::transform(Batch& batch, const BatchPlan& plan, const EpochDr
 
 uint64_t Engine::State::read_sample(uint64_t epoch, uint64_t index,
                                     std::span<std::byte* const> slots, WorkerState* worker,
-                                    uint64_t rows) {
+                                    uint64_t rows, uint64_t bucket) {
   try {
     source->read({options.seed, epoch, index}, slots, worker);
     return index;
@@ -461,13 +523,17 @@ uint64_t Engine::State::read_sample(uint64_t epoch, uint64_t index,
       throw SampleError(index, source->path(index), std::current_exception());
     skipped.record(index, source->path(index), std::current_exception());
   }
-  return read_replacement(
-      options.seed, epoch, index, source->size(), source->path(index), [&](uint64_t other) {
-        // A ragged batch is padded to its own samples: a replacement must fit in it.
-        if (rows != UINT64_MAX && source->length(other) > rows)
-          throw Error("longer than the batch's padded length");
-        source->read({options.seed, epoch, other}, slots, worker);
-      });
+  return read_replacement(options.seed, epoch, index, source->size(), source->path(index),
+                          [&](uint64_t other) {
+                            // A ragged batch is padded to its own samples: a replacement must fit
+                            // in it.
+                            if (rows != UINT64_MAX && source->length(other) > rows)
+                              throw Error("longer than the batch's padded length");
+                            // A bucketed batch has its bucket's shape: a replacement must be of it.
+                            if (bucket != UINT64_MAX && source->bucket(other) != bucket)
+                              throw Error("not of the batch's bucket");
+                            source->read({options.seed, epoch, other}, slots, worker);
+                          });
 }
 
 void Engine::State::record_autotune(const AutotuneDecision& d) {
@@ -487,8 +553,9 @@ Engine::~Engine() = default;
 
 uint64_t Engine::num_batches() const {
   if (state_->options.budget)
-    throw InvalidArgument("a budget's batches per epoch differ from epoch to epoch: ask the "
-                          "epoch's BudgetEpoch (BudgetPlan::epoch)");
+    throw InvalidArgument(
+        "a budget's batches per epoch differ from epoch to epoch: ask the "
+        "epoch's BudgetEpoch (BudgetPlan::epoch)");
   return state_->plan.num_batches();
 }
 const BatchPlan& Engine::plan() const { return state_->plan; }
@@ -533,8 +600,9 @@ std::unique_ptr<EpochIterator> start_iteration(const std::shared_ptr<Engine::Sta
 // Throws InvalidArgument for a plan the loader cannot iterate (Engine::iterate's REQUIRES).
 void check_plan(const Engine::State& state, const BatchPlan& plan) {
   if (state.options.budget)
-    throw InvalidArgument("a budget's batches come from its BudgetEpoch (iterate(epoch, start)), "
-                          "not a BatchPlan");
+    throw InvalidArgument(
+        "a budget's batches come from its BudgetEpoch (iterate(epoch, start)), "
+        "not a BatchPlan");
   // Buffers hold batch_size samples of this source: a plan of other samples or batches would
   // overrun them.
   if (plan.num_samples() != state.plan.num_samples() ||

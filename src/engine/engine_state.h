@@ -129,6 +129,8 @@ struct Engine::State {
   size_t lengths_field = kNoLengths;
   size_t first_ragged = 0;  // with lengths_field: the first ragged field
   uint64_t ragged_capacity = 0;
+  // Bucketed fields (source.h): whether the source has any.
+  bool bucketed = false;
   // Over the batches delivered: a ragged source's rows, and its padded rows (count x padded).
   std::atomic<uint64_t> ragged_rows{0}, ragged_padded_rows{0};
   // With options.batch_transform: the source's fields it reads (the soft labels are the last).
@@ -194,9 +196,10 @@ struct Engine::State {
   std::vector<std::unique_ptr<WorkerState>> worker_states_;  // guarded by worker_states_mu_
 
   // Reads sample `index` into `slots`, replacing it under on_error = kSkip by a sample of at most
-  // `rows` rows (a ragged batch's padded length); the sample read.
+  // `rows` rows (a ragged batch's padded length) and of bucket `bucket` (a bucketed batch's;
+  // UINT64_MAX: any); the sample read.
   uint64_t read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
-                       WorkerState* worker, uint64_t rows);
+                       WorkerState* worker, uint64_t rows, uint64_t bucket);
 };
 
 // Iterator factories (epoch_iterator.cc).
