@@ -138,9 +138,13 @@ image::Transform parse_transform(const nb::handle& spec) {
   if (name == "Resize") {
     const bool aa = p.get<bool>("antialias");
     const int shorter = p.get<int>("shorter_side");
-    return shorter > 0 ? Resize(shorter, aa) : Resize(p.get<int>("height"), p.get<int>("width"), aa);
+    return shorter > 0 ? Resize(shorter, aa)
+                       : Resize(p.get<int>("height"), p.get<int>("width"), aa);
   }
   if (name == "CenterCrop") return CenterCrop(p.get<int>("height"), p.get<int>("width"));
+  if (name == "CoverCrop")
+    return CoverCrop(p.get<int>("height"), p.get<int>("width"), p.get<bool>("random"),
+                     p.get<bool>("antialias"));
   if (name == "RandomHorizontalFlip") return RandomHorizontalFlip(p.get<double>("p"));
   if (name == "RandomVerticalFlip") return RandomVerticalFlip(p.get<double>("p"));
   if (name == "ToTensor")
@@ -281,7 +285,6 @@ void register_image(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
       "Decodes a whole image to an HWC uint8 RGB array.");
-
 }
 
 }  // namespace stoker::python

@@ -2,6 +2,8 @@
 // shards of any fields, the source of a TarShards(fields=...). In stoker._text because a caption is
 // tokenized by the text wing; the pipelines come from stoker._native (shared nanobind types).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -33,7 +35,14 @@ FieldOptions field_of(const nb::dict& d) {
   f.exts = nb::cast<std::vector<std::string>>(d["exts"]);
   if (kind == "image") {
     f.kind = FieldKind::kImage;
-    f.pipeline = nb::cast<std::shared_ptr<image::ImagePipeline>>(d["pipeline"]);
+    if (d.contains("bucket_pipelines")) {
+      for (nb::handle p : nb::cast<nb::list>(d["bucket_pipelines"]))
+        f.bucket_pipelines.push_back(nb::cast<std::shared_ptr<image::ImagePipeline>>(p));
+      f.sizes_name = nb::cast<std::string>(d["sizes_name"]);
+      f.crops_name = nb::cast<std::string>(d["crops_name"]);
+    } else {
+      f.pipeline = nb::cast<std::shared_ptr<image::ImagePipeline>>(d["pipeline"]);
+    }
   } else if (kind == "text") {
     f.kind = FieldKind::kText;
     f.tokenizer = nb::cast<std::shared_ptr<text::Tokenizer>>(d["tokenizer"]);
@@ -81,6 +90,15 @@ using KeyTuple =
 
 void bind_image_text(nb::module_& parent) {
   nb::module_ m = parent.def_submodule("image_text", "Tar shards of any fields.");
+  m.def(
+      "member_image_sizes",
+      [](const std::string& path, const std::vector<std::pair<uint64_t, uint64_t>>& members) {
+        nb::gil_scoped_release release;
+        return member_image_sizes(path, members);
+      },
+      "path"_a, "members"_a,
+      "The (height, width) of each image member (data offset, size) of the local tar shard, "
+      "from its header; (0, 0) where it cannot be read.");
   nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
       .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields, bool skip_missing) {
              Options o = options_of(fields, skip_missing);
@@ -92,7 +110,8 @@ void bind_image_text(nb::module_& parent) {
       .def_static(
           "remote",
           [](std::shared_ptr<ShardCache> cache, std::vector<std::vector<KeyTuple>> index,
-             const nb::list& fields, bool skip_missing) {
+             const nb::list& fields, bool skip_missing,
+             std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>> image_sizes) {
             Options o = options_of(fields, skip_missing);
             std::vector<std::vector<TarKey>> keys(index.size());
             for (size_t s = 0; s < index.size(); ++s)
@@ -104,11 +123,26 @@ void bind_image_text(nb::module_& parent) {
               }
             nb::gil_scoped_release release;
             return std::make_shared<ImageTextSource>(std::move(cache), std::move(keys),
-                                                     std::move(o));
+                                                     std::move(o), std::move(image_sizes));
           },
           "cache"_a, "index"_a, "fields"_a, "skip_missing"_a,
+          "image_sizes"_a = std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>{},
           "Remote tar shards: index[s] lists shard s's keys as (key, [(ext, member, data "
-          "offset, size)]), from its sidecar.")
+          "offset, size)]), from its sidecar; image_sizes[s] its image members as (data offset, "
+          "height, width), ascending (a bucketed image field needs them).")
+      .def_prop_ro("bucket_sizes", &ImageTextSource::bucket_sizes,
+                   "The aspect-ratio buckets' (height, width); empty without a bucketed field.")
+      .def_prop_ro("image_sizes", &ImageTextSource::image_sizes,
+                   "Each sample's image (height, width) from its header, (0, 0) where unknown; "
+                   "empty without a bucketed field.")
+      .def(
+          "buckets",
+          [](const ImageTextSource& s) {
+            std::vector<uint32_t> out(s.size());
+            for (uint64_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint32_t>(s.bucket(i));
+            return out;
+          },
+          "Each sample's aspect-ratio bucket (all 0 without a bucketed field).")
       .def_prop_ro("shard_samples", &ImageTextSource::shard_samples)
       .def("path", &ImageTextSource::path, "index"_a)
       .def(

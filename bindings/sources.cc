@@ -12,9 +12,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
-#include "stoker/mapped_file.h"
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/mapped_file.h"
 #include "stoker/sources/array.h"
 #include "stoker/sources/array_documents.h"
 #include "stoker/sources/document_source.h"
@@ -131,6 +131,16 @@ nb::bytes read_bytes(const ImageFiles& files, uint64_t i) {
   return nb::bytes(reinterpret_cast<const char*>(buf.data()), buf.size());
 }
 
+// Field f's shape for sample `index`: a ragged field's first dimension is the sample's length, a
+// bucketed field's shape its bucket's.
+std::vector<int64_t> sample_shape(const Source& src, size_t f, uint64_t index) {
+  const FieldSpec& spec = src.fields()[f];
+  if (!spec.bucket_shapes.empty()) return spec.bucket_shapes[src.bucket(index)];
+  std::vector<int64_t> shape = spec.shape;
+  if (spec.ragged) shape[0] = static_cast<int64_t>(src.length(index));
+  return shape;
+}
+
 // One sample of a source, as raw bytes per field (the caller views them with the right dtype).
 nb::list read_sample(const Source& src, uint64_t index, uint64_t seed, uint64_t epoch) {
   if (index >= src.size()) throw nb::index_error("sample index out of range");
@@ -148,8 +158,8 @@ nb::list read_sample(const Source& src, uint64_t index, uint64_t seed, uint64_t 
   }
   nb::list result;
   for (size_t f = 0; f < out.size(); ++f) {
-    const FieldSpec& spec = src.fields()[f];  // a ragged field: the sample's own rows
-    const size_t bytes = spec.ragged ? src.length(index) * spec.row_bytes() : spec.sample_bytes();
+    size_t bytes = src.fields()[f].dtype.bytes();  // the sample's own rows, or its bucket's
+    for (int64_t d : sample_shape(src, f, index)) bytes *= static_cast<size_t>(d);
     result.append(nb::bytes(reinterpret_cast<const char*>(slots[f]), bytes));
   }
   return result;
@@ -254,6 +264,17 @@ void register_sources(nb::module_& m) {
           "samples; zeros for a source without ragged fields.")
       .def("path", &Source::path, nb::arg("index"),
            "What sample `index` is read from, as errors name it (a file); empty when nothing.")
+      .def(
+          "sample_shapes",
+          [](const Source& s, uint64_t index) {
+            if (index >= s.size()) throw nb::index_error("sample index out of range");
+            std::vector<std::vector<int64_t>> out;
+            for (size_t f = 0; f < s.fields().size(); ++f) out.push_back(sample_shape(s, f, index));
+            return out;
+          },
+          nb::arg("index"),
+          "Each field's shape for sample `index` (a ragged field's first dimension its length, a "
+          "bucketed field's its bucket's), known without reading it.")
       .def("sample", &read_sample, nb::arg("index"), nb::arg("seed"), nb::arg("epoch"),
            "Sample `index` read with (seed, epoch)'s randomness: one bytes object per field.");
 
@@ -345,22 +366,22 @@ void register_sources(nb::module_& m) {
       m, "ArrayDocuments",
       "The rows of a list column as documents: `values` (every row's ids, any integer type) "
       "and `offsets` (int32 or int64, rows + 1), read in place.")
-      .def(nb::new_([](AnyArray values, AnyArray offsets, const std::string& name,
-                       uint64_t vocab_size) {
-             const auto one_d = [&](const AnyArray& a, const char* what) {
-               if (a.ndim() != 1 || (a.shape(0) > 1 && a.stride(0) != 1))
-                 throw InvalidArgument(name + ": " + what + " must be a contiguous 1-d array");
-               if (a.dtype().lanes != 1) throw InvalidArgument(name + ": vector dtypes");
-               return DType{static_cast<DType::Code>(a.dtype().code), a.dtype().bits};
-             };
-             const DType vt = one_d(values, "values"), ot = one_d(offsets, "offsets");
-             if (offsets.shape(0) == 0)
-               throw InvalidArgument(name + ": offsets need rows + 1 entries, got none");
-             auto owner = std::make_shared<std::pair<AnyArray, AnyArray>>(values, offsets);
-             return std::make_shared<ArrayDocuments>(values.data(), vt, values.shape(0),
-                                                     offsets.data(), ot, offsets.shape(0) - 1,
-                                                     name, vocab_size, owner);
-           }),
+      .def(nb::new_(
+               [](AnyArray values, AnyArray offsets, const std::string& name, uint64_t vocab_size) {
+                 const auto one_d = [&](const AnyArray& a, const char* what) {
+                   if (a.ndim() != 1 || (a.shape(0) > 1 && a.stride(0) != 1))
+                     throw InvalidArgument(name + ": " + what + " must be a contiguous 1-d array");
+                   if (a.dtype().lanes != 1) throw InvalidArgument(name + ": vector dtypes");
+                   return DType{static_cast<DType::Code>(a.dtype().code), a.dtype().bits};
+                 };
+                 const DType vt = one_d(values, "values"), ot = one_d(offsets, "offsets");
+                 if (offsets.shape(0) == 0)
+                   throw InvalidArgument(name + ": offsets need rows + 1 entries, got none");
+                 auto owner = std::make_shared<std::pair<AnyArray, AnyArray>>(values, offsets);
+                 return std::make_shared<ArrayDocuments>(values.data(), vt, values.shape(0),
+                                                         offsets.data(), ot, offsets.shape(0) - 1,
+                                                         name, vocab_size, owner);
+               }),
            nb::arg("values"), nb::arg("offsets"), nb::arg("name"), nb::arg("vocab_size") = 0);
 
   m.def(

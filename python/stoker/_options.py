@@ -19,7 +19,7 @@ import dataclasses
 import re
 
 from . import _native, _ranks, balance, batch_transforms
-from .budget import Budget
+from .budget import Budget, dataset_buckets
 from ._checks import is_int
 from .gpu import feed as _feed
 
@@ -229,6 +229,9 @@ def parse(dataset, kind, batch_size, shuffle, seed, drop_last, num_workers, pref
     elif not isinstance(drop_last, bool):
         raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
     budget_given = batch_size if isinstance(batch_size, Budget) else None
+    if budget_given is None and kind != "python" and is_int(batch_size) and \
+            dataset_buckets(dataset) is not None:  # batches of N from one bucket each
+        budget_given = Budget(samples=batch_size)
     order = order_of(dataset, kind, stratified, python, budget_given)
     _native.engine.check_repeats(repeats, order)  # the engine's rule (include/stoker/engine.h)
     return Options(batch_size=batch_size, budget=budget_given, shuffle=shuffle, seed=seed, drop_last=drop_last,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import _native
+from .budget import Budget
 from ._checks import is_int as _is_int
 
 VERSION = 3
@@ -200,8 +201,8 @@ def block_window(settings):
 def config(settings):
     """What a state must match to be resumed by ``loader``."""
     batch_size = settings.batch_size
-    if settings.order == "budget":
-        batch_size = batch_size.describe()  # a stoker.Budget, as JSON
+    if isinstance(batch_size, Budget):
+        batch_size = batch_size.describe()  # as JSON
     out = {"seed": settings.seed, "shuffle": settings.shuffle, "batch_size": batch_size,
            "drop_last": settings.drop_last, "num_samples": num_samples(settings.dataset),
            "repeats": repeats(settings), "rank": settings.rank, "world_size": settings.world_size,
@@ -353,7 +354,7 @@ def _load_budget(settings, state, mine):
     saved = state.get("budget")
     epoch, batch, old_world = state.get("epoch"), state.get("batch"), state.get("world_size")
     consumed = saved.get("consumed") if isinstance(saved, dict) else None
-    if not (isinstance(consumed, list) and len(consumed) == len(order.bounds) + 1
+    if not (isinstance(consumed, list) and len(consumed) == order.num_buckets
             and all(_is_int(c) and c >= 0 for c in consumed)):
         raise ValueError(f"invalid budget position in state: {saved!r}")
     if saved.get("bounds") != order.bounds:

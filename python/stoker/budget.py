@@ -23,7 +23,7 @@ from .sources.base import StokerDataset
 
 __all__ = ["Budget"]
 
-_UNITS = ("tokens", "seconds", "pixels")
+_UNITS = ("tokens", "seconds", "pixels", "samples")
 _COSTS = ("padded", "sum", "quadratic")
 _REMAINDERS = ("drop", "repeat")
 
@@ -32,8 +32,11 @@ class Budget:
     """A batch's budget, for ``DataLoader(batch_size=...)``.
 
     Args:
-        tokens, seconds, pixels: the budget, exactly one of them, in the unit of the samples'
-            lengths (a token count, a duration, an image's height x width).
+        tokens, seconds, pixels, samples: the budget, exactly one of them, in the unit of the
+            samples' lengths (a token count, a duration, an image's height x width; a sample
+            counts 1: ``samples=N`` is N samples a batch, each batch from one bucket, what a
+            dataset in buckets of its own, such as images in aspect-ratio buckets, makes of
+            ``batch_size=N``).
         cost: how a batch is charged against the budget: ``"padded"`` (its sample count times
             its longest length: what padding costs), ``"sum"`` (its lengths' sum) or
             ``"quadratic"`` (count x (L + L^2 / quadratic_length), L the longest: attention's
@@ -52,12 +55,13 @@ class Budget:
         quadratic_length: ``cost="quadratic"``'s length scale (None: the longest sample's).
     """
 
-    def __init__(self, tokens=None, seconds=None, pixels=None, *, cost="padded", buckets="auto",
+    def __init__(self, tokens=None, seconds=None, pixels=None, samples=None, *, cost="padded",
+                 buckets="auto",
                  max_batch_size=None, lengths=None, pad_to_multiple_of=1, remainder="drop",
                  quadratic_length=None):
-        given = {u: v for u, v in zip(_UNITS, (tokens, seconds, pixels)) if v is not None}
+        given = {u: v for u, v in zip(_UNITS, (tokens, seconds, pixels, samples)) if v is not None}
         if len(given) != 1:
-            raise ValueError(f"Budget takes one of tokens=, seconds= or pixels=, got "
+            raise ValueError(f"Budget takes one of tokens=, seconds=, pixels= or samples=, got "
                              f"{', '.join(given) or 'none'}")
         (self.unit, value), = given.items()
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
@@ -136,6 +140,8 @@ class Budget:
         """Every sample's length (float64) in this budget's unit: ``lengths`` as given, else the
         dataset's own (``_lengths(unit)``, sources/base.py). ValueError where there are none."""
         given = self.lengths
+        if given is None and self.unit == "samples":
+            given = np.ones(len(dataset))
         if given is None:
             if not isinstance(dataset, StokerDataset):
                 raise ValueError(f"Budget({self.unit}=...) needs the samples' lengths: pass "
@@ -156,13 +162,24 @@ class Budget:
                              f"lengths must be finite and >= 0")
         return out
 
-    def plan(self, lengths):
+    def plan(self, lengths, bucket_of=None):
         """The native plan (``_native.engine.BudgetPlan``) of samples with these ``lengths``: its
-        ``epoch(seed, epoch, shuffle, rank, world_size, consumed)`` lays out an epoch."""
+        ``epoch(seed, epoch, shuffle, rank, world_size, consumed)`` lays out an epoch.
+        ``bucket_of``: each sample's bucket where a dataset gives them (no bounds then)."""
         lengths = np.ascontiguousarray(np.asarray(lengths, dtype=np.float64).reshape(-1))
+        if bucket_of is not None and self.buckets is not None:
+            raise ValueError(f"{self!r}: the dataset puts its samples in buckets of its own "
+                             f"(aspect ratios); give no bucket bounds")
         return _native.engine.BudgetPlan(
             lengths, float(self.value), self.cost, float(self.quadratic_length or 0.0),
-            self.buckets or [], self.max_batch_size or 0, self.remainder)
+            self.buckets or [], self.max_batch_size or 0, self.remainder,
+            [] if bucket_of is None else [int(b) for b in bucket_of])
+
+
+def dataset_buckets(dataset):
+    """The buckets a dataset puts its samples in (``_buckets()``, sources/base.py: images in
+    aspect-ratio buckets), whose batches must not mix; None for most datasets."""
+    return dataset._buckets() if isinstance(dataset, StokerDataset) else None
 
 
 class BudgetOrder:
@@ -176,7 +193,7 @@ class BudgetOrder:
         self._seed, self.shuffle = seed, bool(shuffle)  # seed: an int, or a callable giving it
         self.rank, self.world_size = rank, world_size
         self.lengths = budget.lengths_of(dataset)
-        self.plan = budget.plan(self.lengths)
+        self.plan = budget.plan(self.lengths, dataset_buckets(dataset))
         self.oversized = len(self.plan.oversized)
         if self.oversized and on_error == "raise":
             from .errors import SampleError
@@ -196,6 +213,10 @@ class BudgetOrder:
     @property
     def bounds(self):
         return list(self.plan.bucket_bounds)
+
+    @property
+    def num_buckets(self):
+        return self.plan.num_buckets
 
     def epoch(self, epoch, consumed=None, rank=None, world_size=None):
         """The BudgetEpoch of ``rank`` (default: the loader's) of ``world_size`` for ``epoch``

@@ -7,12 +7,26 @@ import functools
 import gc
 import warnings
 
+import numpy as np
+
 from . import _native, _options, _state, balance
 from ._producer import Producer
 from .errors import MemoryBudgetError
 from .gpu import feed as _feed
 from .sources.base import StokerDataset
 from .sources.mixture import Mixture
+
+
+def _budget_blocks(epoch, start, sizes):
+    """The blocks (shards of ``sizes`` samples) that batches ``start..`` of a BudgetEpoch read,
+    in order of first use."""
+    batches = [epoch.batch(b) for b in range(start, epoch.num_batches)]
+    if not batches or not len(sizes):
+        return []
+    samples = np.concatenate(batches).astype(np.int64)
+    used = np.searchsorted(np.cumsum(np.asarray(sizes, dtype=np.int64)), samples, side="right")
+    _, first = np.unique(used, return_index=True)
+    return [int(b) for b in used[np.sort(first)]]
 
 
 class EngineOrdered(Producer):
@@ -26,9 +40,9 @@ class EngineOrdered(Producer):
         self._seed = o.seed
         self.shuffle = False if o.shuffle is None else o.shuffle
         # A dataset in remote shards declares default_shuffle = "shards": shuffle=True then
-        # means its shard order.
+        # means its shard order (but for batches by a budget, whose plan shuffles its buckets).
         if self.shuffle is True and isinstance(dataset, StokerDataset) and \
-                dataset.default_shuffle == "shards":
+                dataset.default_shuffle == "shards" and o.order != "budget":
             self.shuffle = "shards"
         if o.shard_window != "auto" and self.shuffle != "shards":
             raise ValueError(f'shard_window is for shuffle="shards", and this loader\'s order is '
@@ -169,7 +183,10 @@ class NativeProducer(EngineOrdered):
         if remote is None:
             return
         block_shards = self.dataset._block_shards
-        blocks = [int(b) for b in self.block_schedule(cursor)]
+        if cursor.budget is not None:  # the budget's batches' shards, in first-use order
+            blocks = _budget_blocks(cursor.budget, cursor.batch, self.dataset._source.shards())
+        else:
+            blocks = [int(b) for b in self.block_schedule(cursor)]
         if not blocks:  # no shard order: every shard, in order
             blocks = range(len(block_shards))
         seen, order = set(), []

@@ -52,8 +52,8 @@ void crop_y(GeometryPlan& p, int top, int height) {
 
 }  // namespace
 
-GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_width,
-                           int image_height, SampleRng& rng) {
+GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_width, int image_height,
+                           SampleRng& rng) {
   GeometryPlan p{identity(image_width), identity(image_height), false, false};
   for (const Transform& t : transforms) {
     if (const auto* rrc = std::get_if<RandomResizedCrop>(&t)) {
@@ -70,6 +70,12 @@ GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_widt
       const CropBox b = center_crop_box(p.y.size, p.x.size, *cc);
       crop_y(p, b.top, b.height);
       crop_x(p, b.left, b.width);
+    } else if (const auto* cv = std::get_if<CoverCrop>(&t)) {
+      const CoverBox b = cover_crop_params(p.y.size, p.x.size, *cv, rng);
+      resize(p.y, b.resized_height, cv->antialias);
+      resize(p.x, b.resized_width, cv->antialias);
+      crop_y(p, b.top, cv->height);
+      crop_x(p, b.left, cv->width);
     } else if (const auto* f = std::get_if<RandomHorizontalFlip>(&t)) {
       if (rng.bernoulli(f->p)) p.flip = !p.flip;
     } else if (const auto* vf = std::get_if<RandomVerticalFlip>(&t)) {

@@ -20,8 +20,7 @@ int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 float normal(SampleRng& rng) {
   const double u1 = 1.0 - rng.uniform();  // (0, 1]
   const double u2 = rng.uniform();
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(2.0 * std::numbers::pi * u2));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
 // --- Auto-augment (torchvision/transforms/v2/_auto_augment.py) ----------------------------
@@ -47,16 +46,16 @@ enum class AugOp {
 // The operations of TrivialAugmentWide's and RandAugment's spaces, in their dict order (the
 // uniform draw picks an index into it).
 constexpr AugOp kSpaceOps[] = {
-    AugOp::kIdentity,   AugOp::kShearX,     AugOp::kShearY,       AugOp::kTranslateX,
-    AugOp::kTranslateY, AugOp::kRotate,     AugOp::kBrightness,   AugOp::kColor,
-    AugOp::kContrast,   AugOp::kSharpness,  AugOp::kPosterize,    AugOp::kSolarize,
+    AugOp::kIdentity,     AugOp::kShearX,    AugOp::kShearY,     AugOp::kTranslateX,
+    AugOp::kTranslateY,   AugOp::kRotate,    AugOp::kBrightness, AugOp::kColor,
+    AugOp::kContrast,     AugOp::kSharpness, AugOp::kPosterize,  AugOp::kSolarize,
     AugOp::kAutoContrast, AugOp::kEqualize,
 };
 
 // The magnitude ranges of one augmentation space.
 struct Space {
-  double shear;          // linspace(0, shear, bins)
-  double translate;      // absolute pixels, or a fraction of the side with translate_relative
+  double shear;      // linspace(0, shear, bins)
+  double translate;  // absolute pixels, or a fraction of the side with translate_relative
   bool translate_relative;
   double rotate;         // degrees
   double enhance;        // brightness, colour, contrast, sharpness: 1 +- this
@@ -103,11 +102,9 @@ double magnitude(AugOp op, const Space& sp, int bins, int bin, int height, int w
     case AugOp::kShearY:
       return linspace(0.0, sp.shear, bins, bin);
     case AugOp::kTranslateX:
-      return linspace(0.0, sp.translate_relative ? sp.translate * width : sp.translate, bins,
-                      bin);
+      return linspace(0.0, sp.translate_relative ? sp.translate * width : sp.translate, bins, bin);
     case AugOp::kTranslateY:
-      return linspace(0.0, sp.translate_relative ? sp.translate * height : sp.translate, bins,
-                      bin);
+      return linspace(0.0, sp.translate_relative ? sp.translate * height : sp.translate, bins, bin);
     case AugOp::kRotate:
       return linspace(0.0, sp.rotate, bins, bin);
     case AugOp::kBrightness:
@@ -193,10 +190,9 @@ void trivial_augment_wide(const TrivialAugmentWide& t, SampleRng& rng, StageScra
   double m = 0.0;
   if (has_magnitude(op)) {
     const int bin = static_cast<int>(rng.uniform_int(0, t.num_magnitude_bins));
-    m = signed_magnitude(op,
-                         magnitude(op, kWide, t.num_magnitude_bins, bin, s.image().height(),
-                                   s.image().width()),
-                         rng);
+    m = signed_magnitude(
+        op, magnitude(op, kWide, t.num_magnitude_bins, bin, s.image().height(), s.image().width()),
+        rng);
   }
   apply_aug(op, m, t.interpolation, t.fill, s);
 }
@@ -230,50 +226,50 @@ constexpr AugOp kPost = AugOp::kPosterize, kRot = AugOp::kRotate, kSol = AugOp::
 
 // AutoAugment._get_policies, policy by policy.
 constexpr SubPolicy kImageNetPolicy[] = {
-    {{{kPost, 0.4, 8}, {kRot, 0.6, 9}}},  {{{kSol, 0.6, 5}, {kAC, 0.6, -1}}},
-    {{{kEq, 0.8, -1}, {kEq, 0.6, -1}}},   {{{kPost, 0.6, 7}, {kPost, 0.6, 6}}},
-    {{{kEq, 0.4, -1}, {kSol, 0.2, 4}}},   {{{kEq, 0.4, -1}, {kRot, 0.8, 8}}},
-    {{{kSol, 0.6, 3}, {kEq, 0.6, -1}}},   {{{kPost, 0.8, 5}, {kEq, 1.0, -1}}},
-    {{{kRot, 0.2, 3}, {kSol, 0.6, 8}}},   {{{kEq, 0.6, -1}, {kPost, 0.4, 6}}},
-    {{{kRot, 0.8, 8}, {kCol, 0.4, 0}}},   {{{kRot, 0.4, 9}, {kEq, 0.6, -1}}},
-    {{{kEq, 0.0, -1}, {kEq, 0.8, -1}}},   {{{kInv, 0.6, -1}, {kEq, 1.0, -1}}},
-    {{{kCol, 0.6, 4}, {kCon, 1.0, 8}}},   {{{kRot, 0.8, 8}, {kCol, 1.0, 2}}},
-    {{{kCol, 0.8, 8}, {kSol, 0.8, 7}}},   {{{kSha, 0.4, 7}, {kInv, 0.6, -1}}},
-    {{{kShX, 0.6, 5}, {kEq, 1.0, -1}}},   {{{kCol, 0.4, 0}, {kEq, 0.6, -1}}},
-    {{{kEq, 0.4, -1}, {kSol, 0.2, 4}}},   {{{kSol, 0.6, 5}, {kAC, 0.6, -1}}},
-    {{{kInv, 0.6, -1}, {kEq, 1.0, -1}}},  {{{kCol, 0.6, 4}, {kCon, 1.0, 8}}},
+    {{{kPost, 0.4, 8}, {kRot, 0.6, 9}}}, {{{kSol, 0.6, 5}, {kAC, 0.6, -1}}},
+    {{{kEq, 0.8, -1}, {kEq, 0.6, -1}}},  {{{kPost, 0.6, 7}, {kPost, 0.6, 6}}},
+    {{{kEq, 0.4, -1}, {kSol, 0.2, 4}}},  {{{kEq, 0.4, -1}, {kRot, 0.8, 8}}},
+    {{{kSol, 0.6, 3}, {kEq, 0.6, -1}}},  {{{kPost, 0.8, 5}, {kEq, 1.0, -1}}},
+    {{{kRot, 0.2, 3}, {kSol, 0.6, 8}}},  {{{kEq, 0.6, -1}, {kPost, 0.4, 6}}},
+    {{{kRot, 0.8, 8}, {kCol, 0.4, 0}}},  {{{kRot, 0.4, 9}, {kEq, 0.6, -1}}},
+    {{{kEq, 0.0, -1}, {kEq, 0.8, -1}}},  {{{kInv, 0.6, -1}, {kEq, 1.0, -1}}},
+    {{{kCol, 0.6, 4}, {kCon, 1.0, 8}}},  {{{kRot, 0.8, 8}, {kCol, 1.0, 2}}},
+    {{{kCol, 0.8, 8}, {kSol, 0.8, 7}}},  {{{kSha, 0.4, 7}, {kInv, 0.6, -1}}},
+    {{{kShX, 0.6, 5}, {kEq, 1.0, -1}}},  {{{kCol, 0.4, 0}, {kEq, 0.6, -1}}},
+    {{{kEq, 0.4, -1}, {kSol, 0.2, 4}}},  {{{kSol, 0.6, 5}, {kAC, 0.6, -1}}},
+    {{{kInv, 0.6, -1}, {kEq, 1.0, -1}}}, {{{kCol, 0.6, 4}, {kCon, 1.0, 8}}},
     {{{kEq, 0.8, -1}, {kEq, 0.6, -1}}},
 };
 
 constexpr SubPolicy kCifar10Policy[] = {
-    {{{kInv, 0.1, -1}, {kCon, 0.2, 6}}},  {{{kRot, 0.7, 2}, {kTX, 0.3, 9}}},
-    {{{kSha, 0.8, 1}, {kSha, 0.9, 3}}},   {{{kShY, 0.5, 8}, {kTY, 0.7, 9}}},
-    {{{kAC, 0.5, -1}, {kEq, 0.9, -1}}},   {{{kShY, 0.2, 7}, {kPost, 0.3, 7}}},
-    {{{kCol, 0.4, 3}, {kBri, 0.6, 7}}},   {{{kSha, 0.3, 9}, {kBri, 0.7, 9}}},
-    {{{kEq, 0.6, -1}, {kEq, 0.5, -1}}},   {{{kCon, 0.6, 7}, {kSha, 0.6, 5}}},
-    {{{kCol, 0.7, 7}, {kTX, 0.5, 8}}},    {{{kEq, 0.3, -1}, {kAC, 0.4, -1}}},
-    {{{kTY, 0.4, 3}, {kSha, 0.2, 6}}},    {{{kBri, 0.9, 6}, {kCol, 0.2, 8}}},
-    {{{kSol, 0.5, 2}, {kInv, 0.0, -1}}},  {{{kEq, 0.2, -1}, {kAC, 0.6, -1}}},
-    {{{kEq, 0.2, -1}, {kEq, 0.6, -1}}},   {{{kCol, 0.9, 9}, {kEq, 0.6, -1}}},
-    {{{kAC, 0.8, -1}, {kSol, 0.2, 8}}},   {{{kBri, 0.1, 3}, {kCol, 0.7, 0}}},
-    {{{kSol, 0.4, 5}, {kAC, 0.9, -1}}},   {{{kTY, 0.9, 9}, {kTY, 0.7, 9}}},
-    {{{kAC, 0.9, -1}, {kSol, 0.8, 3}}},   {{{kEq, 0.8, -1}, {kInv, 0.1, -1}}},
+    {{{kInv, 0.1, -1}, {kCon, 0.2, 6}}}, {{{kRot, 0.7, 2}, {kTX, 0.3, 9}}},
+    {{{kSha, 0.8, 1}, {kSha, 0.9, 3}}},  {{{kShY, 0.5, 8}, {kTY, 0.7, 9}}},
+    {{{kAC, 0.5, -1}, {kEq, 0.9, -1}}},  {{{kShY, 0.2, 7}, {kPost, 0.3, 7}}},
+    {{{kCol, 0.4, 3}, {kBri, 0.6, 7}}},  {{{kSha, 0.3, 9}, {kBri, 0.7, 9}}},
+    {{{kEq, 0.6, -1}, {kEq, 0.5, -1}}},  {{{kCon, 0.6, 7}, {kSha, 0.6, 5}}},
+    {{{kCol, 0.7, 7}, {kTX, 0.5, 8}}},   {{{kEq, 0.3, -1}, {kAC, 0.4, -1}}},
+    {{{kTY, 0.4, 3}, {kSha, 0.2, 6}}},   {{{kBri, 0.9, 6}, {kCol, 0.2, 8}}},
+    {{{kSol, 0.5, 2}, {kInv, 0.0, -1}}}, {{{kEq, 0.2, -1}, {kAC, 0.6, -1}}},
+    {{{kEq, 0.2, -1}, {kEq, 0.6, -1}}},  {{{kCol, 0.9, 9}, {kEq, 0.6, -1}}},
+    {{{kAC, 0.8, -1}, {kSol, 0.2, 8}}},  {{{kBri, 0.1, 3}, {kCol, 0.7, 0}}},
+    {{{kSol, 0.4, 5}, {kAC, 0.9, -1}}},  {{{kTY, 0.9, 9}, {kTY, 0.7, 9}}},
+    {{{kAC, 0.9, -1}, {kSol, 0.8, 3}}},  {{{kEq, 0.8, -1}, {kInv, 0.1, -1}}},
     {{{kTY, 0.7, 9}, {kAC, 0.9, -1}}},
 };
 
 constexpr SubPolicy kSvhnPolicy[] = {
-    {{{kShX, 0.9, 4}, {kInv, 0.2, -1}}},  {{{kShY, 0.9, 8}, {kInv, 0.7, -1}}},
-    {{{kEq, 0.6, -1}, {kSol, 0.6, 6}}},   {{{kInv, 0.9, -1}, {kEq, 0.6, -1}}},
-    {{{kEq, 0.6, -1}, {kRot, 0.9, 3}}},   {{{kShX, 0.9, 4}, {kAC, 0.8, -1}}},
-    {{{kShY, 0.9, 8}, {kInv, 0.4, -1}}},  {{{kShY, 0.9, 5}, {kSol, 0.2, 6}}},
-    {{{kInv, 0.9, -1}, {kAC, 0.8, -1}}},  {{{kEq, 0.6, -1}, {kRot, 0.9, 3}}},
-    {{{kShX, 0.9, 4}, {kSol, 0.3, 3}}},   {{{kShY, 0.8, 8}, {kInv, 0.7, -1}}},
-    {{{kEq, 0.9, -1}, {kTY, 0.6, 6}}},    {{{kInv, 0.9, -1}, {kEq, 0.6, -1}}},
-    {{{kCon, 0.3, 3}, {kRot, 0.8, 4}}},   {{{kInv, 0.8, -1}, {kTY, 0.0, 2}}},
-    {{{kShY, 0.7, 6}, {kSol, 0.4, 8}}},   {{{kInv, 0.6, -1}, {kRot, 0.8, 4}}},
-    {{{kShY, 0.3, 7}, {kTX, 0.9, 3}}},    {{{kShX, 0.1, 6}, {kInv, 0.6, -1}}},
-    {{{kSol, 0.7, 2}, {kTY, 0.6, 7}}},    {{{kShY, 0.8, 4}, {kInv, 0.8, -1}}},
-    {{{kShX, 0.7, 9}, {kTY, 0.8, 3}}},    {{{kShY, 0.8, 5}, {kAC, 0.7, -1}}},
+    {{{kShX, 0.9, 4}, {kInv, 0.2, -1}}}, {{{kShY, 0.9, 8}, {kInv, 0.7, -1}}},
+    {{{kEq, 0.6, -1}, {kSol, 0.6, 6}}},  {{{kInv, 0.9, -1}, {kEq, 0.6, -1}}},
+    {{{kEq, 0.6, -1}, {kRot, 0.9, 3}}},  {{{kShX, 0.9, 4}, {kAC, 0.8, -1}}},
+    {{{kShY, 0.9, 8}, {kInv, 0.4, -1}}}, {{{kShY, 0.9, 5}, {kSol, 0.2, 6}}},
+    {{{kInv, 0.9, -1}, {kAC, 0.8, -1}}}, {{{kEq, 0.6, -1}, {kRot, 0.9, 3}}},
+    {{{kShX, 0.9, 4}, {kSol, 0.3, 3}}},  {{{kShY, 0.8, 8}, {kInv, 0.7, -1}}},
+    {{{kEq, 0.9, -1}, {kTY, 0.6, 6}}},   {{{kInv, 0.9, -1}, {kEq, 0.6, -1}}},
+    {{{kCon, 0.3, 3}, {kRot, 0.8, 4}}},  {{{kInv, 0.8, -1}, {kTY, 0.0, 2}}},
+    {{{kShY, 0.7, 6}, {kSol, 0.4, 8}}},  {{{kInv, 0.6, -1}, {kRot, 0.8, 4}}},
+    {{{kShY, 0.3, 7}, {kTX, 0.9, 3}}},   {{{kShX, 0.1, 6}, {kInv, 0.6, -1}}},
+    {{{kSol, 0.7, 2}, {kTY, 0.6, 7}}},   {{{kShY, 0.8, 4}, {kInv, 0.8, -1}}},
+    {{{kShX, 0.7, 9}, {kTY, 0.8, 3}}},   {{{kShY, 0.8, 5}, {kAC, 0.7, -1}}},
     {{{kShX, 0.7, 2}, {kInv, 0.1, -1}}},
 };
 
@@ -296,8 +292,7 @@ void auto_augment(const AutoAugment& t, SampleRng& rng, StageScratch& s) {
     double m = 0.0;
     if (o.bin >= 0) {
       m = signed_magnitude(
-          o.op, magnitude(o.op, kStandard, 10, o.bin, s.image().height(), s.image().width()),
-          rng);
+          o.op, magnitude(o.op, kStandard, 10, o.bin, s.image().height(), s.image().width()), rng);
     }
     apply_aug(o.op, m, t.interpolation, t.fill, s);
   }
@@ -313,8 +308,7 @@ void color_jitter(const ColorJitter& t, SampleRng& rng, StageScratch& s) {
   auto draw = [&](const ColorJitter::Range& r) {
     return r ? std::optional<double>(rng.uniform(r->first, r->second)) : std::nullopt;
   };
-  const auto b = draw(t.brightness), c = draw(t.contrast), sa = draw(t.saturation),
-             h = draw(t.hue);
+  const auto b = draw(t.brightness), c = draw(t.contrast), sa = draw(t.saturation), h = draw(t.hue);
   const RgbView v = s.image().view();
   for (int id : order) {
     if (id == 0 && b) adjust_brightness(v, *b);
@@ -330,19 +324,18 @@ void pad_image(const Pad& p, StageScratch& s) {
   if (p.mode == image::PadMode::kReflect || p.mode == image::PadMode::kSymmetric) {
     const bool reflect = p.mode == image::PadMode::kReflect;
     const auto fits = [&](int pad, int side) { return reflect ? pad < side : pad <= side; };
-    if (!fits(p.left, img.width()) || !fits(p.right, img.width()) ||
-        !fits(p.top, img.height()) || !fits(p.bottom, img.height())) {
-      throw InvalidArgument(
-          std::string(reflect ? "reflect" : "symmetric") + " padding (" +
-          std::to_string(p.left) + ", " + std::to_string(p.top) + ", " + std::to_string(p.right) +
-          ", " + std::to_string(p.bottom) + ") must be " + (reflect ? "smaller than" : "at most") +
-          " the side it mirrors of the " + std::to_string(img.height()) + "x" +
-          std::to_string(img.width()) + " image");
+    if (!fits(p.left, img.width()) || !fits(p.right, img.width()) || !fits(p.top, img.height()) ||
+        !fits(p.bottom, img.height())) {
+      throw InvalidArgument(std::string(reflect ? "reflect" : "symmetric") + " padding (" +
+                            std::to_string(p.left) + ", " + std::to_string(p.top) + ", " +
+                            std::to_string(p.right) + ", " + std::to_string(p.bottom) +
+                            ") must be " + (reflect ? "smaller than" : "at most") +
+                            " the side it mirrors of the " + std::to_string(img.height()) + "x" +
+                            std::to_string(img.width()) + " image");
     }
   }
   s.spare().reset(img.height() + p.top + p.bottom, img.width() + p.left + p.right);
-  pad(s.image().view(), s.spare().view(), p.left, p.top, p.right, p.bottom, p.mode,
-      p.fill);
+  pad(s.image().view(), s.spare().view(), p.left, p.top, p.right, p.bottom, p.mode, p.fill);
   s.swap();
 }
 
@@ -375,18 +368,16 @@ void random_crop(const RandomCrop& t, SampleRng& rng, StageScratch& s) {
     }
   }
   if (height < t.height || width < t.width) {
-    throw InvalidArgument("RandomCrop: the crop " + std::to_string(t.height) + "x" +
-                          std::to_string(t.width) + " is larger than the " +
-                          (t.padding.left + t.padding.top + t.padding.right + t.padding.bottom
-                               ? "padded "
-                               : "") +
-                          "image " + std::to_string(height) + "x" + std::to_string(width) +
-                          " (pad_if_needed pads it)");
+    throw InvalidArgument(
+        "RandomCrop: the crop " + std::to_string(t.height) + "x" + std::to_string(t.width) +
+        " is larger than the " +
+        (t.padding.left + t.padding.top + t.padding.right + t.padding.bottom ? "padded " : "") +
+        "image " + std::to_string(height) + "x" + std::to_string(width) +
+        " (pad_if_needed pads it)");
   }
-  const int top = height > t.height ? static_cast<int>(rng.uniform_int(0, height - t.height + 1))
-                                    : 0;
-  const int left = width > t.width ? static_cast<int>(rng.uniform_int(0, width - t.width + 1))
-                                   : 0;
+  const int top =
+      height > t.height ? static_cast<int>(rng.uniform_int(0, height - t.height + 1)) : 0;
+  const int left = width > t.width ? static_cast<int>(rng.uniform_int(0, width - t.width + 1)) : 0;
   pad_image(pad, s);
   crop_image(top, left, t.height, t.width, s);
 }
@@ -394,8 +385,7 @@ void random_crop(const RandomCrop& t, SampleRng& rng, StageScratch& s) {
 void random_rotation(const RandomRotation& t, SampleRng& rng, StageScratch& s) {
   const double angle = rng.uniform(t.degrees.first, t.degrees.second);
   s.spare().reset(s.image().height(), s.image().width());
-  rotate(s.image().view(), s.spare().view(), angle, t.interpolation, t.fill,
-         t.center);
+  rotate(s.image().view(), s.spare().view(), angle, t.interpolation, t.fill, t.center);
   s.swap();
 }
 
@@ -413,8 +403,8 @@ void random_affine(const RandomAffine& t, SampleRng& rng, StageScratch& s) {
   if (t.shear_x) shear[0] = rng.uniform(t.shear_x->first, t.shear_x->second);
   if (t.shear_y) shear[1] = rng.uniform(t.shear_y->first, t.shear_y->second);
   s.spare().reset(height, width);
-  affine(s.image().view(), s.spare().view(), angle, translate, scale, shear,
-         t.interpolation, t.fill, t.center);
+  affine(s.image().view(), s.spare().view(), angle, translate, scale, shear, t.interpolation,
+         t.fill, t.center);
   s.swap();
 }
 
@@ -422,8 +412,7 @@ void random_affine(const RandomAffine& t, SampleRng& rng, StageScratch& s) {
 struct EraseBox {
   int top, left, height, width;
 };
-std::optional<EraseBox> erase_box(const RandomErasing& t, int img_h, int img_w,
-                                  SampleRng& rng) {
+std::optional<EraseBox> erase_box(const RandomErasing& t, int img_h, int img_w, SampleRng& rng) {
   const double area = static_cast<double>(img_h) * img_w;
   const double log_lo = std::log(t.ratio.first), log_hi = std::log(t.ratio.second);
   for (int attempt = 0; attempt < 10; ++attempt) {
@@ -501,8 +490,9 @@ size_t run_one(std::span<const Transform> ts, size_t i, SampleRng& rng, StageScr
   } else if (const auto* re = std::get_if<RandomErasing>(&t)) {
     erase_image(*re, rng, s);
   } else {
-    throw InvalidArgument("ImagePipeline: a transform of the output (ToTensor, Normalize) in "
-                          "the image stage");
+    throw InvalidArgument(
+        "ImagePipeline: a transform of the output (ToTensor, Normalize) in "
+        "the image stage");
   }
   return 1;
 }
@@ -538,6 +528,8 @@ std::optional<std::pair<int, int>> size_after(std::span<const Transform> transfo
       }
     } else if (const auto* cc = std::get_if<CenterCrop>(&t)) {
       size = {cc->height, cc->width};
+    } else if (const auto* cv = std::get_if<CoverCrop>(&t)) {
+      size = {cv->height, cv->width};
     } else if (const auto* rc = std::get_if<RandomCrop>(&t)) {
       size = {rc->height, rc->width};
     } else if (const auto* p = std::get_if<Pad>(&t)) {
@@ -558,13 +550,12 @@ void resample_into(const GeometryPlan& plan, RgbView src, RgbImage& dst, StageSc
   s.v.move(plan.y.lo);
   dst.reset(plan.y.size, plan.x.size);
   ImageSink ctx{dst.view(), plan.flip, plan.vflip};
-  resample_rgb8(src.data, src.stride, s.h.coeffs(), s.v.coeffs(), s.tmp, s.row, image_sink,
-                &ctx);
+  resample_rgb8(src.data, src.stride, s.h.coeffs(), s.v.coeffs(), s.tmp, s.row, image_sink, &ctx);
 }
 
-void erase_output(const RandomErasing& t, OutputView out, SampleRng& rng,
-                  const std::optional<std::pair<std::array<float, 3>, std::array<float, 3>>>&
-                      normalize_after) {
+void erase_output(
+    const RandomErasing& t, OutputView out, SampleRng& rng,
+    const std::optional<std::pair<std::array<float, 3>, std::array<float, 3>>>& normalize_after) {
   if (!(rng.uniform() < t.p)) return;
   const auto box = erase_box(t, out.height, out.width, rng);
   if (!box) return;

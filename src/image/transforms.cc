@@ -79,7 +79,8 @@ Stage stage_of(const Transform& t, bool after_to_tensor) {
   if (std::holds_alternative<RandomErasing>(t))
     return after_to_tensor ? Stage::kTensor : Stage::kImage;
   if (std::holds_alternative<RandomResizedCrop>(t) || std::holds_alternative<Resize>(t) ||
-      std::holds_alternative<CenterCrop>(t) || std::holds_alternative<RandomHorizontalFlip>(t) ||
+      std::holds_alternative<CenterCrop>(t) || std::holds_alternative<CoverCrop>(t) ||
+      std::holds_alternative<RandomHorizontalFlip>(t) ||
       std::holds_alternative<RandomVerticalFlip>(t))
     return Stage::kFused;
   return Stage::kImage;
@@ -151,13 +152,37 @@ OutputTable output_table(const std::vector<Transform>& transforms) {
       } else if (out.dtype == DType::kFloat32) {
         std::memcpy(o, &f, 4);
       } else {
-        const uint16_t b = out.dtype == DType::kFloat16 ? internal::float_to_half(f)
-                                                        : internal::float_to_bf16(f);
+        const uint16_t b =
+            out.dtype == DType::kFloat16 ? internal::float_to_half(f) : internal::float_to_bf16(f);
         std::memcpy(o, &b, 2);
       }
     }
   }
   return out;
+}
+
+CoverCrop::CoverCrop(int height, int width, bool random, bool antialias)
+    : height(height), width(width), random(random), antialias(antialias) {
+  validate();
+}
+
+void CoverCrop::validate() const {
+  require(height > 0 && width > 0, "CoverCrop: height and width must be positive");
+}
+
+CoverBox cover_crop_params(int image_height, int image_width, const CoverCrop& t, SampleRng& rng) {
+  const double scale = std::max(static_cast<double>(t.height) / image_height,
+                                static_cast<double>(t.width) / image_width);
+  CoverBox b{std::max(t.height, py_round(image_height * scale)),
+             std::max(t.width, py_round(image_width * scale)), 0, 0};
+  if (t.random) {
+    b.top = static_cast<int>(rng.uniform_int(0, b.resized_height - t.height + 1));
+    b.left = static_cast<int>(rng.uniform_int(0, b.resized_width - t.width + 1));
+  } else {
+    b.top = py_round((b.resized_height - t.height) / 2.0);
+    b.left = py_round((b.resized_width - t.width) / 2.0);
+  }
+  return b;
 }
 
 CropBox random_resized_crop_params(int image_height, int image_width, const RandomResizedCrop& t,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -106,7 +107,54 @@ void put_default(const FieldOptions& f, size_t i, std::byte* dst) {
   }
 }
 
+// The first bytes of an image member read for its header; the whole member where they do not
+// hold it (a JPEG with large metadata before its frame header).
+constexpr uint64_t kHeaderBytes = 16 * 1024;
+
+// The size of an image whose first bytes (or all of them, `whole`) are `head`; {0, 0} where the
+// header cannot be read. `again` is set where more bytes may hold it.
+ImageSize header_size(std::span<const std::byte> head, bool whole, bool* again) {
+  *again = false;
+  try {
+    const image::ImageInfo info = image::read_info(head);
+    return {info.height, info.width};
+  } catch (const Error&) {
+    *again = !whole;
+  }
+  return {0, 0};
+}
+
+// The size of the image member (offset, size) of shard `shard` of `tars`, from its header.
+ImageSize member_size(const TarShardSet& tars, size_t shard, uint64_t offset, uint64_t size,
+                      const std::string& what, std::vector<std::byte>& buffer) {
+  const uint64_t head = std::min(size, kHeaderBytes);
+  tars.read(shard, offset, head, buffer, what);
+  bool again = false;
+  ImageSize got = header_size(buffer, head == size, &again);
+  if (again) {
+    tars.read(shard, offset, size, buffer, what);
+    got = header_size(buffer, true, &again);
+  }
+  return got;
+}
+
+// The CoverCrop a bucket's pipeline starts with.
+const image::CoverCrop* cover_of(const image::ImagePipeline& p) {
+  return p.transforms().empty() ? nullptr : std::get_if<image::CoverCrop>(&p.transforms()[0]);
+}
+
 }  // namespace
+
+std::vector<ImageSize> member_image_sizes(
+    const std::string& path, const std::vector<std::pair<uint64_t, uint64_t>>& members) {
+  const TarShardSet tars({path});
+  std::vector<ImageSize> out;
+  out.reserve(members.size());
+  std::vector<std::byte> buffer;
+  for (const auto& [offset, size] : members)
+    out.push_back(member_size(tars, 0, offset, size, path, buffer));
+  return out;
+}
 
 ImageTextSource::ImageTextSource(std::vector<std::string> shard_paths, Options options)
     : options_(std::move(options)) {
@@ -116,10 +164,12 @@ ImageTextSource::ImageTextSource(std::vector<std::string> shard_paths, Options o
   tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
   index({});
   plan_fields();
+  plan_buckets({});
 }
 
-ImageTextSource::ImageTextSource(std::shared_ptr<ShardCache> cache,
-                                 std::vector<std::vector<TarKey>> keys, Options options)
+ImageTextSource::ImageTextSource(
+    std::shared_ptr<ShardCache> cache, std::vector<std::vector<TarKey>> keys, Options options,
+    std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>> image_sizes)
     : options_(std::move(options)) {
   check_options();
   tars_ = std::make_unique<TarShardSet>(std::move(cache));
@@ -137,6 +187,12 @@ ImageTextSource::ImageTextSource(std::shared_ptr<ShardCache> cache,
   }
   index(std::move(keys));
   plan_fields();
+  if (bucketed_ != SIZE_MAX && image_sizes.size() != tars_->size())
+    throw InvalidArgument("ImageTextSource: image sizes for " + std::to_string(image_sizes.size()) +
+                          " shards, a cache of " + std::to_string(tars_->size()) +
+                          " (the bucketed field '" + options_.fields[bucketed_].name +
+                          "' needs the images' sizes from the shards' sidecars)");
+  plan_buckets(image_sizes);
 }
 
 void ImageTextSource::check_options() {
@@ -148,8 +204,28 @@ void ImageTextSource::check_options() {
     for (std::string& e : f.exts)
       for (char& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (!names.insert(f.name).second) throw InvalidArgument("two fields named '" + f.name + "'");
-    if (f.kind == FieldKind::kImage && !f.pipeline)
+    if (f.kind == FieldKind::kImage && !f.bucket_pipelines.empty()) {
+      if (bucketed_ != SIZE_MAX)
+        throw InvalidArgument(who + ": one Image field at most is in aspect-ratio buckets");
+      bucketed_ = static_cast<size_t>(&f - options_.fields.data());
+      for (const auto& p : f.bucket_pipelines) {
+        const image::CoverCrop* c = p ? cover_of(*p) : nullptr;
+        if (c == nullptr)
+          throw InvalidArgument(who + ": each bucket's pipeline starts with a CoverCrop");
+        if (p->height() != c->height || p->width() != c->width)
+          throw InvalidArgument(who + ": the transforms after the bucket's resize and crop to " +
+                                std::to_string(c->height) + "x" + std::to_string(c->width) +
+                                " change its size to " + std::to_string(p->height()) + "x" +
+                                std::to_string(p->width()) + "; keep size-changing ones out");
+        if (p->dtype() != f.bucket_pipelines[0]->dtype() ||
+            p->layout() != f.bucket_pipelines[0]->layout())
+          throw InvalidArgument(who + ": the buckets' pipelines differ in dtype or layout");
+      }
+      for (const std::string* n : {&f.sizes_name, &f.crops_name})
+        if (!names.insert(*n).second) throw InvalidArgument("two fields named '" + *n + "'");
+    } else if (f.kind == FieldKind::kImage && !f.pipeline) {
       throw InvalidArgument(who + " needs a pipeline");
+    }
     if (f.kind == FieldKind::kText) {
       if (!f.tokenizer) throw InvalidArgument(who + " needs a tokenizer");
       if (f.max_length == 0) throw InvalidArgument(who + ": max_length must be at least 1");
@@ -232,8 +308,22 @@ void ImageTextSource::plan_fields() {
     first_slot_[f] = fields_.size();
     switch (o.kind) {
       case FieldKind::kImage: {
-        const auto shape = o.pipeline->output_shape();
-        fields_.push_back({o.name, to_dtype(o.pipeline->dtype()), {shape.begin(), shape.end()}});
+        if (o.bucket_pipelines.empty()) {
+          const auto shape = o.pipeline->output_shape();
+          fields_.push_back({o.name, to_dtype(o.pipeline->dtype()), {shape.begin(), shape.end()}});
+          break;
+        }
+        FieldSpec spec{o.name, to_dtype(o.bucket_pipelines[0]->dtype()), {0, 0, 0}};
+        for (const auto& p : o.bucket_pipelines) {
+          const auto shape = p->output_shape();
+          spec.bucket_shapes.emplace_back(shape.begin(), shape.end());
+          for (size_t d = 0; d < 3; ++d) spec.shape[d] = std::max(spec.shape[d], shape[d]);
+          const image::CoverCrop& c = *cover_of(*p);
+          bucket_sizes_.push_back({c.height, c.width});
+        }
+        fields_.push_back(std::move(spec));
+        fields_.push_back({o.sizes_name, kInt64, {2}});
+        fields_.push_back({o.crops_name, kInt64, {2}});
         break;
       }
       case FieldKind::kText: {
@@ -322,6 +412,39 @@ void ImageTextSource::plan_fields() {
   }
 }
 
+void ImageTextSource::plan_buckets(
+    const std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>& remote) {
+  if (bucketed_ == SIZE_MAX) return;
+  image_sizes_.resize(samples_.size());
+  buckets_.resize(samples_.size());
+  std::vector<double> aspects;  // each bucket's log(width / height)
+  for (const ImageSize& b : bucket_sizes_)
+    aspects.push_back(std::log(static_cast<double>(b[1]) / b[0]));
+  auto nearest = [&](double aspect) {
+    uint32_t best = 0;
+    for (uint32_t b = 1; b < aspects.size(); ++b)
+      if (std::abs(aspects[b] - aspect) < std::abs(aspects[best] - aspect)) best = b;
+    return best;
+  };
+  std::vector<std::byte> buffer;
+  for (uint64_t i = 0; i < samples_.size(); ++i) {
+    const Span& sp = span(i, bucketed_);
+    ImageSize size{0, 0};
+    if (remote.empty()) {
+      size = member_size(*tars_, samples_[i].shard, sp.offset, sp.size, path(i), buffer);
+    } else {
+      const auto& listed = remote[samples_[i].shard];
+      auto it = std::lower_bound(listed.begin(), listed.end(), sp.offset,
+                                 [](const auto& e, uint64_t off) { return std::get<0>(e) < off; });
+      if (it != listed.end() && std::get<0>(*it) == sp.offset)
+        size = {std::get<1>(*it), std::get<2>(*it)};
+    }
+    if (size[0] <= 0 || size[1] <= 0) size = {0, 0};
+    image_sizes_[i] = size;
+    buckets_[i] = nearest(size[0] > 0 ? std::log(static_cast<double>(size[1]) / size[0]) : 0.0);
+  }
+}
+
 std::string ImageTextSource::path(uint64_t index) const {
   const Sample& s = samples_[index];
   return tars_->path(s.shard) + ":" + s.key;
@@ -361,7 +484,19 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
     switch (o.kind) {
       case FieldKind::kImage: {
         SampleRng rng(key.seed, key.epoch, key.index);
-        o.pipeline->run(ws->buffer, rng, dst, ws->scratch);
+        if (o.bucket_pipelines.empty()) {
+          o.pipeline->run(ws->buffer, rng, dst, ws->scratch);
+          break;
+        }
+        const ImageSize size = image_sizes_[key.index];
+        if (size[0] == 0) throw DecodeError("the image's header cannot be read");
+        const image::ImagePipeline& p = *o.bucket_pipelines[buckets_[key.index]];
+        SampleRng draw = rng;  // the CoverCrop's draw comes first: the crop the pipeline makes
+        const image::CoverBox box = image::cover_crop_params(size[0], size[1], *cover_of(p), draw);
+        p.run(ws->buffer, rng, dst, ws->scratch);
+        const int64_t hw[2] = {size[0], size[1]}, tl[2] = {box.top, box.left};
+        std::memcpy(slots[first_slot_[f] + 1], hw, sizeof hw);
+        std::memcpy(slots[first_slot_[f] + 2], tl, sizeof tl);
         break;
       }
       case FieldKind::kText: {

@@ -312,5 +312,76 @@ TEST(ImageTextSource, ConcurrentReadsEachWithItsWorkerStateEqualOneByOne) {
     for (uint64_t i = 0; i < s.size(); ++i) EXPECT_EQ(reads[i].slots, want[i].slots) << i;
 }
 
+std::string jpeg_of(int width, int height, int seed) {
+  const auto rgb = image::testing::pattern_rgb(width, height, seed);
+  const auto bytes = image::testing::encode_jpeg(rgb.data(), width, height, 3);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+TEST(ImageTextSource, ImagesGoToTheNearestAspectBucketWithTheirSizeAndCrop) {
+  // Buckets 8x8 (1:1), 8x16 (landscape 2:1), 16x8 (portrait 1:2); uint8 CHW output.
+  std::vector<std::shared_ptr<const image::ImagePipeline>> pipelines;
+  for (auto [h, w] : {std::pair{8, 8}, {8, 16}, {16, 8}})
+    pipelines.push_back(std::make_shared<const image::ImagePipeline>(
+        std::vector<image::Transform>{image::CoverCrop(h, w, true)}));
+  // (width, height): square, wide 2.4:1, tall 1:1.8, slightly wide 1.2:1, a corrupt image.
+  const std::vector<std::pair<int, int>> sizes = {{20, 20}, {48, 20}, {20, 36}, {24, 20}};
+  TarWriter t;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    t.member("k" + std::to_string(i) + ".jpg",
+             jpeg_of(sizes[i].first, sizes[i].second, static_cast<int>(i)));
+  t.member("k4.jpg", "\xff\xd8 not a jpeg");
+  const std::string shard = write_file("buckets.tar", t.finish());
+  FieldOptions f;
+  f.kind = FieldKind::kImage;
+  f.name = "pixel_values";
+  f.exts = {"jpg"};
+  f.bucket_pipelines = pipelines;
+  f.sizes_name = "original_sizes";
+  f.crops_name = "crop_top_lefts";
+  Options o;
+  o.fields = {f};
+  ImageTextSource s({shard}, o);
+  ASSERT_EQ(s.size(), 5u);
+  ASSERT_EQ(s.fields().size(), 3u);
+  EXPECT_EQ(s.fields()[0].bucket_shapes,
+            (std::vector<std::vector<int64_t>>{{3, 8, 8}, {3, 8, 16}, {3, 16, 8}}));
+  EXPECT_EQ(s.fields()[1].name, "original_sizes");
+  const std::vector<uint64_t> want_bucket = {0, 1, 2, 0, 0};
+  for (uint64_t i = 0; i < s.size(); ++i) EXPECT_EQ(s.bucket(i), want_bucket[i]) << i;
+  EXPECT_EQ(s.image_sizes()[1], (ImageSize{20, 48}));
+  EXPECT_EQ(s.image_sizes()[4], (ImageSize{0, 0}));
+  for (uint64_t i = 0; i < 4; ++i) {
+    const auto& shape = s.fields()[0].bucket_shapes[s.bucket(i)];
+    std::vector<std::byte> pixels(3 * shape[1] * shape[2]);
+    int64_t hw[2], tl[2];
+    std::byte* slots[3] = {pixels.data(), reinterpret_cast<std::byte*>(hw),
+                           reinterpret_cast<std::byte*>(tl)};
+    s.read({7, 1, i}, slots, nullptr);
+    EXPECT_EQ(hw[0], sizes[i].second);
+    EXPECT_EQ(hw[1], sizes[i].first);
+    // The crop lies inside the image resized to cover the bucket.
+    const image::CoverCrop c(static_cast<int>(shape[1]), static_cast<int>(shape[2]), true);
+    SampleRng rng(7, 1, i);
+    const image::CoverBox box =
+        image::cover_crop_params(static_cast<int>(hw[0]), static_cast<int>(hw[1]), c, rng);
+    EXPECT_EQ(tl[0], box.top);
+    EXPECT_EQ(tl[1], box.left);
+    EXPECT_LE(box.top + c.height, box.resized_height);
+    EXPECT_LE(box.left + c.width, box.resized_width);
+    EXPECT_TRUE(box.resized_height == c.height || box.resized_width == c.width);
+  }
+  std::vector<std::byte> pixels(3 * 8 * 8);
+  int64_t hw[2], tl[2];
+  std::byte* slots[3] = {pixels.data(), reinterpret_cast<std::byte*>(hw),
+                         reinterpret_cast<std::byte*>(tl)};
+  EXPECT_THROW(s.read({0, 0, 4}, slots, nullptr), DecodeError);
+  // A transform after the crop that changes the size is refused.
+  f.bucket_pipelines = {std::make_shared<const image::ImagePipeline>(
+      std::vector<image::Transform>{image::CoverCrop(8, 8), image::CenterCrop(4)})};
+  o.fields = {f};
+  EXPECT_THROW(ImageTextSource({shard}, o), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace stoker::image_text

@@ -244,7 +244,7 @@ def test_a_dataset_without_lengths_says_how_to_give_them():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(), "one of tokens=, seconds= or pixels="),
+    (dict(), "one of tokens=, seconds=, pixels= or samples="),
     (dict(tokens=1, seconds=2), "one of tokens="),
     (dict(tokens=-1), "positive number"),
     (dict(tokens=8, cost="max"), "cost must be one of"),

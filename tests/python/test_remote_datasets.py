@@ -474,7 +474,8 @@ def test_tar_shards_with_fields_from_s3_equal_local(s3_env, tmp_path):
         with tarfile.open(path, "w") as tar:
             for i in range(3):
                 buf = io.BytesIO()
-                PILImage.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(
+                h, w = [(24, 24), (24, 40), (40, 24)][i]
+                PILImage.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
                     buf, "JPEG")
                 members = {"jpg": buf.getvalue(), "txt": f"a dog number {s * 3 + i}".encode(),
                            "json": json.dumps({"similarity": s * 3 + i}).encode()}
@@ -508,3 +509,14 @@ def test_tar_shards_with_fields_from_s3_equal_local(s3_env, tmp_path):
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k])
     assert ds.path(0) == "s3://pairs/pairs-0.tar:0000"
+    # Aspect-ratio buckets plan by the images' sizes from the sidecars' facts, fetching nothing.
+    from stoker.image_text import AspectBuckets
+    bucketed = {"pixel_values": Image(buckets=AspectBuckets(sizes=[(16, 16), (16, 32), (32, 16)])),
+                "similarity": Json("similarity")}
+    ds = stoker.TarShards("s3://pairs/*.tar", fields=bucketed)  # the third's index: cached
+    want = stoker.TarShards(local, fields=bucketed)
+    assert ds._buckets().tolist() == want._buckets().tolist() == [0, 1, 2] * 3
+    kw = {"batch_size": 2, "num_workers": 2, "output": "numpy", "shuffle": True, "seed": 2}
+    for a, b in zip(stoker.DataLoader(ds, **kw), stoker.DataLoader(want, **kw), strict=True):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])

@@ -55,6 +55,18 @@ struct CenterCrop {
   int height, width;
 };
 
+// SDXL's aspect-ratio buckets: resize keeping the aspect ratio to the smallest size that covers
+// height x width (scale max(height / H, width / W), each side rounded, at least the target), then
+// crop height x width from it, at a random offset (random = true: top uniform in
+// [0, resized height - height], left likewise) or centred (CenterCrop's rounding).
+struct CoverCrop {
+  CoverCrop(int height, int width, bool random = true, bool antialias = true);
+  void validate() const;
+  int height, width;
+  bool random;
+  bool antialias;
+};
+
 // torchvision RandomHorizontalFlip: flips when a uniform draw is < p.
 struct RandomHorizontalFlip {
   explicit RandomHorizontalFlip(double p = 0.5);
@@ -84,10 +96,10 @@ struct Normalize {
 };
 
 using Transform =
-    std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, Normalize,
-                 RandomVerticalFlip, Pad, RandomCrop, ColorJitter, RandomGrayscale, GaussianBlur,
-                 RandomRotation, RandomAffine, TrivialAugmentWide, RandAugment, AutoAugment,
-                 RandomErasing, RandomApply>;
+    std::variant<RandomResizedCrop, Resize, CenterCrop, CoverCrop, RandomHorizontalFlip, ToTensor,
+                 Normalize, RandomVerticalFlip, Pad, RandomCrop, ColorJitter, RandomGrayscale,
+                 GaussianBlur, RandomRotation, RandomAffine, TrivialAugmentWide, RandAugment,
+                 AutoAugment, RandomErasing, RandomApply>;
 
 // Where a transform runs in ImagePipeline (pipeline.h):
 // - kFused: crops, resizes and flips that compose into the one resample from the decoder's
@@ -134,5 +146,12 @@ CropBox random_resized_crop_params(int image_height, int image_width, const Rand
 std::pair<int, int> resize_output_size(int image_height, int image_width, const Resize& t);
 
 CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t);
+
+// CoverCrop's draw on an image_height x image_width image: the resized size, and the crop's
+// top-left corner in the resized image (what SDXL conditions on as crop_top_left).
+struct CoverBox {
+  int resized_height, resized_width, top, left;
+};
+CoverBox cover_crop_params(int image_height, int image_width, const CoverCrop& t, SampleRng& rng);
 
 }  // namespace stoker::image

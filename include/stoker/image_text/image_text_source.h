@@ -15,6 +15,15 @@
 // Fields (what read() writes into each slot):
 // - kImage: pipeline->run(member, SampleRng(seed, epoch, index)): the pipeline's shape and dtype.
 //   Images equal ImageSource's over TarShardFiles for the same sample index and pipeline.
+//   In aspect-ratio buckets (SDXL's, bucket_pipelines given): the image's size is read from its
+//   header when the shards are indexed (local shards; remote ones give it, image_sizes), and the
+//   image is in the bucket whose aspect ratio is nearest its own (|log(w/h) - log(bw/bh)|, the
+//   first of equals; an image whose header cannot be read is in the bucket nearest 1:1 and fails
+//   when it is read). Its pipeline is its bucket's, whose first transform is a CoverCrop to the
+//   bucket's size: the field is bucketed (source.h), bucket(index) the image's. Two more fields
+//   follow it: `sizes_name` (int64 [2]: the image's height and width) and `crops_name` (int64
+//   [2]: the crop's top and left in the resized image, cover_crop_params' draw), which SDXL
+//   conditions on. One bucketed image field at most.
 // - kText: int64 [max_length] ids, then a field `mask_name` (int64 [max_length], 1 for a real
 //   token). The member is UTF-8 text, encoded by the tokenizer without special tokens; with
 //   add_special_tokens, the post-processor's specials for a single sequence are put around it
@@ -48,11 +57,14 @@
 //   with path(index).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "stoker/dtype.h"
@@ -81,6 +93,10 @@ struct FieldOptions {
 
   // kImage
   std::shared_ptr<const image::ImagePipeline> pipeline;
+  // kImage in aspect-ratio buckets: each bucket's pipeline (a CoverCrop to the bucket's size
+  // first), and the names of the original-size and crop fields. `pipeline` is then unused.
+  std::vector<std::shared_ptr<const image::ImagePipeline>> bucket_pipelines;
+  std::string sizes_name, crops_name;
 
   // kText
   std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -103,6 +119,16 @@ struct Options {
   bool skip_missing = false;
 };
 
+// An image member's size from its header, height and width; {0, 0} when unknown.
+using ImageSize = std::array<int32_t, 2>;
+
+// The sizes of images `members` (data offset, size) of the local tar shard `path`, each read
+// from its header (no decode; the whole member only where the header is not in its first
+// bytes); {0, 0} for a member whose header cannot be read. Throws IoError for a shard that
+// cannot be read.
+std::vector<ImageSize> member_image_sizes(
+    const std::string& path, const std::vector<std::pair<uint64_t, uint64_t>>& members);
+
 struct IndexStats {
   uint64_t keys = 0;                          // keys met with at least one field's member
   uint64_t skipped_keys = 0;                  // of them, missing a member (skip_missing)
@@ -118,8 +144,12 @@ class ImageTextSource final : public Source {
   // index`). Nothing is fetched here but the first sample's members where a field takes its
   // shape from them (Json, Npy). REQUIRES: keys.size() == cache->size(); every member inside its
   // shard (InvalidArgument naming the shard otherwise: a stale index).
-  ImageTextSource(std::shared_ptr<ShardCache> cache, std::vector<std::vector<TarKey>> keys,
-                  Options options);
+  // With a bucketed image field, image_sizes[s] lists shard s's image members as (data offset,
+  // height, width) (from its sidecar's facts), ascending by offset; a member not listed has an
+  // unknown size.
+  ImageTextSource(
+      std::shared_ptr<ShardCache> cache, std::vector<std::vector<TarKey>> keys, Options options,
+      std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>> image_sizes = {});
   ~ImageTextSource() override;
   ImageTextSource(const ImageTextSource&) = delete;
   ImageTextSource& operator=(const ImageTextSource&) = delete;
@@ -131,6 +161,7 @@ class ImageTextSource final : public Source {
   std::string path(uint64_t index) const override;
   std::unique_ptr<WorkerState> make_worker_state() const override;
   std::vector<uint64_t> shards() const override;
+  uint64_t bucket(uint64_t index) const override { return buckets_.empty() ? 0 : buckets_[index]; }
 
   const IndexStats& stats() const { return stats_; }
   // Per shard, its samples (a remote dataset's block order needs them).
@@ -138,6 +169,10 @@ class ImageTextSource final : public Source {
   // The bytes of field `field`'s member of sample `index` (a raw caption, for Python).
   // REQUIRES: index < size(), field < options' fields.
   std::vector<std::byte> member(uint64_t index, size_t field) const;
+  // With a bucketed image field: the buckets' sizes (height, width), and each sample's image
+  // size from its header ({0, 0}: unknown). Empty otherwise.
+  const std::vector<ImageSize>& bucket_sizes() const { return bucket_sizes_; }
+  const std::vector<ImageSize>& image_sizes() const { return image_sizes_; }
 
  private:
   struct Span {
@@ -157,6 +192,9 @@ class ImageTextSource final : public Source {
   // Selects each key's members; `keys` per shard, or empty to index the local shards.
   void index(std::vector<std::vector<TarKey>> keys);
   void plan_fields();
+  // With a bucketed image field: each sample's image size (read from the local shards' headers,
+  // or found in `remote` by shard and member offset) and bucket.
+  void plan_buckets(const std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>& remote);
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];
   }
@@ -172,6 +210,9 @@ class ImageTextSource final : public Source {
   std::vector<std::vector<int64_t>> json_shape_;  // per option field (json fields only)
   std::vector<DType> npy_dtype_;                  // per option field (npy fields only)
   std::vector<std::vector<int64_t>> npy_shape_;
+  size_t bucketed_ = SIZE_MAX;  // the bucketed image field (an option index), if any
+  std::vector<ImageSize> bucket_sizes_, image_sizes_;
+  std::vector<uint32_t> buckets_;
   IndexStats stats_;
 };
 

@@ -12,6 +12,6 @@ example over img2dataset's shards.
 from __future__ import annotations
 
 from . import dataset as _dataset  # noqa: F401  (what TarShards(fields=...) makes)
-from .fields import Image, Json, Label, Npy, Text
+from .fields import AspectBuckets, Image, Json, Label, Npy, Text
 
-__all__ = ["Image", "Json", "Label", "Npy", "Text"]
+__all__ = ["AspectBuckets", "Image", "Json", "Label", "Npy", "Text"]

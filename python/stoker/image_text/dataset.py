@@ -17,13 +17,46 @@ from ..sources import remote as _remote_shards
 from ..sources._checks import DEFAULT_MAX_PIXELS, check_index, check_max_pixels
 from ..sources.images import TarShards
 from ..sources.samples import read_sample
-from ..sources.tar_index import remote_tar_keys
-from .fields import SPECS, Text
+from ..sources import tar_index as _tar_index
+from ..sources.tar_index import document_keys, remote_tar_documents
+from .fields import SPECS, Image, Text
 
 
 def _image_text_module():
     from ..text.tokenizer import _text_module
     return _text_module().image_text
+
+
+_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+
+
+def describe_images(path, keys):
+    """The image facts of the local tar shard at ``path`` with ``keys`` (its sidecar's
+    ``facts.image``, sources/tar_index.py): ``[[data offset, height, width], ...]`` of its image
+    members, read from their headers ((0, 0) where a header cannot be read), what a remote
+    dataset in aspect-ratio buckets plans by. None where it has no image member or this build
+    has no text wing."""
+    members = [(m[2], m[3]) for _, ms in keys for m in ms if m[0] in _IMAGE_EXTS]
+    if not members:
+        return None
+    try:
+        module = _image_text_module()
+    except ImportError:
+        return None
+    sizes = module.member_image_sizes(path, members)
+    return sorted([offset, h, w] for (offset, _), (h, w) in zip(members, sizes))
+
+
+_tar_index.register_facts("image", describe_images)
+
+
+def _image_sizes(doc, url):
+    """A remote shard's image members as (data offset, height, width), from its sidecar."""
+    facts = (doc.get("facts") or {}).get("image")
+    if facts is None:
+        raise ValueError(f"{url}: its index has no image sizes, which aspect-ratio buckets are "
+                         f"planned by; index the shards again (stoker index)")
+    return [tuple(int(v) for v in f) for f in facts]
 
 
 class ImageTextShards(TarShards):
@@ -64,8 +97,12 @@ class ImageTextShards(TarShards):
             self._remote = _remote_shards.RemoteShards(
                 self.paths, storage_options=storage_options, cache_dir=cache_dir,
                 cache_budget=cache_budget)
+            docs = remote_tar_documents(self._remote)
+            sizes = [] if not self._bucketed() else [_image_sizes(doc, url) for doc, url in
+                                                     zip(docs, self.paths)]
             self._source = module.ImageTextSource.remote(
-                self._remote.native, remote_tar_keys(self._remote), native, missing == "skip")
+                self._remote.native, [document_keys(doc) for doc in docs], native,
+                missing == "skip", sizes)
             counts = list(self._source.shard_samples)
             self._block_shards = _remote_shards.block_shards_of([n for n in counts if n], counts)
         else:
@@ -79,6 +116,28 @@ class ImageTextShards(TarShards):
 
     def __len__(self):
         return len(self._source)
+
+    def _bucketed(self):
+        return any(isinstance(s, Image) and s.buckets is not None for s in self.fields.values())
+
+    def _buckets(self):
+        """Each sample's aspect-ratio bucket (an int array) with a bucketed Image field."""
+        return np.asarray(self._source.buckets(), dtype=np.int64) if self._bucketed() else None
+
+    def _lengths(self, unit):
+        """Pixels: each image's area in its aspect-ratio bucket (what its batch holds)."""
+        if unit != "pixels" or not self._bucketed():
+            return super()._lengths(unit)
+        areas = np.asarray([h * w for h, w in self._source.bucket_sizes], dtype=np.float64)
+        return areas[self._buckets()]
+
+    def bucket_sizes(self):
+        """The aspect-ratio buckets' (height, width), and each sample's image (height, width)
+        read from its header ((0, 0) where it cannot be read): ``(buckets, sizes)``; None without
+        a bucketed Image field."""
+        if not self._bucketed():
+            return None
+        return list(self._source.bucket_sizes), np.asarray(self._source.image_sizes)
 
     def path(self, index):
         """``shard.tar:key`` of sample ``index``."""

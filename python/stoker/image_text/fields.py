@@ -18,31 +18,141 @@ def _exts(ext, what):
     return tuple(e.lower().lstrip(".") for e in exts)
 
 
+class AspectBuckets:
+    """Aspect-ratio buckets for ``Image(buckets=...)``, the SDXL way: a list of sizes (height,
+    width), each image going to the one nearest its aspect ratio.
+
+    ``AspectBuckets(pixels=1024 * 1024, step=64)`` makes them for a pixel budget: for every
+    width from ``min_size`` to ``max_size`` in ``step``\ s, the largest height (a multiple of
+    ``step``, at most ``max_size``) whose area stays within ``pixels``, and the same sizes turned
+    (portrait and landscape); kohya's ``make_bucket_resolutions``. ``min_size`` and ``max_size``
+    default to half and twice the square side, rounded to ``step`` (1024²: 512 to 2048, 1:4 to
+    4:1). ``AspectBuckets(sizes=[(h, w), ...])`` takes the sizes as given (SDXL's published
+    list, say)."""
+
+    def __init__(self, pixels=None, step=64, min_size=None, max_size=None, *, sizes=None):
+        if (pixels is None) == (sizes is None):
+            raise ValueError("AspectBuckets takes pixels= (a budget that makes the sizes) or "
+                             "sizes= (a list of (height, width)), one of them")
+        if sizes is not None:
+            try:
+                got = [(int(h), int(w)) for h, w in sizes]
+            except (TypeError, ValueError):
+                raise ValueError(f"AspectBuckets sizes are (height, width) pairs, got "
+                                 f"{sizes!r}") from None
+            if not got or any(h <= 0 or w <= 0 or (h, w) != tuple(x) for (h, w), x in
+                              zip(got, sizes)):
+                raise ValueError(f"AspectBuckets sizes are positive integer (height, width) "
+                                 f"pairs, got {sizes!r}")
+            if len(set(got)) != len(got):
+                raise ValueError(f"AspectBuckets sizes hold a size twice: {sizes!r}")
+            self.sizes = got
+            self.pixels = self.step = self.min_size = self.max_size = None
+            return
+        for what, v in (("pixels", pixels), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+                raise ValueError(f"AspectBuckets {what} must be a positive integer, got {v!r}")
+        side = int(round(pixels ** 0.5))
+        min_size = max(step, round(side / 2 / step) * step) if min_size is None else min_size
+        max_size = max(step, round(side * 2 / step) * step) if max_size is None else max_size
+        for what, v in (("min_size", min_size), ("max_size", max_size)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+                raise ValueError(f"AspectBuckets {what} must be a positive integer, got {v!r}")
+        if min_size > max_size:
+            raise ValueError(f"AspectBuckets min_size {min_size} exceeds max_size {max_size}")
+        found = set()
+        for w in range(-(-min_size // step) * step, max_size + 1, step):  # multiples of step
+            h = min(max_size, pixels // w // step * step)
+            if h >= min_size:
+                found.update({(h, w), (w, h)})
+        if not found:
+            raise ValueError(f"AspectBuckets(pixels={pixels}, step={step}, min_size={min_size}, "
+                             f"max_size={max_size}) makes no size")
+        self.sizes = sorted(found, key=lambda s: (s[1] / s[0], s))
+        self.pixels, self.step, self.min_size, self.max_size = pixels, step, min_size, max_size
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __eq__(self, other):
+        return isinstance(other, AspectBuckets) and self.sizes == other.sizes
+
+    def __hash__(self):
+        return hash(tuple(self.sizes))
+
+    def __repr__(self):
+        if self.pixels is None:
+            return f"AspectBuckets(sizes={self.sizes!r})"
+        return (f"AspectBuckets(pixels={self.pixels}, step={self.step}, "
+                f"min_size={self.min_size}, max_size={self.max_size})")
+
+
+_CROPS = ("random", "center")
+
+
 class Image:
     """The sample's image member (the first of ``ext`` the key has), decoded and transformed by
     the native image pipeline: ``transform`` is a :mod:`stoker.transforms` pipeline (or a
     torchvision v2 recipe it compiles) that ends in a fixed size and runs natively (a transform
     with a Python part is a ValueError naming it). Randomness is keyed by (seed, epoch, sample
-    index), as TarShards' images are."""
+    index), as TarShards' images are.
 
-    def __init__(self, transform, ext=("jpg", "jpeg", "png", "webp")):
+    ``buckets``: an :class:`AspectBuckets` (or a list of (height, width)): each image goes to the
+    bucket nearest its aspect ratio, read from its header when the shards are indexed (no
+    decode), is resized to cover the bucket and cropped to it (``crop``: "random" or "center"),
+    and then runs ``transform`` (None: uint8 CHW; else flips, colour, ``ToTensor``,
+    ``Normalize``, ..., nothing that changes the size). Every batch is then from one bucket: a
+    loader plans the epoch by bucket (``batch_size=N``: N images a batch;
+    ``stoker.Budget(pixels=P)``: as many as fit in P pixels). The batch also holds each image's
+    ``original_sizes`` (height, width) and ``crop_top_lefts`` (top, left in the resized image),
+    what SDXL conditions on (``<key>_original_sizes`` and ``<key>_crop_top_lefts`` for a key
+    other than ``pixel_values``). One Image field at most has buckets."""
+
+    def __init__(self, transform=None, ext=("jpg", "jpeg", "png", "webp"), *, buckets=None,
+                 crop="random"):
         self.transform = transform
         self.ext = _exts(ext, "Image")
+        if buckets is not None and not isinstance(buckets, AspectBuckets):
+            buckets = AspectBuckets(sizes=buckets)
+        self.buckets = buckets
+        if crop not in _CROPS:
+            raise ValueError(f'Image crop is "random" or "center", got {crop!r}')
+        self.crop = crop
+
+    @staticmethod
+    def extra_names(name):
+        """The names of a bucketed field's original sizes and crops in the batch."""
+        if name == "pixel_values":
+            return "original_sizes", "crop_top_lefts"
+        return f"{name}_original_sizes", f"{name}_crop_top_lefts"
 
     def _native(self, name, max_pixels):
         from ..transforms import _compile
-        if self.transform is None:
+        if self.transform is None and self.buckets is None:
             raise ValueError(f"fields[{name!r}]: Image needs a transform that ends in a fixed "
                              f"size, e.g. Compose([Resize(256), CenterCrop(224), ToTensor()])")
-        compiled = _compile.compile_transform(self.transform)
-        if compiled.python:
-            raise ValueError(f"fields[{name!r}]: {compiled.python_names[0]} has no native form; "
-                             f"an Image field runs its transform natively only")
-        return {"kind": "image", "name": name, "exts": list(self.ext),
-                "pipeline": _native.image.ImagePipeline(compiled.specs, max_pixels)}
+        specs = []
+        if self.transform is not None:
+            compiled = _compile.compile_transform(self.transform)
+            if compiled.python:
+                raise ValueError(f"fields[{name!r}]: {compiled.python_names[0]} has no native "
+                                 f"form; an Image field runs its transform natively only")
+            specs = list(compiled.specs)
+        out = {"kind": "image", "name": name, "exts": list(self.ext)}
+        if self.buckets is None:
+            out["pipeline"] = _native.image.ImagePipeline(specs, max_pixels)
+            return out
+        out["sizes_name"], out["crops_name"] = self.extra_names(name)
+        out["bucket_pipelines"] = [
+            _native.image.ImagePipeline(
+                [("CoverCrop", {"height": h, "width": w, "random": self.crop == "random",
+                                "antialias": True})] + specs, max_pixels)
+            for h, w in self.buckets.sizes]
+        return out
 
     def __repr__(self):
-        return f"Image({self.transform!r}, ext={self.ext!r})"
+        extra = "" if self.buckets is None else f", buckets={self.buckets!r}, crop={self.crop!r}"
+        return f"Image({self.transform!r}, ext={self.ext!r}{extra})"
 
 
 class Text:

@@ -33,6 +33,11 @@ What a batch is:
 - ``_lengths(unit)``: every sample's length in ``unit`` ("tokens", "seconds", "pixels"), known
   without reading a sample (a float or int array), for batches by a ``stoker.Budget``;
   ValueError where the dataset does not know them in that unit.
+- ``_buckets()``: each sample's bucket where batches must not mix them (images in aspect-ratio
+  buckets, whose batches have their bucket's shape): an int array, known without reading a
+  sample; None (the default) where any samples may share a batch. A dataset in buckets is
+  batched by a ``stoker.Budget`` (``batch_size=N`` is ``Budget(samples=N)``), each batch from one
+  bucket.
 
 What the tools report:
 - ``_stats()``: its sections of ``loader.stats()`` (a dict: "remote", "transforms", "packing",
@@ -93,6 +98,9 @@ class StokerDataset:
         raise ValueError(f"Budget({unit}=...) needs the samples' lengths: {type(self).__name__} "
                          f"does not know them in {unit}; pass Budget(..., lengths=...) (an array, "
                          f"or a callable index -> length)")
+
+    def _buckets(self):
+        return None
 
     def _batch_names(self):
         """By default the engine source's field names."""

@@ -8,9 +8,8 @@ import numpy as np
 
 def read_sample(source, index, seed=0, epoch=0):
     """Sample ``index`` of ``source`` (a ``_native.sources.Source``) with ``(seed, epoch)``'s
-    randomness: one array a field, with the field's dtype and shape (a ragged field's first
-    dimension the sample's own length)."""
+    randomness: one array a field, with the field's dtype and the sample's shape (a ragged
+    field's first dimension the sample's own length, a bucketed field's its bucket's)."""
     raw = source.sample(index, seed, epoch)
-    return [np.frombuffer(data, dtype=dtype).reshape((-1, *shape[1:]) if ragged else shape).copy()
-            for data, dtype, shape, ragged in zip(raw, source.field_dtypes, source.field_shapes,
-                                                  source.field_ragged)]
+    return [np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+            for data, dtype, shape in zip(raw, source.field_dtypes, source.sample_shapes(index))]
