@@ -35,6 +35,22 @@ the page cache:
 Figure: samples per second, the median of --repeat (stoker; 1 for each peer configuration, the
 peers being several times slower). Target: stoker >= 3x the best peer.
 
+Diffusion in aspect-ratio buckets (SDXL's way), the same photographs at their own aspect ratios
+(landscape, portrait, square), buckets for 384² pixels in steps of 64
+(``AspectBuckets(pixels=384 * 384, step=64)``), batches of 32, each image resized to cover its
+bucket, randomly cropped to it, flipped half the time, normalized to [-1, 1], with its original
+size, its crop's top-left corner and its caption as 77 ids:
+* stoker: ``TarShards(shards, fields={"pixel_values": Image(flip + normalize,
+  buckets=AspectBuckets(...)), "input_ids": Text(tok, max_length=77)})`` in
+  ``stoker.DataLoader(batch_size=32, shuffle=True)``.
+* bucket-sampler: the kohya / diffusers recipe in Python: a map-style dataset over the JPEG files
+  (each image's size read from its header by PIL, its bucket the nearest by aspect ratio), a
+  batch sampler that shuffles each bucket and yields its batches in a shuffled order, and a
+  ``__getitem__`` that decodes with PIL, resizes (BILINEAR) to cover the bucket, crops at a random
+  offset, flips, and converts with torchvision's v2 ToImage + ToDtype + Normalize, the captions
+  tokenized by ``tokenizers`` in the collate; torch's DataLoader at 1 and 2 workers.
+Both check that every batch is of one bucket (one shape, and every image's bucket the batch's).
+
     python bench/bench_image_text.py [--quick] [--repeat 3] [--json PATH]
 """
 
@@ -59,6 +75,9 @@ MAX_LENGTH = 77
 MEAN = (0.48145466, 0.4578275, 0.40821073)  # CLIP's
 STD = (0.26862954, 0.26130258, 0.27577711)
 TARGET = 3.0
+DIFFUSION_BATCH = 32
+DIFFUSION_PIXELS = 384 * 384
+DIFFUSION_STEP = 64
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -251,8 +270,134 @@ def child_peer(a):
     return {"wall_s": time.perf_counter() - t0, "samples": samples}
 
 
+def _diffusion_tokenizer(root):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(root / "tokenizer" / "tokenizer.json"))
+    tok.enable_truncation(MAX_LENGTH)
+    tok.enable_padding(length=MAX_LENGTH, pad_id=tok.token_to_id("<|endoftext|>"),
+                       pad_token="<|endoftext|>")
+    return tok
+
+
+def child_stoker_buckets(a):
+    import numpy as np
+
+    import stoker
+    from stoker import transforms as T
+    from stoker.image_text import AspectBuckets, Image, Text
+    root = Path(a.root)
+    buckets = AspectBuckets(pixels=DIFFUSION_PIXELS, step=DIFFUSION_STEP)
+    after = T.Compose([T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize([0.5] * 3, [0.5] * 3)])
+    tok = stoker.Tokenizer.from_file(str(root / "tokenizer"))
+    ds = stoker.TarShards(shards_of(root), fields={
+        "pixel_values": Image(after, buckets=buckets),
+        "input_ids": Text(tok, max_length=MAX_LENGTH)})
+    logs = np.log([w / h for h, w in buckets.sizes])
+    loader = stoker.DataLoader(ds, batch_size=DIFFUSION_BATCH, shuffle=True, seed=0)
+    t0 = time.perf_counter()
+    samples = batches = 0
+    used = set()
+    for batch in loader:
+        shape = tuple(batch["pixel_values"].shape[2:])
+        for h, w in batch["original_sizes"].tolist():  # every image's bucket is the batch's
+            assert buckets.sizes[int(np.argmin(np.abs(logs - np.log(w / h))))] == shape
+        samples += len(batch["input_ids"])
+        batches += 1
+        used.add(shape)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "samples": samples, "batches": batches, "buckets": len(used)}
+
+
+def child_peer_buckets(a):
+    import numpy as np
+    import torch
+    from PIL import Image as PILImage
+    from torchvision.transforms import v2
+    root = Path(a.root)
+    torch.set_num_threads(1)
+    samples = json.loads((root / "samples.json").read_text())
+    sizes = []  # the kohya make_bucket_resolutions list stoker's AspectBuckets makes
+    for w in range(-(-int(round(DIFFUSION_PIXELS ** 0.5) / 2) // DIFFUSION_STEP) * DIFFUSION_STEP,
+                   2 * int(round(DIFFUSION_PIXELS ** 0.5)) + 1, DIFFUSION_STEP):
+        h = min(2 * int(round(DIFFUSION_PIXELS ** 0.5)),
+                DIFFUSION_PIXELS // w // DIFFUSION_STEP * DIFFUSION_STEP)
+        if h >= int(round(DIFFUSION_PIXELS ** 0.5) / 2):
+            sizes += [(h, w), (w, h)]
+    sizes = sorted(set(sizes), key=lambda s: (s[1] / s[0], s))
+    logs = np.log([w / h for h, w in sizes])
+    tok = _diffusion_tokenizer(root)
+    post = v2.Compose([v2.RandomHorizontalFlip(), v2.ToImage(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.5] * 3)])
+
+    class BucketDataset(torch.utils.data.Dataset):
+        def __init__(self):
+            self.bucket = []
+            for s in samples:
+                with PILImage.open(s["jpg"]) as im:  # the header only
+                    w, h = im.size
+                self.bucket.append(int(np.argmin(np.abs(logs - np.log(w / h)))))
+
+        def __len__(self):
+            return len(samples)
+
+        def __getitem__(self, i):
+            s = samples[i]
+            bh, bw = sizes[self.bucket[i]]
+            im = PILImage.open(s["jpg"]).convert("RGB")
+            scale = max(bh / im.height, bw / im.width)
+            rw, rh = max(bw, round(im.width * scale)), max(bh, round(im.height * scale))
+            original = (im.height, im.width)
+            im = im.resize((rw, rh), PILImage.BILINEAR)
+            top, left = random.randint(0, rh - bh), random.randint(0, rw - bw)
+            im = im.crop((left, top, left + bw, top + bh))
+            return post(im), original, (top, left), s["txt"], self.bucket[i]
+
+    class BucketBatchSampler(torch.utils.data.Sampler):
+        def __init__(self, buckets, batch_size, seed=0):
+            self.by_bucket = {}
+            for i, b in enumerate(buckets):
+                self.by_bucket.setdefault(b, []).append(i)
+            self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+
+        def __iter__(self):
+            rng = random.Random(self.seed + self.epoch)
+            out = []
+            for idx in self.by_bucket.values():
+                idx = idx[:]
+                rng.shuffle(idx)
+                out += [idx[k:k + self.batch_size] for k in range(0, len(idx), self.batch_size)]
+            rng.shuffle(out)
+            return iter(out)
+
+        def __len__(self):
+            return sum(-(-len(v) // self.batch_size) for v in self.by_bucket.values())
+
+    def collate(rows):
+        pixels, original, crops, captions, buckets = zip(*rows)
+        assert len(set(buckets)) == 1
+        enc = tok.encode_batch(list(captions))
+        return {"pixel_values": torch.stack(pixels), "original_sizes": torch.tensor(original),
+                "crop_top_lefts": torch.tensor(crops),
+                "input_ids": torch.tensor([e.ids for e in enc])}
+
+    ds = BucketDataset()
+    loader = torch.utils.data.DataLoader(
+        ds, batch_sampler=BucketBatchSampler(ds.bucket, DIFFUSION_BATCH), num_workers=a.workers,
+        collate_fn=collate)
+    t0 = time.perf_counter()
+    n = batches = 0
+    used = set()
+    for batch in loader:
+        n += len(batch["input_ids"])
+        batches += 1
+        used.add(tuple(batch["pixel_values"].shape[2:]))
+    return {"wall_s": time.perf_counter() - t0, "samples": n, "batches": batches,
+            "buckets": len(used)}
+
+
 CHILDREN = {"write": child_write, "write-litdata": child_write_litdata, "stoker": child_stoker,
-            "peer": child_peer}
+            "peer": child_peer, "stoker-buckets": child_stoker_buckets,
+            "peer-buckets": child_peer_buckets}
 
 
 # --- the parent -------------------------------------------------------------------------------
@@ -336,9 +481,35 @@ def main(argv=None):
         ok = ratio >= TARGET
         print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
               f"{rows['stoker']['peak_rss'] / best['peak_rss']:.2f}x")
+    print(f"\ndiffusion: the same {n} photographs at their own aspect ratios, buckets for "
+          f"{int(DIFFUSION_PIXELS ** 0.5)}² pixels in steps of {DIFFUSION_STEP}, batches of "
+          f"{DIFFUSION_BATCH} of one bucket, resize to cover + random crop + flip + normalize, "
+          f"original sizes, crops and 77-token captions")
+    diffusion = {"stoker": measure(["stoker-buckets", *common], repeat, a.timeout, n)}
+    for w in (1, 2):
+        diffusion[f"bucket-sampler-w{w}"] = measure(
+            ["peer-buckets", *common, "--workers", str(w)], a.peer_repeat, a.timeout, n)
+    print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10} {'batches':>8} "
+          f"{'buckets':>8}")
+    for k, r in diffusion.items():
+        if "samples_per_s" not in r:
+            print(f"  {k:<22} failed: {r.get('error', '?')[:80]}")
+            continue
+        print(f"  {k:<22} {r['samples_per_s']:>10,.1f} {r['peak_rss'] / 2**20:>8,.0f} MiB "
+              f"{r.get('batches', 0):>8} {r.get('buckets', 0):>8}")
+    peers = [r for k, r in diffusion.items() if k != "stoker" and "samples_per_s" in r]
+    ok_diffusion = False
+    if peers and "samples_per_s" in diffusion["stoker"]:
+        best = max(peers, key=lambda r: r["samples_per_s"])
+        name = next(k for k, r in diffusion.items() if r is best)
+        ratio = diffusion["stoker"]["samples_per_s"] / best["samples_per_s"]
+        ok_diffusion = ratio >= TARGET
+        print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
+              f"{diffusion['stoker']['peak_rss'] / best['peak_rss']:.2f}x; every batch of one "
+              f"bucket in both")
     if a.json:
-        write_json(a.json, {"samples": n, "rows": rows})
-    print("\ntarget met" if ok else "\ntarget missed (above)")
+        write_json(a.json, {"samples": n, "rows": rows, "diffusion": diffusion})
+    print("\ntargets met" if ok and ok_diffusion else "\ntarget missed (above)")
     return 0
 
 
