@@ -47,6 +47,7 @@ FieldOptions field_of(const nb::dict& d) {
     f.kind = FieldKind::kText;
     f.tokenizer = nb::cast<std::shared_ptr<text::Tokenizer>>(d["tokenizer"]);
     f.max_length = nb::cast<uint32_t>(d["max_length"]);
+    f.ragged = get<bool>(d, "ragged", false);
     f.truncation = nb::cast<bool>(d["truncation"]);
     f.add_special_tokens = nb::cast<bool>(d["add_special_tokens"]);
     f.pad_id = nb::cast<int64_t>(d["pad_id"]);

@@ -3,12 +3,15 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <string_view>
+#include <thread>
 
 #include "stoker/errors.h"
 #include "stoker/image/pipeline.h"
@@ -164,6 +167,7 @@ ImageTextSource::ImageTextSource(std::vector<std::string> shard_paths, Options o
   tars_ = std::make_unique<TarShardSet>(std::move(shard_paths));
   index({});
   plan_fields();
+  plan_lengths();
   plan_buckets({});
 }
 
@@ -187,12 +191,73 @@ ImageTextSource::ImageTextSource(
   }
   index(std::move(keys));
   plan_fields();
+  if (ragged_ != SIZE_MAX)
+    throw InvalidArgument("Text field '" + options_.fields[ragged_].name +
+                          "': variable-length captions need every caption's length, read from "
+                          "local shards; pad remote captions to a length");
   if (bucketed_ != SIZE_MAX && image_sizes.size() != tars_->size())
     throw InvalidArgument("ImageTextSource: image sizes for " + std::to_string(image_sizes.size()) +
                           " shards, a cache of " + std::to_string(tars_->size()) +
                           " (the bucketed field '" + options_.fields[bucketed_].name +
                           "' needs the images' sizes from the shards' sidecars)");
   plan_buckets(image_sizes);
+}
+
+std::vector<int32_t> ImageTextSource::caption_ids(size_t field, std::string_view text) const {
+  const FieldOptions& o = options_.fields[field];
+  const std::vector<int32_t> content = o.tokenizer->encode(text, false);
+  const Framing& fr = framing_[field];
+  const size_t specials = fr.prefix.size() + fr.suffix.size();
+  size_t keep = content.size();
+  if (o.max_length > 0 && keep + specials > o.max_length) {
+    if (!o.truncation)
+      throw InvalidArgument("a caption of " + std::to_string(keep + specials) +
+                            " tokens, longer than max_length=" + std::to_string(o.max_length) +
+                            " (truncation=False)");
+    keep = o.max_length - specials;
+  }
+  std::vector<int32_t> ids(fr.prefix);
+  ids.insert(ids.end(), content.begin(), content.begin() + static_cast<ptrdiff_t>(keep));
+  ids.insert(ids.end(), fr.suffix.begin(), fr.suffix.end());
+  return ids;
+}
+
+void ImageTextSource::plan_lengths() {
+  if (ragged_ == SIZE_MAX) return;
+  lengths_.assign(samples_.size(), 0);
+  // Tokenized on a few threads: every caption once, at construction.
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  std::vector<std::thread> pool;
+  std::atomic<uint64_t> next{0};
+  std::exception_ptr io_error;
+  std::mutex mu;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      std::vector<std::byte> buffer;
+      for (uint64_t i; (i = next.fetch_add(1)) < samples_.size();) {
+        const Span& sp = span(i, ragged_);
+        try {
+          tars_->read(samples_[i].shard, sp.offset, sp.size, buffer, path(i));
+        } catch (...) {
+          std::lock_guard lock(mu);
+          if (!io_error) io_error = std::current_exception();
+          return;
+        }
+        try {
+          lengths_[i] = static_cast<uint32_t>(caption_ids(ragged_, as_text(buffer)).size());
+        } catch (const Error&) {
+          lengths_[i] = 0;  // a caption the read reports (not UTF-8, too long)
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  if (io_error) std::rethrow_exception(io_error);
+  // The fields' first dimension: the cap, or the longest caption.
+  uint32_t longest = 1;
+  for (uint32_t l : lengths_) longest = std::max(longest, l);
+  const FieldOptions& o = options_.fields[ragged_];
+  for (size_t k = 0; k < 2; ++k)
+    fields_[first_slot_[ragged_] + k].shape = {o.max_length > 0 ? int64_t{o.max_length} : longest};
 }
 
 void ImageTextSource::check_options() {
@@ -223,12 +288,26 @@ void ImageTextSource::check_options() {
       }
       for (const std::string* n : {&f.sizes_name, &f.crops_name})
         if (!names.insert(*n).second) throw InvalidArgument("two fields named '" + *n + "'");
+      if (ragged_ != SIZE_MAX)
+        throw InvalidArgument(who +
+                              ": images in buckets and variable-length captions do not "
+                              "batch together; pad the captions to a length");
     } else if (f.kind == FieldKind::kImage && !f.pipeline) {
       throw InvalidArgument(who + " needs a pipeline");
     }
     if (f.kind == FieldKind::kText) {
       if (!f.tokenizer) throw InvalidArgument(who + " needs a tokenizer");
-      if (f.max_length == 0) throw InvalidArgument(who + ": max_length must be at least 1");
+      if (f.max_length == 0 && !f.ragged)
+        throw InvalidArgument(who + ": max_length must be at least 1");
+      if (f.ragged) {
+        if (ragged_ != SIZE_MAX)
+          throw InvalidArgument(who + ": one Text field at most is variable-length");
+        if (bucketed_ != SIZE_MAX)
+          throw InvalidArgument(who +
+                                ": images in buckets and variable-length captions do not "
+                                "batch together; pad the captions to a length");
+        ragged_ = static_cast<size_t>(&f - options_.fields.data());
+      }
       if (!names.insert(f.mask_name).second)
         throw InvalidArgument("two fields named '" + f.mask_name + "'");
     }
@@ -327,9 +406,12 @@ void ImageTextSource::plan_fields() {
         break;
       }
       case FieldKind::kText: {
-        const int64_t n = o.max_length;
-        fields_.push_back({o.name, kInt64, {n}});
-        fields_.push_back({o.mask_name, kInt64, {n}});
+        const int64_t n = o.max_length;  // ragged: set by plan_lengths()
+        FieldSpec ids{o.name, kInt64, {n}}, mask{o.mask_name, kInt64, {n}};
+        ids.ragged = mask.ragged = o.ragged;
+        ids.pad_value = static_cast<double>(o.pad_id);
+        fields_.push_back(std::move(ids));
+        fields_.push_back(std::move(mask));
         if (!o.add_special_tokens) break;
         // The specials the post-processor puts around a single text: encode(t, true) is
         // prefix + encode(t, false) + suffix for the processors that frame a text.
@@ -360,7 +442,7 @@ void ImageTextSource::plan_fields() {
           throw InvalidArgument("Text field '" + o.name +
                                 "': the tokenizer's post-processor does not put its special "
                                 "tokens before and after a text; pass add_special_tokens=False");
-        if (specials.size() >= o.max_length)
+        if (o.max_length > 0 && specials.size() >= o.max_length)
           throw InvalidArgument(
               "Text field '" + o.name + "': max_length=" + std::to_string(o.max_length) +
               " leaves no room besides the " + std::to_string(specials.size()) + " special tokens");
@@ -500,25 +582,19 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
         break;
       }
       case FieldKind::kText: {
-        const std::vector<int32_t> content = o.tokenizer->encode(as_text(ws->buffer), false);
-        const Framing& fr = framing_[f];
-        const size_t specials = fr.prefix.size() + fr.suffix.size();
-        size_t keep = content.size();
-        if (keep + specials > o.max_length) {
-          if (!o.truncation)
-            throw InvalidArgument("a caption of " + std::to_string(keep + specials) +
-                                  " tokens, longer than max_length=" +
-                                  std::to_string(o.max_length) + " (truncation=False)");
-          keep = o.max_length - specials;
-        }
+        const std::vector<int32_t> got = caption_ids(f, as_text(ws->buffer));
         auto* ids = reinterpret_cast<int64_t*>(dst);
         auto* mask = reinterpret_cast<int64_t*>(slots[first_slot_[f] + 1]);
-        size_t n = 0;
-        for (const int32_t id : fr.prefix) ids[n++] = id;
-        for (size_t i = 0; i < keep; ++i) ids[n++] = content[i];
-        for (const int32_t id : fr.suffix) ids[n++] = id;
-        for (size_t i = 0; i < o.max_length; ++i) mask[i] = i < n ? 1 : 0;
-        for (; n < o.max_length; ++n) ids[n] = o.pad_id;
+        // Ragged: the rows the plan gave it, the engine pads the rest; else max_length.
+        const size_t rows = o.ragged ? lengths_[key.index] : o.max_length;
+        if (o.ragged ? got.size() != rows : got.size() > rows)
+          throw Error("a caption of " + std::to_string(got.size()) +
+                      " tokens where its index had " + std::to_string(rows) +
+                      " (changed since the shards were indexed?)");
+        for (size_t i = 0; i < rows; ++i) {
+          ids[i] = i < got.size() ? got[i] : o.pad_id;
+          mask[i] = i < got.size() ? 1 : 0;
+        }
         break;
       }
       case FieldKind::kRaw: {

@@ -214,6 +214,42 @@ def test_a_missing_member_fails_at_construction_or_is_a_counted_skip(tmp_path, h
     assert any(f"{path}:k2" in s for s in loader.stats()["tar"]["skipped_examples"])
 
 
+def test_variable_length_captions_equal_hugging_face_padding_longest(shards, hf):
+    """padding="longest": each batch padded to its longest caption, ids and mask equal to
+    tokenizer(batch, padding="longest", truncation=True, max_length=...); a token budget."""
+    ref = tokenizers.Tokenizer.from_str(hf.to_str())
+    eos = ref.token_to_id("<|endoftext|>")
+    for cap in (77, 12, None):
+        ref.no_truncation()
+        if cap is not None:
+            ref.enable_truncation(cap)
+        ref.enable_padding(pad_id=eos, pad_token="<|endoftext|>")
+        ds = stoker.TarShards(shards, fields={
+            "input_ids": Text(hf, padding="longest", max_length=cap, pad_id=eos),
+            "labels": Label()})
+        seen = []
+        for b in batches(ds, batch_size=5, shuffle=True, seed=1, num_workers=2):
+            want = ref.encode_batch([CAPTIONS[i] for i in b["labels"].tolist()])
+            assert b["input_ids"].tolist() == [e.ids for e in want]
+            assert b["attention_mask"].tolist() == [e.attention_mask for e in want]
+            assert b["lengths"].tolist() == [sum(e.attention_mask) for e in want]
+            seen += b["labels"].tolist()
+        assert sorted(seen) == list(range(12))
+    lengths = ds._lengths("tokens")
+    budget = stoker.Budget(tokens=int(lengths.max()) * 2)
+    got = batches(ds, batch_size=budget, shuffle=True, seed=3)
+    assert sorted(i for b in got for i in b["labels"].tolist()) == list(range(12))
+    for b in got:
+        assert b["input_ids"].shape[0] * b["input_ids"].shape[1] <= budget.value
+        assert b["input_ids"].shape[1] == max(b["lengths"].tolist())
+    with pytest.raises(ValueError, match="do not batch together"):
+        stoker.TarShards(shards, fields={
+            "pixel_values": Image(buckets=[(16, 16)]),
+            "input_ids": Text(hf, padding="longest", pad_id=eos)})
+    with pytest.raises(ValueError, match="padding"):
+        Text(hf, padding="do_not_pad")
+
+
 def bad_shard(tmp_path, i, **replace):
     rng = np.random.default_rng(2)
     members = [sample_members(k, rng) for k in range(4)]
@@ -224,6 +260,7 @@ def bad_shard(tmp_path, i, **replace):
 @pytest.mark.parametrize("replace, spec, cause, message", [
     ({"txt": b"caf\xe9 \xff"}, Text, stoker.DecodeError, "UTF-8"),
     ({"txt": b"caf\xe9 \xff"}, "raw", stoker.DecodeError, "not valid UTF-8"),
+    ({"txt": b"caf\xe9 \xff"}, "longest", stoker.DecodeError, "UTF-8"),
     ({"json": b"{not json"}, Json, stoker.DecodeError, "does not parse as JSON"),
     ({"json": b'{"width": 1}'}, Json, ValueError, "has no 'similarity'"),
     ({"npy": npy_bytes(np.zeros(5, np.float32))}, Npy, ValueError, r"shape \(5\)"),
@@ -234,6 +271,7 @@ def test_bad_members_are_errors_naming_the_sample_or_counted_skips(tmp_path, hf,
                                                                     cause, message):
     path = bad_shard(tmp_path, 2, **replace)
     field = {Text: Text(hf, pad_id=0), "raw": Text(raw=True), Json: Json("similarity"),
+             "longest": Text(hf, pad_id=0, padding="longest"),
              Npy: Npy(), Label: Label(), Image: Image(SMALL)}[spec]
     ds = stoker.TarShards(path, fields={"x": field, "labels": Label(ext="cls")} if spec is not
                           Label else {"x": field})

@@ -32,6 +32,12 @@
 //   text's ids are cut to max_length less the specials, then framed: the ids `tokenizers` gives
 //   with enable_truncation(max_length) and enable_padding(length=max_length, pad_id). Without
 //   truncation a longer caption is an InvalidArgument. The rest is pad_id, mask 0.
+//   Variable-length (`ragged`, HF's padding="longest"): both fields are ragged (source.h), a
+//   sample's length its ids' count, found by tokenizing every caption when the shards are
+//   indexed (local shards; a caption that cannot be tokenized then has length 0 and fails when
+//   read); the engine pads a batch to its longest with pad_id (mask 0). max_length is then the
+//   cap (0: none; shape[0] is the longest caption's). One ragged Text field at most, and no
+//   bucketed image field with it.
 // - kRaw: int64, the sample's index, once the member is checked to be UTF-8 (DecodeError
 //   otherwise): the Python front reads the text itself (member()) when it assembles a batch.
 // - kJson: `dtype` (float32 or int64) scalar, or [n] for a list of n numbers: the value at the
@@ -63,6 +69,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -100,7 +107,8 @@ struct FieldOptions {
 
   // kText
   std::shared_ptr<const text::Tokenizer> tokenizer;
-  uint32_t max_length = 77;
+  uint32_t max_length = 77;  // ragged: 0 = no cap
+  bool ragged = false;
   bool truncation = true;
   bool add_special_tokens = true;
   int64_t pad_id = 0;
@@ -162,6 +170,7 @@ class ImageTextSource final : public Source {
   std::unique_ptr<WorkerState> make_worker_state() const override;
   std::vector<uint64_t> shards() const override;
   uint64_t bucket(uint64_t index) const override { return buckets_.empty() ? 0 : buckets_[index]; }
+  uint64_t length(uint64_t index) const override { return lengths_.empty() ? 0 : lengths_[index]; }
 
   const IndexStats& stats() const { return stats_; }
   // Per shard, its samples (a remote dataset's block order needs them).
@@ -194,6 +203,11 @@ class ImageTextSource final : public Source {
   void plan_fields();
   // With a bucketed image field: each sample's image size (read from the local shards' headers,
   // or found in `remote` by shard and member offset) and bucket.
+  // With a ragged text field: every caption's length, by tokenizing it (local shards).
+  void plan_lengths();
+  // A text field's ids of the caption `text` (specials put around, cut to max_length); throws
+  // InvalidArgument for one too long without truncation.
+  std::vector<int32_t> caption_ids(size_t field, std::string_view text) const;
   void plan_buckets(const std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>& remote);
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];
@@ -210,6 +224,8 @@ class ImageTextSource final : public Source {
   std::vector<std::vector<int64_t>> json_shape_;  // per option field (json fields only)
   std::vector<DType> npy_dtype_;                  // per option field (npy fields only)
   std::vector<std::vector<int64_t>> npy_shape_;
+  size_t ragged_ = SIZE_MAX;  // the ragged text field (an option index), if any
+  std::vector<uint32_t> lengths_;
   size_t bucketed_ = SIZE_MAX;  // the bucketed image field (an option index), if any
   std::vector<ImageSize> bucket_sizes_, image_sizes_;
   std::vector<uint32_t> buckets_;

@@ -112,6 +112,8 @@ class ImageTextShards(TarShards):
         self._raw = {name: i for i, (name, spec) in enumerate(self.fields.items())
                      if isinstance(spec, Text) and spec.raw}
         self._names = tuple(self._source.field_names)
+        if any(self._source.field_ragged):  # variable-length captions: the engine's lengths
+            self._names += ("lengths",)
         self.labels = self.targets = None
 
     def __len__(self):
@@ -125,11 +127,15 @@ class ImageTextShards(TarShards):
         return np.asarray(self._source.buckets(), dtype=np.int64) if self._bucketed() else None
 
     def _lengths(self, unit):
-        """Pixels: each image's area in its aspect-ratio bucket (what its batch holds)."""
-        if unit != "pixels" or not self._bucketed():
-            return super()._lengths(unit)
-        areas = np.asarray([h * w for h, w in self._source.bucket_sizes], dtype=np.float64)
-        return areas[self._buckets()]
+        """Pixels: each image's area in its aspect-ratio bucket (what its batch holds). Tokens:
+        each caption's ids with a variable-length Text field (padding="longest")."""
+        if unit == "pixels" and self._bucketed():
+            areas = np.asarray([h * w for h, w in self._source.bucket_sizes], dtype=np.float64)
+            return areas[self._buckets()]
+        if unit == "tokens" and any(isinstance(s, Text) and s.padding == "longest"
+                                    for s in self.fields.values()):
+            return np.asarray(self._source.lengths(), dtype=np.float64)
+        return super()._lengths(unit)
 
     def bucket_sizes(self):
         """The aspect-ratio buckets' (height, width), and each sample's image (height, width)

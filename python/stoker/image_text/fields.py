@@ -168,24 +168,31 @@ class Text:
     ``<|endoftext|>``), and ``pad_id`` after them: by default the id of the tokenizer's
     ``pad_token`` (CLIP pads with ``<|endoftext|>``); ValueError where it has none and no
     ``pad_id`` is given. ``truncation=False``: a longer caption is an error of its sample.
-    ``padding`` is "max_length" (the one padding of this version).
+
+    ``padding="longest"``: variable-length captions, ``tokenizer(texts, padding="longest",
+    truncation=True, max_length=max_length)``: each batch padded to its longest caption (ids with
+    ``pad_id``, mask 0), and a ``lengths`` field (int64 [B]); ``max_length`` is then the cap (None:
+    none). Every caption is tokenized when the shards are indexed (local shards), so its length is
+    known before the epoch: ``stoker.Budget(tokens=N)`` batches captions by their padded size.
 
     ``raw=True``: the caption itself, a Python str per sample (a list in the batch), read and
     checked to be UTF-8 natively, decoded to str when the batch is assembled; no tokenizer."""
 
     def __init__(self, tokenizer=None, max_length=77, padding="max_length", truncation=True,
                  ext="txt", add_special_tokens=True, pad_id=None, raw=False):
-        if padding != "max_length":
-            raise ValueError(f'Text: padding="max_length" is the one padding supported, got '
-                             f"{padding!r}")
+        if padding not in ("max_length", "longest"):
+            raise ValueError(f'Text: padding is "max_length" or "longest", got {padding!r}')
         if raw and tokenizer is not None:
             raise ValueError("Text(raw=True) keeps the caption as text: it takes no tokenizer")
         if not raw and tokenizer is None:
             raise ValueError("Text needs a tokenizer (or raw=True for the caption as a str)")
-        if not isinstance(max_length, numbers.Integral) or max_length < 1:
-            raise ValueError(f"Text: max_length is a positive integer, got {max_length!r}")
+        if not (max_length is None and padding == "longest") and (
+                isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)
+                or max_length < 1):
+            raise ValueError(f"Text: max_length is a positive integer (None with "
+                             f'padding="longest"), got {max_length!r}')
         self.tokenizer = tokenizer
-        self.max_length = int(max_length)
+        self.max_length = None if max_length is None else int(max_length)
         self.padding = padding
         self.truncation = bool(truncation)
         self.ext = _exts(ext, "Text")
@@ -224,12 +231,14 @@ class Text:
             return {"kind": "raw", "name": name, "exts": list(self.ext)}
         tokenizer = self._stoker_tokenizer()
         return {"kind": "text", "name": name, "exts": list(self.ext),
-                "tokenizer": tokenizer._native, "max_length": self.max_length,
+                "tokenizer": tokenizer._native, "max_length": self.max_length or 0,
+                "ragged": self.padding == "longest",
                 "truncation": self.truncation, "add_special_tokens": self.add_special_tokens,
                 "pad_id": self._pad_id(tokenizer), "mask_name": self.mask_name(name)}
 
     def __repr__(self):
-        return (f"Text(max_length={self.max_length}, truncation={self.truncation}, "
+        return (f"Text(max_length={self.max_length}, padding={self.padding!r}, "
+                f"truncation={self.truncation}, "
                 f"ext={self.ext!r}, add_special_tokens={self.add_special_tokens}, "
                 f"pad_id={self.pad_id!r}, raw={self.raw})")
 
