@@ -314,10 +314,15 @@ class ThreadedIterator final : public EpochIterator {
         opening_ = false;
         if (!buffer) return;  // stopped
         if (next_claim_ < end_ && next_claim_ < next_deliver_ + depth_) {
-          const uint64_t b = next_claim_++;
+          // Made before it is claimed: a batch that cannot be made (one mixing buckets) fails
+          // the epoch (work()) without leaving a claimed slot empty for other workers.
+          const uint64_t b = next_claim_;
+          std::shared_ptr<Batch> batch =
+              st_->make_batch(plan_, draws_, epoch_, b, std::move(buffer));
+          ++next_claim_;
           Slot& slot = ring_[b % ring_size_];
           slot = Slot{};
-          slot.batch = st_->make_batch(plan_, draws_, epoch_, b, std::move(buffer));
+          slot.batch = std::move(batch);
         }
         const bool wake = workers_waiting_ > 0;
         lock.unlock();
