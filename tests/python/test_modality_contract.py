@@ -190,6 +190,41 @@ def make_image_text(tmp):
         "input_ids": Text(text_tokenizer(), max_length=8, pad_id=0), "labels": Label()})
 
 
+def make_image_text_buckets(tmp):
+    """Images of three aspect ratios in aspect-ratio buckets (diffusion), with their labels."""
+    from PIL import Image as PILImage
+
+    from stoker.image_text import Image, Label
+    rng = np.random.default_rng(7)
+    path = tmp / "buckets-0.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(6):
+            buf = io.BytesIO()
+            h, w = [(24, 24), (16, 40), (40, 16)][i % 3]
+            PILImage.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buf, "JPEG")
+            for suffix, data in ((".jpg", buf.getvalue()), (".cls", str(i % 2).encode())):
+                info = tarfile.TarInfo(f"{i:04d}{suffix}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return stoker.TarShards(str(path), fields={
+        "pixel_values": Image(stoker.transforms.ToTensor(), buckets=[(8, 8), (8, 16), (16, 8)]),
+        "labels": Label()})
+
+
+def make_image_text_captions(tmp):
+    """Captions of variable length (padding="longest") with a label."""
+    from stoker.image_text import Label, Text
+    path = tmp / "captions-0.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(6):
+            for suffix, data in ((".txt", b"the lazy dog " * (i + 1)), (".cls", str(i % 2).encode())):
+                info = tarfile.TarInfo(f"{i:04d}{suffix}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return stoker.TarShards(str(path), fields={
+        "input_ids": Text(text_tokenizer(), padding="longest", pad_id=0), "labels": Label()})
+
+
 def make_table(tmp):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -288,6 +323,10 @@ DATASETS = {
     "image-folder": (make_image_folder, IMAGES),
     "tar-shards": (make_tar_shards, IMAGES),
     "image-text": (make_image_text, IMAGES | {"input_ids", "attention_mask"}),
+    "image-text-buckets": (make_image_text_buckets,
+                           IMAGES | {"original_sizes", "crop_top_lefts"}),
+    "image-text-captions": (make_image_text_captions,
+                            {"input_ids", "attention_mask", "lengths", "labels"}),
     "table": (make_table, {"x", "labels"}),
     "image-table": (make_image_table, IMAGES),
     # VideoDataset once failed here at the first batch: model(**batch) with a tuple (TypeError)
