@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -222,36 +223,43 @@ std::vector<int32_t> ImageTextSource::caption_ids(size_t field, std::string_view
   return ids;
 }
 
-void ImageTextSource::plan_lengths() {
-  if (ragged_ == SIZE_MAX) return;
-  lengths_.assign(samples_.size(), 0);
-  // Tokenized on a few threads: every caption once, at construction.
+void ImageTextSource::for_each_sample(
+    const std::function<void(uint64_t, std::vector<std::byte>&)>& fn) const {
   const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   std::vector<std::thread> pool;
   std::atomic<uint64_t> next{0};
-  std::exception_ptr io_error;
+  std::exception_ptr error;
   std::mutex mu;
   for (size_t t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       std::vector<std::byte> buffer;
       for (uint64_t i; (i = next.fetch_add(1)) < samples_.size();) {
-        const Span& sp = span(i, ragged_);
         try {
-          tars_->read(samples_[i].shard, sp.offset, sp.size, buffer, path(i));
+          fn(i, buffer);
         } catch (...) {
           std::lock_guard lock(mu);
-          if (!io_error) io_error = std::current_exception();
+          if (!error) error = std::current_exception();
+          next = samples_.size();  // the others stop too
           return;
-        }
-        try {
-          lengths_[i] = static_cast<uint32_t>(caption_ids(ragged_, as_text(buffer)).size());
-        } catch (const Error&) {
-          lengths_[i] = 0;  // a caption the read reports (not UTF-8, too long)
         }
       }
     });
   for (auto& t : pool) t.join();
-  if (io_error) std::rethrow_exception(io_error);
+  if (error) std::rethrow_exception(error);
+}
+
+void ImageTextSource::plan_lengths() {
+  if (ragged_ == SIZE_MAX) return;
+  lengths_.assign(samples_.size(), 0);
+  for_each_sample([&](uint64_t i, std::vector<std::byte>& buffer) {
+    const Span& sp = span(i, ragged_);
+    tars_->read(samples_[i].shard, sp.offset, sp.size, buffer, path(i));
+    try {
+      lengths_[i] = static_cast<uint32_t>(caption_ids(ragged_, as_text(buffer)).size());
+    } catch (const Error&) {
+      lengths_[i] = 0;  // a caption the read reports (not UTF-8, too long)
+    }
+  });
   // The fields' first dimension: the cap, or the longest caption.
   uint32_t longest = 1;
   for (uint32_t l : lengths_) longest = std::max(longest, l);
@@ -508,11 +516,10 @@ void ImageTextSource::plan_buckets(
       if (std::abs(aspects[b] - aspect) < std::abs(aspects[best] - aspect)) best = b;
     return best;
   };
-  std::vector<std::byte> buffer;
-  for (uint64_t i = 0; i < samples_.size(); ++i) {
+  for_each_sample([&](uint64_t i, std::vector<std::byte>& buffer) {
     const Span& sp = span(i, bucketed_);
     ImageSize size{0, 0};
-    if (remote.empty()) {
+    if (remote.empty()) {  // its header, read from the local shard
       size = member_size(*tars_, samples_[i].shard, sp.offset, sp.size, path(i), buffer);
     } else {
       const auto& listed = remote[samples_[i].shard];
@@ -524,7 +531,7 @@ void ImageTextSource::plan_buckets(
     if (size[0] <= 0 || size[1] <= 0) size = {0, 0};
     image_sizes_[i] = size;
     buckets_[i] = nearest(size[0] > 0 ? std::log(static_cast<double>(size[1]) / size[0]) : 0.0);
-  }
+  });
 }
 
 std::string ImageTextSource::path(uint64_t index) const {

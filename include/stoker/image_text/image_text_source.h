@@ -66,6 +66,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -203,6 +204,9 @@ class ImageTextSource final : public Source {
   void plan_fields();
   // With a bucketed image field: each sample's image size (read from the local shards' headers,
   // or found in `remote` by shard and member offset) and bucket.
+  // fn(i, buffer) for every sample i, on a few threads (each with its own buffer); the first
+  // exception is rethrown once they stop.
+  void for_each_sample(const std::function<void(uint64_t, std::vector<std::byte>&)>& fn) const;
   // With a ragged text field: every caption's length, by tokenizing it (local shards).
   void plan_lengths();
   // A text field's ids of the caption `text` (specials put around, cut to max_length); throws
