@@ -54,6 +54,15 @@ class Params {
  public:
   Params(std::string name, nb::dict d) : name_(std::move(name)), d_(std::move(d)) {}
 
+  // "interpolation": "bilinear" (also when absent) or "bicubic".
+  image::ResizeFilter resize_filter() const {
+    if (!d_.contains("interpolation")) return image::ResizeFilter::kBilinear;
+    const auto s = get<std::string>("interpolation");
+    if (s == "bilinear") return image::ResizeFilter::kBilinear;
+    if (s == "bicubic") return image::ResizeFilter::kBicubic;
+    throw InvalidArgument(name_ + ": interpolation must be bilinear or bicubic, got " + s);
+  }
+
   template <typename T>
   T get(const char* key) const {
     try {
@@ -134,11 +143,13 @@ image::Transform parse_transform(const nb::handle& spec) {
   using namespace image;
   if (name == "RandomResizedCrop")
     return RandomResizedCrop(p.get<int>("height"), p.get<int>("width"), p.pair("scale"),
-                             p.pair("ratio"), p.get<bool>("antialias"));
+                             p.pair("ratio"), p.get<bool>("antialias"), p.resize_filter());
   if (name == "Resize") {
     const bool aa = p.get<bool>("antialias");
     const int shorter = p.get<int>("shorter_side");
-    return shorter > 0 ? Resize(shorter, aa) : Resize(p.get<int>("height"), p.get<int>("width"), aa);
+    const ResizeFilter f = p.resize_filter();
+    return shorter > 0 ? Resize(shorter, aa, f)
+                       : Resize(p.get<int>("height"), p.get<int>("width"), aa, f);
   }
   if (name == "CenterCrop") return CenterCrop(p.get<int>("height"), p.get<int>("width"));
   if (name == "RandomHorizontalFlip") return RandomHorizontalFlip(p.get<double>("p"));
@@ -281,7 +292,6 @@ void register_image(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
       "Decodes a whole image to an HWC uint8 RGB array.");
-
 }
 
 }  // namespace stoker::python

@@ -21,8 +21,14 @@ int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 }  // namespace
 
 RandomResizedCrop::RandomResizedCrop(int height, int width, std::pair<double, double> scale,
-                                     std::pair<double, double> ratio, bool antialias)
-    : height(height), width(width), scale(scale), ratio(ratio), antialias(antialias) {
+                                     std::pair<double, double> ratio, bool antialias,
+                                     ResizeFilter interpolation)
+    : height(height),
+      width(width),
+      scale(scale),
+      ratio(ratio),
+      antialias(antialias),
+      interpolation(interpolation) {
   validate();
 }
 
@@ -32,15 +38,18 @@ void RandomResizedCrop::validate() const {
           "RandomResizedCrop: scale must satisfy 0 < scale.min <= scale.max");
   require(ratio.first > 0 && ratio.first <= ratio.second,
           "RandomResizedCrop: ratio must satisfy 0 < ratio.min <= ratio.max");
+  require(antialias || interpolation == ResizeFilter::kBilinear,
+          "RandomResizedCrop: antialias=false is bilinear only");
 }
 
-Resize::Resize(int shorter_side, bool antialias)
-    : shorter_side(shorter_side), antialias(antialias) {
+Resize::Resize(int shorter_side, bool antialias, ResizeFilter interpolation)
+    : shorter_side(shorter_side), antialias(antialias), interpolation(interpolation) {
   require(shorter_side > 0, "Resize: the shorter side must be positive");
+  validate();
 }
 
-Resize::Resize(int height, int width, bool antialias)
-    : height(height), width(width), antialias(antialias) {
+Resize::Resize(int height, int width, bool antialias, ResizeFilter interpolation)
+    : height(height), width(width), antialias(antialias), interpolation(interpolation) {
   validate();
 }
 
@@ -48,6 +57,8 @@ void Resize::validate() const {
   require(exact() ? height > 0 && width > 0 && shorter_side == 0
                   : shorter_side > 0 && height == 0 && width == 0,
           "Resize: give either a positive shorter side or a positive (height, width)");
+  require(antialias || interpolation == ResizeFilter::kBilinear,
+          "Resize: antialias=false is bilinear only");
 }
 
 CenterCrop::CenterCrop(int height, int width) : height(height), width(width) { validate(); }
@@ -151,8 +162,8 @@ OutputTable output_table(const std::vector<Transform>& transforms) {
       } else if (out.dtype == DType::kFloat32) {
         std::memcpy(o, &f, 4);
       } else {
-        const uint16_t b = out.dtype == DType::kFloat16 ? internal::float_to_half(f)
-                                                        : internal::float_to_bf16(f);
+        const uint16_t b =
+            out.dtype == DType::kFloat16 ? internal::float_to_half(f) : internal::float_to_bf16(f);
         std::memcpy(o, &b, 2);
       }
     }
