@@ -54,6 +54,8 @@ class Params {
  public:
   Params(std::string name, nb::dict d) : name_(std::move(name)), d_(std::move(d)) {}
 
+  bool has(const char* key) const { return d_.contains(key); }
+
   // "interpolation": "bilinear" (also when absent) or "bicubic".
   image::ResizeFilter resize_filter() const {
     if (!d_.contains("interpolation")) return image::ResizeFilter::kBilinear;
@@ -151,7 +153,9 @@ image::Transform parse_transform(const nb::handle& spec) {
     return shorter > 0 ? Resize(shorter, aa, f)
                        : Resize(p.get<int>("height"), p.get<int>("width"), aa, f);
   }
-  if (name == "CenterCrop") return CenterCrop(p.get<int>("height"), p.get<int>("width"));
+  if (name == "CenterCrop")
+    return CenterCrop(p.get<int>("height"), p.get<int>("width"),
+                      p.has("floor") && p.get<bool>("floor"));
   if (name == "RandomHorizontalFlip") return RandomHorizontalFlip(p.get<double>("p"));
   if (name == "RandomVerticalFlip") return RandomVerticalFlip(p.get<double>("p"));
   if (name == "ToTensor")

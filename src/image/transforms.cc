@@ -61,7 +61,10 @@ void Resize::validate() const {
           "Resize: antialias=false is bilinear only");
 }
 
-CenterCrop::CenterCrop(int height, int width) : height(height), width(width) { validate(); }
+CenterCrop::CenterCrop(int height, int width, bool floor)
+    : height(height), width(width), floor(floor) {
+  validate();
+}
 
 void CenterCrop::validate() const {
   require(height > 0 && width > 0, "CenterCrop: height and width must be positive");
@@ -210,8 +213,11 @@ std::pair<int, int> resize_output_size(int image_height, int image_width, const 
 }
 
 CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t) {
-  return CropBox{py_round((image_height - t.height) / 2.0), py_round((image_width - t.width) / 2.0),
-                 t.height, t.width};
+  const auto offset = [&t](int excess) {
+    return t.floor ? static_cast<int>(std::floor(excess / 2.0)) : py_round(excess / 2.0);
+  };
+  return CropBox{offset(image_height - t.height), offset(image_width - t.width), t.height,
+                 t.width};
 }
 
 }  // namespace stoker::image

@@ -53,12 +53,14 @@ struct Resize {
 };
 
 // torchvision CenterCrop: top = int(round((H - h) / 2.0)), likewise left; zero padding where the
-// crop is larger than the image.
+// crop is larger than the image. floor = true: top = (H - h) // 2 (floor), as Hugging Face's image
+// processors crop (the two differ when H - h is 3 mod 4).
 struct CenterCrop {
   explicit CenterCrop(int size) : CenterCrop(size, size) {}
-  CenterCrop(int height, int width);
+  CenterCrop(int height, int width, bool floor = false);
   void validate() const;
   int height, width;
+  bool floor = false;
 };
 
 // torchvision RandomHorizontalFlip: flips when a uniform draw is < p.

@@ -77,16 +77,23 @@ class Resize(Transform):
 
 
 class CenterCrop(Transform):
-    """The central ``size`` crop (zero padding where the image is smaller)."""
+    """The central ``size`` crop (zero padding where the image is smaller). Its offset is
+    torchvision's ``round((H - h) / 2)`` (half to even), or with ``rounding="floor"`` Hugging
+    Face image processors' ``(H - h) // 2``."""
 
-    def __init__(self, size):
+    def __init__(self, size, rounding="round"):
         self.size = size_pair("CenterCrop", size)
+        if rounding not in ("round", "floor"):
+            raise ValueError(f'CenterCrop rounding must be "round" or "floor", got {rounding!r}')
+        self.rounding = rounding
 
     def _spec(self):
-        return ("CenterCrop", {"height": self.size[0], "width": self.size[1]})
+        return ("CenterCrop", {"height": self.size[0], "width": self.size[1],
+                               "floor": self.rounding == "floor"})
 
     def __repr__(self):
-        return f"{type(self).__name__}(size={self.size})"
+        r = "" if self.rounding == "round" else ", rounding='floor'"
+        return f"{type(self).__name__}(size={self.size}{r})"
 
 
 class RandomHorizontalFlip(Transform):
