@@ -65,6 +65,11 @@ FieldOptions field_of(const nb::dict& d) {
     }
   } else if (kind == "label") {
     f.kind = FieldKind::kLabel;
+  } else if (kind == "patches") {
+    f.kind = FieldKind::kPatches;
+    f.patches = nb::cast<std::shared_ptr<PatchProcessor>>(d["processor"]);
+    f.grid_name = nb::cast<std::string>(d["grid_name"]);
+    f.max_pixels = nb::cast<uint64_t>(d["max_pixels"]);
   } else if (kind == "npy") {
     f.kind = FieldKind::kNpy;
   } else {

@@ -10,7 +10,9 @@
 #include <string_view>
 
 #include "stoker/errors.h"
+#include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/image_text/patch_processor.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
@@ -25,6 +27,7 @@ constexpr size_t kSkippedListed = 8;
 struct ImageTextWorkerState final : WorkerState {
   std::vector<std::byte> buffer;
   image::ImageScratch scratch;
+  std::vector<uint8_t> resized;  // a kPatches field's resized image
   simdjson::dom::parser parser;
 };
 
@@ -54,6 +57,8 @@ const char* kind_name(FieldKind k) {
       return "Label";
     case FieldKind::kNpy:
       return "Npy";
+    case FieldKind::kPatches:
+      return "Image";
   }
   return "?";
 }
@@ -142,6 +147,7 @@ ImageTextSource::ImageTextSource(std::shared_ptr<ShardCache> cache,
 void ImageTextSource::check_options() {
   if (options_.fields.empty()) throw InvalidArgument("ImageTextSource needs at least one field");
   std::set<std::string> names;
+  int patch_fields = 0;
   for (FieldOptions& f : options_.fields) {
     const std::string who = std::string(kind_name(f.kind)) + " field '" + f.name + "'";
     if (f.exts.empty()) throw InvalidArgument(who + " has no member extension");
@@ -150,6 +156,15 @@ void ImageTextSource::check_options() {
     if (!names.insert(f.name).second) throw InvalidArgument("two fields named '" + f.name + "'");
     if (f.kind == FieldKind::kImage && !f.pipeline)
       throw InvalidArgument(who + " needs a pipeline");
+    if (f.kind == FieldKind::kPatches) {
+      if (!f.patches) throw InvalidArgument(who + " needs a patch processor");
+      if (!names.insert(f.grid_name).second)
+        throw InvalidArgument("two fields named '" + f.grid_name + "'");
+      if (++patch_fields > 1)
+        throw InvalidArgument(who +
+                              ": one field of patches per dataset (its patch count is the "
+                              "sample's length)");
+    }
     if (f.kind == FieldKind::kText) {
       if (!f.tokenizer) throw InvalidArgument(who + " needs a tokenizer");
       if (f.max_length == 0) throw InvalidArgument(who + ": max_length must be at least 1");
@@ -304,6 +319,14 @@ void ImageTextSource::plan_fields() {
         fields_.push_back({o.name, o.dtype, shape});
         break;
       }
+      case FieldKind::kPatches: {
+        FieldSpec patches{o.name, kFloat32, {o.patches->max_patches(), o.patches->patch_dim()}};
+        patches.ragged = true;
+        fields_.push_back(std::move(patches));
+        fields_.push_back({o.grid_name, kInt64, {3}});
+        measure_patches(f);
+        break;
+      }
       case FieldKind::kLabel:
       case FieldKind::kRaw:
         fields_.push_back({o.name, kInt64, {}});
@@ -320,6 +343,36 @@ void ImageTextSource::plan_fields() {
       }
     }
   }
+}
+
+void ImageTextSource::measure_patches(size_t field) {
+  // Most headers sit in the first bytes; a JPEG with a large EXIF block needs the whole member.
+  constexpr uint64_t kHead = 64 << 10;
+  const FieldOptions& o = options_.fields[field];
+  const uint64_t limit = o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels;
+  lengths_.assign(samples_.size(), 0);
+  std::vector<std::byte> head;
+  for (uint64_t i = 0; i < samples_.size(); ++i) {
+    const Span& sp = span(i, field);
+    try {
+      image::ImageInfo info;
+      tars_->read(samples_[i].shard, sp.offset, std::min(sp.size, kHead), head, path(i));
+      try {
+        info = image::read_info(head, limit);
+      } catch (const Error&) {
+        if (sp.size <= kHead) throw;
+        tars_->read(samples_[i].shard, sp.offset, sp.size, head, path(i));
+        info = image::read_info(head, limit);
+      }
+      lengths_[i] = static_cast<uint32_t>(o.patches->grid(info.height, info.width).patches());
+    } catch (const Error&) {
+      lengths_[i] = 0;  // a bad image: its read fails, naming the sample (on_error applies)
+    }
+  }
+}
+
+uint64_t ImageTextSource::length(uint64_t index) const {
+  return lengths_.empty() ? 0 : lengths_[index];
 }
 
 std::string ImageTextSource::path(uint64_t index) const {
@@ -422,6 +475,21 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
                                 ", not a list of " + std::to_string(shape[0]) + " numbers");
         size_t i = 0;
         for (simdjson::dom::element e : a) put_number(e, o.dtype, o.key, dst + (i++) * esize);
+        break;
+      }
+      case FieldKind::kPatches: {
+        const image::DecodedImage img =
+            image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels);
+        const image_text::PatchGrid g = o.patches->grid(img.height, img.width);
+        if (static_cast<uint64_t>(g.patches()) != lengths_[key.index])
+          throw DecodeError("the image decodes to " + std::to_string(img.width) + "x" +
+                            std::to_string(img.height) + ", not the size its header gave");
+        auto* out = reinterpret_cast<float*>(dst);
+        o.patches->process(img.rgb, img.width, img.height,
+                           {out, static_cast<size_t>(g.patches() * o.patches->patch_dim())},
+                           ws->resized);
+        const int64_t grid[3] = {g.t, g.h, g.w};
+        std::memcpy(slots[first_slot_[f] + 1], grid, sizeof grid);
         break;
       }
       case FieldKind::kLabel: {

@@ -223,3 +223,38 @@ def test_qwen2_vl_config_forms_and_bad_options():
         ImageProcessor.from_pretrained({**QWEN, "resample": 2})
     with pytest.raises(stoker.DecodeError):
         ImageProcessor.from_pretrained(QWEN)(b"not an image")
+
+
+def test_qwen2_vl_field_of_tar_shards_is_ragged_patches_and_a_grid(tmp_path):
+    images = [encode(w, h, fmt, i) for i, (w, h, fmt) in enumerate(IMAGES)]
+    images.append(images[0][:60])  # a truncated JPEG: its header still reads, its pixels do not
+    path = write_tar(tmp_path / "q.tar", images)
+    processor = ImageProcessor.from_pretrained(QWEN)
+    ds = stoker.TarShards(path, fields={"pixel_values": Image(processor), "labels": Label()})
+    assert list(ds._source.field_shapes[0]) == [processor.max_patches, processor.patch_dim]
+    slow = hf_processor(QWEN)
+
+    def check(batches):
+        seen = set()
+        for b in batches:
+            assert b["pixel_values"].shape[1] == b["lengths"].max()
+            for row, label in enumerate(b["labels"].tolist()):
+                want = hf_pixels(slow, images[label])
+                n = int(b["lengths"][row])
+                np.testing.assert_array_equal(b["image_grid_thw"][row], want["image_grid_thw"][0])
+                np.testing.assert_array_equal(b["pixel_values"][row, :n], want["pixel_values"])
+                assert not b["pixel_values"][row, n:].any()  # padding
+                seen.add(label)
+        return seen
+
+    with pytest.raises(stoker.SampleError) as e:
+        list(stoker.DataLoader(ds, batch_size=2, output="numpy", num_workers=1))
+    assert f"{path}:k5" in str(e.value)
+    one = list(stoker.DataLoader(ds, batch_size=2, output="numpy", num_workers=1,
+                                 on_error="skip"))
+    two = list(stoker.DataLoader(ds, batch_size=2, output="numpy", num_workers=2,
+                                 on_error="skip"))
+    assert check(one) == set(range(5))
+    for a, b in zip(one, two, strict=True):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])

@@ -72,7 +72,9 @@ class Tokenizer;
 
 namespace stoker::image_text {
 
-enum class FieldKind { kImage, kText, kRaw, kJson, kLabel, kNpy };
+enum class FieldKind { kImage, kText, kRaw, kJson, kLabel, kNpy, kPatches };
+
+class PatchProcessor;
 
 struct FieldOptions {
   FieldKind kind = FieldKind::kImage;
@@ -81,6 +83,14 @@ struct FieldOptions {
 
   // kImage
   std::shared_ptr<const image::ImagePipeline> pipeline;
+
+  // kPatches: an image as Qwen2-VL's patches (patch_processor.h), a ragged float32 field
+  // [patches, patch_dim] (shape[0] max_patches()), and its grid (t, h, w), int64 [3], under
+  // grid_name. At most one such field: its patch count is the sample's length(), from the image's
+  // header, read when the source is made.
+  std::shared_ptr<const PatchProcessor> patches;
+  std::string grid_name;
+  uint64_t max_pixels = 0;  // the decode limit of its images (0: decode.h's default)
 
   // kText
   std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -131,6 +141,7 @@ class ImageTextSource final : public Source {
   std::string path(uint64_t index) const override;
   std::unique_ptr<WorkerState> make_worker_state() const override;
   std::vector<uint64_t> shards() const override;
+  uint64_t length(uint64_t index) const override;
 
   const IndexStats& stats() const { return stats_; }
   // Per shard, its samples (a remote dataset's block order needs them).
@@ -157,6 +168,8 @@ class ImageTextSource final : public Source {
   // Selects each key's members; `keys` per shard, or empty to index the local shards.
   void index(std::vector<std::vector<TarKey>> keys);
   void plan_fields();
+  // lengths_ of a kPatches field: each sample's patch count from its image's header.
+  void measure_patches(size_t field);
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];
   }
@@ -172,6 +185,7 @@ class ImageTextSource final : public Source {
   std::vector<std::vector<int64_t>> json_shape_;  // per option field (json fields only)
   std::vector<DType> npy_dtype_;                  // per option field (npy fields only)
   std::vector<std::vector<int64_t>> npy_shape_;
+  std::vector<uint32_t> lengths_;  // per sample, its patches (a kPatches field only)
   IndexStats stats_;
 };
 

@@ -23,14 +23,28 @@ class Image:
     the native image pipeline: ``transform`` is a :mod:`stoker.transforms` pipeline (or a
     torchvision v2 recipe it compiles) that ends in a fixed size and runs natively (a transform
     with a Python part is a ValueError naming it). Randomness is keyed by (seed, epoch, sample
-    index), as TarShards' images are."""
+    index), as TarShards' images are.
 
-    def __init__(self, transform, ext=("jpg", "jpeg", "png", "webp")):
+    ``transform`` may be a Hugging Face processor made native by
+    ``ImageProcessor.from_pretrained``: a fixed-resolution one (CLIP, SigLIP) is such a
+    pipeline; Qwen2-VL's (a PatchImageProcessor) makes the field ragged: float32 patches
+    ``[patches, 3 * temporal_patch_size * patch_size**2]`` (a batch pads them to its longest
+    sample and adds ``lengths``, each sample's patch count) and ``grid_name`` (default
+    ``"image_grid_thw"``), int64 ``[3]``. A dataset takes one such field; each image's header is
+    read when the dataset is made, for its patch count."""
+
+    def __init__(self, transform, ext=("jpg", "jpeg", "png", "webp"), grid_name="image_grid_thw"):
         self.transform = transform
         self.ext = _exts(ext, "Image")
+        self.grid_name = grid_name
 
     def _native(self, name, max_pixels):
         from ..transforms import _compile
+        from .processors import PatchImageProcessor
+        if isinstance(self.transform, PatchImageProcessor):
+            return {"kind": "patches", "name": name, "exts": list(self.ext),
+                    "processor": self.transform._native, "grid_name": self.grid_name,
+                    "max_pixels": int(max_pixels or 0)}
         if self.transform is None:
             raise ValueError(f"fields[{name!r}]: Image needs a transform that ends in a fixed "
                              f"size, e.g. Compose([Resize(256), CenterCrop(224), ToTensor()])")
