@@ -366,7 +366,9 @@ void ImageTextSource::measure_patches(size_t field) {
       }
       lengths_[i] = static_cast<uint32_t>(o.patches->grid(info.height, info.width).patches());
     } catch (const Error&) {
-      lengths_[i] = 0;  // a bad image: its read fails, naming the sample (on_error applies)
+      // A bad image: its read fails, naming the sample. As the longest a sample can be, it lets
+      // on_error="skip" put any other sample in its place (a replacement must fit the batch).
+      lengths_[i] = static_cast<uint32_t>(o.patches->max_patches());
     }
   }
 }

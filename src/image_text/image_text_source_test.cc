@@ -331,6 +331,7 @@ TEST(ImageTextSource, PatchesAreRaggedWithTheLengthTheHeaderGives) {
     images.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   }
   images.push_back(images[2].substr(0, images[2].size() / 3));
+  images.push_back("not an image");
   for (size_t i = 0; i < images.size(); ++i) {
     t.member("k" + std::to_string(i) + ".jpg", images[i]);
     t.member("k" + std::to_string(i) + ".cls", std::to_string(i));
@@ -366,6 +367,9 @@ TEST(ImageTextSource, PatchesAreRaggedWithTheLengthTheHeaderGives) {
   }
   EXPECT_EQ(s.length(3), s.length(2));  // the header survives the cut
   EXPECT_THROW(read_sample(s, 3), DecodeError);
+  // No header: the longest a sample can be, so that any replacement fits its batch.
+  EXPECT_EQ(s.length(4), static_cast<uint64_t>(proc->max_patches()));
+  EXPECT_THROW(read_sample(s, 4), DecodeError);
   FieldOptions twice = f;
   twice.name = "more";
   twice.grid_name = "more_grid";
