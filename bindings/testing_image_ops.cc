@@ -1,7 +1,8 @@
 // stoker._native.testing.image_op: one image-stage operation (stoker/image/ops.h, or resize.h's
 // PIL resize) on an HWC uint8 RGB array with explicit parameters, so that tests can hold every
-// kernel against torchvision's (or PIL's) on the same pixels (tests/python/test_vision_color_ops.py,
-// test_vision_warp_ops.py, test_image_processors.py). Test-only (STOKER_TESTING).
+// kernel against torchvision's (or PIL's) on the same pixels
+// (tests/python/test_vision_color_ops.py, test_vision_warp_ops.py, test_image_processors.py).
+// Test-only (STOKER_TESTING).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
