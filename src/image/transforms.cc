@@ -216,8 +216,7 @@ CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t) 
   const auto offset = [&t](int excess) {
     return t.floor ? static_cast<int>(std::floor(excess / 2.0)) : py_round(excess / 2.0);
   };
-  return CropBox{offset(image_height - t.height), offset(image_width - t.width), t.height,
-                 t.width};
+  return CropBox{offset(image_height - t.height), offset(image_width - t.width), t.height, t.width};
 }
 
 }  // namespace stoker::image

@@ -38,11 +38,11 @@ QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 4 * 28 * 
         "image_mean": [0.48145466, 0.4578275, 0.40821073],
         "image_std": [0.26862954, 0.26130258, 0.27577711]}
 
-# (width, height, format): landscape, portrait, odd, tiny, large beyond QWEN's max_pixels, and
-# tall (its height shrinks by more than twice the width's pixels: Pillow 13 resizes it vertically
-# first).
+# (width, height, format): landscape, portrait, odd, tiny, large beyond QWEN's max_pixels, tall
+# (its height shrinks by more than twice the width's pixels: Pillow 13 resizes it vertically
+# first), and one whose CLIP crop offset is 1.5 (HF floors it, torchvision rounds it to 2).
 IMAGES = [(64, 48, "JPEG"), (37, 53, "PNG"), (90, 31, "JPEG"), (9, 7, "PNG"), (300, 170, "JPEG"),
-          (40, 600, "JPEG")]
+          (40, 600, "JPEG"), (54, 48, "PNG")]  # the last: 27 wide at 24, a crop offset of 1.5
 
 
 def encode(w, h, fmt, seed):
