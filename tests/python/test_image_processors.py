@@ -146,6 +146,9 @@ def test_llava_config_from_a_directory_and_an_hf_object(tmp_path):
     from_obj = ImageProcessor.from_pretrained(hf_processor(LLAVA))
     assert from_dir._specs() == from_obj._specs()
     assert [s[0] for s in from_dir._specs()] == ["Resize", "CenterCrop", "ToTensor", "Normalize"]
+    assert repr(from_dir).startswith("FixedImageProcessor(CLIPImageProcessor:\n    Resize(size=336, "
+                                     "interpolation=bicubic)\n    CenterCrop(size=(336, 336), "
+                                     "rounding='floor')")
     data = encode(120, 90, "JPEG", 7)
     got = native_pixels(tmp_path, from_dir, [data])[0]
     assert got.shape == (3, 336, 336)

@@ -124,8 +124,8 @@ class FixedImageProcessor(T.Compose):
         self.kind = kind
         self.config = config
 
-    def __repr__(self):
-        return f"FixedImageProcessor({self.kind}, {super().__repr__()})"
+    def __repr__(self):  # Compose's, with the processor type first
+        return super().__repr__().replace("(", f"({self.kind}:", 1)
 
 
 def _fixed(cfg, kind):
