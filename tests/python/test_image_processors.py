@@ -120,6 +120,20 @@ def test_bicubic_resize_is_pils_bit_for_bit_up_and_down():
         np.testing.assert_array_equal(got, want, err_msg=f"{w}x{h} -> {ow}x{oh} box {box}")
 
 
+def test_bicubic_resize_and_random_resized_crop_in_the_pipeline_are_pils(tmp_path):
+    """Through the fused decode + resample (a tall PNG, resized vertically first by Pillow 13):
+    Resize((h, w), bicubic), and a RandomResizedCrop whose draw is the whole image."""
+    from stoker import transforms as T
+    w, h = 40, 600
+    data = encode(w, h, "PNG", 3)
+    want = np.asarray(PIL.open(io.BytesIO(data)).convert("RGB").resize((24, 30), PIL.BICUBIC))
+    for t in (T.Resize((30, 24), interpolation="bicubic"),
+              T.RandomResizedCrop((30, 24), scale=(1.0, 1.0), ratio=(w / h, w / h),
+                                  interpolation="bicubic")):
+        got = native_pixels(tmp_path, T.Compose([t, T.ToTensor("uint8", "HWC")]), [data])[0]
+        np.testing.assert_array_equal(got, want, err_msg=repr(t))
+
+
 # ------------------------------------------------------------------ fixed resolution: CLIP, SigLIP
 
 
