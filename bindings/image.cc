@@ -54,6 +54,17 @@ class Params {
  public:
   Params(std::string name, nb::dict d) : name_(std::move(name)), d_(std::move(d)) {}
 
+  bool has(const char* key) const { return d_.contains(key); }
+
+  // "interpolation": "bilinear" (also when absent) or "bicubic".
+  image::ResizeFilter resize_filter() const {
+    if (!d_.contains("interpolation")) return image::ResizeFilter::kBilinear;
+    const auto s = get<std::string>("interpolation");
+    if (s == "bilinear") return image::ResizeFilter::kBilinear;
+    if (s == "bicubic") return image::ResizeFilter::kBicubic;
+    throw InvalidArgument(name_ + ": interpolation must be bilinear or bicubic, got " + s);
+  }
+
   template <typename T>
   T get(const char* key) const {
     try {
@@ -134,14 +145,17 @@ image::Transform parse_transform(const nb::handle& spec) {
   using namespace image;
   if (name == "RandomResizedCrop")
     return RandomResizedCrop(p.get<int>("height"), p.get<int>("width"), p.pair("scale"),
-                             p.pair("ratio"), p.get<bool>("antialias"));
+                             p.pair("ratio"), p.get<bool>("antialias"), p.resize_filter());
   if (name == "Resize") {
     const bool aa = p.get<bool>("antialias");
     const int shorter = p.get<int>("shorter_side");
-    return shorter > 0 ? Resize(shorter, aa)
-                       : Resize(p.get<int>("height"), p.get<int>("width"), aa);
+    const ResizeFilter f = p.resize_filter();
+    return shorter > 0 ? Resize(shorter, aa, f)
+                       : Resize(p.get<int>("height"), p.get<int>("width"), aa, f);
   }
-  if (name == "CenterCrop") return CenterCrop(p.get<int>("height"), p.get<int>("width"));
+  if (name == "CenterCrop")
+    return CenterCrop(p.get<int>("height"), p.get<int>("width"),
+                      p.has("floor") && p.get<bool>("floor"));
   if (name == "CoverCrop")
     return CoverCrop(p.get<int>("height"), p.get<int>("width"), p.get<bool>("random"),
                      p.get<bool>("antialias"));

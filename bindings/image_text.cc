@@ -1,7 +1,10 @@
 // stoker._text.image_text: ImageTextSource (include/stoker/image_text/image_text_source.h), tar
-// shards of any fields, the source of a TarShards(fields=...). In stoker._text because a caption is
-// tokenized by the text wing; the pipelines come from stoker._native (shared nanobind types).
+// shards of any fields, the source of a TarShards(fields=...); PatchProcessor
+// (include/stoker/image_text/patch_processor.h), Qwen2-VL's image processor. In stoker._text
+// because a caption is tokenized by the text wing; the pipelines come from stoker._native (shared
+// nanobind types).
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -10,8 +13,10 @@
 #include <nanobind/stl/vector.h>
 
 #include "stoker/errors.h"
+#include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/image_text/image_text_source.h"
+#include "stoker/image_text/patch_processor.h"
 #include "stoker/shard_cache.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/text/tokenizer.h"
@@ -68,6 +73,11 @@ FieldOptions field_of(const nb::dict& d) {
     }
   } else if (kind == "label") {
     f.kind = FieldKind::kLabel;
+  } else if (kind == "patches") {
+    f.kind = FieldKind::kPatches;
+    f.patches = nb::cast<std::shared_ptr<PatchProcessor>>(d["processor"]);
+    f.grid_name = nb::cast<std::string>(d["grid_name"]);
+    f.max_pixels = nb::cast<uint64_t>(d["max_pixels"]);
   } else if (kind == "npy") {
     f.kind = FieldKind::kNpy;
   } else {
@@ -87,6 +97,80 @@ Options options_of(const nb::list& fields, bool skip_missing) {
 using KeyTuple =
     std::tuple<std::string, std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>>>;
 
+using Floats = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
+using Grid = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
+using Rgb = nb::ndarray<const uint8_t, nb::shape<-1, -1, 3>, nb::c_contig, nb::device::cpu>;
+
+// (patches [t*h*w, patch_dim] float32, grid [3] int64) of a decoded RGB image.
+nb::tuple process(const PatchProcessor& p, const uint8_t* rgb, int width, int height) {
+  auto* patches = new std::vector<float>();
+  auto* grid = new std::vector<int64_t>(3);
+  nb::capsule own_p(patches, [](void* v) noexcept { delete static_cast<std::vector<float>*>(v); });
+  nb::capsule own_g(grid, [](void* v) noexcept { delete static_cast<std::vector<int64_t>*>(v); });
+  PatchGrid g;
+  {
+    nb::gil_scoped_release release;
+    g = p.grid(height, width);
+    patches->resize(static_cast<size_t>(g.patches() * p.patch_dim()));
+    std::vector<uint8_t> scratch;
+    p.process({rgb, static_cast<size_t>(width) * height * 3}, width, height, *patches, scratch);
+    *grid = {g.t, g.h, g.w};
+  }
+  const size_t shape[2] = {static_cast<size_t>(g.patches()), static_cast<size_t>(p.patch_dim())};
+  const size_t three = 3;
+  return nb::make_tuple(Floats(patches->data(), 2, shape, own_p),
+                        Grid(grid->data(), 1, &three, own_g));
+}
+
+void bind_patch_processor(nb::module_& m) {
+  nb::class_<PatchProcessor>(m, "PatchProcessor")
+      .def(
+          "__init__",
+          [](PatchProcessor* self, int patch_size, int merge_size, int temporal_patch_size,
+             int64_t min_pixels, int64_t max_pixels, double rescale_factor,
+             std::array<float, 3> mean, std::array<float, 3> std) {
+            new (self) PatchProcessor(PatchProcessorOptions{patch_size, merge_size,
+                                                            temporal_patch_size, min_pixels,
+                                                            max_pixels, rescale_factor, mean, std});
+          },
+          "patch_size"_a, "merge_size"_a, "temporal_patch_size"_a, "min_pixels"_a, "max_pixels"_a,
+          "rescale_factor"_a, "mean"_a, "std"_a,
+          "Qwen2-VL's image processor (include/stoker/image_text/patch_processor.h).")
+      .def("resized_size", &PatchProcessor::resized_size, "height"_a, "width"_a,
+           "smart_resize's (height, width).")
+      .def(
+          "grid",
+          [](const PatchProcessor& p, int height, int width) {
+            const PatchGrid g = p.grid(height, width);
+            return nb::make_tuple(g.t, g.h, g.w);
+          },
+          "height"_a, "width"_a, "The (t, h, w) grid of an image of that size.")
+      .def("image_tokens", &PatchProcessor::image_tokens, "height"_a, "width"_a)
+      .def_prop_ro("patch_dim", &PatchProcessor::patch_dim)
+      .def_prop_ro("max_patches", &PatchProcessor::max_patches)
+      .def(
+          "process_bytes",
+          [](const PatchProcessor& p, nb::bytes data) {
+            image::DecodedImage img;
+            {
+              const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(data.c_str()),
+                                                 data.size());
+              nb::gil_scoped_release release;
+              img = image::decode(b);
+            }
+            return process(p, img.rgb.data(), img.width, img.height);
+          },
+          "data"_a,
+          "Decodes an encoded image (JPEG, PNG, ...) and returns (patches, grid) as numpy arrays.")
+      .def(
+          "process_rgb",
+          [](const PatchProcessor& p, Rgb rgb) {
+            return process(p, rgb.data(), static_cast<int>(rgb.shape(1)),
+                           static_cast<int>(rgb.shape(0)));
+          },
+          "rgb"_a, "(patches, grid) of an HWC uint8 RGB array.");
+}
+
 }  // namespace
 
 void bind_image_text(nb::module_& parent) {
@@ -100,6 +184,7 @@ void bind_image_text(nb::module_& parent) {
       "path"_a, "members"_a,
       "The (height, width) of each image member (data offset, size) of the local tar shard, "
       "from its header; (0, 0) where it cannot be read.");
+  bind_patch_processor(m);
   nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
       .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields, bool skip_missing) {
              Options o = options_of(fields, skip_missing);

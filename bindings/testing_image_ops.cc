@@ -1,7 +1,8 @@
-// stoker._native.testing.image_op: one image-stage operation (stoker/image/ops.h) on an HWC uint8
-// RGB array with explicit parameters, so that tests can hold every kernel against torchvision's
-// on the same pixels (tests/python/test_vision_color_ops.py, test_vision_warp_ops.py). Test-only
-// (STOKER_TESTING).
+// stoker._native.testing.image_op: one image-stage operation (stoker/image/ops.h, or resize.h's
+// PIL resize) on an HWC uint8 RGB array with explicit parameters, so that tests can hold every
+// kernel against torchvision's (or PIL's) on the same pixels
+// (tests/python/test_vision_color_ops.py, test_vision_warp_ops.py, test_image_processors.py).
+// Test-only (STOKER_TESTING).
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
@@ -9,8 +10,9 @@
 #include <string>
 
 #include "bindings.h"
-#include "stoker/image/ops.h"
 #include "stoker/errors.h"
+#include "stoker/image/ops.h"
+#include "stoker/image/resize.h"
 
 namespace stoker::python {
 namespace {
@@ -113,6 +115,21 @@ nb::ndarray<nb::numpy, uint8_t> image_op(const std::string& name, Image in, cons
   } else if (name == "rotate") {
     dst.reset(h, w);
     rotate(v, dst.view(), number(p, "angle"), interpolation(p), fill(p), center(p));
+    return to_array(std::move(dst));
+  } else if (name == "resize") {  // resize.h's PIL resize: size (w, h), box, filter
+    const auto size = numbers<2>(p, "size");
+    const auto box = numbers<4>(p, "box");
+    const std::string f = p.contains("filter") ? nb::cast<std::string>(p["filter"]) : "bilinear";
+    if (f != "bilinear" && f != "bicubic")
+      throw InvalidArgument("image_op: filter must be \"bilinear\" or \"bicubic\"");
+    const int ow = static_cast<int>(size[0]), oh = static_cast<int>(size[1]);
+    if (ow <= 0 || oh <= 0) throw InvalidArgument("image_op: size must be positive");
+    dst.reset(oh, ow);
+    image::resize_rgb(
+        {in.data(), static_cast<size_t>(h) * w * 3}, w, h,
+        {float(box[0]), float(box[1]), float(box[2]), float(box[3])}, ow, oh,
+        {dst.view().data, static_cast<size_t>(oh) * ow * 3},
+        f == "bicubic" ? image::ResizeFilter::kBicubic : image::ResizeFilter::kBilinear);
     return to_array(std::move(dst));
   } else if (name == "pad") {
     const auto pads = numbers<4>(p, "padding");  // left, top, right, bottom

@@ -241,6 +241,22 @@ TEST(GpuDecode, CropAndFlipAreTheCpuPathsForEveryKeyAndGeometry) {
   }
 }
 
+// The GPU kernels resample with the bilinear filter only: a bicubic resize is refused, by name.
+TEST(GpuDecode, ABicubicResizeNeedsTheCpuPath) {
+  const Dataset d = make_dataset("bicubic");
+  auto files = std::make_shared<ImageFolderFiles>(d.samples);
+  for (const Transform& t : {Transform(Resize(24, true, ResizeFilter::kBicubic)),
+                             Transform(RandomResizedCrop(24, 24, {0.08, 1.0}, {0.75, 4.0 / 3}, true,
+                                                         ResizeFilter::kBicubic))}) {
+    try {
+      GpuDecodeSource src(files, {t, CenterCrop(24), ToTensor()});
+      ADD_FAILURE() << "a bicubic resize was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("bicubic"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(GpuDecode, ABatchLargerThanTheDecodeBufferIsDecodedInChunks) {
   const Dataset d = make_dataset("chunks");
   auto files = std::make_shared<ImageFolderFiles>(d.samples);

@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "stoker/gpu/decode.h"
 #include "image/geometry.h"
 #include "render.h"
 #include "stoker/errors.h"
+#include "stoker/gpu/decode.h"
 #include "stoker/random.h"
 
 namespace stoker::image::gpu {
@@ -54,6 +54,17 @@ GpuDecodeSource::GpuDecodeSource(std::shared_ptr<const ImageFiles> files,
         "decode=\"cuda\" runs RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, "
         "ToTensor and Normalize; the other transforms (colour, blur, warps, auto-augment, "
         "erasing, vertical flips) need decode=\"cpu\"");
+  }
+  const bool bicubic = std::any_of(transforms_.begin(), transforms_.end(), [](const Transform& t) {
+    const auto* r = std::get_if<Resize>(&t);
+    const auto* c = std::get_if<RandomResizedCrop>(&t);
+    return (r && r->interpolation != ResizeFilter::kBilinear) ||
+           (c && c->interpolation != ResizeFilter::kBilinear);
+  });
+  if (bicubic) {  // the GPU kernels resample with the bilinear filter only
+    throw InvalidArgument(
+        "decode=\"cuda\" resizes with bilinear interpolation only; bicubic "
+        "needs decode=\"cpu\"");
   }
   // As the CPU pipeline's (src/image/pipeline.cc).
   OutputTable out = image::output_table(transforms_);

@@ -9,7 +9,7 @@ namespace stoker::image::internal {
 namespace {
 
 AxisPlan identity(int size) {
-  return AxisPlan{0, size, 0.0, double(size), size, 0, size, false, true};
+  return AxisPlan{0, size, 0.0, double(size), size, 0, size, false, true, ResizeFilter::kBilinear};
 }
 
 void crop(AxisPlan& a, int offset, int size) {
@@ -17,8 +17,9 @@ void crop(AxisPlan& a, int offset, int size) {
   a.size = size;
 }
 
-void resize(AxisPlan& a, int n, bool antialias) {
+void resize(AxisPlan& a, int n, bool antialias, ResizeFilter filter) {
   a.antialias = antialias;
+  a.filter = filter;
   if (!a.resized) {
     // PIL resizes the cropped image: the filter sees only the crop's pixels. Where the crop was
     // padded, the window stops at the image and the filter replicates the edge instead of
@@ -60,20 +61,20 @@ GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_widt
       const CropBox b = random_resized_crop_params(p.y.size, p.x.size, *rrc, rng);
       crop_y(p, b.top, b.height);
       crop_x(p, b.left, b.width);
-      resize(p.y, rrc->height, rrc->antialias);
-      resize(p.x, rrc->width, rrc->antialias);
+      resize(p.y, rrc->height, rrc->antialias, rrc->interpolation);
+      resize(p.x, rrc->width, rrc->antialias, rrc->interpolation);
     } else if (const auto* r = std::get_if<Resize>(&t)) {
       const auto [h, w] = resize_output_size(p.y.size, p.x.size, *r);
-      resize(p.y, h, r->antialias);
-      resize(p.x, w, r->antialias);
+      resize(p.y, h, r->antialias, r->interpolation);
+      resize(p.x, w, r->antialias, r->interpolation);
     } else if (const auto* cc = std::get_if<CenterCrop>(&t)) {
       const CropBox b = center_crop_box(p.y.size, p.x.size, *cc);
       crop_y(p, b.top, b.height);
       crop_x(p, b.left, b.width);
     } else if (const auto* cv = std::get_if<CoverCrop>(&t)) {
       const CoverBox b = cover_crop_params(p.y.size, p.x.size, *cv, rng);
-      resize(p.y, b.resized_height, cv->antialias);
-      resize(p.x, b.resized_width, cv->antialias);
+      resize(p.y, b.resized_height, cv->antialias, ResizeFilter::kBilinear);
+      resize(p.x, b.resized_width, cv->antialias, ResizeFilter::kBilinear);
       crop_y(p, b.top, cv->height);
       crop_x(p, b.left, cv->width);
     } else if (const auto* f = std::get_if<RandomHorizontalFlip>(&t)) {
@@ -99,6 +100,7 @@ AxisPlan scale_axis(const AxisPlan& a, int scale_num, int scaled) {
 int choose_scale_num(const GeometryPlan& p, double min_ratio) {
   // Decoding at a reduced scale averages pixels: an antialiasing torch's antialias=False lacks.
   if (min_ratio <= 0 || !p.x.antialias || !p.y.antialias) return 8;
+  if (p.x.filter != ResizeFilter::kBilinear || p.y.filter != ResizeFilter::kBilinear) return 8;
   const double ratio = std::min(p.x.ratio(), p.y.ratio());
   // libjpeg-turbo has SIMD inverse DCTs for 8x8, 4x4 and 2x2 outputs (and 1x1 is DC only); its
   // 3/8 and 5/8..7/8 scalings run in C and cost more than the full-size decode they replace

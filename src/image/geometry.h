@@ -22,12 +22,19 @@ struct AxisPlan {
   int offset = 0, size = 0;  // crop of the resize output (outside [0, full_out): zero padding)
   bool resized = false;
   bool antialias = true;  // the last resize's (torch's antialias=False: no filter widening)
+  ResizeFilter filter = ResizeFilter::kBilinear;  // the last resize's
 
   // Source-to-output size ratio of the resize (> 1 when downscaling).
   double ratio() const { return (in1 - in0) / full_out; }
   AxisSpec spec() const {
-    return AxisSpec{hi - lo, static_cast<float>(in0), static_cast<float>(in1), full_out, offset,
-                    size,    antialias};
+    return AxisSpec{hi - lo,
+                    static_cast<float>(in0),
+                    static_cast<float>(in1),
+                    full_out,
+                    offset,
+                    size,
+                    antialias,
+                    filter};
   }
 };
 
@@ -40,15 +47,16 @@ struct GeometryPlan {
 // Draws the random parameters in transform order (torchvision's) and composes the transforms
 // of stage kFused (transforms.h) of an image_width x image_height image. REQUIRES: every
 // transform is of stage kFused or kOutput (the latter are skipped).
-GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_width,
-                           int image_height, SampleRng& rng);
+GeometryPlan plan_geometry(std::span<const Transform> transforms, int image_width, int image_height,
+                           SampleRng& rng);
 
 // The same plan in the coordinates of the image decoded at scale scale_num/8 (JPEG DCT scaling),
 // whose size on this axis is scaled_size.
 AxisPlan scale_axis(const AxisPlan& a, int scale_num, int scaled_size);
 
 // The smallest DCT scale n/8, n in {1, 2, 4}, that keeps the decoded region at least min_ratio
-// times the output on both axes; 8 when min_ratio <= 0 or no reduction qualifies.
+// times the output on both axes; 8 when min_ratio <= 0 or no reduction qualifies, and for a
+// bicubic resize (chosen to match PIL, as Hugging Face's image processors, exactly).
 int choose_scale_num(const GeometryPlan& p, double min_ratio);
 
 }  // namespace stoker::image::internal

@@ -550,7 +550,8 @@ void resample_into(const GeometryPlan& plan, RgbView src, RgbImage& dst, StageSc
   s.v.move(plan.y.lo);
   dst.reset(plan.y.size, plan.x.size);
   ImageSink ctx{dst.view(), plan.flip, plan.vflip};
-  resample_rgb8(src.data, src.stride, s.h.coeffs(), s.v.coeffs(), s.tmp, s.row, image_sink, &ctx);
+  resample_rgb8(src.data, src.stride, s.h.coeffs(), s.v.coeffs(), s.tmp, s.row, image_sink, &ctx,
+                pil_vertical_first(plan.x.spec(), plan.y.spec()));
 }
 
 void erase_output(

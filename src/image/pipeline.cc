@@ -287,13 +287,14 @@ void ImagePipeline::transform_image(internal::PixelInput& input, SampleRng& rng,
       auto* ctx = static_cast<SinkCtx*>(out_ctx);
       ctx->flip = plan.flip;
       ctx->vflip = plan.vflip;
-      internal::resample_rgb8(r.rgb, r.stride, h, v, s.tmp, s.row, out, ctx);
+      internal::resample_rgb8(r.rgb, r.stride, h, v, s.tmp, s.row, out, ctx,
+                              internal::pil_vertical_first(ax.spec(), ay.spec()));
       return;
     }
     st.image().reset(plan.y.size, plan.x.size);
     internal::ImageSink to_image{st.image().view(), plan.flip, plan.vflip};
     internal::resample_rgb8(r.rgb, r.stride, h, v, s.tmp, s.row, internal::image_sink,
-                            &to_image);
+                            &to_image, internal::pil_vertical_first(ax.spec(), ay.spec()));
   }
   internal::run_image_stage(all.subspan(fused_end_, image_end_ - fused_end_), rng, st);
 }

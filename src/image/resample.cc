@@ -24,6 +24,15 @@ double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// PIL's bicubic_filter (a = -0.5), written as Pillow's Resample.c evaluates it.
+double cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 inline uint8_t clip8(int32_t ss) {
   const int32_t v = ss >> kPrecisionBits;
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
@@ -48,8 +57,10 @@ void build_fast_form(AxisCoeffs& c) {
     const int start = std::min(n == 0 ? c.lo : first, c.hi - taps - 1);
     if (start < c.lo || start + taps < first + n) continue;
     const int32_t* k = &c.k[static_cast<size_t>(i) * c.ksize];
-    bool fits = true;  // pmaddwd needs each weight as two int16 halves
-    for (int j = 0; j < n; ++j) fits &= k[j] >= 0 && k[j] <= (1 << kPrecisionBits);
+    // pmaddwd needs each weight as two int16 halves: hi = k >> 11 (bicubic's negative lobes
+    // give a negative hi) and lo = k & 2047.
+    bool fits = true;
+    for (int j = 0; j < n; ++j) fits &= (k[j] >> 11) >= INT16_MIN && (k[j] >> 11) <= INT16_MAX;
     if (!fits) continue;
     const int off = first - start;
     c.off[i] = off;
@@ -75,7 +86,8 @@ void compute_coeffs(const AxisSpec& s, AxisCoeffs& c) {
   // PIL computes (in1 - in0) in float, then widens.
   const double scale = static_cast<double>(s.in1 - s.in0) / s.full_out;
   const double filterscale = s.antialias ? std::max(scale, 1.0) : 1.0;
-  const double support = 1.0 * filterscale;  // bilinear support is 1
+  const bool bicubic = s.filter == ResizeFilter::kBicubic;
+  const double support = (bicubic ? 2.0 : 1.0) * filterscale;
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   c.first.assign(s.out_size, 0);
   c.count.assign(s.out_size, 0);
@@ -94,7 +106,8 @@ void compute_coeffs(const AxisSpec& s, AxisCoeffs& c) {
     const int n = std::max(xmax - xmin, 0);
     double ww = 0.0;
     for (int x = 0; x < n; ++x) {
-      w[x] = triangle((x + xmin - center + 0.5) * ss);
+      const double d = (x + xmin - center + 0.5) * ss;
+      w[x] = bicubic ? cubic(d) : triangle(d);
       ww += w[x];
     }
     int32_t* k = &c.k[static_cast<size_t>(i) * c.ksize];
@@ -399,8 +412,20 @@ bool is_copy(const AxisCoeffs& a) {
 
 }  // namespace
 
+bool pil_vertical_first(const AxisSpec& x, const AxisSpec& y) {
+  // Bilinear keeps the horizontal pass first (Pillow before 13's order, and the GPU kernels').
+  if (x.filter != ResizeFilter::kBicubic) return false;
+  const auto needed = [](const AxisSpec& a) {
+    return a.full_out != a.in_size || a.in0 != 0 || a.in1 != static_cast<float>(a.full_out);
+  };
+  if (!needed(x) || !needed(y)) return false;
+  const int shrink_y = y.in_size - y.full_out, shrink_x = x.in_size - x.full_out;
+  return shrink_y > 0 && shrink_y > 2 * shrink_x;
+}
+
 void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const AxisCoeffs& v,
-                   std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx) {
+                   std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx,
+                   bool vertical_first) {
   const int out_w = static_cast<int>(h.count.size());
   const int out_h = static_cast<int>(v.count.size());
   if (is_copy(h) && is_copy(v)) {  // no resize: the source rows go to the sink as they are
@@ -409,12 +434,33 @@ void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const
            src + static_cast<size_t>(v.first[y]) * stride + static_cast<size_t>(h.first[0]) * 3);
     return;
   }
+  const Kernels kern = g_kernels;
+  if (vertical_first) {
+    // Vertical pass over the source columns the horizontal pass will read, [0, h.hi) wide so
+    // that h's coordinates index it (columns below h.lo are left unset: never read).
+    const size_t cols = static_cast<size_t>(std::max(h.hi, 0)) * 3;
+    const size_t lo = static_cast<size_t>(std::max(h.lo, 0)) * 3;
+    tmp.resize(cols * out_h + 8);
+    row.resize(static_cast<size_t>(out_w) * 3 + 8);  // the horizontal kernels' slack
+    for (int y = 0; y < out_h; ++y) {
+      uint8_t* t = tmp.data() + y * cols;
+      const int n = v.count[y];
+      if (n == 0) {
+        std::memset(t + lo, 0, cols - lo);  // padding row
+      } else {
+        kern.v(src + static_cast<size_t>(v.first[y]) * stride + lo, stride,
+               &v.k[static_cast<size_t>(y) * v.ksize], n, cols - lo, t + lo);
+      }
+      kern.h(t, h, row.data());
+      sink(ctx, y, row.data());
+    }
+    return;
+  }
   const size_t tmp_stride = static_cast<size_t>(out_w) * 3;
   const int rows = v.hi - v.lo;
   // +8: the horizontal kernels may write a few bytes past a row (overwritten by the next).
   tmp.resize(tmp_stride * std::max(rows, 0) + 8);
   row.resize(tmp_stride);
-  const Kernels kern = g_kernels;
 
   // Horizontal pass over the source rows the vertical pass will read.
   for (int r = 0; r < rows; ++r) {
@@ -435,25 +481,26 @@ void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const
 
 }  // namespace internal
 
-void resize_bilinear(std::span<const uint8_t> src, int width, int height, ResizeBox box,
-                     int out_width, int out_height, std::span<uint8_t> dst) {
+void resize_rgb(std::span<const uint8_t> src, int width, int height, ResizeBox box, int out_width,
+                int out_height, std::span<uint8_t> dst, ResizeFilter filter) {
   if (width <= 0 || height <= 0 || out_width <= 0 || out_height <= 0) {
-    throw InvalidArgument("resize_bilinear: sizes must be positive");
+    throw InvalidArgument("resize_rgb: sizes must be positive");
   }
   if (src.size() < static_cast<size_t>(width) * height * 3 ||
       dst.size() < static_cast<size_t>(out_width) * out_height * 3) {
     throw InvalidArgument(
-        "resize_bilinear: src must hold width*height*3 bytes, dst "
+        "resize_rgb: src must hold width*height*3 bytes, dst "
         "out_width*out_height*3");
   }
   if (!(box.x0 >= 0 && box.y0 >= 0 && box.x1 <= width && box.y1 <= height && box.x0 < box.x1 &&
         box.y0 < box.y1)) {
-    throw InvalidArgument(
-        "resize_bilinear: the box must lie inside the image with x0 < x1 and y0 < y1");
+    throw InvalidArgument("resize_rgb: the box must lie inside the image with x0 < x1 and y0 < y1");
   }
+  const internal::AxisSpec hs{width, box.x0, box.x1, out_width, 0, out_width, true, filter};
+  const internal::AxisSpec vs{height, box.y0, box.y1, out_height, 0, out_height, true, filter};
   internal::AxisCoeffs h, v;
-  internal::compute_coeffs({width, box.x0, box.x1, out_width, 0, out_width}, h);
-  internal::compute_coeffs({height, box.y0, box.y1, out_height, 0, out_height}, v);
+  internal::compute_coeffs(hs, h);
+  internal::compute_coeffs(vs, v);
   std::vector<uint8_t> tmp, row;
   struct Ctx {
     uint8_t* dst;
@@ -465,7 +512,7 @@ void resize_bilinear(std::span<const uint8_t> src, int width, int height, Resize
         auto* x = static_cast<Ctx*>(c);
         std::memcpy(x->dst + y * x->stride, rgb, x->stride);
       },
-      &ctx);
+      &ctx, internal::pil_vertical_first(hs, vs));
 }
 
 }  // namespace stoker::image

@@ -1,5 +1,5 @@
-// Internal: PIL's two-pass bilinear resampling, generalised to "resize, then crop the result"
-// so that the pipeline can produce its output in a single resample.
+// Internal: PIL's two-pass resampling (bilinear or bicubic), generalised to "resize, then crop the
+// result" so that the pipeline can produce its output in a single resample.
 //
 // Follows Pillow's libImaging/Resample.c (precompute_coeffs, normalize_coeffs_8bpc,
 // ImagingResample{Horizontal,Vertical}_8bpc): same coefficient arithmetic (float box, double
@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "stoker/image/resize.h"
 
 namespace stoker::image::internal {
 
@@ -24,6 +26,7 @@ struct AxisSpec {
   // false: torch's bilinear interpolation without antialiasing (the filter keeps support 1 when
   // downscaling instead of widening with the scale).
   bool antialias = true;
+  ResizeFilter filter = ResizeFilter::kBilinear;
   bool operator==(const AxisSpec&) const = default;
 };
 
@@ -74,14 +77,23 @@ class CachedCoeffs {
   bool valid_ = false;
 };
 
+// Whether to run the vertical pass first, as Pillow 13 does when both passes run (it skips an
+// axis whose size and box are unchanged, by its own test box[2] != xsize) and the height shrinks
+// by more than twice the pixels the width shrinks by. The order changes the intermediate
+// rounding. Followed for bicubic only (new, matched against Pillow 13); bilinear keeps the
+// horizontal pass first, as Pillow before 13 and the GPU kernels (gpu/) do.
+bool pil_vertical_first(const AxisSpec& x, const AxisSpec& y);
+
 // Receives each output row (3 * out_width bytes of RGB) in order.
 using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);
 
 // Resamples `src` (RGB, `stride` bytes per row; pixel (x, y) of the coefficient coordinate
 // system at src + y * stride + 3 * x, for the rows/columns the coefficients read). `tmp` holds
-// the horizontal pass and `row` one output row; both are resized as needed and reusable.
+// the first pass and `row` one output row; both are resized as needed and reusable.
+// vertical_first: the passes in that order (pil_vertical_first).
 void resample_rgb8(const uint8_t* src, size_t stride, const AxisCoeffs& h, const AxisCoeffs& v,
-                   std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx);
+                   std::vector<uint8_t>& tmp, std::vector<uint8_t>& row, RowSink sink, void* ctx,
+                   bool vertical_first = false);
 
 // Which kernels resample_rgb8 uses: kAuto picks the best the CPU supports. For tests and
 // benchmarks (not thread-safe against concurrent resamples); returns false if `k` is not

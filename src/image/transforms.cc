@@ -21,8 +21,14 @@ int py_round(double v) { return static_cast<int>(std::nearbyint(v)); }
 }  // namespace
 
 RandomResizedCrop::RandomResizedCrop(int height, int width, std::pair<double, double> scale,
-                                     std::pair<double, double> ratio, bool antialias)
-    : height(height), width(width), scale(scale), ratio(ratio), antialias(antialias) {
+                                     std::pair<double, double> ratio, bool antialias,
+                                     ResizeFilter interpolation)
+    : height(height),
+      width(width),
+      scale(scale),
+      ratio(ratio),
+      antialias(antialias),
+      interpolation(interpolation) {
   validate();
 }
 
@@ -32,15 +38,18 @@ void RandomResizedCrop::validate() const {
           "RandomResizedCrop: scale must satisfy 0 < scale.min <= scale.max");
   require(ratio.first > 0 && ratio.first <= ratio.second,
           "RandomResizedCrop: ratio must satisfy 0 < ratio.min <= ratio.max");
+  require(antialias || interpolation == ResizeFilter::kBilinear,
+          "RandomResizedCrop: antialias=false is bilinear only");
 }
 
-Resize::Resize(int shorter_side, bool antialias)
-    : shorter_side(shorter_side), antialias(antialias) {
+Resize::Resize(int shorter_side, bool antialias, ResizeFilter interpolation)
+    : shorter_side(shorter_side), antialias(antialias), interpolation(interpolation) {
   require(shorter_side > 0, "Resize: the shorter side must be positive");
+  validate();
 }
 
-Resize::Resize(int height, int width, bool antialias)
-    : height(height), width(width), antialias(antialias) {
+Resize::Resize(int height, int width, bool antialias, ResizeFilter interpolation)
+    : height(height), width(width), antialias(antialias), interpolation(interpolation) {
   validate();
 }
 
@@ -48,9 +57,14 @@ void Resize::validate() const {
   require(exact() ? height > 0 && width > 0 && shorter_side == 0
                   : shorter_side > 0 && height == 0 && width == 0,
           "Resize: give either a positive shorter side or a positive (height, width)");
+  require(antialias || interpolation == ResizeFilter::kBilinear,
+          "Resize: antialias=false is bilinear only");
 }
 
-CenterCrop::CenterCrop(int height, int width) : height(height), width(width) { validate(); }
+CenterCrop::CenterCrop(int height, int width, bool floor)
+    : height(height), width(width), floor(floor) {
+  validate();
+}
 
 void CenterCrop::validate() const {
   require(height > 0 && width > 0, "CenterCrop: height and width must be positive");
@@ -224,8 +238,10 @@ std::pair<int, int> resize_output_size(int image_height, int image_width, const 
 }
 
 CropBox center_crop_box(int image_height, int image_width, const CenterCrop& t) {
-  return CropBox{py_round((image_height - t.height) / 2.0), py_round((image_width - t.width) / 2.0),
-                 t.height, t.width};
+  const auto offset = [&t](int excess) {
+    return t.floor ? static_cast<int>(std::floor(excess / 2.0)) : py_round(excess / 2.0);
+  };
+  return CropBox{offset(image_height - t.height), offset(image_width - t.width), t.height, t.width};
 }
 
 }  // namespace stoker::image

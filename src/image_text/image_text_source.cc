@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "stoker/errors.h"
+#include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/image_text/patch_processor.h"
 #include "stoker/random.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/sources/image_source.h"
@@ -30,6 +32,7 @@ constexpr size_t kSkippedListed = 8;
 struct ImageTextWorkerState final : WorkerState {
   std::vector<std::byte> buffer;
   image::ImageScratch scratch;
+  std::vector<uint8_t> resized;  // a kPatches field's resized image
   simdjson::dom::parser parser;
 };
 
@@ -59,6 +62,8 @@ const char* kind_name(FieldKind k) {
       return "Label";
     case FieldKind::kNpy:
       return "Npy";
+    case FieldKind::kPatches:
+      return "Image";
   }
   return "?";
 }
@@ -271,6 +276,7 @@ void ImageTextSource::plan_lengths() {
 void ImageTextSource::check_options() {
   if (options_.fields.empty()) throw InvalidArgument("ImageTextSource needs at least one field");
   std::set<std::string> names;
+  int patch_fields = 0;
   for (FieldOptions& f : options_.fields) {
     const std::string who = std::string(kind_name(f.kind)) + " field '" + f.name + "'";
     if (f.exts.empty()) throw InvalidArgument(who + " has no member extension");
@@ -303,6 +309,15 @@ void ImageTextSource::check_options() {
     } else if (f.kind == FieldKind::kImage && !f.pipeline) {
       throw InvalidArgument(who + " needs a pipeline");
     }
+    if (f.kind == FieldKind::kPatches) {
+      if (!f.patches) throw InvalidArgument(who + " needs a patch processor");
+      if (!names.insert(f.grid_name).second)
+        throw InvalidArgument("two fields named '" + f.grid_name + "'");
+      if (++patch_fields > 1)
+        throw InvalidArgument(who +
+                              ": one field of patches per dataset (its patch count is the "
+                              "sample's length)");
+    }
     if (f.kind == FieldKind::kText) {
       if (!f.tokenizer) throw InvalidArgument(who + " needs a tokenizer");
       if (f.max_length == 0 && !f.ragged)
@@ -325,6 +340,10 @@ void ImageTextSource::check_options() {
         throw InvalidArgument(who + ": dtype is float32 or int64");
     }
   }
+  if (patch_fields > 0 && (ragged_ != SIZE_MAX || bucketed_ != SIZE_MAX))
+    throw InvalidArgument(
+        "a field of Qwen2-VL patches is variable-length: not with variable-length captions or "
+        "images in aspect-ratio buckets in one dataset");
 }
 
 ImageTextSource::~ImageTextSource() = default;
@@ -484,6 +503,14 @@ void ImageTextSource::plan_fields() {
         fields_.push_back({o.name, o.dtype, shape});
         break;
       }
+      case FieldKind::kPatches: {
+        FieldSpec patches{o.name, kFloat32, {o.patches->max_patches(), o.patches->patch_dim()}};
+        patches.ragged = true;
+        fields_.push_back(std::move(patches));
+        fields_.push_back({o.grid_name, kInt64, {3}});
+        measure_patches(f);
+        break;
+      }
       case FieldKind::kLabel:
       case FieldKind::kRaw:
         fields_.push_back({o.name, kInt64, {}});
@@ -532,6 +559,31 @@ void ImageTextSource::plan_buckets(
     image_sizes_[i] = size;
     buckets_[i] = nearest(size[0] > 0 ? std::log(static_cast<double>(size[1]) / size[0]) : 0.0);
   });
+}
+
+void ImageTextSource::measure_patches(size_t field) {
+  const FieldOptions& o = options_.fields[field];
+  const uint64_t limit = o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels;
+  lengths_.assign(samples_.size(), 0);
+  for_each_sample([&](uint64_t i, std::vector<std::byte>& buffer) {
+    const Span& sp = span(i, field);
+    const ImageSize size =
+        member_size(*tars_, samples_[i].shard, sp.offset, sp.size, path(i), buffer);
+    // A bad image (no header, over the decode limit) fails when it is read, naming the sample.
+    // As the longest a sample can be, it lets on_error="skip" put any other sample in its place
+    // (a replacement must fit the batch).
+    lengths_[i] = static_cast<uint32_t>(o.patches->max_patches());
+    if (size[0] <= 0 || static_cast<uint64_t>(size[0]) * static_cast<uint64_t>(size[1]) > limit)
+      return;
+    try {
+      lengths_[i] = static_cast<uint32_t>(o.patches->grid(size[0], size[1]).patches());
+    } catch (const Error&) {
+    }
+  });
+}
+
+uint64_t ImageTextSource::length(uint64_t index) const {
+  return lengths_.empty() ? 0 : lengths_[index];
 }
 
 std::string ImageTextSource::path(uint64_t index) const {
@@ -640,6 +692,21 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
                                 ", not a list of " + std::to_string(shape[0]) + " numbers");
         size_t i = 0;
         for (simdjson::dom::element e : a) put_number(e, o.dtype, o.key, dst + (i++) * esize);
+        break;
+      }
+      case FieldKind::kPatches: {
+        const image::DecodedImage img =
+            image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels);
+        const image_text::PatchGrid g = o.patches->grid(img.height, img.width);
+        if (static_cast<uint64_t>(g.patches()) != lengths_[key.index])
+          throw DecodeError("the image decodes to " + std::to_string(img.width) + "x" +
+                            std::to_string(img.height) + ", not the size its header gave");
+        auto* out = reinterpret_cast<float*>(dst);
+        o.patches->process(img.rgb, img.width, img.height,
+                           {out, static_cast<size_t>(g.patches() * o.patches->patch_dim())},
+                           ws->resized);
+        const int64_t grid[3] = {g.t, g.h, g.w};
+        std::memcpy(slots[first_slot_[f] + 1], grid, sizeof grid);
         break;
       }
       case FieldKind::kLabel: {

@@ -10,7 +10,9 @@
 #include "engine/test_temp_dir.h"
 #include "image/test_images.h"
 #include "stoker/errors.h"
+#include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/image_text/patch_processor.h"
 #include "stoker/text/tokenizer.h"
 
 namespace stoker::image_text {
@@ -381,6 +383,72 @@ TEST(ImageTextSource, ImagesGoToTheNearestAspectBucketWithTheirSizeAndCrop) {
       std::vector<image::Transform>{image::CoverCrop(8, 8), image::CenterCrop(4)})};
   o.fields = {f};
   EXPECT_THROW(ImageTextSource({shard}, o), InvalidArgument);
+}
+
+// A Qwen2-VL field: ragged patches whose count (the sample's length) comes from the image's
+// header, the same the read writes (the processor's own output for the decoded image), and the
+// grid; a JPEG cut short keeps its header but fails when read.
+TEST(ImageTextSource, PatchesAreRaggedWithTheLengthTheHeaderGives) {
+  PatchProcessorOptions po;
+  po.min_pixels = 4 * 28 * 28;
+  po.max_pixels = 16 * 28 * 28;
+  auto proc = std::make_shared<const PatchProcessor>(po);
+  TarWriter t;
+  std::vector<std::string> images;
+  const int sizes[][2] = {{16, 16}, {90, 40}, {200, 150}};
+  for (int i = 0; i < 3; ++i) {
+    const auto rgb = image::testing::pattern_rgb(sizes[i][0], sizes[i][1], i);
+    const auto b = image::testing::encode_jpeg(rgb.data(), sizes[i][0], sizes[i][1], 3);
+    images.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  images.push_back(images[2].substr(0, images[2].size() / 3));
+  images.push_back("not an image");
+  for (size_t i = 0; i < images.size(); ++i) {
+    t.member("k" + std::to_string(i) + ".jpg", images[i]);
+    t.member("k" + std::to_string(i) + ".cls", std::to_string(i));
+  }
+  Options o;
+  FieldOptions f;
+  f.kind = FieldKind::kPatches;
+  f.name = "pixel_values";
+  f.exts = {"jpg"};
+  f.patches = proc;
+  f.grid_name = "image_grid_thw";
+  FieldOptions label;
+  label.kind = FieldKind::kLabel;
+  label.name = "labels";
+  label.exts = {"cls"};
+  o.fields = {f, label};
+  const ImageTextSource s({write_file("patches.tar", t.finish())}, o);
+  ASSERT_EQ(s.fields().size(), 3u);
+  EXPECT_TRUE(s.fields()[0].ragged);
+  EXPECT_EQ(s.fields()[0].shape, (std::vector<int64_t>{proc->max_patches(), proc->patch_dim()}));
+  EXPECT_EQ(s.fields()[1].name, "image_grid_thw");
+  for (uint64_t i = 0; i < 3; ++i) {
+    const PatchGrid g = proc->grid(sizes[i][1], sizes[i][0]);
+    ASSERT_EQ(s.length(i), static_cast<uint64_t>(g.patches())) << i;
+    const Read r = read_sample(s, i);
+    EXPECT_EQ(r.values<int64_t>(1), (std::vector<int64_t>{g.t, g.h, g.w}));
+    const auto img = image::decode(std::as_bytes(std::span(images[i].data(), images[i].size())));
+    std::vector<float> want(static_cast<size_t>(g.patches() * proc->patch_dim()));
+    std::vector<uint8_t> scratch;
+    proc->process(img.rgb, img.width, img.height, want, scratch);
+    const auto got = r.values<float>(0);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << i;
+  }
+  EXPECT_EQ(s.length(3), s.length(2));  // the header survives the cut
+  EXPECT_THROW(read_sample(s, 3), DecodeError);
+  // No header: the longest a sample can be, so that any replacement fits its batch.
+  EXPECT_EQ(s.length(4), static_cast<uint64_t>(proc->max_patches()));
+  EXPECT_THROW(read_sample(s, 4), DecodeError);
+  FieldOptions twice = f;
+  twice.name = "more";
+  twice.grid_name = "more_grid";
+  o.fields.push_back(twice);
+  EXPECT_NE(error_of([&] {
+              ImageTextSource({test_dir().path("patches.tar")}, o);
+            }).find("one field of patches"),
+            std::string::npos);
 }
 
 }  // namespace

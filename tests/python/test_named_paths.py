@@ -61,6 +61,8 @@ NOT_REPO_PATHS = {
     "bench_gpu.md", "bench_gpu_decode.md", "seed_cost.md",
     # A Hugging Face tokenizer's files (the user's: stoker.Tokenizer.from_file reads them).
     "tokenizer.json", "tokenizer_config.json",
+    # A Hugging Face model's image processor config (the user's: ImageProcessor.from_pretrained).
+    "preprocessor_config.json",
     "llama-3/tokenizer.json",  # docs/text.md's example of one
     # Files of a LeRobot dataset (the user's: stoker.LeRobotDataset reads them).
     "meta/info.json", "info.json", "meta/tasks.parquet",

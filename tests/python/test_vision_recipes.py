@@ -154,13 +154,28 @@ def test_random_apply_and_nested_compose_compile():
 
 
 def test_unsupported_parameters_fall_back_to_python():
-    for t in (v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.BICUBIC),
+    for t in (v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.BICUBIC,
+                                   antialias=False),
+              v2.Resize(32, interpolation=v2.InterpolationMode.LANCZOS),
               v2.RandomRotation(10, expand=True),
               v2.Resize(32, max_size=40),
               v2.RandomPerspective(),
               v2.RandomApply([v2.RandomPerspective()])):
         c = T.compile_transform(v2.Compose([v2.CenterCrop(64), t]))
         assert c.native_names == ["CenterCrop"] and c.python == [t]
+
+
+def test_bicubic_resizes_run_natively():
+    """torchvision's BICUBIC (antialiased, as on PIL images) is PIL's bicubic, run natively."""
+    c = T.compile_transform(v2.Compose([
+        v2.Resize(40, interpolation=v2.InterpolationMode.BICUBIC),
+        v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.BICUBIC)]))
+    assert c.python == []
+    assert [s[1]["interpolation"] for s in c.specs] == ["bicubic", "bicubic"]
+    with pytest.raises(ValueError, match="antialias=False is bilinear only"):
+        T.Resize(8, interpolation="bicubic", antialias=False)
+    with pytest.raises(ValueError, match="interpolation must be"):
+        T.Resize(8, interpolation="lanczos")
 
 
 def test_stoker_transform_after_a_python_one_is_an_error():

@@ -4,9 +4,10 @@
 //
 // Each type validates its arguments on construction and throws stoker::InvalidArgument saying
 // what is allowed (validate() repeats the check; ImagePipeline calls it, since members are
-// public). The crops and resizes follow torchvision on PIL images with BILINEAR interpolation
-// (PIL's antialiased filter, bit for bit); antialias=false is torch's plain bilinear
-// interpolation of tensors (no filter widening when downscaling).
+// public). The crops and resizes follow torchvision on PIL images with BILINEAR (the default) or
+// BICUBIC interpolation (PIL's antialiased filters, bit for bit: resize.h); antialias=false is
+// torch's plain bilinear interpolation of tensors (no filter widening when downscaling), and
+// bilinear only.
 //
 // Thread safety: plain values; the free functions are reentrant.
 #pragma once
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "stoker/image/augment.h"
+#include "stoker/image/resize.h"
 #include "stoker/random.h"
 
 namespace stoker::image {
@@ -26,33 +28,39 @@ namespace stoker::image {
 // area fraction `scale` and aspect ratio (w/h) `ratio`, resized to height x width.
 struct RandomResizedCrop {
   RandomResizedCrop(int height, int width, std::pair<double, double> scale = {0.08, 1.0},
-                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0},
-                    bool antialias = true);
+                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0}, bool antialias = true,
+                    ResizeFilter interpolation = ResizeFilter::kBilinear);
   void validate() const;
   int height, width;
   std::pair<double, double> scale, ratio;
   bool antialias;
+  ResizeFilter interpolation;
 };
 
 // torchvision Resize: Resize(n) scales the shorter side to n (the longer becomes
 // int(n * long / short)); Resize(h, w) resizes to exactly h x w.
 struct Resize {
-  explicit Resize(int shorter_side, bool antialias = true);
-  Resize(int height, int width, bool antialias = true);
+  explicit Resize(int shorter_side, bool antialias = true,
+                  ResizeFilter interpolation = ResizeFilter::kBilinear);
+  Resize(int height, int width, bool antialias = true,
+         ResizeFilter interpolation = ResizeFilter::kBilinear);
   void validate() const;
   bool exact() const { return shorter_side == 0; }
   int shorter_side = 0;       // 0 for an exact size
   int height = 0, width = 0;  // 0 unless exact
   bool antialias = true;
+  ResizeFilter interpolation = ResizeFilter::kBilinear;
 };
 
 // torchvision CenterCrop: top = int(round((H - h) / 2.0)), likewise left; zero padding where the
-// crop is larger than the image.
+// crop is larger than the image. floor = true: top = (H - h) // 2 (floor), as Hugging Face's image
+// processors crop (the two differ when H - h is 3 mod 4).
 struct CenterCrop {
   explicit CenterCrop(int size) : CenterCrop(size, size) {}
-  CenterCrop(int height, int width);
+  CenterCrop(int height, int width, bool floor = false);
   void validate() const;
   int height, width;
+  bool floor = false;
 };
 
 // SDXL's aspect-ratio buckets: resize keeping the aspect ratio to the smallest size that covers

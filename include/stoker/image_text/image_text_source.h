@@ -92,7 +92,9 @@ class Tokenizer;
 
 namespace stoker::image_text {
 
-enum class FieldKind { kImage, kText, kRaw, kJson, kLabel, kNpy };
+enum class FieldKind { kImage, kText, kRaw, kJson, kLabel, kNpy, kPatches };
+
+class PatchProcessor;
 
 struct FieldOptions {
   FieldKind kind = FieldKind::kImage;
@@ -105,6 +107,14 @@ struct FieldOptions {
   // first), and the names of the original-size and crop fields. `pipeline` is then unused.
   std::vector<std::shared_ptr<const image::ImagePipeline>> bucket_pipelines;
   std::string sizes_name, crops_name;
+
+  // kPatches: an image as Qwen2-VL's patches (patch_processor.h), a ragged float32 field
+  // [patches, patch_dim] (shape[0] max_patches()), and its grid (t, h, w), int64 [3], under
+  // grid_name. At most one such field: its patch count is the sample's length(), from the image's
+  // header, read when the source is made.
+  std::shared_ptr<const PatchProcessor> patches;
+  std::string grid_name;
+  uint64_t max_pixels = 0;  // the decode limit of its images (0: decode.h's default)
 
   // kText
   std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -171,7 +181,7 @@ class ImageTextSource final : public Source {
   std::unique_ptr<WorkerState> make_worker_state() const override;
   std::vector<uint64_t> shards() const override;
   uint64_t bucket(uint64_t index) const override { return buckets_.empty() ? 0 : buckets_[index]; }
-  uint64_t length(uint64_t index) const override { return lengths_.empty() ? 0 : lengths_[index]; }
+  uint64_t length(uint64_t index) const override;
 
   const IndexStats& stats() const { return stats_; }
   // Per shard, its samples (a remote dataset's block order needs them).
@@ -202,8 +212,6 @@ class ImageTextSource final : public Source {
   // Selects each key's members; `keys` per shard, or empty to index the local shards.
   void index(std::vector<std::vector<TarKey>> keys);
   void plan_fields();
-  // With a bucketed image field: each sample's image size (read from the local shards' headers,
-  // or found in `remote` by shard and member offset) and bucket.
   // fn(i, buffer) for every sample i, on a few threads (each with its own buffer); the first
   // exception is rethrown once they stop.
   void for_each_sample(const std::function<void(uint64_t, std::vector<std::byte>&)>& fn) const;
@@ -212,7 +220,11 @@ class ImageTextSource final : public Source {
   // A text field's ids of the caption `text` (specials put around, cut to max_length); throws
   // InvalidArgument for one too long without truncation.
   std::vector<int32_t> caption_ids(size_t field, std::string_view text) const;
+  // With a bucketed image field: each sample's image size (read from the local shards' headers,
+  // or found in `remote` by shard and member offset) and bucket.
   void plan_buckets(const std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>& remote);
+  // lengths_ of a kPatches field: each sample's patch count from its image's header.
+  void measure_patches(size_t field);
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];
   }
@@ -229,6 +241,7 @@ class ImageTextSource final : public Source {
   std::vector<DType> npy_dtype_;                  // per option field (npy fields only)
   std::vector<std::vector<int64_t>> npy_shape_;
   size_t ragged_ = SIZE_MAX;  // the ragged text field (an option index), if any
+  // Per sample, its length: a ragged text field's ids, or a kPatches field's patches.
   std::vector<uint32_t> lengths_;
   size_t bucketed_ = SIZE_MAX;  // the bucketed image field (an option index), if any
   std::vector<ImageSize> bucket_sizes_, image_sizes_;

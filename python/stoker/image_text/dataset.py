@@ -112,7 +112,8 @@ class ImageTextShards(TarShards):
         self._raw = {name: i for i, (name, spec) in enumerate(self.fields.items())
                      if isinstance(spec, Text) and spec.raw}
         self._names = tuple(self._source.field_names)
-        if any(self._source.field_ragged):  # variable-length captions: the engine's lengths
+        if any(self._source.field_ragged):  # the engine adds each sample's length (captions
+            # of variable length, Qwen2-VL patches)
             self._names += ("lengths",)
         self.labels = self.targets = None
 

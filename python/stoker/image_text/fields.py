@@ -97,6 +97,14 @@ class Image:
     with a Python part is a ValueError naming it). Randomness is keyed by (seed, epoch, sample
     index), as TarShards' images are.
 
+    ``transform`` may be a Hugging Face processor made native by
+    ``ImageProcessor.from_pretrained``: a fixed-resolution one (CLIP, SigLIP) is such a
+    pipeline; Qwen2-VL's (a PatchImageProcessor) makes the field ragged: float32 patches
+    ``[patches, 3 * temporal_patch_size * patch_size**2]`` (a batch pads them to its longest
+    sample and adds ``lengths``, each sample's patch count) and ``grid_name`` (default
+    ``"image_grid_thw"``), int64 ``[3]``. A dataset takes one such field; each image's header is
+    read when the dataset is made, for its patch count.
+
     ``buckets``: an :class:`AspectBuckets` (or a list of (height, width)): each image goes to the
     bucket nearest its aspect ratio, read from its header when the shards are indexed (no
     decode), is resized to cover the bucket and cropped to it (``crop``: "random" or "center"),
@@ -108,10 +116,11 @@ class Image:
     what SDXL conditions on (``<key>_original_sizes`` and ``<key>_crop_top_lefts`` for a key
     other than ``pixel_values``). One Image field at most has buckets."""
 
-    def __init__(self, transform=None, ext=("jpg", "jpeg", "png", "webp"), *, buckets=None,
-                 crop="random"):
+    def __init__(self, transform=None, ext=("jpg", "jpeg", "png", "webp"),
+                 grid_name="image_grid_thw", *, buckets=None, crop="random"):
         self.transform = transform
         self.ext = _exts(ext, "Image")
+        self.grid_name = grid_name
         if buckets is not None and not isinstance(buckets, AspectBuckets):
             buckets = AspectBuckets(sizes=buckets)
         self.buckets = buckets
@@ -128,6 +137,14 @@ class Image:
 
     def _native(self, name, max_pixels):
         from ..transforms import _compile
+        from .processors import PatchImageProcessor
+        if isinstance(self.transform, PatchImageProcessor):
+            if self.buckets is not None:
+                raise ValueError(f"fields[{name!r}]: a Qwen2-VL processor sizes each image "
+                                 f"itself: no aspect-ratio buckets with it")
+            return {"kind": "patches", "name": name, "exts": list(self.ext),
+                    "processor": self.transform._native, "grid_name": self.grid_name,
+                    "max_pixels": int(max_pixels or 0)}
         if self.transform is None and self.buckets is None:
             raise ValueError(f"fields[{name!r}]: Image needs a transform that ends in a fixed "
                              f"size, e.g. Compose([Resize(256), CenterCrop(224), ToTensor()])")

@@ -10,6 +10,7 @@ from .._checks import is_integral as is_int  # transforms take NumPy integers to
 
 _MAX_SIDE = 1 << 16
 INTERPOLATIONS = ("nearest", "bilinear")
+RESIZE_INTERPOLATIONS = ("bilinear", "bicubic")
 
 
 def is_number(x):
@@ -74,6 +75,22 @@ def check_interpolation(name, value):
         return v.lower()
     raise ValueError(f"{name} interpolation must be \"nearest\" or \"bilinear\" (natively), got "
                      f"{value!r}")
+
+
+def check_resize_interpolation(name, value, antialias):
+    """"bilinear" or "bicubic" (PIL's filters; torchvision's InterpolationMode or a PIL constant,
+    2 or 3, are accepted); bicubic needs antialias (torch's plain bicubic is another kernel)."""
+    v = getattr(value, "value", value)
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = {2: "bilinear", 3: "bicubic"}.get(v, v)
+    if not (isinstance(v, str) and v.lower() in RESIZE_INTERPOLATIONS):
+        raise ValueError(f"{name} interpolation must be \"bilinear\" or \"bicubic\" "
+                         f"(natively), got {value!r}")
+    v = v.lower()
+    if v == "bicubic" and not antialias:
+        raise ValueError(f"{name}: antialias=False is bilinear only (torch's plain bicubic is "
+                         f"not PIL's)")
+    return v
 
 
 def fill3(name, fill, allow_none=True):

@@ -81,6 +81,20 @@ def _interp(value):
     return None
 
 
+def _resize_interp(t):
+    """A torchvision resize's interpolation as "bilinear" or "bicubic" (PIL's filters, as
+    torchvision applies them to PIL images), or None (not native): bicubic without antialias is
+    torch's own kernel (a = -0.75), not PIL's."""
+    v = getattr(t.interpolation, "value", t.interpolation)
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = {2: "bilinear", 3: "bicubic"}.get(v)
+    if not isinstance(v, str) or v.lower() not in ("bilinear", "bicubic"):
+        return None
+    if v.lower() == "bicubic" and getattr(t, "antialias", True) is False:
+        return None
+    return v.lower()
+
+
 def _tv_fill(t):
     """The fill torchvision uses for an image: its per-type dict (v2: _fill) or plain value."""
     fill = getattr(t, "_fill", getattr(t, "fill", None))
@@ -108,19 +122,21 @@ def _from_torchvision(t):
     name = _tv_name(t)
     try:
         if name == "RandomResizedCrop":
-            if _interp(t.interpolation) != "bilinear":
+            interp = _resize_interp(t)
+            if interp is None:
                 return None
             antialias = getattr(t, "antialias", True)
             return RandomResizedCrop(list(t.size), t.scale, t.ratio,
-                                     antialias=antialias is not False)
+                                     antialias=antialias is not False, interpolation=interp)
         if name == "Resize":
-            if _interp(t.interpolation) != "bilinear" or getattr(t, "max_size", None) is not None:
+            interp = _resize_interp(t)
+            if interp is None or getattr(t, "max_size", None) is not None:
                 return None
             size = t.size
             if size is None:
                 return None
             antialias = getattr(t, "antialias", True)
-            return Resize(size, antialias=antialias is not False)
+            return Resize(size, antialias=antialias is not False, interpolation=interp)
         if name == "CenterCrop":
             return CenterCrop(list(t.size))
         if name == "RandomHorizontalFlip":

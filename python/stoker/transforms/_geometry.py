@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ._base import (Transform, byte_fill, check_interpolation, fill3, float_pair, is_int,
-                    is_number, number_or_range, probability, size_pair)
+from ._base import (Transform, byte_fill, check_interpolation, check_resize_interpolation, fill3,
+                    float_pair, is_int, is_number, number_or_range, probability, size_pair)
 
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -16,11 +16,13 @@ def _round_tuple(values):
 
 class RandomResizedCrop(Transform):
     """A random crop of area fraction in ``scale`` and aspect ratio (w/h) in ``ratio``, resized
-    to ``size`` with bilinear interpolation. ``antialias=False`` is torch's plain bilinear
-    interpolation of tensors (what torchvision does to a tensor with antialias=False); PIL
-    images are always antialiased."""
+    to ``size`` with ``interpolation`` "bilinear" (default) or "bicubic": PIL's antialiased
+    filters, bit for bit. ``antialias=False`` is torch's plain bilinear interpolation of tensors
+    (what torchvision does to a tensor with antialias=False; bilinear only); PIL images are
+    always antialiased."""
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), antialias=True):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), antialias=True,
+                 interpolation="bilinear"):
         self.size = size_pair("RandomResizedCrop", size)
         self.scale = float_pair("RandomResizedCrop", "scale", scale)
         self.ratio = float_pair("RandomResizedCrop", "ratio", ratio)
@@ -30,23 +32,27 @@ class RandomResizedCrop(Transform):
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"RandomResizedCrop ratio must satisfy 0 < min <= max, got {ratio!r}")
         self.antialias = bool(antialias)
+        self.interpolation = check_resize_interpolation("RandomResizedCrop", interpolation,
+                                                        self.antialias)
 
     def _spec(self):
         return ("RandomResizedCrop", {"height": self.size[0], "width": self.size[1],
                                       "scale": self.scale, "ratio": self.ratio,
-                                      "antialias": self.antialias})
+                                      "antialias": self.antialias,
+                                      "interpolation": self.interpolation})
 
     def __repr__(self):
         aa = "" if self.antialias else ", antialias=False"
         return (f"{type(self).__name__}(size={self.size}, scale={_round_tuple(self.scale)}, "
-                f"ratio={_round_tuple(self.ratio)}, interpolation=bilinear{aa})")
+                f"ratio={_round_tuple(self.ratio)}, interpolation={self.interpolation}{aa})")
 
 
 class Resize(Transform):
     """``Resize(n)`` scales the shorter side to n (keeping the aspect ratio, as torchvision);
-    ``Resize((h, w))`` resizes to exactly h x w. Bilinear; ``antialias`` as RandomResizedCrop."""
+    ``Resize((h, w))`` resizes to exactly h x w. ``interpolation`` "bilinear" (default) or
+    "bicubic", and ``antialias``, as RandomResizedCrop."""
 
-    def __init__(self, size, antialias=True):
+    def __init__(self, size, antialias=True, interpolation="bilinear"):
         if is_int(size) or (isinstance(size, (tuple, list)) and len(size) == 1):
             n = size_pair("Resize", size)[0]
             self.size = int(size) if is_int(size) else [n]
@@ -59,26 +65,35 @@ class Resize(Transform):
                                  f"(height, width) pair of positive ints, got {size!r}") from None
             self._params = {"shorter_side": 0, "height": self.size[0], "width": self.size[1]}
         self.antialias = bool(antialias)
+        self.interpolation = check_resize_interpolation("Resize", interpolation, self.antialias)
 
     def _spec(self):
-        return ("Resize", {**self._params, "antialias": self.antialias})
+        return ("Resize", {**self._params, "antialias": self.antialias,
+                           "interpolation": self.interpolation})
 
     def __repr__(self):
         aa = "" if self.antialias else ", antialias=False"
-        return f"{type(self).__name__}(size={self.size}, interpolation=bilinear{aa})"
+        return f"{type(self).__name__}(size={self.size}, interpolation={self.interpolation}{aa})"
 
 
 class CenterCrop(Transform):
-    """The central ``size`` crop (zero padding where the image is smaller)."""
+    """The central ``size`` crop (zero padding where the image is smaller). Its offset is
+    torchvision's ``round((H - h) / 2)`` (half to even), or with ``rounding="floor"`` Hugging
+    Face image processors' ``(H - h) // 2``."""
 
-    def __init__(self, size):
+    def __init__(self, size, rounding="round"):
         self.size = size_pair("CenterCrop", size)
+        if rounding not in ("round", "floor"):
+            raise ValueError(f'CenterCrop rounding must be "round" or "floor", got {rounding!r}')
+        self.rounding = rounding
 
     def _spec(self):
-        return ("CenterCrop", {"height": self.size[0], "width": self.size[1]})
+        return ("CenterCrop", {"height": self.size[0], "width": self.size[1],
+                               "floor": self.rounding == "floor"})
 
     def __repr__(self):
-        return f"{type(self).__name__}(size={self.size})"
+        r = "" if self.rounding == "round" else ", rounding='floor'"
+        return f"{type(self).__name__}(size={self.size}{r})"
 
 
 class RandomHorizontalFlip(Transform):
