@@ -137,7 +137,7 @@ std::vector<int64_t> sample_shape(const Source& src, size_t f, uint64_t index) {
   const FieldSpec& spec = src.fields()[f];
   if (!spec.bucket_shapes.empty()) return spec.bucket_shapes[src.bucket(index)];
   std::vector<int64_t> shape = spec.shape;
-  if (spec.ragged) shape[0] = static_cast<int64_t>(src.length(index));
+  if (spec.ragged) shape[0] = static_cast<int64_t>(src.group_length(index, spec.ragged_group));
   return shape;
 }
 
@@ -248,6 +248,10 @@ void register_sources(nb::module_& m) {
             return out;
           },
           "Whether each field is variable-length (its first dimension the sample's length).")
+      .def_prop_ro(
+          "lengths_names", [](const Source& s) { return ragged_lengths_names(s.fields()); },
+          "The fields the engine adds to a batch for the ragged groups: \"lengths\", then "
+          "\"<field>_lengths\" for each further group.")
       .def(
           "lengths",
           [](const Source& s) {

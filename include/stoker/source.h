@@ -12,6 +12,11 @@
 // pad_to_multiple_of): a batch holds them as [B, L, shape[1:]...], the rows after a sample's
 // length set to the field's pad_value, and adds a field "lengths" (int64 [B]) after the source's.
 // read() writes the first length(index) rows of each ragged slot, and nothing after them.
+// Ragged fields of different lengths (a caption's tokens and an image's patches) are in groups
+// (FieldSpec::ragged_group, numbered from 0 with none left empty, in any field order): a group's
+// fields share the sample's group_length(index, group) (group 0's is length(index)), each group
+// is padded to its own longest, and the engine adds one int64 [B] field a group, in group order:
+// "lengths" for group 0, "<its first field>_lengths" for the others.
 //
 // Samples of a few shapes (images resized to their aspect-ratio bucket, SDXL's way): a field may
 // be bucketed, its shape that of the sample's bucket, bucket_shapes[bucket(index)]. The loader
@@ -44,6 +49,7 @@ struct FieldSpec {
   // sample's length are pad_value (converted to dtype) in a batch.
   bool ragged = false;
   double pad_value = 0;
+  uint32_t ragged_group = 0;  // a ragged field's group (see above)
   // A bucketed field (see above): the shape of each bucket's samples, by bucket; `shape` is then
   // each dimension's largest. Empty: every sample has `shape`.
   std::vector<std::vector<int64_t>> bucket_shapes = {};
@@ -52,6 +58,10 @@ struct FieldSpec {
   // Bytes of one row of the first dimension (a ragged field's unit). REQUIRES: !shape.empty().
   size_t row_bytes() const;
 };
+
+// The names of the lengths fields the engine adds for `fields`' ragged groups, group by group
+// (see above); empty without ragged fields.
+std::vector<std::string> ragged_lengths_names(const std::vector<FieldSpec>& fields);
 
 // Identifies the randomness of one sample: per-sample RNGs are keyed by these three numbers only.
 struct SampleKey {
@@ -116,6 +126,11 @@ class Source {
   // with ragged fields. REQUIRES: index < size(). Must not throw: a sample whose data turns out
   // bad fails when it is read.
   virtual uint64_t length(uint64_t /*index*/) const { return 0; }
+  // The length of sample `index` along the ragged fields of `group` (0: length(index)), as
+  // length() is. Only called on a source with ragged fields in that group.
+  virtual uint64_t group_length(uint64_t index, uint32_t group) const {
+    return group == 0 ? length(index) : 0;
+  }
 
   // The bucket of sample `index` (< every bucketed field's bucket_shapes.size()), known without
   // reading the sample. Only called on a source with bucketed fields. REQUIRES: index < size().

@@ -34,4 +34,15 @@ size_t FieldSpec::sample_bytes() const {
   return n;
 }
 
+std::vector<std::string> ragged_lengths_names(const std::vector<FieldSpec>& fields) {
+  std::vector<std::string> out;  // by group: its first field's name, then the lengths' names
+  for (const FieldSpec& f : fields) {
+    if (!f.ragged) continue;
+    if (f.ragged_group >= out.size()) out.resize(f.ragged_group + 1);
+    if (out[f.ragged_group].empty()) out[f.ragged_group] = f.name + "_lengths";
+  }
+  if (!out.empty()) out[0] = "lengths";
+  return out;
+}
+
 }  // namespace stoker

@@ -201,22 +201,27 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
   autotune_prefetch_now = options.prefetch_factor;
   fields = source->fields();
   if (options.pad_to_multiple_of == 0) throw InvalidArgument("pad_to_multiple_of must be >= 1");
-  uint64_t longest = 0;  // a ragged field's longest sample
+  std::vector<uint64_t> longest;  // per ragged group, its fields' longest sample
   for (const FieldSpec& f : fields) {
     if (!f.ragged) continue;
     if (f.shape.empty() || !can_pad(f))
       throw InvalidArgument("ragged field " + f.name +
                             ": needs a first dimension and a pad value " + "its dtype holds");
-    if (lengths_field == kNoLengths) {
-      lengths_field = fields.size();
-      first_ragged = &f - fields.data();
+    const uint32_t g = f.ragged_group;
+    if (g >= ragged.size()) {
+      ragged.resize(g + 1, {0, SIZE_MAX, 0});
+      longest.resize(g + 1, 0);
     }
-    longest = std::max<uint64_t>(longest, f.shape[0]);
+    if (ragged[g].first_field == SIZE_MAX) ragged[g].first_field = &f - fields.data();
+    longest[g] = std::max<uint64_t>(longest[g], f.shape[0]);
   }
+  for (size_t g = 0; g < ragged.size(); ++g)
+    if (ragged[g].first_field == SIZE_MAX)
+      throw InvalidArgument("ragged fields in group " + std::to_string(ragged.size() - 1) +
+                            " but none in group " + std::to_string(g));
   for (const FieldSpec& f : fields) bucketed = bucketed || !f.bucket_shapes.empty();
   if (bucketed) {
-    if (lengths_field != kNoLengths)
-      throw InvalidArgument("a source has ragged or bucketed fields, not both");
+    if (!ragged.empty()) throw InvalidArgument("a source has ragged or bucketed fields, not both");
     if (!options.budget)
       throw InvalidArgument(
           "a source of bucketed fields (images in aspect-ratio buckets) needs batches planned by "
@@ -235,10 +240,12 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
                             std::to_string(options.budget->num_samples()) +
                             " samples but the source has " + std::to_string(source->size()));
   }
-  if (lengths_field != kNoLengths) {
-    if (options.batch_transform)
-      throw InvalidArgument("a batch transform mixes images: not a source of ragged fields");
-    fields.push_back({"lengths", kInt64, {}});
+  if (!ragged.empty() && options.batch_transform)
+    throw InvalidArgument("a batch transform mixes images: not a source of ragged fields");
+  const std::vector<std::string> names = ragged_lengths_names(fields);
+  for (size_t g = 0; g < ragged.size(); ++g) {
+    ragged[g].lengths_field = fields.size();
+    fields.push_back({names[g], kInt64, {}});
   }
   if (options.batch_transform) {
     mix_fields = options.batch_transform->check(fields);
@@ -247,13 +254,13 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
   // A buffer holds the largest batch: batch_size samples, or the budget's largest.
   uint64_t rows = options.batch_size;
   if (options.budget) rows = std::max<uint64_t>(options.budget->max_batch_size(), 1);
-  if (lengths_field != kNoLengths) {
+  for (uint32_t g = 0; g < ragged.size(); ++g) {
     if (options.budget) {
       std::vector<uint64_t> lengths(source->size());
-      for (uint64_t i = 0; i < lengths.size(); ++i) lengths[i] = source->length(i);
-      ragged_capacity = options.budget->max_padded_elements(lengths, options.pad_to_multiple_of);
+      for (uint64_t i = 0; i < lengths.size(); ++i) lengths[i] = length_of(i, g);
+      ragged[g].capacity = options.budget->max_padded_elements(lengths, options.pad_to_multiple_of);
     } else {
-      ragged_capacity = rows * round_up(longest, options.pad_to_multiple_of);
+      ragged[g].capacity = rows * round_up(longest[g], options.pad_to_multiple_of);
     }
   }
   size_t bytes = 0;
@@ -274,7 +281,7 @@ Engine::State::State(std::shared_ptr<const Source> src, const EngineOptions& opt
       bytes += f.dtype.bytes() * options.budget->max_padded_elements(elements, 1);
       continue;
     }
-    bytes += f.ragged ? f.row_bytes() * ragged_capacity : f.sample_bytes() * rows;
+    bytes += f.ragged ? f.row_bytes() * ragged[f.ragged_group].capacity : f.sample_bytes() * rows;
   }
   // Large batches: the workers fill each batch together, so an autotuned depth starts at one
   // batch in flight for all of them (with the consumer's, two buffers) and deepens only when
@@ -360,9 +367,10 @@ std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const Ep
   batch->length = draws.batch_length(plan, b);
   batch->pinned = pool->kind() == MemoryKind::kPinned;
   // Ragged fields: padded to the batch's longest sample. Bucketed: the shape of its bucket.
-  uint64_t padded = 0, bucket = 0;
+  uint64_t bucket = 0;
+  std::vector<uint64_t> padded(ragged.size(), 0);  // per ragged group
   std::vector<uint64_t> indices;
-  if (lengths_field != kNoLengths || bucketed) {
+  if (!ragged.empty() || bucketed) {
     indices.resize(batch->length);
     draws.draw(plan, b, indices);
   }
@@ -374,13 +382,14 @@ std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const Ep
                     std::to_string(bucket) + " and " + std::to_string(source->bucket(i)) +
                     ": a bucketed source's batches must be planned by its buckets");
   }
-  if (lengths_field != kNoLengths) {
-    for (uint64_t i : indices) padded = std::max(padded, source->length(i));
-    padded = round_up(padded, options.pad_to_multiple_of);
-    if (padded * batch->length > ragged_capacity)
+  for (uint32_t g = 0; g < ragged.size(); ++g) {
+    for (uint64_t i : indices) padded[g] = std::max(padded[g], length_of(i, g));
+    padded[g] = round_up(padded[g], options.pad_to_multiple_of);
+    if (padded[g] * batch->length > ragged[g].capacity)
       throw Error("batch " + std::to_string(b) + " of " + std::to_string(batch->length) +
-                  " samples padded to " + std::to_string(padded) + " exceeds its buffer's " +
-                  std::to_string(ragged_capacity) + " rows (a source's length() above its shape?)");
+                  " samples padded to " + std::to_string(padded[g]) + " exceeds its buffer's " +
+                  std::to_string(ragged[g].capacity) +
+                  " rows (a source's length() above its shape?)");
   }
   const auto& specs = fields;
   batch->fields.reserve(specs.size());
@@ -388,7 +397,7 @@ std::shared_ptr<Batch> Engine::State::make_batch(const BatchPlan& plan, const Ep
     BatchField field{buffer.get() + field_offsets[f], specs[f].dtype, {}, specs[f].name};
     field.shape.push_back(static_cast<int64_t>(batch->length));
     if (specs[f].ragged) {
-      field.shape.push_back(static_cast<int64_t>(padded));
+      field.shape.push_back(static_cast<int64_t>(padded[specs[f].ragged_group]));
       field.shape.insert(field.shape.end(), specs[f].shape.begin() + 1, specs[f].shape.end());
     } else if (!specs[f].bucket_shapes.empty()) {
       const std::vector<int64_t>& shape = specs[f].bucket_shapes[bucket];
@@ -423,12 +432,14 @@ EpochDraws Engine::State::epoch_draws(uint64_t epoch, std::shared_ptr<const Mixt
 void Engine::State::delivered(const EpochDraws& draws, const Batch& batch) {
   ++batches;
   samples += batch.length;
-  if (lengths_field != kNoLengths) {
-    const auto* lengths = reinterpret_cast<const int64_t*>(batch.fields[lengths_field].data);
+  if (!ragged.empty()) {  // group 0's rows
+    const auto* lengths =
+        reinterpret_cast<const int64_t*>(batch.fields[ragged[0].lengths_field].data);
     uint64_t rows = 0;
     for (uint64_t s = 0; s < batch.length; ++s) rows += static_cast<uint64_t>(lengths[s]);
     ragged_rows += rows;
-    ragged_padded_rows += batch.length * static_cast<uint64_t>(batch.fields[first_ragged].shape[1]);
+    ragged_padded_rows +=
+        batch.length * static_cast<uint64_t>(batch.fields[ragged[0].first_field].shape[1]);
   }
   if (draws.mixture()) {
     const std::vector<uint64_t> counts = draws.mixture()->batch_counts(batch.index);
@@ -455,12 +466,12 @@ void Engine::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& 
   // Ragged fields: rows of the batch's padded length; "lengths" gets each sample's. A sample's
   // slot is one sample of the batch's shape (a ragged field's padded rows, a bucketed field's
   // bucket).
-  uint64_t padded = UINT64_MAX, bucket = UINT64_MAX;
-  int64_t* lengths = nullptr;
-  if (lengths_field != kNoLengths) {
-    lengths = reinterpret_cast<int64_t*>(batch.fields[lengths_field].data);
-    for (size_t f = 0; f < nfields; ++f)
-      if (fields[f].ragged) padded = static_cast<uint64_t>(batch.fields[f].shape[1]);
+  uint64_t bucket = UINT64_MAX;
+  std::vector<uint64_t> padded(ragged.size());  // per ragged group
+  std::vector<int64_t*> lengths(ragged.size());
+  for (size_t g = 0; g < ragged.size(); ++g) {
+    lengths[g] = reinterpret_cast<int64_t*>(batch.fields[ragged[g].lengths_field].data);
+    padded[g] = static_cast<uint64_t>(batch.fields[ragged[g].first_field].shape[1]);
   }
   if (bucketed && n > 0) bucket = source->bucket(indices[0]);
   std::vector<size_t> stride(nfields);
@@ -476,13 +487,13 @@ void Engine::State::fill(Batch& batch, const BatchPlan& plan, const EpochDraws& 
     try {
       const uint64_t read = read_sample(cycles.empty() ? batch.epoch : cycles[s], indices[s],
                                         {slot, nfields}, worker, padded, bucket);
-      if (lengths != nullptr) {
-        const uint64_t length = source->length(read);
-        lengths[at] = static_cast<int64_t>(length);
+      for (uint32_t g = 0; g < ragged.size(); ++g) {
+        const uint64_t length = length_of(read, g);
+        lengths[g][at] = static_cast<int64_t>(length);
         for (size_t f = 0; f < nfields; ++f)
-          if (fields[f].ragged)
+          if (fields[f].ragged && fields[f].ragged_group == g)
             pad_rows(slot[f] + length * sample_bytes[f], fields[f], sample_bytes[f],
-                     padded - length);
+                     padded[g] - length);
       }
     } catch (...) {
       if (failed_at != nullptr) *failed_at = at;
@@ -514,7 +525,7 @@ void Engine::State::transform(Batch& batch, const BatchPlan& plan, const EpochDr
 
 uint64_t Engine::State::read_sample(uint64_t epoch, uint64_t index,
                                     std::span<std::byte* const> slots, WorkerState* worker,
-                                    uint64_t rows, uint64_t bucket) {
+                                    std::span<const uint64_t> rows, uint64_t bucket) {
   try {
     source->read({options.seed, epoch, index}, slots, worker);
     return index;
@@ -527,8 +538,9 @@ uint64_t Engine::State::read_sample(uint64_t epoch, uint64_t index,
                           [&](uint64_t other) {
                             // A ragged batch is padded to its own samples: a replacement must fit
                             // in it.
-                            if (rows != UINT64_MAX && source->length(other) > rows)
-                              throw Error("longer than the batch's padded length");
+                            for (uint32_t g = 0; g < rows.size(); ++g)
+                              if (length_of(other, g) > rows[g])
+                                throw Error("longer than the batch's padded length");
                             // A bucketed batch has its bucket's shape: a replacement must be of it.
                             if (bucket != UINT64_MAX && source->bucket(other) != bucket)
                               throw Error("not of the batch's bucket");

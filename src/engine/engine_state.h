@@ -10,12 +10,12 @@
 #include <stop_token>
 
 #include "engine/autotune.h"
-#include "stoker/block_order.h"
-#include "stoker/epoch_draws.h"
-#include "stoker/mixture.h"
 #include "engine/skip_policy.h"
 #include "stoker/batch_transform.h"
+#include "stoker/block_order.h"
 #include "stoker/engine.h"
+#include "stoker/epoch_draws.h"
+#include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/stratified_order.h"
 
@@ -123,12 +123,19 @@ struct Engine::State {
   std::vector<size_t> sample_bytes;   // bytes of one sample of each field (ragged: one row)
   // of a batch: the source's, then "lengths" (a source with ragged fields) or the transform's
   std::vector<FieldSpec> fields;
-  // Ragged fields (source.h): the index of the "lengths" field the engine adds, or kNoLengths;
-  // the most elements of a ragged field's first dimension a buffer holds (count x padded length).
-  static constexpr size_t kNoLengths = SIZE_MAX;
-  size_t lengths_field = kNoLengths;
-  size_t first_ragged = 0;  // with lengths_field: the first ragged field
-  uint64_t ragged_capacity = 0;
+  // Ragged fields (source.h), by group: the lengths field the engine adds, the group's first
+  // field, and the most elements of its fields' first dimension a buffer holds (count x padded
+  // length). Empty without ragged fields.
+  struct RaggedGroup {
+    size_t lengths_field = 0;
+    size_t first_field = 0;
+    uint64_t capacity = 0;
+  };
+  std::vector<RaggedGroup> ragged;
+  // Sample i's length in ragged group g.
+  uint64_t length_of(uint64_t i, uint32_t g) const {
+    return g == 0 ? source->length(i) : source->group_length(i, g);
+  }
   // Bucketed fields (source.h): whether the source has any.
   bool bucketed = false;
   // Over the batches delivered: a ragged source's rows, and its padded rows (count x padded).
@@ -196,10 +203,10 @@ struct Engine::State {
   std::vector<std::unique_ptr<WorkerState>> worker_states_;  // guarded by worker_states_mu_
 
   // Reads sample `index` into `slots`, replacing it under on_error = kSkip by a sample of at most
-  // `rows` rows (a ragged batch's padded length) and of bucket `bucket` (a bucketed batch's;
-  // UINT64_MAX: any); the sample read.
+  // `rows[g]` rows in each ragged group g (a ragged batch's padded lengths) and of bucket
+  // `bucket` (a bucketed batch's; UINT64_MAX: any); the sample read.
   uint64_t read_sample(uint64_t epoch, uint64_t index, std::span<std::byte* const> slots,
-                       WorkerState* worker, uint64_t rows, uint64_t bucket);
+                       WorkerState* worker, std::span<const uint64_t> rows, uint64_t bucket);
 };
 
 // Iterator factories (epoch_iterator.cc).

@@ -76,7 +76,8 @@ Seen drain(EpochIterator& it, const Source& src, uint64_t multiple,
       longest = std::max(longest, lens[s]);
       for (int64_t r = 0; r < padded; ++r) {
         const int32_t* row = rows + (s * padded + r) * 2;
-        const bool ok = r < lens[s] ? row[0] == ids[s] && row[1] == r : row[0] == -1 && row[1] == -1;
+        const bool ok =
+            r < lens[s] ? row[0] == ids[s] && row[1] == r : row[0] == -1 && row[1] == -1;
         EXPECT_TRUE(ok) << "sample " << ids[s] << " row " << r << ": " << row[0] << ", " << row[1];
         if (!ok) return out;
       }
@@ -203,6 +204,90 @@ TEST(Ragged, ABudgetRefusesWhatItCannotPlan) {
   o.repeats = 1;
   o.pad_to_multiple_of = 0;
   EXPECT_THROW(Engine(src, o), InvalidArgument);
+}
+
+// Two ragged groups: "tokens" (int32, group 0, length 1 + i % 5, pad -1) and "patches" (float32
+// rows of 2, group 1, length (3 * i) % 7, pad 0.5); samples in `fail` throw when read.
+class TwoGroupSource : public Source {
+ public:
+  explicit TwoGroupSource(uint64_t n, std::set<uint64_t> fail = {})
+      : n_(n), fail_(std::move(fail)) {
+    FieldSpec tokens{"tokens", DType{DType::kInt, 32}, {5}};
+    tokens.ragged = true;
+    tokens.pad_value = -1;
+    FieldSpec patches{"patches", kFloat32, {6, 2}};
+    patches.ragged = true;
+    patches.pad_value = 0.5;
+    patches.ragged_group = 1;
+    fields_ = {tokens, patches, {"id", kInt64, {}}};
+  }
+  uint64_t size() const override { return n_; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  uint64_t length(uint64_t i) const override { return 1 + i % 5; }
+  uint64_t group_length(uint64_t i, uint32_t g) const override {
+    return g == 0 ? length(i) : (3 * i) % 7;
+  }
+  void read(const SampleKey& key, std::span<std::byte* const> slots, WorkerState*) const override {
+    if (fail_.count(key.index)) throw DecodeError("bad sample");
+    auto* tokens = reinterpret_cast<int32_t*>(slots[0]);
+    for (uint64_t r = 0; r < length(key.index); ++r) tokens[r] = static_cast<int32_t>(key.index);
+    auto* patches = reinterpret_cast<float*>(slots[1]);
+    for (uint64_t r = 0; r < 2 * group_length(key.index, 1); ++r)
+      patches[r] = static_cast<float>(key.index);
+    const int64_t id = static_cast<int64_t>(key.index);
+    std::memcpy(slots[2], &id, sizeof id);
+  }
+
+ private:
+  uint64_t n_;
+  std::set<uint64_t> fail_;
+  std::vector<FieldSpec> fields_;
+};
+
+TEST(Ragged, GroupsArePaddedEachToItsOwnLongestWithALengthsFieldEach) {
+  auto src = std::make_shared<TwoGroupSource>(60, std::set<uint64_t>{7, 33});
+  for (int workers : {0, 2}) {
+    EngineOptions o;
+    o.batch_size = 4;
+    o.shuffle = true;
+    o.num_workers = workers;
+    o.on_error = OnError::kSkip;
+    Engine loader(src, o);
+    auto it = loader.iterate(0);
+    std::set<int64_t> seen;
+    uint64_t delivered = 0;
+    while (auto b = it->next()) {
+      delivered += b->length;
+      ASSERT_EQ(b->fields.size(), 5u);
+      EXPECT_EQ(b->fields[3].name, "lengths");
+      EXPECT_EQ(b->fields[4].name, "patches_lengths");
+      const auto* ids = reinterpret_cast<const int64_t*>(b->fields[2].data);
+      const auto* lens = reinterpret_cast<const int64_t*>(b->fields[3].data);
+      const auto* plens = reinterpret_cast<const int64_t*>(b->fields[4].data);
+      const int64_t t = b->fields[0].shape[1], p = b->fields[1].shape[1];
+      EXPECT_EQ(b->fields[1].shape[2], 2);
+      int64_t most_t = 0, most_p = 0;
+      for (uint64_t s = 0; s < b->length; ++s) {
+        const auto i = static_cast<uint64_t>(ids[s]);
+        seen.insert(ids[s]);
+        EXPECT_TRUE(i != 7 && i != 33);
+        EXPECT_EQ(lens[s], static_cast<int64_t>(src->length(i)));
+        EXPECT_EQ(plens[s], static_cast<int64_t>(src->group_length(i, 1)));
+        most_t = std::max(most_t, lens[s]);
+        most_p = std::max(most_p, plens[s]);
+        const auto* tok = reinterpret_cast<const int32_t*>(b->fields[0].data) + s * t;
+        for (int64_t r = 0; r < t; ++r) EXPECT_EQ(tok[r], r < lens[s] ? ids[s] : -1) << i;
+        const auto* pat = reinterpret_cast<const float*>(b->fields[1].data) + s * p * 2;
+        for (int64_t r = 0; r < 2 * p; ++r)
+          EXPECT_EQ(pat[r], r < 2 * plens[s] ? static_cast<float>(ids[s]) : 0.5f) << i;
+      }
+      EXPECT_EQ(t, most_t);
+      EXPECT_EQ(p, most_p);
+    }
+    EXPECT_EQ(delivered, 60u);  // the two bad samples replaced by others that fit the batch
+    EXPECT_GE(seen.size(), 50u);
+    EXPECT_EQ(loader.stats().skipped, 2u);
+  }
 }
 
 }  // namespace

@@ -340,10 +340,10 @@ void ImageTextSource::check_options() {
         throw InvalidArgument(who + ": dtype is float32 or int64");
     }
   }
-  if (patch_fields > 0 && (ragged_ != SIZE_MAX || bucketed_ != SIZE_MAX))
+  if (patch_fields > 0 && bucketed_ != SIZE_MAX)
     throw InvalidArgument(
-        "a field of Qwen2-VL patches is variable-length: not with variable-length captions or "
-        "images in aspect-ratio buckets in one dataset");
+        "a field of Qwen2-VL patches is variable-length: not with images in aspect-ratio "
+        "buckets in one dataset");
 }
 
 ImageTextSource::~ImageTextSource() = default;
@@ -506,6 +506,7 @@ void ImageTextSource::plan_fields() {
       case FieldKind::kPatches: {
         FieldSpec patches{o.name, kFloat32, {o.patches->max_patches(), o.patches->patch_dim()}};
         patches.ragged = true;
+        patches.ragged_group = ragged_ != SIZE_MAX ? 1 : 0;  // after the captions' group
         fields_.push_back(std::move(patches));
         fields_.push_back({o.grid_name, kInt64, {3}});
         measure_patches(f);
@@ -564,7 +565,7 @@ void ImageTextSource::plan_buckets(
 void ImageTextSource::measure_patches(size_t field) {
   const FieldOptions& o = options_.fields[field];
   const uint64_t limit = o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels;
-  lengths_.assign(samples_.size(), 0);
+  patch_counts_.assign(samples_.size(), 0);
   for_each_sample([&](uint64_t i, std::vector<std::byte>& buffer) {
     const Span& sp = span(i, field);
     const ImageSize size =
@@ -572,18 +573,24 @@ void ImageTextSource::measure_patches(size_t field) {
     // A bad image (no header, over the decode limit) fails when it is read, naming the sample.
     // As the longest a sample can be, it lets on_error="skip" put any other sample in its place
     // (a replacement must fit the batch).
-    lengths_[i] = static_cast<uint32_t>(o.patches->max_patches());
+    patch_counts_[i] = static_cast<uint32_t>(o.patches->max_patches());
     if (size[0] <= 0 || static_cast<uint64_t>(size[0]) * static_cast<uint64_t>(size[1]) > limit)
       return;
     try {
-      lengths_[i] = static_cast<uint32_t>(o.patches->grid(size[0], size[1]).patches());
+      patch_counts_[i] = static_cast<uint32_t>(o.patches->grid(size[0], size[1]).patches());
     } catch (const Error&) {
     }
   });
 }
 
 uint64_t ImageTextSource::length(uint64_t index) const {
-  return lengths_.empty() ? 0 : lengths_[index];
+  if (!lengths_.empty()) return lengths_[index];
+  return patch_counts_.empty() ? 0 : patch_counts_[index];
+}
+
+uint64_t ImageTextSource::group_length(uint64_t index, uint32_t group) const {
+  // Group 1 exists only beside variable-length captions: the patches'.
+  return group == 0 ? length(index) : patch_counts_[index];
 }
 
 std::string ImageTextSource::path(uint64_t index) const {
@@ -698,7 +705,7 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
         const image::DecodedImage img =
             image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels);
         const image_text::PatchGrid g = o.patches->grid(img.height, img.width);
-        if (static_cast<uint64_t>(g.patches()) != lengths_[key.index])
+        if (static_cast<uint64_t>(g.patches()) != patch_counts_[key.index])
           throw DecodeError("the image decodes to " + std::to_string(img.width) + "x" +
                             std::to_string(img.height) + ", not the size its header gave");
         auto* out = reinterpret_cast<float*>(dst);

@@ -281,3 +281,51 @@ def test_qwen2_vl_field_of_tar_shards_is_ragged_patches_and_a_grid(tmp_path):
     for a, b in zip(one, two, strict=True):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_qwen2_vl_patches_beside_variable_length_captions(tmp_path):
+    """Two ragged groups in one batch: the captions padded to their longest (``lengths``), the
+    patches to theirs (``pixel_values_lengths``), each equal to Hugging Face's."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    from stoker.image_text import Text
+    captions = ["a cat", "two dogs in the snow at night", "a boat", "city lights at dusk, wide",
+                "x", "a bowl of soup on a table", "an owl"]
+    images = [encode(w, h, fmt, i) for i, (w, h, fmt) in enumerate(IMAGES)]
+    path = tmp_path / "qc.tar"
+    with tarfile.open(path, "w") as tar:
+        for i, data in enumerate(images):
+            for ext, payload in (("png" if data[:4] == b"\x89PNG" else "jpg", data),
+                                 ("txt", captions[i].encode()), ("cls", str(i).encode())):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(captions * 2, trainer=trainers.BpeTrainer(
+        vocab_size=300, show_progress=False, special_tokens=["<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    processor = ImageProcessor.from_pretrained(QWEN)
+    ds = stoker.TarShards(str(path), fields={
+        "pixel_values": Image(processor),
+        "input_ids": Text(tok, padding="longest", max_length=None, pad_id=0),
+        "labels": Label()})
+    slow = hf_processor(QWEN)
+    ref = tokenizers.Tokenizer.from_str(tok.to_str())
+    ref.enable_padding(pad_id=0, pad_token="<pad>")
+    seen = []
+    for b in stoker.DataLoader(ds, batch_size=3, shuffle=True, seed=2, num_workers=2,
+                               output="numpy"):
+        labels = b["labels"].tolist()
+        want = ref.encode_batch([captions[i] for i in labels])
+        assert b["input_ids"].tolist() == [e.ids for e in want]
+        assert b["lengths"].tolist() == [sum(e.attention_mask) for e in want]
+        assert b["pixel_values"].shape[1] == b["pixel_values_lengths"].max()
+        for row, label in enumerate(labels):
+            n = int(b["pixel_values_lengths"][row])
+            px = hf_pixels(slow, images[label])
+            np.testing.assert_array_equal(b["pixel_values"][row, :n], px["pixel_values"])
+            np.testing.assert_array_equal(b["image_grid_thw"][row], px["image_grid_thw"][0])
+        seen += labels
+    assert sorted(seen) == list(range(len(IMAGES)))

@@ -110,8 +110,9 @@ struct FieldOptions {
 
   // kPatches: an image as Qwen2-VL's patches (patch_processor.h), a ragged float32 field
   // [patches, patch_dim] (shape[0] max_patches()), and its grid (t, h, w), int64 [3], under
-  // grid_name. At most one such field: its patch count is the sample's length(), from the image's
-  // header, read when the source is made.
+  // grid_name. At most one such field: its patch count is the sample's length() (ragged group 0;
+  // group 1 beside a ragged Text field, whose ids are group 0), from the image's header, read
+  // when the source is made.
   std::shared_ptr<const PatchProcessor> patches;
   std::string grid_name;
   uint64_t max_pixels = 0;  // the decode limit of its images (0: decode.h's default)
@@ -182,6 +183,7 @@ class ImageTextSource final : public Source {
   std::vector<uint64_t> shards() const override;
   uint64_t bucket(uint64_t index) const override { return buckets_.empty() ? 0 : buckets_[index]; }
   uint64_t length(uint64_t index) const override;
+  uint64_t group_length(uint64_t index, uint32_t group) const override;
 
   const IndexStats& stats() const { return stats_; }
   // Per shard, its samples (a remote dataset's block order needs them).
@@ -223,7 +225,7 @@ class ImageTextSource final : public Source {
   // With a bucketed image field: each sample's image size (read from the local shards' headers,
   // or found in `remote` by shard and member offset) and bucket.
   void plan_buckets(const std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>>& remote);
-  // lengths_ of a kPatches field: each sample's patch count from its image's header.
+  // patch_counts_ of a kPatches field: each sample's patch count from its image's header.
   void measure_patches(size_t field);
   const Span& span(uint64_t index, size_t field) const {
     return spans_[index * options_.fields.size() + field];
@@ -241,8 +243,9 @@ class ImageTextSource final : public Source {
   std::vector<DType> npy_dtype_;                  // per option field (npy fields only)
   std::vector<std::vector<int64_t>> npy_shape_;
   size_t ragged_ = SIZE_MAX;  // the ragged text field (an option index), if any
-  // Per sample, its length: a ragged text field's ids, or a kPatches field's patches.
-  std::vector<uint32_t> lengths_;
+  // Per sample: a ragged text field's ids (ragged group 0), and a kPatches field's patches
+  // (group 0 alone, group 1 beside variable-length captions).
+  std::vector<uint32_t> lengths_, patch_counts_;
   size_t bucketed_ = SIZE_MAX;  // the bucketed image field (an option index), if any
   std::vector<ImageSize> bucket_sizes_, image_sizes_;
   std::vector<uint32_t> buckets_;

@@ -112,9 +112,9 @@ class ImageTextShards(TarShards):
         self._raw = {name: i for i, (name, spec) in enumerate(self.fields.items())
                      if isinstance(spec, Text) and spec.raw}
         self._names = tuple(self._source.field_names)
-        if any(self._source.field_ragged):  # the engine adds each sample's length (captions
-            # of variable length, Qwen2-VL patches)
-            self._names += ("lengths",)
+        # The engine adds each sample's lengths: "lengths" (captions of variable length, or
+        # Qwen2-VL patches alone), "<key>_lengths" for patches beside such captions.
+        self._names += tuple(self._source.lengths_names)
         self.labels = self.targets = None
 
     def __len__(self):
