@@ -419,6 +419,28 @@ def measure(args, repeat, timeout, samples, env=None):
     return out
 
 
+def report(rows, counts=False, also=""):
+    """Prints the contenders' table and stoker's ratio to the best peer; whether it meets
+    TARGET. ``counts``: also each one's batches and buckets used."""
+    extra = f" {'batches':>8} {'buckets':>8}" if counts else ""
+    print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10}{extra}")
+    for k, r in rows.items():
+        if "samples_per_s" not in r:
+            print(f"  {k:<22} failed: {r.get('error', '?')[:80]}")
+            continue
+        extra = f" {r.get('batches', 0):>8} {r.get('buckets', 0):>8}" if counts else ""
+        print(f"  {k:<22} {r['samples_per_s']:>10,.1f} {r['peak_rss'] / 2**20:>8,.0f} MiB{extra}")
+    peers = [r for k, r in rows.items() if k != "stoker" and "samples_per_s" in r]
+    if not peers or "samples_per_s" not in rows["stoker"]:
+        return False
+    best = max(peers, key=lambda r: r["samples_per_s"])
+    name = next(k for k, r in rows.items() if r is best)
+    ratio = rows["stoker"]["samples_per_s"] / best["samples_per_s"]
+    print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
+          f"{rows['stoker']['peak_rss'] / best['peak_rss']:.2f}x{also}")
+    return ratio >= TARGET
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 200 samples, 1 round")
@@ -466,21 +488,7 @@ def main(argv=None):
         for w in (1, 2):
             rows[f"{name}-w{w}"] = measure(["peer", *common, "--peer", name, "--workers", str(w)],
                                            a.peer_repeat, a.timeout, n, peer_env())
-    print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10}")
-    for k, r in rows.items():
-        if "samples_per_s" not in r:
-            print(f"  {k:<22} failed: {r.get('error', '?')[:80]}")
-            continue
-        print(f"  {k:<22} {r['samples_per_s']:>10,.1f} {r['peak_rss'] / 2**20:>8,.0f} MiB")
-    ok = False
-    peers = [r for k, r in rows.items() if k != "stoker" and "samples_per_s" in r]
-    if peers and "samples_per_s" in rows["stoker"]:
-        best = max(peers, key=lambda r: r["samples_per_s"])
-        name = next(k for k, r in rows.items() if r is best)
-        ratio = rows["stoker"]["samples_per_s"] / best["samples_per_s"]
-        ok = ratio >= TARGET
-        print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
-              f"{rows['stoker']['peak_rss'] / best['peak_rss']:.2f}x")
+    ok = report(rows)
     print(f"\ndiffusion: the same {n} photographs at their own aspect ratios, buckets for "
           f"{int(DIFFUSION_PIXELS ** 0.5)}² pixels in steps of {DIFFUSION_STEP}, batches of "
           f"{DIFFUSION_BATCH} of one bucket, resize to cover + random crop + flip + normalize, "
@@ -489,24 +497,7 @@ def main(argv=None):
     for w in (1, 2):
         diffusion[f"bucket-sampler-w{w}"] = measure(
             ["peer-buckets", *common, "--workers", str(w)], a.peer_repeat, a.timeout, n)
-    print(f"\n  {'contender':<22} {'samples/s':>10} {'peak RSS':>10} {'batches':>8} "
-          f"{'buckets':>8}")
-    for k, r in diffusion.items():
-        if "samples_per_s" not in r:
-            print(f"  {k:<22} failed: {r.get('error', '?')[:80]}")
-            continue
-        print(f"  {k:<22} {r['samples_per_s']:>10,.1f} {r['peak_rss'] / 2**20:>8,.0f} MiB "
-              f"{r.get('batches', 0):>8} {r.get('buckets', 0):>8}")
-    peers = [r for k, r in diffusion.items() if k != "stoker" and "samples_per_s" in r]
-    ok_diffusion = False
-    if peers and "samples_per_s" in diffusion["stoker"]:
-        best = max(peers, key=lambda r: r["samples_per_s"])
-        name = next(k for k, r in diffusion.items() if r is best)
-        ratio = diffusion["stoker"]["samples_per_s"] / best["samples_per_s"]
-        ok_diffusion = ratio >= TARGET
-        print(f"\n  stoker / best peer ({name}): {ratio:.2f}x (target >= {TARGET}); peak RSS "
-              f"{diffusion['stoker']['peak_rss'] / best['peak_rss']:.2f}x; every batch of one "
-              f"bucket in both")
+    ok_diffusion = report(diffusion, counts=True, also="; every batch of one bucket in both")
     if a.json:
         write_json(a.json, {"samples": n, "rows": rows, "diffusion": diffusion})
     print("\ntargets met" if ok and ok_diffusion else "\ntarget missed (above)")
