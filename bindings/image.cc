@@ -251,6 +251,8 @@ void register_image(nb::module_& m) {
            }),
            nb::arg("pipeline"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
            nb::arg("any_size") = false)
+      .def_prop_ro("output_shape", &image::ImagePipeline::output_shape,
+                   "[3, H, W] (CHW) or [H, W, 3] (HWC): what a sample's slot holds.")
       .def(
           "run",
           [](const image::ImagePipeline& p, nb::bytes data, uint64_t key) {

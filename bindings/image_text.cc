@@ -17,7 +17,9 @@
 #include "stoker/image/pipeline.h"
 #include "stoker/image_text/image_text_source.h"
 #include "stoker/image_text/patch_processor.h"
+#include "stoker/image_text/vlm_source.h"
 #include "stoker/shard_cache.h"
+#include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
 #include "stoker/text/tokenizer.h"
 
@@ -171,6 +173,59 @@ void bind_patch_processor(nb::module_& m) {
           "rgb"_a, "(patches, grid) of an HWC uint8 RGB array.");
 }
 
+using Offsets = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::dict vlm_stats(const VLMStats& s) {
+  nb::dict d;
+  d["conversations"] = s.conversations;
+  d["kept"] = s.kept;
+  d["skipped"] = s.skipped;
+  d["skipped_reasons"] = s.skipped_reasons;
+  d["tokens"] = s.tokens;
+  d["image_tokens"] = s.image_tokens;
+  d["images"] = s.images;
+  d["padding"] = s.padding;
+  return d;
+}
+
+void bind_vlm_source(nb::module_& m) {
+  nb::class_<VLMSource, Source>(m, "VLMSource")
+      .def(
+          nb::new_([](std::shared_ptr<DocumentSet> documents, Offsets image_starts,
+                      Offsets image_ids, std::shared_ptr<FileRanges> images, int64_t image_token,
+                      std::shared_ptr<image::ImagePipeline> pipeline, int64_t tokens_per_image,
+                      std::shared_ptr<PatchProcessor> patches, uint64_t max_pixels, int64_t pad_id,
+                      int64_t label_ignore, uint64_t seq_len, uint64_t max_length, bool skip_bad,
+                      int threads) {
+            VLMOptions o;
+            o.documents = std::move(documents);
+            o.image_starts.assign(image_starts.data(), image_starts.data() + image_starts.shape(0));
+            o.image_ids.assign(image_ids.data(), image_ids.data() + image_ids.shape(0));
+            o.images = std::move(images);
+            o.image_token = image_token;
+            o.pipeline = std::move(pipeline);
+            o.tokens_per_image = tokens_per_image;
+            o.patches = std::move(patches);
+            o.max_pixels = max_pixels;
+            o.pad_id = pad_id;
+            o.label_ignore = label_ignore;
+            o.seq_len = seq_len;
+            o.max_length = max_length;
+            o.skip_bad = skip_bad;
+            o.threads = threads;
+            nb::gil_scoped_release release;
+            return std::make_shared<VLMSource>(std::move(o));
+          }),
+          "documents"_a, "image_starts"_a, "image_ids"_a, "images"_a, "image_token"_a,
+          "pipeline"_a.none(), "tokens_per_image"_a, "patches"_a.none(), "max_pixels"_a, "pad_id"_a,
+          "label_ignore"_a, "seq_len"_a, "max_length"_a, "skip_bad"_a, "threads"_a,
+          "Conversations with images (include/stoker/image_text/vlm_source.h).")
+      .def("lengths", &VLMSource::lengths, "Each sample's tokens, image tokens counted.")
+      .def("documents_of", &VLMSource::documents_of, "index"_a,
+           "The conversations (documents) of sample `index`, in order.")
+      .def_prop_ro("stats", [](const VLMSource& s) { return vlm_stats(s.stats()); });
+}
+
 }  // namespace
 
 void bind_image_text(nb::module_& parent) {
@@ -185,6 +240,7 @@ void bind_image_text(nb::module_& parent) {
       "The (height, width) of each image member (data offset, size) of the local tar shard, "
       "from its header; (0, 0) where it cannot be read.");
   bind_patch_processor(m);
+  bind_vlm_source(m);
   nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
       .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields, bool skip_missing) {
              Options o = options_of(fields, skip_missing);

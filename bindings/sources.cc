@@ -489,6 +489,23 @@ void register_sources(nb::module_& m) {
            }),
            nb::arg("samples"));
 
+  using U32 = nb::ndarray<const uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  using U64 = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  nb::class_<FileRanges, ImageFiles>(m, "FileRanges")
+      .def(nb::new_([](std::vector<std::string> files, U32 file, U64 offset, U64 size,
+                       std::vector<std::string> names) {
+             const size_t n = file.shape(0);
+             if (offset.shape(0) != n || size.shape(0) != n)
+               throw InvalidArgument("FileRanges: file, offset and size differ in length");
+             std::vector<FileRanges::Range> ranges(n);
+             for (size_t i = 0; i < n; ++i) ranges[i] = {file(i), offset(i), size(i)};
+             return std::make_shared<FileRanges>(std::move(files), std::move(ranges),
+                                                 std::move(names));
+           }),
+           nb::arg("files"), nb::arg("file"), nb::arg("offset"), nb::arg("size"), nb::arg("names"),
+           "Byte ranges of files as images (include/stoker/sources/image_files.h); a size of "
+           "2**64 - 1 is the whole file.");
+
   nb::class_<TarShardFiles, ImageFiles>(m, "TarShardFiles")
       .def(nb::new_([](std::vector<std::string> paths, const std::string& media) {
              if (media != "images" && media != "videos")

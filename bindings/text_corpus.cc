@@ -54,14 +54,36 @@ void bind_text_corpus(nb::module_& m) {
       .def_prop_ro("has_untrained_tokens", &TextCorpus::has_untrained_tokens)
       .def("path", &TextCorpus::path, "d"_a)
       .def(
+          "document_rows",
+          [](const TextCorpus& c) {
+            auto* origins = new std::vector<uint32_t>(c.num_documents());
+            auto* rows = new std::vector<uint64_t>(c.num_documents());
+            for (uint64_t d = 0; d < c.num_documents(); ++d) {
+              const auto [o, r] = c.row_of(d);
+              (*origins)[d] = static_cast<uint32_t>(o);
+              (*rows)[d] = r;
+            }
+            nb::capsule own_o(
+                origins, [](void* p) noexcept { delete static_cast<std::vector<uint32_t>*>(p); });
+            nb::capsule own_r(
+                rows, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+            return nb::make_tuple(
+                nb::ndarray<nb::numpy, uint32_t, nb::ndim<1>>(origins->data(), {origins->size()},
+                                                              own_o),
+                nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(rows->data(), {rows->size()}, own_r));
+          },
+          "(origin, row) of every document, as two arrays: the input each came from (its position "
+          "among those added) and its row there (a JSONL file's line).")
+      .def(
           "trained",
           [](const TextCorpus& c, uint64_t d) {
             if (d >= c.num_documents())
-              throw nb::index_error(("document " + std::to_string(d) + " of " +
-                                     std::to_string(c.num_documents()))
-                                        .c_str());
+              throw nb::index_error(
+                  ("document " + std::to_string(d) + " of " + std::to_string(c.num_documents()))
+                      .c_str());
             auto* v = new std::vector<uint8_t>(c.trained(d));
-            nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+            nb::capsule owner(
+                v, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(v->data(), {v->size()}, owner);
           },
           "d"_a, "Document d's tokens' trained flags (uint8: 1 trained on, 0 not).");
@@ -69,11 +91,11 @@ void bind_text_corpus(nb::module_& m) {
   nb::class_<TextCorpusBuilder>(m, "TextCorpusBuilder")
       .def(
           "__init__",
-          [](TextCorpusBuilder* self, const Tokenizer& tokenizer, std::string field,
-             bool messages, std::optional<std::string> chat_template,
-             std::string template_variables, bool assistant_only, bool add_special_tokens,
-             std::optional<int32_t> bos, std::optional<int32_t> eos, uint64_t max_length,
-             std::string store_dir, bool skip_bad_rows, int threads) {
+          [](TextCorpusBuilder* self, const Tokenizer& tokenizer, std::string field, bool messages,
+             std::optional<std::string> chat_template, std::string template_variables,
+             bool assistant_only, bool add_special_tokens, std::optional<int32_t> bos,
+             std::optional<int32_t> eos, uint64_t max_length, std::string store_dir,
+             bool skip_bad_rows, int threads, std::string bos_text) {
             RowFormat f;
             f.field = std::move(field);
             f.messages = messages;
@@ -86,12 +108,13 @@ void bind_text_corpus(nb::module_& m) {
             f.bos = bos;
             f.eos = eos;
             f.max_length = max_length;
+            f.bos_text = std::move(bos_text);
             new (self) TextCorpusBuilder(tokenizer, std::move(f), std::move(store_dir),
                                          skip_bad_rows, threads > 0 ? threads : usable_cores());
           },
-          "tokenizer"_a, "field"_a, "messages"_a, "chat_template"_a.none(),
-          "template_variables"_a, "assistant_only"_a, "add_special_tokens"_a, "bos"_a.none(),
-          "eos"_a.none(), "max_length"_a, "store_dir"_a, "skip_bad_rows"_a, "threads"_a = 0,
+          "tokenizer"_a, "field"_a, "messages"_a, "chat_template"_a.none(), "template_variables"_a,
+          "assistant_only"_a, "add_special_tokens"_a, "bos"_a.none(), "eos"_a.none(),
+          "max_length"_a, "store_dir"_a, "skip_bad_rows"_a, "threads"_a = 0, "bos_text"_a = "",
           nb::keep_alive<1, 2>())
       .def("add_jsonl", &TextCorpusBuilder::add_jsonl, "path"_a, "origin"_a,
            nb::call_guard<nb::gil_scoped_release>())

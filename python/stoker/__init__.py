@@ -29,6 +29,7 @@ from .sources.tables import TableDataset
 from .sources.tokens import TokenDataset
 from .sources.video import VideoDataset
 from .text import TextDataset, Tokenizer
+from .image_text import VLMDataset
 from .tuning.diagnose import diagnose
 
 import sys as _sys
@@ -53,6 +54,7 @@ __all__ = [
     "TextDataset",
     "TokenDataset",
     "Tokenizer",
+    "VLMDataset",
     "VideoDataset",
     "cuda_available",
     "diagnose",

@@ -386,6 +386,53 @@ void ImageFolderFiles::read(uint64_t i, std::vector<std::byte>& buffer) const {
   if (got != n) throw IoError("cannot read " + p + ": file shrank while being read");
 }
 
+// --------------------------------------------------------------------------- FileRanges
+
+FileRanges::FileRanges(std::vector<std::string> files, std::vector<Range> ranges,
+                       std::vector<std::string> names)
+    : files_(std::move(files)), ranges_(std::move(ranges)), names_(std::move(names)) {
+  if (!names_.empty() && names_.size() != ranges_.size())
+    throw InvalidArgument("FileRanges: " + std::to_string(names_.size()) + " names for " +
+                          std::to_string(ranges_.size()) + " ranges");
+  for (const Range& r : ranges_)
+    if (r.file >= files_.size())
+      throw InvalidArgument("FileRanges: a range of file " + std::to_string(r.file) + " of " +
+                            std::to_string(files_.size()));
+}
+
+std::string FileRanges::path(uint64_t i) const {
+  return names_.empty() ? files_[ranges_[i].file] : names_[i];
+}
+
+uint64_t FileRanges::range_size(uint64_t i) const {
+  const Range& r = ranges_[i];
+  if (r.size != kWholeFile) return r.size;
+  struct stat st{};
+  if (::stat(files_[r.file].c_str(), &st) != 0)
+    throw IoError("cannot stat " + path(i) + ": " + std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void FileRanges::read_prefix(uint64_t i, uint64_t max_bytes, std::vector<std::byte>& buffer) const {
+  const Range& r = ranges_[i];
+  const std::string& file = files_[r.file];
+  const std::string what = path(i);
+  // O_NONBLOCK: a FIFO in the file's place fails at fstat, not blocks (ImageFolderFiles::read).
+  Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) throw IoError("cannot open " + what + ": " + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0)
+    throw IoError("cannot stat " + what + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw IoError("cannot read " + what + ": not a regular file");
+  const uint64_t size = r.size == kWholeFile ? static_cast<uint64_t>(st.st_size) : r.size;
+  if (r.offset + size > static_cast<uint64_t>(st.st_size))
+    throw IoError("cannot read " + what + ": the file ends before its bytes do");
+  const size_t n = static_cast<size_t>(std::min(size, max_bytes));
+  buffer.resize(n);
+  if (pread_full(fd.get(), buffer.data(), n, r.offset, what) != n)
+    throw IoError("cannot read " + what + ": the file shrank while being read");
+}
+
 // --------------------------------------------------------------------------- TarShardFiles
 
 TarShardFiles::TarShardFiles(std::vector<std::string> shard_paths, TarMedia media)

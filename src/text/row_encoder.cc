@@ -70,11 +70,13 @@ Spans assistant_spans(const ChatTemplate& t, std::string_view messages, std::str
     if (!assistant[i]) continue;
     const std::string before = t.render(context(prefix(i), tools, true, variables)).text;
     const std::string through =
-        i + 1 == each.size() ? full : t.render(context(prefix(i + 1), tools, false, variables)).text;
+        i + 1 == each.size() ? full
+                             : t.render(context(prefix(i + 1), tools, false, variables)).text;
     if (!is_prefix(before, through) || !is_prefix(through, full))
       throw InvalidArgument(
           "the chat template does not render this conversation message by message (the "
-          "rendering up to assistant message " + std::to_string(i) +
+          "rendering up to assistant message " +
+          std::to_string(i) +
           " is not a prefix of the whole), so its assistant text cannot be found: mark it with "
           "{% generation %} in the template, or train on every token (loss=\"all\")");
     if (through.size() > before.size()) spans.emplace_back(before.size(), through.size());
@@ -112,9 +114,8 @@ std::string prepare_messages(std::string_view messages, simdjson::dom::parser& p
   simdjson::dom::array list;
   if (parser.parse(messages.data(), messages.size()).get(list) != simdjson::SUCCESS)
     throw InvalidArgument("the messages are not a JSON list");
-  const bool reasoning_anywhere =
-      messages.find("\"reasoning") != std::string_view::npos ||
-      messages.find("\"thinking\"") != std::string_view::npos;
+  const bool reasoning_anywhere = messages.find("\"reasoning") != std::string_view::npos ||
+                                  messages.find("\"thinking\"") != std::string_view::npos;
   std::string out = "[";
   size_t index = 0;
   for (simdjson::dom::element m : list) {
@@ -149,7 +150,8 @@ std::string prepare_messages(std::string_view messages, simdjson::dom::parser& p
     if (o["thinking"].get(unused) != simdjson::SUCCESS) put("thinking", reasoning);
     for (auto [key, value] : o)
       put(key, key == "reasoning_content" ? reasoning : simdjson::minify(value));
-    if (o["reasoning_content"].get(unused) != simdjson::SUCCESS) put("reasoning_content", reasoning);
+    if (o["reasoning_content"].get(unused) != simdjson::SUCCESS)
+      put("reasoning_content", reasoning);
     out += object + "}";
   }
   return out + "]";
@@ -183,17 +185,18 @@ void RowEncoder::encode_messages(std::string_view row_messages, std::string_view
   thread_local simdjson::dom::parser parser;  // one a thread: encode_messages is concurrent
   const std::string messages = prepare_messages(row_messages, parser);
   RenderedChat chat = t.render(context(messages, tools, false, format_.template_variables));
+  const bool special = format_.add_special_tokens &&
+                       (format_.bos_text.empty() || !chat.text.starts_with(format_.bos_text));
   if (!format_.assistant_only) {
-    out.ids = tokenizer_.encode(chat.text, false);
+    out.ids = tokenizer_.encode(chat.text, special);
     out.trained.clear();
     return truncate(out);
   }
-  Encoding e = tokenizer_.encode_with_offsets(chat.text, false);
+  Encoding e = tokenizer_.encode_with_offsets(chat.text, special);
   out.ids = std::move(e.ids);
-  const Spans spans = t.marks_generation()
-                          ? std::move(chat.generation)
-                          : assistant_spans(t, messages, tools, format_.template_variables,
-                                            chat.text);
+  const Spans spans = t.marks_generation() ? std::move(chat.generation)
+                                           : assistant_spans(t, messages, tools,
+                                                             format_.template_variables, chat.text);
   // As transformers' apply_chat_template(..., return_assistant_tokens_mask=True): a token is the
   // assistant's when its offsets overlap a span, spans and tokens taken in order.
   out.trained.assign(out.ids.size(), 0);

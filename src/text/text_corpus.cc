@@ -177,12 +177,16 @@ std::vector<uint8_t> TextCorpus::trained(uint64_t d) const {
   return out;
 }
 
-std::string TextCorpus::path(uint64_t d) const {
+std::pair<size_t, uint64_t> TextCorpus::row_of(uint64_t d) const {
   const auto it =
       std::upper_bound(origins_.begin(), origins_.end(), d,
                        [](uint64_t v, const Origin& o) { return v < o.first_document; });
-  if (it == origins_.begin()) return {};
-  const Origin& o = *(it - 1);
+  return {it == origins_.begin() ? 0 : static_cast<size_t>(it - origins_.begin() - 1), rows_[d]};
+}
+
+std::string TextCorpus::path(uint64_t d) const {
+  if (origins_.empty()) return {};
+  const Origin& o = origins_[row_of(d).first];
   return o.lines ? o.name + ":" + std::to_string(rows_[d])
                  : o.name + ": row " + std::to_string(rows_[d]);
 }

@@ -63,6 +63,10 @@ NOT_REPO_PATHS = {
     "tokenizer.json", "tokenizer_config.json",
     # A Hugging Face model's image processor config (the user's: ImageProcessor.from_pretrained).
     "preprocessor_config.json",
+    # transformers 5's processor config (the image processor nested in it) and a LLaVA SFT file:
+    # the user's (stoker.VLMDataset reads them); the VLM benchmark's rows, written under
+    # bench/data at run time.
+    "processor_config.json", "llava_v1_5_mix665k.json", "llava.json", "vlm/llava.json",
     "llama-3/tokenizer.json",  # docs/text.md's example of one
     # Files of a LeRobot dataset (the user's: stoker.LeRobotDataset reads them).
     "meta/info.json", "info.json", "meta/tasks.parquet",

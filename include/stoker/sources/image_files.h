@@ -1,6 +1,6 @@
 // ImageFiles: N encoded image files with integer labels, read by index.
 //
-// Two providers share the interface:
+// Three providers share the interface (FileRanges below: byte ranges of files):
 // - ImageFolderFiles: one file per sample, with the (path, class index) list supplied by the
 //   caller (the Python front applies torchvision's ImageFolder scan rules).
 // - TarShardFiles: WebDataset shards; an index of (shard, data offset, size, label) per sample is
@@ -63,6 +63,41 @@ class ImageFolderFiles final : public ImageFiles {
 
  private:
   std::vector<std::pair<std::string, int64_t>> samples_;
+};
+
+// FileRanges: images that are byte ranges of local files: whole files (an image folder), members
+// of tar shards (found by their names), or images written back to back into one file (image bytes
+// held in a table's rows). Range i is (file, offset, size); size kWholeFile reads the whole file.
+// path(i) is names[i] (names empty: the file's path). Label 0. Files are opened per read.
+class FileRanges final : public ImageFiles {
+ public:
+  static constexpr uint64_t kWholeFile = UINT64_MAX;
+  struct Range {
+    uint32_t file = 0;
+    uint64_t offset = 0;
+    uint64_t size = kWholeFile;
+  };
+  // REQUIRES: every range's file < files.size(); names empty or one per range (InvalidArgument).
+  FileRanges(std::vector<std::string> files, std::vector<Range> ranges,
+             std::vector<std::string> names = {});
+
+  uint64_t size() const override { return ranges_.size(); }
+  int64_t label(uint64_t) const override { return 0; }
+  std::string path(uint64_t i) const override;
+  // IoError naming path(i) for a file that cannot be opened, is not a regular file, or ends
+  // before the range does.
+  void read(uint64_t i, std::vector<std::byte>& buffer) const override {
+    read_prefix(i, kWholeFile, buffer);
+  }
+  // The range's first min(max_bytes, its size) bytes (a header's).
+  void read_prefix(uint64_t i, uint64_t max_bytes, std::vector<std::byte>& buffer) const;
+  // The range's size in bytes (a whole file's, from stat: IoError naming path(i) if none).
+  uint64_t range_size(uint64_t i) const;
+
+ private:
+  std::vector<std::string> files_;
+  std::vector<Range> ranges_;
+  std::vector<std::string> names_;
 };
 
 // The tar indexer every tar reader shares: each WebDataset key of a shard with its members by

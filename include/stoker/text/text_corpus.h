@@ -8,7 +8,8 @@
 //   special tokens when add_special_tokens), then `bos` before and `eos` after, where given.
 // - messages: the row's `field` (a list of messages) rendered by the chat template with the
 //   template's variables, and the row's "tools" (when it has any) as `tools`; the text is encoded
-//   without special tokens (the template writes them), as transformers' apply_chat_template does.
+//   without special tokens (the template writes them), as transformers' apply_chat_template does
+//   (with add_special_tokens, as a processor's does: see RowFormat).
 //   With assistant_only, the tokens trained on (DocumentSet::read_trained) are the assistant's:
 //   - a template that marks them ({% generation %}): the tokens transformers'
 //     apply_chat_template(..., return_assistant_tokens_mask=True) marks: for each generation
@@ -69,8 +70,11 @@ struct RowFormat {
   std::shared_ptr<const ChatTemplate> chat_template;
   std::string template_variables = "{}";
   bool assistant_only = false;
-  // text only: the tokenizer's post-processor special tokens.
+  // The tokenizer's post-processor special tokens. Messages: as a processor's
+  // apply_chat_template(..., tokenize=True) adds them (a vision-language model's): unless the
+  // rendered text starts with bos_text (the bos token's text; empty: none); they are not trained.
   bool add_special_tokens = false;
+  std::string bos_text;
   std::optional<int32_t> bos, eos;
   uint64_t max_length = 0;
 };
@@ -102,6 +106,9 @@ class TextCorpus final : public DocumentSet {
   void read_trained(uint64_t d, uint64_t offset, uint64_t count, uint8_t* out) const override;
 
   const TextCorpusStats& stats() const { return stats_; }
+  // Document d's origin (its position among the inputs added, in order) and its row there (a
+  // JSONL file's line): what a caller that keeps its own per-row data (a row's images) needs.
+  std::pair<size_t, uint64_t> row_of(uint64_t d) const;
   // Document d's tokens' trained flags (all 1 without assistant_only), for inspection.
   std::vector<uint8_t> trained(uint64_t d) const;
 

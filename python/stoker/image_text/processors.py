@@ -42,7 +42,14 @@ def _config_of(source):
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
         path = os.fsdecode(source)
         if os.path.isdir(path):
+            # transformers 5 saves a processor's image processor in processor_config.json
+            nested = os.path.join(path, "processor_config.json")
             path = os.path.join(path, "preprocessor_config.json")
+            if not os.path.exists(path) and os.path.exists(nested):
+                with open(nested, encoding="utf-8") as f:
+                    cfg = json.load(f).get("image_processor")
+                if isinstance(cfg, dict):
+                    return cfg
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     to_dict = getattr(source, "to_dict", None)

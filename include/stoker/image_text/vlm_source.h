@@ -1,0 +1,163 @@
+// VLMSource: conversations with images for vision-language models (LLaVA's, Qwen2-VL's), as a
+// Hugging Face processor makes them: the conversation rendered by the chat template and
+// tokenized, each image placeholder token expanded to the model's number of image tokens, labels
+// on the assistant's tokens only, and each image processed into pixel values.
+//
+// Inputs. `documents`: the conversations already rendered and tokenized (a TextCorpus built with
+// the chat template and assistant_only), one document a conversation, each image written by the
+// template as one `image_token`. Document d's images are image_ids[image_starts[d] ..
+// image_starts[d + 1]), indices into `images` (FileRanges: files, tar members, or bytes written
+// to one file), in the order of the conversation's placeholders.
+//
+// The images' tokens:
+// - fixed (`pipeline`, CLIP-style resize, crop and normalize, LLaVA-1.5's): every image is
+//   `tokens_per_image` tokens (LLaVA-1.5: 576) and pipeline's [3, H, W] pixels;
+// - dynamic (`patches`, Qwen2-VL's PatchProcessor): an image is patches->image_tokens(h, w)
+//   tokens and grid(h, w).patches() rows of patch_dim() floats, its size (h, w) read from its
+//   header when the source is made (never decoded then).
+// A conversation is expanded: each image_token becomes its image's count of image_token, the
+// ids transformers' processor call gives for the text apply_chat_template rendered.
+//
+// Samples. Unpacked (seq_len 0): sample i is kept conversation i. Packed (seq_len > 0): the
+// kept conversations are packed whole into samples of at most seq_len tokens, image tokens
+// counted, by best-fit decreasing over their lengths (ties by document order); each sample's
+// conversations in document order. The packs are chosen at construction: size() and each pack
+// are the same every epoch, the loader shuffles their order. Every kept conversation is in
+// exactly one sample.
+//
+// Fields. Ragged group 0, the sample's tokens (length(i)):
+//   "input_ids"      int64  the expanded tokens (padding: pad_id).
+//   "labels"         int64  the token where it is trained on (DocumentSet::read_trained: an
+//                           assistant's), label_ignore elsewhere and on every image token:
+//                           transformers' labels, not shifted (the model shifts them).
+//   "attention_mask" int64  unpacked: 1 (padding 0).
+//   "position_ids"   int64  packed: 0 at each conversation's first token.
+// Ragged group 1, "pixel_values" float32: fixed, [images, 3, H, W]; dynamic, [patches,
+// patch_dim], the sample's images' patches one after the other.
+// Dynamic, ragged group 2: "image_grid_thw" int64 [images, 3], each image's (t, h, w).
+// Packed, the last ragged group: "cu_seqlens" int32 [conversations + 1]: 0 and each
+// conversation's end; and "max_seqlen" int32 [], the longest conversation of the pack.
+// length(i) and lengths() are the tokens: Budget(tokens=...) counts the image tokens.
+//
+// Bad conversations, found at construction: a conversation with more or fewer placeholders
+// than images; an image that is missing or empty (dynamic: whose header cannot be read, or
+// whose size the processor refuses); a
+// conversation longer than max_length (unpacked, 0: none) or seq_len (packed). With skip_bad
+// each is left out and counted (stats()); otherwise the constructor throws SampleError naming the
+// first in document order: index the document, path documents->path(d), the cause
+// InvalidArgument (IoError for an image that cannot be read). An image that fails to decode when
+// read fails that sample's read() (DecodeError), and the loader names the sample.
+//
+// Randomness: an image's pipeline draws from SampleRng(seed, epoch, its image id): the same
+// pixels whatever the packing or the sample it is in.
+//
+// Contract:
+// - Thread safety: immutable after construction; read() is safe from any number of threads,
+//   each with its own WorkerState.
+// - Ownership: shares documents, images, pipeline and patches, which must not change.
+// - Errors: the constructor throws InvalidArgument for inconsistent options (image_starts not
+//   D + 1 entries, an image id out of range, neither or both of pipeline and patches,
+//   tokens_per_image < 1 with a pipeline, a pipeline whose output is not float32 [3, H, W]) and
+//   the bad conversations above.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/source.h"
+
+namespace stoker {
+class DocumentSet;
+class FileRanges;
+namespace image {
+class ImagePipeline;
+}
+}  // namespace stoker
+
+namespace stoker::image_text {
+
+class PatchProcessor;
+
+struct VLMOptions {
+  std::shared_ptr<const DocumentSet> documents;
+  std::vector<uint64_t> image_starts;  // documents + 1
+  std::vector<uint64_t> image_ids;     // into images
+  std::shared_ptr<const FileRanges> images;
+  int64_t image_token = -1;
+  // fixed: the pipeline and its tokens; dynamic: the patch processor.
+  std::shared_ptr<const image::ImagePipeline> pipeline;
+  int64_t tokens_per_image = 0;
+  std::shared_ptr<const PatchProcessor> patches;
+  uint64_t max_pixels = 0;  // the decode limit (0: decode.h's default)
+  int64_t pad_id = 0;
+  int64_t label_ignore = -100;
+  uint64_t seq_len = 0;     // > 0: packed
+  uint64_t max_length = 0;  // unpacked: the longest conversation kept (0: any)
+  bool skip_bad = false;
+  int threads = 0;  // for the construction's scan (0: the cores, at most 8)
+};
+
+struct VLMStats {
+  uint64_t conversations = 0;  // documents given
+  uint64_t kept = 0;
+  uint64_t skipped = 0;
+  std::vector<std::string> skipped_reasons;  // the first few, "<path>: <reason>"
+  uint64_t tokens = 0;                       // the kept conversations' expanded tokens
+  uint64_t image_tokens = 0;
+  uint64_t images = 0;
+  uint64_t padding = 0;  // packed: seq_len * samples - tokens
+};
+
+class VLMSource final : public Source {
+ public:
+  explicit VLMSource(VLMOptions options);
+  ~VLMSource() override;
+
+  uint64_t size() const override { return pack_starts_.size() - 1; }
+  const std::vector<FieldSpec>& fields() const override { return fields_; }
+  uint64_t length(uint64_t index) const override;
+  uint64_t group_length(uint64_t index, uint32_t group) const override;
+  void read(const SampleKey& key, std::span<std::byte* const> slots,
+            WorkerState* state) const override;
+  std::string path(uint64_t index) const override;
+  std::unique_ptr<WorkerState> make_worker_state() const override;
+
+  // Each sample's tokens (length(i)).
+  std::vector<uint64_t> lengths() const;
+  // The documents (conversations) of sample i, in order.
+  std::vector<uint64_t> documents_of(uint64_t index) const;
+  const VLMStats& stats() const { return stats_; }
+
+ private:
+  struct Conversation {
+    uint64_t document = 0;
+    uint64_t tokens = 0;   // expanded
+    uint64_t patches = 0;  // dynamic: its images' patches
+    uint64_t image_tokens = 0;
+  };
+  uint64_t image_tokens(uint64_t image) const;
+  uint64_t image_patches(uint64_t image) const;
+  std::array<int64_t, 3> probe(uint64_t image, std::vector<std::byte>& buffer) const;
+  void probe_images();
+  void scan();
+  void plan_packs();
+  void make_fields();
+
+  VLMOptions options_;
+  std::vector<FieldSpec> fields_;
+  std::vector<Conversation> kept_;
+  std::vector<uint64_t> pack_starts_;  // sample i is kept_[pack_order_[pack_starts_[i] ..]]
+  std::vector<uint64_t> pack_order_;
+  // Per sample: its tokens, images and patches (dynamic).
+  std::vector<uint64_t> sample_tokens_, sample_images_, sample_patches_;
+  // Each image's (t, h, w) (dynamic; fixed: {1, 1, 1}), {0, 0, 0} for one that cannot be used.
+  std::vector<std::array<int64_t, 3>> grids_;
+  uint64_t image_bytes_ = 0;  // fixed: one image's pixels
+  size_t cu_slot_ = 0;        // packed: cu_seqlens' slot (max_seqlen's next)
+  VLMStats stats_;
+};
+
+}  // namespace stoker::image_text

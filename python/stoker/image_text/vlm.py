@@ -1,0 +1,582 @@
+"""``VLMDataset``: conversations with images for vision-language model SFT (LLaVA's JSON, the
+same rows in JSONL or Parquet, a ``datasets.Dataset``), made as the model's Hugging Face
+processor makes them, natively (include/stoker/image_text/vlm_source.h).
+
+The rows are read once when the dataset is made: each conversation is rendered by the chat
+template and tokenized on every core into a token store (the text wing's TextCorpus), and its
+images are located (a folder, tar shards, or bytes in the rows). Every sample is then a pure
+function of ``(seed, epoch, index)``: the tokens expanded, the labels masked, the images decoded
+and processed by the engine's threads into the batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+import tempfile
+import warnings
+
+import numpy as np
+
+from .. import _native
+from ..errors import SampleError
+from ..sources.base import StokerDataset
+from ..sources._checks import check_index
+from ..sources.samples import read_sample
+from .._checks import check_positive_int
+from .processors import ImageProcessor, PatchImageProcessor
+
+PACKS = (None, "best_fit")
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+          "system": "system", "bot": "assistant", "model": "assistant"}
+_WHOLE = np.iinfo(np.uint64).max
+_BATCH_ROWS = 4096
+
+
+class VLMDataset(StokerDataset):
+    """Conversations with images, as ``processor.apply_chat_template`` and the processor's call
+    make them: ``input_ids``, ``labels`` (-100 outside the assistant's turns and on image
+    tokens; not shifted, as transformers' models take them), ``attention_mask``,
+    ``pixel_values`` (and ``image_grid_thw`` for Qwen2-VL).
+
+    ``source``: a LLaVA JSON file (a list of rows), JSONL, Parquet, a ``datasets.Dataset`` or a
+    list of row dicts (or a list of such files). A row holds a conversation under ``messages``
+    (default: ``"conversations"`` or ``"messages"``, whichever the rows have): LLaVA's
+    ``{"from": "human"|"gpt", "value": "<image>\\n..."}`` turns (each ``<image>`` becomes an
+    image item of the content, the text around it stripped) or transformers'
+    ``{"role": ..., "content": [{"type": "image"}, {"type": "text", "text": ...}]}``; and its
+    images under ``image_field`` (default ``"image"`` or ``"images"``): a name, or a list of names,
+    bytes, or ``{"bytes": ..., "path": ...}`` dicts (datasets' Image feature), in the order of
+    the placeholders.
+
+    ``images``: where names are: a folder, or tar shards (a ``.tar`` path or a list of them,
+    names being member paths); None: paths relative to the source file's folder (or absolute).
+
+    ``processor``: a model directory (tokenizer.json, tokenizer_config.json or
+    chat_template.jinja, preprocessor_config.json, processor_config.json) or a transformers
+    processor (LlavaProcessor, Qwen2VLProcessor, ...). Fixed-resolution processors (CLIP,
+    SigLIP: LLaVA-1.5) give every image the same count of image tokens (``image_tokens``,
+    default from the processor: LLaVA-1.5's 576) and ``pixel_values`` [images, 3, H, W];
+    Qwen2-VL's gives each image tokens and patches by its size, read from its header.
+    ``image_token``: the placeholder the template writes (default the processor's).
+
+    ``pack``: None (a sample is a conversation; batches pad to their longest, or
+    ``stoker.Budget(tokens=N)`` counts image tokens), or ``"best_fit"`` (conversations packed
+    whole into samples of at most ``seq_len`` tokens, image tokens counted, with
+    ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; use batch_size=1).
+
+    A batch is a dict; ``pixel_values`` holds the batch's images one after the other (the
+    model's layout: [images, 3, H, W], or Qwen2-VL's [patches, dim] and ``image_grid_thw``
+    [images, 3]), and ``image_counts`` [B] how many are each sample's.
+
+    ``on_error``: "raise" (a bad row raises ``stoker.SampleError`` naming the file and row: a
+    line that is not JSON, a conversation the template rejects, more or fewer placeholders
+    than images, a missing image, a conversation longer than ``max_length`` or ``seq_len``) or
+    "skip" (left out and counted: ``stats()["skipped"]``, with a warning naming the first). An
+    image that fails to decode when read is the loader's ``on_error``.
+    """
+
+    def __init__(self, source, processor, images=None, *, messages=None, image_field=None,
+                 pack=None, seq_len=None, max_length=None, chat_template=None,
+                 template_kwargs=None, image_token=None, image_tokens=None, label_ignore=-100,
+                 pad_id=None, on_error="raise", num_threads=None):
+        if pack not in PACKS:
+            raise ValueError(f"pack is None or \"best_fit\", got {pack!r}")
+        if pack is not None:
+            check_positive_int("seq_len", seq_len)
+        elif seq_len is not None:
+            raise ValueError('seq_len is the length of packed samples: give pack="best_fit", or '
+                             'max_length to refuse longer conversations')
+        if max_length is not None:
+            check_positive_int("max_length", max_length)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        self.pack, self.seq_len, self.max_length = pack, seq_len, max_length
+        self.on_error = on_error
+        self.label_ignore = int(label_ignore)
+        model = _Model(processor, chat_template, image_token, image_tokens)
+        self.tokenizer = model.tokenizer
+        self.image_processor = model.image_processor
+        self.image_token = model.image_token
+        self.chat_template = model.chat_template
+        token_id = self.tokenizer.token_to_id(self.image_token)
+        if token_id is None:
+            raise ValueError(f"the image token {self.image_token!r} is not in the tokenizer's "
+                             f"vocabulary")
+        self.image_token_id = int(token_id)
+        variables = dict(model.variables)
+        variables.update(template_kwargs or {})
+        for key in ("messages", "tools", "documents", "add_generation_prompt"):
+            if key in (template_kwargs or {}):
+                raise ValueError(f"template_kwargs may not set {key!r}: each row sets it")
+
+        self._blob = None  # image bytes from the rows, written to one unnamed file
+        rows = _Rows(source, messages, image_field, images, self._blob_file)
+        text = _text()
+        builder = text.TextCorpusBuilder(
+            self.tokenizer._native, field="messages", messages=True,
+            chat_template=self.chat_template,
+            template_variables=json.dumps(variables, ensure_ascii=False), assistant_only=True,
+            add_special_tokens=True, bos=None, eos=None, max_length=0, store_dir="",
+            skip_bad_rows=on_error == "skip", threads=num_threads or 0,
+            bos_text=model.bos_text or "")
+        bad = rows.feed(builder, on_error)
+        corpus = builder.finish()
+        self._corpus = corpus
+        origins, local_rows = corpus.document_rows()
+        doc_rows = rows.row_base[origins.astype(np.int64)] + local_rows.astype(np.int64)
+        starts, ids = rows.image_table()
+        counts = (starts[1:] - starts[:-1])[doc_rows]
+        image_starts = np.zeros(len(doc_rows) + 1, dtype=np.uint64)
+        np.cumsum(counts, out=image_starts[1:])
+        pick = np.concatenate([np.arange(starts[r], starts[r + 1]) for r in doc_rows]) \
+            if len(doc_rows) else np.zeros(0, np.int64)
+        image_ids = ids[pick.astype(np.int64)].astype(np.uint64) if len(pick) else \
+            np.zeros(0, np.uint64)
+        fixed = model.pipeline is not None
+        pipeline = model.pipeline
+        if self._blob is not None:
+            self._blob.flush()
+        if pad_id is None:
+            pad_id = model.pad_id if model.pad_id is not None else 0
+        module = _text().image_text
+        self._source = module.VLMSource(
+            corpus, image_starts, image_ids, rows.ranges(), self.image_token_id, pipeline,
+            int(model.tokens_per_image or 0) if fixed else 0,
+            None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
+            int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0))
+        self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
+        self.stats_ = {"rows": rows.count, "text": dict(corpus.stats),
+                       **dict(self._source.stats)}
+        skipped = bad + corpus.stats["skipped"] + self._source.stats["skipped"]
+        self.stats_["skipped"] = skipped
+        self.stats_["skipped_reasons"] = (rows.reasons + list(corpus.stats["skipped_reasons"]) +
+                                          list(self._source.stats["skipped_reasons"]))[:8]
+        if skipped:
+            warnings.warn(f"VLMDataset skipped {skipped} bad rows of {rows.count}; the first: "
+                          f"{self.stats_['skipped_reasons'][0]}", stacklevel=2)
+
+    def _blob_file(self):
+        if self._blob is None:
+            self._blob = tempfile.NamedTemporaryFile(prefix="stoker-vlm-images-", delete=True)
+        return self._blob
+
+    # -- samples --
+
+    def __len__(self):
+        return len(self._source)
+
+    def __getitem__(self, index):
+        """Sample ``index`` as a dict of NumPy arrays (seed 0, epoch 0), its ragged fields at
+        their own lengths."""
+        i = check_index(index, len(self))
+        return dict(zip(self._names, read_sample(self._source, i)))
+
+    def documents_of(self, index):
+        """The rows' documents (conversations, in the order kept) of sample ``index``."""
+        return list(self._source.documents_of(check_index(index, len(self))))
+
+    def stats(self):
+        """Rows read, conversations kept and skipped (with the first reasons), tokens, image
+        tokens, images, and packed padding."""
+        return dict(self.stats_)
+
+    def trained(self, d):
+        """Conversation ``d``'s flags of the tokens trained on, before the image tokens are
+        expanded."""
+        return self._corpus.trained(d)
+
+    # -- the dataset protocol (sources/base.py) --
+
+    def _lengths(self, unit):
+        if unit != "tokens":
+            return super()._lengths(unit)
+        return np.asarray(self._source.lengths(), dtype=np.int64)
+
+    def _batch_names(self):
+        return self._names
+
+    def _assemble_batch(self, fields):
+        """The engine's batch as the model takes it: the images of every sample one after the
+        other (the engine pads each sample's to the batch's most)."""
+        out = dict(zip(self._names, fields))
+        counts_name = "image_grid_thw_lengths" if "image_grid_thw" in out else \
+            "pixel_values_lengths"
+        counts = out[counts_name]
+        out["image_counts"] = counts
+        out["pixel_values"] = _flatten(out["pixel_values"], out["pixel_values_lengths"])
+        if "image_grid_thw" in out:
+            out["image_grid_thw"] = _flatten(out["image_grid_thw"], counts)
+        return out
+
+    def _stats(self):
+        return {**super()._stats(), "vlm": self.stats()}
+
+    def _where(self):
+        return f"{len(self)} samples"
+
+    def __reduce__(self):
+        raise TypeError("a VLMDataset is not pickled: make it where it is used")
+
+    def __repr__(self):
+        return (f"VLMDataset({len(self)} samples, {self.stats_['kept']} conversations, "
+                f"{self.stats_['images']} images, image token {self.image_token!r}"
+                f"{', packed to ' + str(self.seq_len) if self.pack else ''})")
+
+
+def _flatten(values, counts):
+    """values [B, M, ...] with counts [B] real rows each: their real rows, [sum, ...]; a view
+    where every sample has M."""
+    b, m = values.shape[0], values.shape[1]
+    if b == 1 or bool((counts == m).all()):
+        return values.reshape((b * m,) + tuple(values.shape[2:]))
+    if isinstance(values, np.ndarray):
+        keep = np.arange(m)[None, :] < np.asarray(counts)[:, None]
+    else:
+        import torch
+        keep = torch.arange(m, device=values.device)[None, :] < counts.to(values.device)[:, None]
+    return values[keep]
+
+
+def _text():
+    from ..text.tokenizer import _text_module
+    return _text_module()
+
+
+class _Model:
+    """What a processor (a directory, or a transformers processor) says: the tokenizer, the
+    image processor, the chat template and its variables, the image token and its count."""
+
+    def __init__(self, processor, chat_template, image_token, image_tokens):
+        from ..text.tokenizer import Tokenizer
+        config = {}
+        if isinstance(processor, (str, os.PathLike)):
+            path = os.fspath(processor)
+            if not os.path.isdir(path):
+                raise ValueError(f"processor={path!r}: a model directory, or a transformers "
+                                 f"processor")
+            self.tokenizer = Tokenizer.from_file(path)
+            self.image_processor = ImageProcessor.from_pretrained(path)
+            for name in ("processor_config.json", "preprocessor_config.json"):
+                p = os.path.join(path, name)
+                if os.path.exists(p):
+                    with open(p, encoding="utf-8") as f:
+                        config = {**json.load(f), **config}
+            template = self.tokenizer.chat_template
+            jinja = os.path.join(path, "chat_template.jinja")
+            chat_json = os.path.join(path, "chat_template.json")
+            if os.path.exists(jinja):
+                with open(jinja, encoding="utf-8") as f:
+                    template = f.read()
+            elif os.path.exists(chat_json):
+                with open(chat_json, encoding="utf-8") as f:
+                    template = json.load(f).get("chat_template", template)
+            self.variables = {k: v for k, v in self.tokenizer.template_tokens().items()
+                              if v is not None}
+            self.bos_text = self.tokenizer.bos_token
+            self.pad_id = None
+        else:
+            hf_tokenizer = getattr(processor, "tokenizer", None)
+            hf_images = getattr(processor, "image_processor", None)
+            if hf_tokenizer is None or hf_images is None:
+                raise ValueError(f"processor={type(processor).__name__}: a transformers "
+                                 f"processor with a tokenizer and an image processor, or a model "
+                                 f"directory")
+            self.tokenizer = Tokenizer.from_hf(hf_tokenizer)
+            self.image_processor = ImageProcessor.from_pretrained(hf_images)
+            template = getattr(processor, "chat_template", None) or \
+                getattr(hf_tokenizer, "chat_template", None)
+            self.variables = {k: v for k, v in hf_tokenizer.special_tokens_map.items()
+                              if isinstance(v, str)}
+            self.bos_text = hf_tokenizer.bos_token
+            self.pad_id = hf_tokenizer.pad_token_id
+            config = {k: getattr(processor, k) for k in (
+                "patch_size", "vision_feature_select_strategy", "num_additional_image_tokens",
+                "image_token", "image_seq_length") if getattr(processor, k, None) is not None}
+        self.chat_template = chat_template or template
+        if not self.chat_template:
+            raise ValueError("the processor has no chat template: give chat_template=")
+        dynamic = isinstance(self.image_processor, PatchImageProcessor)
+        self.image_token = image_token or config.get("image_token") or \
+            ("<|image_pad|>" if dynamic else "<image>")
+        self.tokens_per_image = self.pipeline = None
+        if not dynamic:
+            from ..transforms import _compile
+            compiled = _compile.compile_transform(self.image_processor)
+            self.pipeline = _native.image.ImagePipeline(list(compiled.specs))
+            shape = self.pipeline.output_shape
+            size = (shape[1], shape[2]) if shape[0] == 3 else (shape[0], shape[1])
+            self.tokens_per_image = image_tokens or _fixed_tokens(size, config)
+        elif image_tokens is not None:
+            raise ValueError("image_tokens is for fixed-resolution processors: Qwen2-VL's counts "
+                             "each image's tokens from its size")
+
+
+def _fixed_tokens(size, config):
+    """The image tokens of a fixed-resolution processor's image of `size` (height, width), as
+    transformers' processors count them (LlavaProcessor: the patches, plus
+    num_additional_image_tokens, less the CLS token with the "default" feature strategy; or the
+    processor's image_seq_length)."""
+    height, width = size
+    if config.get("image_seq_length"):
+        return int(config["image_seq_length"])
+    patch = config.get("patch_size")
+    if not patch:
+        raise ValueError("cannot tell how many tokens an image is: the processor config has no "
+                         "patch_size (or image_seq_length); give image_tokens=")
+    n = (height // patch) * (width // patch) + int(config.get("num_additional_image_tokens") or 0)
+    if config.get("vision_feature_select_strategy") == "default":
+        n -= 1
+    return n
+
+
+class _Rows:
+    """The rows of every source, converted to conversations (messages as transformers takes
+    them) and their images located; fed to a TextCorpusBuilder one source (origin) at a
+    time."""
+
+    def __init__(self, source, messages, image_field, images, blob):
+        self.inputs = _inputs(source)
+        self.messages, self.image_field = messages, image_field
+        self.blob = blob
+        self.files, self.file_index = [], {}
+        self.range_file, self.range_offset, self.range_size, self.names = [], [], [], []
+        self.name_index = {}
+        self.row_images = [0]  # per row: the end of its images in self.row_image_ids
+        self.row_image_ids = []
+        self.reasons = []
+        self.count = 0
+        self.row_base = []
+        self.folder, self.members = None, None
+        if images is not None:
+            names = [images] if isinstance(images, (str, os.PathLike)) else list(images)
+            names = [os.fspath(n) for n in names]
+            if len(names) == 1 and os.path.isdir(names[0]):
+                self.folder = names[0]
+            elif all(n.endswith(".tar") for n in names):
+                self.members = _tar_members(names)
+            else:
+                raise ValueError(f"images={images!r}: a folder, or .tar shards")
+
+    def feed(self, builder, on_error):
+        """Adds every row to the builder (a bad one, with on_error="skip", is left out here and
+        counted); returns the rows skipped so."""
+        import pyarrow as pa
+        bad = 0
+        for name, rows, base_dir in self.inputs:
+            self.row_base.append(self.count)
+            batch, first = [], 0
+            for r, row in enumerate(rows):
+                self.count += 1
+                try:
+                    conversation, refs = self._convert(row, name, r, base_dir)
+                except _BadRow as e:
+                    if on_error == "raise":
+                        raise SampleError(f"{e.where}: {e}", self.count - 1, e.where) from None
+                    bad += 1
+                    if len(self.reasons) < 8:
+                        self.reasons.append(f"{e.where}: {e}")
+                    self.row_images.append(self.row_images[-1])
+                    self._add(builder, pa, batch, name, first)  # the rows before it
+                    batch, first = [], r + 1
+                    continue
+                self.row_images.append(self.row_images[-1] + len(refs))
+                self.row_image_ids.extend(refs)
+                batch.append(conversation)
+                if len(batch) == _BATCH_ROWS:
+                    self._add(builder, pa, batch, name, first)
+                    batch, first = [], r + 1
+            self._add(builder, pa, batch, name, first)
+        self.row_base = np.asarray(self.row_base, dtype=np.int64)
+        return bad
+
+    @staticmethod
+    def _add(builder, pa, batch, name, first):
+        if not batch:
+            return
+        column = pa.array([json.dumps(c, ensure_ascii=False) for c in batch], type=pa.json_())
+        builder.add_arrow(pa.RecordBatch.from_arrays([column], names=["messages"]), name, first)
+
+    def _convert(self, row, name, r, base_dir):
+        line = None
+        if isinstance(row, _Line):
+            line, row = row.number, row.row
+        where = f"{name}:{line}" if line is not None else f"{name}: row {r}"
+        if isinstance(row, _BadRow):
+            row.where = where
+            raise row
+        if not isinstance(row, dict):
+            raise _BadRow(f"a row is a JSON object, got {type(row).__name__}", where)
+        key = self.messages or ("conversations" if "conversations" in row else "messages")
+        turns = row.get(key)
+        if not isinstance(turns, list):
+            raise _BadRow(f"no list of messages under {key!r}", where)
+        conversation = [_message(t, where) for t in turns]
+        field = self.image_field or ("image" if "image" in row else "images")
+        value = row.get(field)
+        if value is None:
+            value = []
+        elif not isinstance(value, list):
+            value = [value]
+        refs = [self._image(v, base_dir, where) for v in value]
+        return conversation, refs
+
+    def _image(self, value, base_dir, where):
+        data = None
+        if isinstance(value, dict):
+            data, value = value.get("bytes"), value.get("path")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            data, value = bytes(value), None
+        if data is not None:
+            f = self.blob()
+            offset = f.tell()
+            f.write(data)
+            return self._range(f.name, offset, len(data), f"{where}: image bytes")
+        if not isinstance(value, str) or not value:
+            raise _BadRow(f"an image is a path, bytes or {{'bytes', 'path'}}, got {value!r}",
+                          where)
+        if self.members is not None:
+            hit = self.members.get(value)
+            if hit is None:
+                raise _BadRow(f"image {value!r} is in none of the tar shards", where)
+            shard, offset, size = hit
+            return self._range(shard, offset, size, f"{shard}:{value}")
+        path = os.path.join(self.folder or base_dir or "", value)
+        return self._range(path, 0, _WHOLE, path)
+
+    def _range(self, file, offset, size, name):
+        key = (file, offset)
+        hit = self.name_index.get(key)
+        if hit is not None and offset == 0 and size == _WHOLE:
+            return hit
+        index = self.file_index.setdefault(file, len(self.files))
+        if index == len(self.files):
+            self.files.append(file)
+        self.range_file.append(index)
+        self.range_offset.append(offset)
+        self.range_size.append(size)
+        self.names.append(name)
+        self.name_index[key] = len(self.names) - 1
+        return len(self.names) - 1
+
+    def image_table(self):
+        return (np.asarray(self.row_images, dtype=np.int64),
+                np.asarray(self.row_image_ids, dtype=np.int64))
+
+    def ranges(self):
+        return _native.sources.FileRanges(
+            self.files, np.asarray(self.range_file, dtype=np.uint32),
+            np.asarray(self.range_offset, dtype=np.uint64),
+            np.asarray(self.range_size, dtype=np.uint64), self.names)
+
+
+class _BadRow(ValueError):
+    def __init__(self, message, where=""):
+        super().__init__(message)
+        self.where = where
+
+
+def _message(turn, where):
+    """A turn as transformers takes it: {"role", "content"}, the content a list of items with
+    each placeholder an image item."""
+    if not isinstance(turn, dict):
+        raise _BadRow(f"a message is an object, got {type(turn).__name__}", where)
+    if "from" in turn and "value" in turn:
+        role = _ROLES.get(turn["from"])
+        if role is None:
+            raise _BadRow(f"unknown speaker {turn['from']!r} (LLaVA's: human, gpt, system)", where)
+        content = turn["value"]
+    else:
+        role, content = turn.get("role"), turn.get("content")
+        if not isinstance(role, str):
+            raise _BadRow("a message has no role", where)
+    if isinstance(content, list):
+        return {**turn, "role": role, "content": content} if "from" not in turn else \
+            {"role": role, "content": content}
+    if not isinstance(content, str):
+        raise _BadRow(f"a message's content is text or a list, got {type(content).__name__}",
+                      where)
+    items = []
+    for k, piece in enumerate(content.split("<image>")):
+        if k:
+            items.append({"type": "image"})
+        piece = piece.strip()
+        if piece:
+            items.append({"type": "text", "text": piece})
+    return {"role": role, "content": items}
+
+
+def _inputs(source):
+    """(name, rows, base folder) per input: rows an iterable of dicts (or _BadRow for a line
+    that is not one)."""
+    if type(source).__name__ == "Dataset" and type(source).__module__.startswith("datasets"):
+        return [("<datasets.Dataset>", iter(source), None)]
+    if isinstance(source, list) and (not source or isinstance(source[0], dict)):
+        return [("<rows>", source, None)]
+    names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not names:
+        raise ValueError("VLMDataset needs at least one source")
+    out = []
+    for n in names:
+        path = os.fspath(n)
+        base = os.path.dirname(os.path.abspath(path))
+        lower = path.lower()
+        if lower.endswith(".json"):
+            out.append((path, _json_rows(path), base))
+        elif lower.endswith((".jsonl", ".ndjson")):
+            out.append((path, _jsonl_rows(path), base))
+        elif lower.endswith(".parquet"):
+            out.append((path, _parquet_rows(path), base))
+        else:
+            raise ValueError(f"{path}: VLMDataset reads .json (LLaVA's list of rows), .jsonl "
+                             f"and .parquet")
+    return out
+
+
+def _json_rows(path):
+    with open(path, "rb") as f:
+        try:
+            rows = json.loads(f.read())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not JSON ({e}); LLaVA's format is a JSON list of rows") \
+                from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: a JSON list of rows, got {type(rows).__name__}")
+    return rows
+
+
+class _Line:
+    """A JSONL row and its line (from 1), which errors name."""
+    __slots__ = ("number", "row")
+
+    def __init__(self, number, row):
+        self.number, self.row = number, row
+
+
+def _jsonl_rows(path):
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as e:
+                row = _BadRow(f"not JSON ({e})")
+            yield _Line(number, row)
+
+
+def _parquet_rows(path):
+    import pyarrow.parquet as pq
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
+        yield from batch.to_pylist()
+
+
+def _tar_members(shards):
+    """member path -> (shard, data offset, size), the first shard's where two hold one."""
+    out = {}
+    for shard in shards:
+        with tarfile.open(shard, "r:") as tar:
+            for m in tar:
+                if m.isfile():
+                    out.setdefault(m.name, (shard, m.offset_data, m.size))
+    return out

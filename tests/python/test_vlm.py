@@ -1,0 +1,468 @@
+"""stoker.VLMDataset: conversations with images as a vision-language model's Hugging Face
+processor makes them (include/stoker/image_text/vlm_source.h). Against transformers' own
+LlavaProcessor and Qwen2VLProcessor (their PIL image processors): input_ids equal to
+processor.apply_chat_template plus the processor's call, labels to its assistant mask, pixel
+values within the stated tolerance (docs/image-text.md); packing, exactly once, worker
+independence and resume; bad rows named or skipped."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import stoker
+
+PIL = pytest.importorskip("PIL.Image")
+pytest.importorskip("stoker._text")
+transformers = pytest.importorskip("transformers")
+from tokenizers import Tokenizer as HfTokenizer, decoders, models, pre_tokenizers, processors, \
+    trainers  # noqa: E402
+
+from test_image_processors import QWEN, SLOW_ATOL, encode, hf_processor  # noqa: E402
+
+# LLaVA-1.5's template as llava-hf publishes it (its assistant text in generation blocks).
+LLAVA_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "{{ message['role'].upper() + ': '}}{% endif %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ content['text'] + ' '}}{% endfor %}"
+    "{% else %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}")
+# Qwen2-VL's, with the assistant's turns in generation blocks (for the reference mask).
+QWEN_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
+    "You are a helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n"
+    "{% set body %}{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endset %}"
+    "{% if message['role'] == 'assistant' %}{% generation %}{{ body }}{% endgeneration %}"
+    "{% else %}{{ body }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+WORDS = ("a cat sits on the mat while two dogs run in the snow and a red boat floats near "
+         "city lights at dusk what is shown here describe the picture briefly").split()
+SPECIALS = ["<s>", "</s>", "<pad>", "<image>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
+            "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+# (width, height, format) of the folder's images
+SIZES = [(64, 48, "JPEG"), (37, 53, "PNG"), (90, 31, "JPEG"), (54, 48, "PNG"), (120, 80, "JPEG"),
+         (48, 64, "PNG")]
+
+
+def sentence(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    tok = HfTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    rng = np.random.default_rng(0)
+    tok.train_from_iterator([sentence(rng, 20) for _ in range(200)], trainer=trainers.BpeTrainer(
+        vocab_size=400, show_progress=False, special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    # Llama's: a bos before the text (the processor's call adds it; the template does not).
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+@pytest.fixture(scope="module")
+def llava(hf_tokenizer):
+    from test_image_processors import SMALL_CLIP
+    clip = {**SMALL_CLIP, "crop_size": {"height": 28, "width": 28}, "size": {"shortest_edge": 28}}
+    return transformers.LlavaProcessor(
+        image_processor=hf_processor(clip), tokenizer=hf_tokenizer, patch_size=14,
+        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        chat_template=LLAVA_TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def qwen(hf_tokenizer):
+    return transformers.Qwen2VLProcessor(
+        image_processor=hf_processor(QWEN), tokenizer=hf_tokenizer,
+        video_processor=transformers.Qwen2VLVideoProcessor(), chat_template=QWEN_TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("images")
+    for i, (w, h, fmt) in enumerate(SIZES):
+        (d / f"img{i}.{'png' if fmt == 'PNG' else 'jpg'}").write_bytes(encode(w, h, fmt, i))
+    return d
+
+
+def image_name(i):
+    return f"img{i}.{'png' if SIZES[i][2] == 'PNG' else 'jpg'}"
+
+
+def llava_rows(n, seed=3):
+    """LLaVA-format rows: one image, none, or two (placeholders where the images go)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        kind = i % 4
+        turns, images = [], []
+        if kind == 3:
+            turns.append({"from": "system", "value": sentence(rng, 3)})
+        for t in range(int(rng.integers(1, 3))):
+            question = sentence(rng, int(rng.integers(2, 8)))
+            if t == 0 and kind in (0, 3):
+                question = "<image>\n" + question
+                images.append(image_name(int(rng.integers(len(SIZES)))))
+            elif t == 0 and kind == 2:
+                question = "<image>\n" + question + "\n<image>"
+                images += [image_name(int(k)) for k in rng.integers(len(SIZES), size=2)]
+            turns.append({"from": "human", "value": question})
+            turns.append({"from": "gpt", "value": sentence(rng, int(rng.integers(1, 10)))})
+        row = {"id": str(i), "conversations": turns}
+        if images:
+            row["image"] = images[0] if len(images) == 1 else images
+        rows.append(row)
+    return rows
+
+
+def as_messages(row):
+    """transformers' messages for a LLaVA row (the conversion VLMDataset documents)."""
+    roles = {"human": "user", "gpt": "assistant", "system": "system"}
+    out = []
+    for turn in row["conversations"]:
+        items = []
+        for k, piece in enumerate(turn["value"].split("<image>")):
+            if k:
+                items.append({"type": "image"})
+            if piece.strip():
+                items.append({"type": "text", "text": piece.strip()})
+        out.append({"role": roles[turn["from"]], "content": items})
+    return out
+
+
+def reference(processor, row, folder):
+    """processor.apply_chat_template(..., tokenize=True, return_assistant_tokens_mask=True):
+    (input_ids, labels, pixel_values, image_grid_thw or None)."""
+    names = row.get("image", [])
+    names = [names] if isinstance(names, str) else names
+    images = [PIL.open(folder / n).convert("RGB") for n in names]
+    messages = as_messages(row)
+    k = 0
+    for m in messages:
+        for item in m["content"]:
+            if item["type"] == "image":
+                item["image"] = images[k]
+                k += 1
+    out = processor.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True, return_tensors="np")
+    ids = out["input_ids"][0]
+    image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    labels = np.where((out["assistant_masks"][0] == 1) & (ids != image_id), ids, -100)
+    return ids, labels, out.get("pixel_values"), out.get("image_grid_thw")
+
+
+def write_json(path, rows):
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def check_batches(ds, processor, rows, folder, batch_size=3, workers=2):
+    """Every row once, each equal to the processor's."""
+    refs = [reference(processor, row, folder) for row in rows]
+    seen = []
+    for b in stoker.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=5,
+                               num_workers=workers, output="numpy"):
+        image = 0
+        patch = 0
+        for r in range(len(b["input_ids"])):
+            n = int(b["lengths"][r])
+            ids = b["input_ids"][r, :n]
+            # the row whose processor output these tokens are (the rows differ)
+            match = [i for i, ref in enumerate(refs) if i not in seen and len(ref[0]) == n and
+                     (ref[0] == ids).all()]
+            assert match, "a sample equal to no row's processor output"
+            seen.append(match[0])
+            _, want_labels, want_px, want_grid = refs[match[0]]
+            np.testing.assert_array_equal(b["labels"][r, :n], want_labels)
+            assert (b["attention_mask"][r, :n] == 1).all() and (b["attention_mask"][r, n:] == 0).all()
+            assert (b["labels"][r, n:] == -100).all()
+            count = int(b["image_counts"][r])
+            if want_px is None:
+                assert count == 0
+                continue
+            if want_grid is None:
+                np.testing.assert_allclose(b["pixel_values"][image:image + count], want_px,
+                                           atol=SLOW_ATOL, rtol=0)
+            else:
+                rows_px = int(want_grid.prod(axis=1).sum())
+                np.testing.assert_allclose(b["pixel_values"][patch:patch + rows_px], want_px,
+                                           atol=SLOW_ATOL, rtol=0)
+                np.testing.assert_array_equal(b["image_grid_thw"][image:image + count], want_grid)
+                patch += rows_px
+            image += count
+        assert image == len(b["image_grid_thw"] if "image_grid_thw" in b else b["pixel_values"])
+    assert sorted(seen) == list(range(len(rows)))
+
+
+def test_llava_rows_equal_the_llava_processor(tmp_path, llava, folder):
+    rows = llava_rows(16)
+    ds = stoker.VLMDataset(write_json(tmp_path / "llava.json", rows), llava, images=folder)
+    assert ds.image_token == "<image>"
+    s = ds.stats()
+    assert s["kept"] == 16 and s["skipped"] == 0
+    assert s["image_tokens"] == 4 * s["images"]  # (28 / 14)^2 + 1 (CLS) - 1 ("default")
+    check_batches(ds, llava, rows, folder)
+
+
+def test_qwen2_vl_rows_equal_the_qwen2_vl_processor(tmp_path, qwen, folder):
+    rows = llava_rows(12, seed=4)
+    ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), qwen, images=folder)
+    assert ds.image_token == "<|image_pad|>"
+    assert "image_grid_thw" in ds[0] or "image_grid_thw" in ds._names
+    check_batches(ds, qwen, rows, folder, batch_size=2, workers=1)
+
+
+def test_a_template_without_generation_blocks_trains_the_same_tokens(tmp_path, qwen, folder):
+    """Qwen2-VL's template as published has no {% generation %} block: the assistant's tokens
+    are found by rendering the conversation up to each turn (text.md's prefix rule), the same
+    tokens as the marked template's."""
+    published = (QWEN_TEMPLATE.replace("{% generation %}", "").replace("{% endgeneration %}", ""))
+    rows = llava_rows(10, seed=6)
+    src = write_json(tmp_path / "g.json", rows)
+    marked = stoker.VLMDataset(src, qwen, images=folder)
+    plain = stoker.VLMDataset(src, qwen, images=folder, chat_template=published)
+    for i in range(len(marked)):
+        a, b = marked[i], plain[i]
+        np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
+        np.testing.assert_array_equal(a["labels"], b["labels"])
+        assert (a["labels"] != -100).any()
+
+
+def test_a_model_directory_gives_what_the_processor_object_gives(tmp_path, llava, folder):
+    llava.save_pretrained(tmp_path / "model")
+    rows = llava_rows(8)
+    src = write_json(tmp_path / "rows.json", rows)
+    a = stoker.VLMDataset(src, llava, images=folder)
+    b = stoker.VLMDataset(src, str(tmp_path / "model"), images=folder)
+    for i in range(len(a)):
+        for k, v in a[i].items():
+            np.testing.assert_array_equal(v, b[i][k])
+
+
+def test_images_from_bytes_in_parquet_and_from_tars_equal_the_folder(tmp_path, llava, folder):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rows = llava_rows(10)
+    want = stoker.VLMDataset(write_json(tmp_path / "r.json", rows), llava, images=folder)
+    # datasets' Image feature: {"bytes", "path"}; the conversation as JSONL rows hold it
+    table_rows = []
+    for row in rows:
+        names = row.get("image", [])
+        names = [names] if isinstance(names, str) else names
+        table_rows.append({"conversations": json.dumps(row["conversations"]),
+                           "images": [{"bytes": (folder / n).read_bytes(), "path": n}
+                                      for n in names]})
+    table = pa.Table.from_pylist(table_rows)
+    table = table.set_column(0, "conversations", pa.array(
+        [json.loads(r["conversations"]) for r in table_rows]))
+    pq.write_table(table, tmp_path / "r.parquet")
+    from_bytes = stoker.VLMDataset(str(tmp_path / "r.parquet"), llava)
+    shard = tmp_path / "images.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(len(SIZES)):
+            tar.add(folder / image_name(i), arcname=f"coco/{image_name(i)}")
+    tar_rows = json.loads(json.dumps(rows))
+    for row in tar_rows:
+        if "image" in row:
+            row["image"] = ([f"coco/{n}" for n in row["image"]] if isinstance(row["image"], list)
+                            else f"coco/{row['image']}")
+    from_tar = stoker.VLMDataset(write_json(tmp_path / "t.json", tar_rows), llava,
+                                 images=str(shard))
+    for other in (from_bytes, from_tar):
+        assert len(other) == len(want)
+        for i in range(len(want)):
+            for k, v in want[i].items():
+                np.testing.assert_array_equal(v, other[i][k])
+
+
+def test_packs_hold_whole_conversations_by_tokens_with_cu_seqlens(tmp_path, llava, folder):
+    rows = llava_rows(30)
+    src = write_json(tmp_path / "p.json", rows)
+    single = stoker.VLMDataset(src, llava, images=folder)
+    lengths = [len(single[i]["input_ids"]) for i in range(len(single))]
+    ds = stoker.VLMDataset(src, llava, images=folder, pack="best_fit", seq_len=96)
+    assert len(ds) < len(single)
+    seen = []
+    for b in stoker.DataLoader(ds, batch_size=1, shuffle=True, seed=1, num_workers=2,
+                               output="numpy"):
+        n = int(b["lengths"][0])
+        assert n <= 96
+        cu = b["cu_seqlens"][0, :int(b["cu_seqlens_lengths"][0])]
+        assert cu[0] == 0 and cu[-1] == n
+        segments = np.diff(cu)
+        assert int(b["max_seqlen"][0]) == segments.max()
+        pos = b["position_ids"][0, :n]
+        for start, length in zip(cu[:-1], segments):
+            np.testing.assert_array_equal(pos[start:start + length], np.arange(length))
+        ids = b["input_ids"][0, :n]
+        # each segment is one conversation, equal to its unpacked sample
+        for start, length in zip(cu[:-1], segments):
+            match = [i for i in range(len(single)) if i not in seen and lengths[i] == length and
+                     (single[i]["input_ids"] == ids[start:start + length]).all()]
+            assert match
+            seen.append(match[0])
+            np.testing.assert_array_equal(b["labels"][0, start:start + length],
+                                          single[match[0]]["labels"])
+        image_tokens = int((ids == ds.image_token_id).sum())
+        assert len(b["pixel_values"]) * 4 == image_tokens
+    assert sorted(seen) == list(range(len(single)))
+    assert ds.stats()["padding"] == 96 * len(ds) - sum(lengths)
+
+
+def test_batches_do_not_depend_on_workers_and_resume(tmp_path, qwen, folder):
+    rows = llava_rows(24, seed=8)
+    ds = stoker.VLMDataset(write_json(tmp_path / "w.json", rows), qwen, images=folder)
+
+    def run(workers, state=None):
+        loader = stoker.DataLoader(ds, batch_size=3, shuffle=True, seed=11, num_workers=workers,
+                                   output="numpy")
+        if state is not None:
+            loader.load_state_dict(state)
+        return loader
+
+    def flat(batches):
+        return [[np.asarray(batch[k]).tobytes() for k in sorted(batch)] for batch in batches]
+
+    whole = flat(run(0))
+    assert whole == flat(run(2))
+    loader = run(2)
+    it = iter(loader)
+    first = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert flat(first) + flat(run(1, state)) == whole
+
+
+def test_a_token_budget_counts_the_image_tokens(tmp_path, qwen, folder):
+    rows = llava_rows(30, seed=2)
+    ds = stoker.VLMDataset(write_json(tmp_path / "b.json", rows), qwen, images=folder)
+    lengths = ds._lengths("tokens")
+    assert all(lengths[i] == len(ds[i]["input_ids"]) for i in range(len(ds)))
+    assert lengths.max() > 60  # image tokens counted
+    seen = 0
+    for b in stoker.DataLoader(ds, batch_size=stoker.Budget(tokens=400), shuffle=True, seed=3,
+                               output="numpy"):
+        assert b["input_ids"].size <= 400
+        seen += len(b["input_ids"])
+    assert seen == len(ds)
+
+
+def write_jsonl_bytes(path, lines):
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+def test_bad_rows_are_named_or_skipped_and_counted(tmp_path, llava, folder):
+    good = [json.dumps(r).encode() for r in llava_rows(6)]
+    too_many = {"image": image_name(0), "conversations": [
+        {"from": "human", "value": "<image> and <image>"}, {"from": "gpt", "value": "two"}]}
+    too_few = {"image": [image_name(0), image_name(1)], "conversations": [
+        {"from": "human", "value": "<image> one"}, {"from": "gpt", "value": "one"}]}
+    missing = {"image": "nowhere.jpg", "conversations": [
+        {"from": "human", "value": "<image> one"}, {"from": "gpt", "value": "one"}]}
+    cases = [
+        (b"{not json", r"bad\.jsonl:3: not JSON"),
+        (b'{"conversations": [{"from": "human", "value": "caf\xe9"}]}', r"bad\.jsonl:3: not JSON"),
+        (json.dumps(too_many).encode(), r"bad\.jsonl: row 2.*2 image placeholders and 1 image"),
+        (json.dumps(too_few).encode(), r"bad\.jsonl: row 2.*1 image placeholder and 2 images"),
+        (json.dumps(missing).encode(), r"bad\.jsonl: row 2.*nowhere\.jpg"),
+    ]
+    for line, message in cases:
+        path = write_jsonl_bytes(tmp_path / "bad.jsonl", good[:2] + [line] + good[2:])
+        with pytest.raises(stoker.SampleError, match=message):
+            stoker.VLMDataset(path, llava, images=folder)
+        with pytest.warns(UserWarning, match="skipped 1 bad rows"):
+            ds = stoker.VLMDataset(path, llava, images=folder, on_error="skip")
+        assert len(ds) == 6 and ds.stats()["skipped"] == 1
+    with pytest.raises(ValueError, match=r"broken\.json: not JSON"):
+        (tmp_path / "broken.json").write_text("[{")
+        stoker.VLMDataset(str(tmp_path / "broken.json"), llava, images=folder)
+    # an image that decodes badly: the loader names the sample
+    (tmp_path / "imgs").mkdir()
+    for i in range(len(SIZES)):
+        (tmp_path / "imgs" / image_name(i)).write_bytes((folder / image_name(i)).read_bytes())
+    rows = llava_rows(8)
+    (tmp_path / "imgs" / image_name(2)).write_bytes(b"\xff\xd8\xff\xe0 not a jpeg at all")
+    ds = stoker.VLMDataset(write_json(tmp_path / "d.json", rows), llava, images=tmp_path / "imgs")
+    uses = [i for i, r in enumerate(rows) if image_name(2) in json.dumps(r.get("image", []))]
+    assert uses
+    with pytest.raises(stoker.SampleError, match=r"d\.json: row"):
+        list(stoker.DataLoader(ds, batch_size=2, output="numpy"))
+    loader = stoker.DataLoader(ds, batch_size=1, output="numpy", on_error="skip")
+    list(loader)
+    assert loader.stats()["skipped"] == len(uses)
+
+
+def test_the_options_are_checked(tmp_path, llava, folder):
+    src = write_json(tmp_path / "o.json", llava_rows(4))
+    with pytest.raises(ValueError, match="seq_len"):
+        stoker.VLMDataset(src, llava, images=folder, seq_len=64)
+    with pytest.raises(ValueError, match="pack"):
+        stoker.VLMDataset(src, llava, images=folder, pack="concat", seq_len=64)
+    with pytest.raises(ValueError, match="image token"):
+        stoker.VLMDataset(src, llava, images=folder, image_token="<nope>")
+    with pytest.raises(stoker.SampleError, match="more than max_length 5"):
+        stoker.VLMDataset(src, llava, images=folder, max_length=5)
+
+
+def test_stoker_trainer_trains_a_llava_step(tmp_path, llava, folder):
+    """StokerTrainer trains a (tiny) LLaVA on the batches: the images reach the vision tower
+    as the model takes them, the loss is finite and falls."""
+    import torch
+    from stoker.integrations.transformers import StokerTrainer
+
+    rows = llava_rows(24, seed=12)
+    ds = stoker.VLMDataset(write_json(tmp_path / "t.json", rows), llava, images=folder)
+    tok = llava.tokenizer
+    torch.manual_seed(0)
+    config = transformers.LlavaConfig(
+        vision_config=transformers.CLIPVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            image_size=28, patch_size=14, projection_dim=16),
+        text_config=transformers.LlamaConfig(
+            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512),
+        image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
+        vision_feature_select_strategy="default")
+    model = transformers.LlavaForConditionalGeneration(config)
+    seen = []
+    forward = model.forward
+
+    @functools.wraps(forward)  # Trainer keeps the columns forward's signature names
+    def recording(**kwargs):
+        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
+        return forward(**kwargs)
+    model.forward = recording
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=5, per_device_train_batch_size=4,
+        learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no",
+        remove_unused_columns=True, disable_tqdm=True, logging_steps=1)
+    trainer = StokerTrainer(model=model, args=args, train_dataset=ds)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 5 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    batch = seen[0]
+    assert "shift_labels" not in batch  # the labels are transformers' own, not shifted
+    n_images = int((batch["input_ids"] == config.image_token_index).sum()) // 4
+    assert batch["pixel_values"].shape == (n_images, 3, 28, 28)
