@@ -354,6 +354,32 @@ def test_batches_do_not_depend_on_workers_and_resume(tmp_path, qwen, folder):
     assert flat(first) + flat(run(1, state)) == whole
 
 
+def test_ranks_share_the_conversations_and_resume_on_another_world_size(tmp_path, llava, folder):
+    rows = llava_rows(42, seed=10)
+    ds = stoker.VLMDataset(write_json(tmp_path / "r.json", rows), llava, images=folder)
+    want = sorted(tuple(ds[i]["input_ids"].tolist()) for i in range(len(ds)))
+    assert len(set(want)) == len(want)
+
+    def keys(b):
+        return [tuple(b["input_ids"][r, :n].tolist()) for r, n in enumerate(b["lengths"])]
+
+    seen = []
+    old = [stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=4, rank=r, world_size=2,
+                             output="numpy") for r in range(2)]
+    for loader in old:
+        it = iter(loader)
+        for _ in range(3):
+            seen += keys(next(it))
+    state = json.loads(json.dumps(old[0].state_dict()))
+    for r in range(3):  # the job resumes on 3 ranks
+        new = stoker.DataLoader(ds, batch_size=2, shuffle=True, seed=4, rank=r, world_size=3,
+                                output="numpy")
+        new.load_state_dict(state)
+        for b in new:
+            seen += keys(b)
+    assert sorted(seen) == want
+
+
 def test_a_token_budget_counts_the_image_tokens(tmp_path, qwen, folder):
     rows = llava_rows(30, seed=2)
     ds = stoker.VLMDataset(write_json(tmp_path / "b.json", rows), qwen, images=folder)
