@@ -297,6 +297,33 @@ def test_images_from_bytes_in_parquet_and_from_tars_equal_the_folder(tmp_path, l
                 np.testing.assert_array_equal(v, other[i][k])
 
 
+def test_the_index_is_kept_in_cache_dir_and_opened_again(tmp_path, llava, folder):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rows = llava_rows(8)
+    table = pa.Table.from_pylist([{"conversations": r["conversations"], "images": [
+        (folder / n).read_bytes() for n in ([r["image"]] if isinstance(r.get("image"), str)
+                                            else r.get("image", []))]} for r in rows])
+    pq.write_table(table, tmp_path / "c.parquet")
+    src, cache = str(tmp_path / "c.parquet"), tmp_path / "cache"
+    plain = stoker.VLMDataset(src, llava)
+    first = stoker.VLMDataset(src, llava, cache_dir=cache)
+    stores = sorted(p.name for p in cache.iterdir())
+    assert len(stores) == 1 and stores[0].startswith("vlm-")
+    assert (cache / stores[0] / "images.bin").stat().st_size > 0  # the rows' image bytes
+    again = stoker.VLMDataset(src, llava, cache_dir=cache, pack="best_fit", seq_len=256)
+    reopened = stoker.VLMDataset(src, llava, cache_dir=cache)
+    assert sorted(p.name for p in cache.iterdir()) == stores  # opened, not built again
+    for i in range(len(plain)):
+        for k, v in plain[i].items():
+            np.testing.assert_array_equal(v, first[i][k])
+            np.testing.assert_array_equal(v, reopened[i][k])
+    assert len(again) < len(plain)
+    os.utime(src, ns=(1, 1))  # the source changed: another index
+    stoker.VLMDataset(src, llava, cache_dir=cache)
+    assert len(list(cache.iterdir())) == 2
+
+
 def test_packs_hold_whole_conversations_by_tokens_with_cu_seqlens(tmp_path, llava, folder):
     rows = llava_rows(30)
     src = write_json(tmp_path / "p.json", rows)

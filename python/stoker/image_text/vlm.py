@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import hashlib
 import tarfile
 import tempfile
 import warnings
@@ -20,6 +21,7 @@ import numpy as np
 
 from .. import _native
 from ..errors import SampleError
+from ..text.dataset import build_once
 from ..sources.base import StokerDataset
 from ..sources._checks import check_index
 from ..sources.samples import read_sample
@@ -69,6 +71,11 @@ class VLMDataset(StokerDataset):
     model's layout: [images, 3, H, W], or Qwen2-VL's [patches, dim] and ``image_grid_thw``
     [images, 3]), and ``image_counts`` [B] how many are each sample's.
 
+    ``cache_dir``: where the rendered and tokenized rows and their images' places are kept (a
+    folder named by a digest of the files, the tokenizer, the template and the options): a later
+    VLMDataset of the same opens it at once. Without it, each VLMDataset indexes the rows again,
+    into temporary files that vanish with it.
+
     ``on_error``: "raise" (a bad row raises ``stoker.SampleError`` naming the file and row: a
     line that is not JSON, a conversation the template rejects, more or fewer placeholders
     than images, a missing image, a conversation longer than ``max_length`` or ``seq_len``) or
@@ -79,7 +86,7 @@ class VLMDataset(StokerDataset):
     def __init__(self, source, processor, images=None, *, messages=None, image_field=None,
                  pack=None, seq_len=None, max_length=None, chat_template=None,
                  template_kwargs=None, image_token=None, image_tokens=None, label_ignore=-100,
-                 pad_id=None, on_error="raise", num_threads=None):
+                 pad_id=None, cache_dir=None, on_error="raise", num_threads=None):
         if pack not in PACKS:
             raise ValueError(f"pack is None or \"best_fit\", got {pack!r}")
         if pack is not None:
@@ -110,56 +117,58 @@ class VLMDataset(StokerDataset):
             if key in (template_kwargs or {}):
                 raise ValueError(f"template_kwargs may not set {key!r}: each row sets it")
 
-        self._blob = None  # image bytes from the rows, written to one unnamed file
-        rows = _Rows(source, messages, image_field, images, self._blob_file)
-        text = _text()
-        builder = text.TextCorpusBuilder(
-            self.tokenizer._native, field="messages", messages=True,
-            chat_template=self.chat_template,
-            template_variables=json.dumps(variables, ensure_ascii=False), assistant_only=True,
-            add_special_tokens=True, bos=None, eos=None, max_length=0, store_dir="",
-            skip_bad_rows=on_error == "skip", threads=num_threads or 0,
-            bos_text=model.bos_text or "")
-        bad = rows.feed(builder, on_error)
-        corpus = builder.finish()
+        self.cache_dir = cache_dir
+        self._blob = None  # without cache_dir: image bytes from the rows, in an unnamed file
+        rows = _Rows(source, messages, image_field, images)
+        index = _Index(self.tokenizer, self.chat_template, variables, model.bos_text, on_error,
+                       num_threads or 0)
+        key = index.key(rows) if cache_dir is not None else None
+        if cache_dir is not None and key is None:
+            warnings.warn("VLMDataset: rows without a stable identity (a list of dicts) are "
+                          "indexed again each time; cache_dir is not used", stacklevel=2)
+        if key is None:
+            self._blob = tempfile.NamedTemporaryFile(prefix="stoker-vlm-images-")
+            corpus, table = index.build(rows, "", self._blob)
+            self._blob.flush()
+        else:
+            store = build_once(cache_dir, f"vlm-{key}", "vlm.json",
+                               lambda folder: index.save(rows, folder))
+            corpus, table = _Index.open(store)
         self._corpus = corpus
         origins, local_rows = corpus.document_rows()
-        doc_rows = rows.row_base[origins.astype(np.int64)] + local_rows.astype(np.int64)
-        starts, ids = rows.image_table()
+        doc_rows = table["row_base"][origins.astype(np.int64)] + local_rows.astype(np.int64)
+        starts, ids = table["row_images"], table["row_image_ids"]
         counts = (starts[1:] - starts[:-1])[doc_rows]
         image_starts = np.zeros(len(doc_rows) + 1, dtype=np.uint64)
         np.cumsum(counts, out=image_starts[1:])
-        pick = np.concatenate([np.arange(starts[r], starts[r + 1]) for r in doc_rows]) \
-            if len(doc_rows) else np.zeros(0, np.int64)
-        image_ids = ids[pick.astype(np.int64)].astype(np.uint64) if len(pick) else \
-            np.zeros(0, np.uint64)
+        # document d's images: ids[starts[row d] ...], counts[d] of them, one after the other
+        pick = np.repeat(starts[doc_rows] - image_starts[:-1].astype(np.int64), counts) + \
+            np.arange(int(image_starts[-1]), dtype=np.int64)
+        image_ids = ids[pick].astype(np.uint64)
+        ranges = _native.sources.FileRanges(
+            table["files"], table["range_file"], table["range_offset"], table["range_size"],
+            table["names"])
         fixed = model.pipeline is not None
         pipeline = model.pipeline
-        if self._blob is not None:
-            self._blob.flush()
         if pad_id is None:
             pad_id = model.pad_id if model.pad_id is not None else 0
         module = _text().image_text
         self._source = module.VLMSource(
-            corpus, image_starts, image_ids, rows.ranges(), self.image_token_id, pipeline,
+            corpus, image_starts, image_ids, ranges, self.image_token_id, pipeline,
             int(model.tokens_per_image or 0) if fixed else 0,
             None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
             int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0))
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
-        self.stats_ = {"rows": rows.count, "text": dict(corpus.stats),
+        self.stats_ = {"rows": table["count"], "text": dict(corpus.stats),
                        **dict(self._source.stats)}
-        skipped = bad + corpus.stats["skipped"] + self._source.stats["skipped"]
+        skipped = table["bad"] + corpus.stats["skipped"] + self._source.stats["skipped"]
         self.stats_["skipped"] = skipped
-        self.stats_["skipped_reasons"] = (rows.reasons + list(corpus.stats["skipped_reasons"]) +
+        self.stats_["skipped_reasons"] = (table["reasons"] +
+                                          list(corpus.stats["skipped_reasons"]) +
                                           list(self._source.stats["skipped_reasons"]))[:8]
         if skipped:
-            warnings.warn(f"VLMDataset skipped {skipped} bad rows of {rows.count}; the first: "
-                          f"{self.stats_['skipped_reasons'][0]}", stacklevel=2)
-
-    def _blob_file(self):
-        if self._blob is None:
-            self._blob = tempfile.NamedTemporaryFile(prefix="stoker-vlm-images-", delete=True)
-        return self._blob
+            warnings.warn(f"VLMDataset skipped {skipped} bad rows of {table['count']}; the "
+                          f"first: {self.stats_['skipped_reasons'][0]}", stacklevel=2)
 
     # -- samples --
 
@@ -330,15 +339,74 @@ def _fixed_tokens(size, config):
     return n
 
 
+class _Index:
+    """The rows rendered and tokenized into a TextCorpus, and their images located: built in
+    memory (temporary files), or saved in a folder of cache_dir and opened again."""
+
+    VERSION = 1
+
+    def __init__(self, tokenizer, chat_template, variables, bos_text, on_error, threads):
+        self.tokenizer, self.chat_template = tokenizer, chat_template
+        self.variables = json.dumps(variables, ensure_ascii=False, sort_keys=True)
+        self.bos_text, self.on_error, self.threads = bos_text or "", on_error, threads
+
+    def key(self, rows):
+        """A digest of what the index depends on; None where the rows have no identity."""
+        inputs = rows.identity()
+        if inputs is None:
+            return None
+        what = {"version": self.VERSION, "tokenizer": self.tokenizer._digest,
+                "template": self.chat_template, "variables": self.variables,
+                "bos": self.bos_text, "on_error": self.on_error, "rows": inputs}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+    def build(self, rows, store_dir, blob):
+        """(corpus, table): the rows fed to a TextCorpusBuilder (its store in store_dir, or
+        temporary files), image bytes written to ``blob`` (an open binary file)."""
+        builder = _text().TextCorpusBuilder(
+            self.tokenizer._native, field="messages", messages=True,
+            chat_template=self.chat_template, template_variables=self.variables,
+            assistant_only=True, add_special_tokens=True, bos=None, eos=None, max_length=0,
+            store_dir=store_dir, skip_bad_rows=self.on_error == "skip", threads=self.threads,
+            bos_text=self.bos_text)
+        bad = rows.feed(builder, self.on_error, blob)
+        return builder.finish(), rows.table(bad)
+
+    def save(self, rows, folder):
+        os.makedirs(folder)
+        with open(os.path.join(folder, "images.bin"), "wb") as blob:
+            corpus, table = self.build(rows, os.path.join(folder, "corpus"), blob)
+        del corpus
+        files = ["<store>/images.bin" if f == blob.name else f for f in table["files"]]
+        np.savez(os.path.join(folder, "rows.npz"),
+                 **{k: table[k] for k in _Index.ARRAYS})
+        with open(os.path.join(folder, "vlm.json"), "w", encoding="utf-8") as f:
+            json.dump({"files": files, "names": table["names"], "count": table["count"],
+                       "bad": table["bad"], "reasons": table["reasons"]}, f)
+
+    ARRAYS = ("row_base", "row_images", "row_image_ids", "range_file", "range_offset",
+              "range_size")
+
+    @staticmethod
+    def open(store):
+        with open(os.path.join(store, "vlm.json"), encoding="utf-8") as f:
+            table = json.load(f)
+        table["files"] = [os.path.join(store, f[len("<store>/"):]) if f.startswith("<store>/")
+                          else f for f in table["files"]]
+        with np.load(os.path.join(store, "rows.npz")) as arrays:
+            table.update({k: arrays[k] for k in _Index.ARRAYS})
+        return _text().TextCorpus.open(os.path.join(store, "corpus")), table
+
+
 class _Rows:
     """The rows of every source, converted to conversations (messages as transformers takes
     them) and their images located; fed to a TextCorpusBuilder one source (origin) at a
     time."""
 
-    def __init__(self, source, messages, image_field, images, blob):
+    def __init__(self, source, messages, image_field, images):
         self.inputs = _inputs(source)
         self.messages, self.image_field = messages, image_field
-        self.blob = blob
+        self.blob = None
         self.files, self.file_index = [], {}
         self.range_file, self.range_offset, self.range_size, self.names = [], [], [], []
         self.name_index = {}
@@ -353,17 +421,31 @@ class _Rows:
             names = [os.fspath(n) for n in names]
             if len(names) == 1 and os.path.isdir(names[0]):
                 self.folder = names[0]
-            elif all(n.endswith(".tar") for n in names):
-                self.members = _tar_members(names)
+            elif names and all(n.endswith(".tar") for n in names):
+                self.shards = names
             else:
                 raise ValueError(f"images={images!r}: a folder, or .tar shards")
 
-    def feed(self, builder, on_error):
+    shards = ()
+
+    def identity(self):
+        """What the rows and the images' places are, for a cache key (None: no stable one)."""
+        inputs = [identity for _, _, _, identity in self.inputs]
+        if any(i is None for i in inputs):
+            return None
+        return {"inputs": inputs, "messages": self.messages, "image_field": self.image_field,
+                "folder": self.folder and os.path.abspath(self.folder),
+                "shards": [_file_identity(p) for p in self.shards]}
+
+    def feed(self, builder, on_error, blob):
         """Adds every row to the builder (a bad one, with on_error="skip", is left out here and
-        counted); returns the rows skipped so."""
+        counted), image bytes written to ``blob``; returns the rows skipped so."""
         import pyarrow as pa
+        self.blob = blob
+        if self.shards:
+            self.members = _tar_members(self.shards)
         bad = 0
-        for name, rows, base_dir in self.inputs:
+        for name, rows, base_dir, _ in self.inputs:
             self.row_base.append(self.count)
             batch, first = [], 0
             for r, row in enumerate(rows):
@@ -387,7 +469,6 @@ class _Rows:
                     self._add(builder, pa, batch, name, first)
                     batch, first = [], r + 1
             self._add(builder, pa, batch, name, first)
-        self.row_base = np.asarray(self.row_base, dtype=np.int64)
         return bad
 
     @staticmethod
@@ -428,7 +509,7 @@ class _Rows:
         if isinstance(value, (bytes, bytearray, memoryview)):
             data, value = bytes(value), None
         if data is not None:
-            f = self.blob()
+            f = self.blob
             offset = f.tell()
             f.write(data)
             return self._range(f.name, offset, len(data), f"{where}: image bytes")
@@ -459,15 +540,16 @@ class _Rows:
         self.name_index[key] = len(self.names) - 1
         return len(self.names) - 1
 
-    def image_table(self):
-        return (np.asarray(self.row_images, dtype=np.int64),
-                np.asarray(self.row_image_ids, dtype=np.int64))
-
-    def ranges(self):
-        return _native.sources.FileRanges(
-            self.files, np.asarray(self.range_file, dtype=np.uint32),
-            np.asarray(self.range_offset, dtype=np.uint64),
-            np.asarray(self.range_size, dtype=np.uint64), self.names)
+    def table(self, bad):
+        """The rows' images: per row its range of row_image_ids (row_images, from 0), and the
+        images as FileRanges' arguments; rows met, skipped here and why."""
+        return {"row_base": np.asarray(self.row_base, dtype=np.int64),
+                "row_images": np.asarray(self.row_images, dtype=np.int64),
+                "row_image_ids": np.asarray(self.row_image_ids, dtype=np.int64),
+                "files": list(self.files), "range_file": np.asarray(self.range_file, np.uint32),
+                "range_offset": np.asarray(self.range_offset, np.uint64),
+                "range_size": np.asarray(self.range_size, np.uint64), "names": list(self.names),
+                "count": self.count, "bad": bad, "reasons": list(self.reasons)}
 
 
 class _BadRow(ValueError):
@@ -507,12 +589,13 @@ def _message(turn, where):
 
 
 def _inputs(source):
-    """(name, rows, base folder) per input: rows an iterable of dicts (or _BadRow for a line
-    that is not one)."""
+    """(name, rows, base folder, identity) per input: rows an iterable of dicts (or _Line, or
+    _BadRow for a line that is not one), read when iterated; identity what a cache key records
+    of it (None: nothing stable)."""
     if type(source).__name__ == "Dataset" and type(source).__module__.startswith("datasets"):
-        return [("<datasets.Dataset>", iter(source), None)]
+        return [("<datasets.Dataset>", iter(source), None, ["dataset", source._fingerprint])]
     if isinstance(source, list) and (not source or isinstance(source[0], dict)):
-        return [("<rows>", source, None)]
+        return [("<rows>", source, None, None)]
     names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not names:
         raise ValueError("VLMDataset needs at least one source")
@@ -522,15 +605,21 @@ def _inputs(source):
         base = os.path.dirname(os.path.abspath(path))
         lower = path.lower()
         if lower.endswith(".json"):
-            out.append((path, _json_rows(path), base))
+            rows = _json_rows(path)
         elif lower.endswith((".jsonl", ".ndjson")):
-            out.append((path, _jsonl_rows(path), base))
+            rows = _jsonl_rows(path)
         elif lower.endswith(".parquet"):
-            out.append((path, _parquet_rows(path), base))
+            rows = _parquet_rows(path)
         else:
             raise ValueError(f"{path}: VLMDataset reads .json (LLaVA's list of rows), .jsonl "
                              f"and .parquet")
+        out.append((path, rows, base, _file_identity(path)))
     return out
+
+
+def _file_identity(path):
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
 def _json_rows(path):
@@ -542,7 +631,7 @@ def _json_rows(path):
                 from None
     if not isinstance(rows, list):
         raise ValueError(f"{path}: a JSON list of rows, got {type(rows).__name__}")
-    return rows
+    yield from rows
 
 
 class _Line:

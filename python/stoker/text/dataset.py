@@ -197,25 +197,11 @@ class TextDataset(PackedDocuments):
             warnings.warn("TextDataset: a source without a stable identity (an in-memory "
                           "table) is tokenized again each time; cache_dir is not used",
                           stacklevel=3)
-        if key is not None:
-            store = os.path.join(os.fspath(cache_dir), f"text-{key}")
-            if os.path.exists(os.path.join(store, "index.json")):
-                return text.TextCorpus.open(store)
-            os.makedirs(cache_dir, exist_ok=True)
-            building = f"{store}.building-{os.getpid()}"
-            shutil.rmtree(building, ignore_errors=True)
-            try:
-                corpus = self._build(text, building, threads)
-                del corpus  # its mappings follow the files when renamed; reopen to be sure
-                try:
-                    os.rename(building, store)
-                except OSError:  # another process finished it first: use theirs
-                    shutil.rmtree(building, ignore_errors=True)
-                return text.TextCorpus.open(store)
-            except BaseException:
-                shutil.rmtree(building, ignore_errors=True)
-                raise
-        return self._build(text, "", threads)
+        if key is None:
+            return self._build(text, "", threads)
+        store = build_once(cache_dir, f"text-{key}", "index.json",
+                           lambda folder: self._build(text, folder, threads))
+        return text.TextCorpus.open(store)
 
     def _build(self, text, store_dir, threads):
         builder = text.TextCorpusBuilder(self.tokenizer._native, **self._format,
@@ -255,6 +241,29 @@ class TextDataset(PackedDocuments):
     def trained(self, d):
         """Row ``d``'s flags of the tokens trained on (uint8; all 1 with ``loss="all"``)."""
         return self._corpus.trained(d)
+
+
+def build_once(cache_dir, name, marker, build):
+    """The folder ``cache_dir/name``, made by ``build(folder)`` when it is not there yet (no
+    ``marker`` file in it): built in a folder of this process's own, renamed when complete, so
+    that a folder with its marker is whole; where another process renamed its own first, that
+    one is used. Returns its path."""
+    store = os.path.join(os.fspath(cache_dir), name)
+    if os.path.exists(os.path.join(store, marker)):
+        return store
+    os.makedirs(cache_dir, exist_ok=True)
+    building = f"{store}.building-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        build(building)  # what it returns (a corpus mapping the files) is dropped before the rename
+        try:
+            os.rename(building, store)
+        except OSError:  # another process finished it first: use theirs
+            shutil.rmtree(building, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return store
 
 
 def _token_id(tokenizer, token):
