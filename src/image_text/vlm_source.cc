@@ -13,6 +13,7 @@
 #include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
 #include "stoker/image_text/patch_processor.h"
+#include "stoker/order.h"
 #include "stoker/random.h"
 #include "stoker/sources/documents.h"
 #include "stoker/sources/image_files.h"
@@ -25,6 +26,8 @@ namespace {
 constexpr uint64_t kHeaderBytes = 16 * 1024;
 constexpr size_t kReasonsKept = 8;
 constexpr DType kInt32{DType::kInt, 32};
+// The seed of a class's permutation, hashed apart from the loader's EpochOrder over samples.
+constexpr uint64_t kClassOrderTag = 0x766c6d2d636c6173;  // "vlm-clas"
 
 // Runs fn(i) for i in [0, n) on `threads` threads; the first exception (by i) is rethrown.
 void parallel_for(uint64_t n, int threads, const std::function<void(uint64_t)>& fn) {
@@ -247,6 +250,7 @@ void VLMSource::plan_packs() {
       pack_starts_.push_back(pack_order_.size());
     }
   }
+  if (options_.seq_len > 0 && options_.shuffle_conversations) plan_classes();
   const uint64_t samples = pack_starts_.size() - 1;
   sample_tokens_.assign(samples, 0);
   sample_images_.assign(samples, 0);
@@ -260,6 +264,38 @@ void VLMSource::plan_packs() {
       sample_patches_[s] += c.patches;
     }
   if (options_.seq_len > 0) stats_.padding = options_.seq_len * samples - stats_.tokens;
+}
+
+void VLMSource::plan_classes() {
+  const uint64_t k = kept_.size();
+  const auto images = [&](uint64_t c) {
+    const uint64_t d = kept_[c].document;
+    return options_.image_starts[d + 1] - options_.image_starts[d];
+  };
+  std::map<std::array<uint64_t, 3>, std::vector<uint64_t>> classes;
+  for (uint64_t c = 0; c < k; ++c)
+    classes[{kept_[c].tokens, images(c), kept_[c].patches}].push_back(c);
+  class_of_.resize(k);
+  rank_in_class_.resize(k);
+  class_starts_ = {0};
+  for (const auto& [key, members] : classes) {
+    for (size_t r = 0; r < members.size(); ++r) {
+      class_of_[members[r]] = static_cast<uint32_t>(class_starts_.size() - 1);
+      rank_in_class_[members[r]] = r;
+    }
+    class_members_.insert(class_members_.end(), members.begin(), members.end());
+    class_starts_.push_back(class_members_.size());
+  }
+}
+
+uint64_t VLMSource::conversation_at(uint64_t j, uint64_t seed, uint64_t epoch) const {
+  const uint64_t c = pack_order_[j];
+  if (class_of_.empty()) return c;
+  const uint32_t k = class_of_[c];
+  const uint64_t first = class_starts_[k], n = class_starts_[k + 1] - first;
+  if (n < 2) return c;
+  const EpochOrder order(n, true, hash_key(seed, kClassOrderTag, k), epoch);
+  return class_members_[first + order[rank_in_class_[c]]];
 }
 
 void VLMSource::make_fields() {
@@ -312,10 +348,10 @@ uint64_t VLMSource::group_length(uint64_t index, uint32_t group) const {
 
 std::vector<uint64_t> VLMSource::lengths() const { return sample_tokens_; }
 
-std::vector<uint64_t> VLMSource::documents_of(uint64_t index) const {
+std::vector<uint64_t> VLMSource::documents_of(uint64_t index, uint64_t seed, uint64_t epoch) const {
   std::vector<uint64_t> out;
   for (uint64_t j = pack_starts_[index]; j < pack_starts_[index + 1]; ++j)
-    out.push_back(kept_[pack_order_[j]].document);
+    out.push_back(kept_[conversation_at(j, seed, epoch)].document);
   return out;
 }
 
@@ -348,7 +384,7 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   int32_t longest = 0;
   if (cu != nullptr) cu[0] = 0;
   for (uint64_t j = pack_starts_[key.index], c = 0; j < pack_starts_[key.index + 1]; ++j, ++c) {
-    const Conversation& conv = kept_[pack_order_[j]];
+    const Conversation& conv = kept_[conversation_at(j, key.seed, key.epoch)];
     const uint64_t d = conv.document, n = docs.document_length(d);
     ws->tokens.resize(n);
     docs.read(d, 0, n, ws->tokens.data());

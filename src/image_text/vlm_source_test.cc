@@ -207,6 +207,7 @@ TEST(VLMSource, DynamicImagesTakeTheirTokensAndPatchesFromTheirSize) {
 TEST(VLMSource, PacksWholeConversationsByTokensWithCuSeqlens) {
   Fixture fx;
   VLMOptions o = fx.options();
+  o.shuffle_conversations = false;
   o.seq_len = 13;  // 12 alone; 8 + 5 together
   const VLMSource s(o);
   ASSERT_EQ(s.size(), 2u);
@@ -229,6 +230,50 @@ TEST(VLMSource, PacksWholeConversationsByTokensWithCuSeqlens) {
     EXPECT_EQ(e.index(), 2u);
     EXPECT_NE(std::string(e.what()).find("12 tokens"), std::string::npos) << e.what();
   }
+}
+
+TEST(VLMSource, EachEpochSwapsConversationsOfOneClassBetweenPacks) {
+  // Six conversations of 4 tokens (no image) and two of 5: packs of 9 hold one of each, and
+  // which ones changes with the epoch; every conversation once an epoch, the lengths the same.
+  std::vector<std::vector<int64_t>> tokens;
+  for (int64_t d = 0; d < 8; ++d)
+    tokens.push_back(d < 6 ? std::vector<int64_t>{1, 100 + d, 3, 4}
+                           : std::vector<int64_t>{1, 100 + d, 3, 4, 5});
+  std::vector<std::vector<uint8_t>> trained;
+  for (const auto& t : tokens) trained.emplace_back(t.size(), 1);
+  Fixture fx;
+  VLMOptions o = fx.options();
+  o.documents = std::make_shared<Conversations>(tokens, trained);
+  o.image_starts.assign(9, 0);
+  o.image_ids.clear();
+  o.seq_len = 9;
+  const VLMSource s(o);
+  ASSERT_EQ(s.size(), 4u);  // best fit: two of 5 + 4, two of 4 + 4
+  std::set<std::vector<std::vector<uint64_t>>> epochs;
+  for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+    std::multiset<uint64_t> seen;
+    std::vector<std::vector<uint64_t>> packs;
+    for (uint64_t i = 0; i < s.size(); ++i) {
+      const auto docs = s.documents_of(i, 7, epoch);
+      uint64_t n = 0;
+      for (uint64_t d : docs) n += tokens[d].size();
+      EXPECT_EQ(n, s.length(i));
+      seen.insert(docs.begin(), docs.end());
+      packs.push_back(docs);
+      // The sample read is these conversations.
+      std::vector<std::byte> ids(s.fields()[0].sample_bytes()), labels(ids.size()), pos(ids.size()),
+          px(4), cu(s.fields()[4].sample_bytes()), most(4);
+      std::byte* slots[] = {ids.data(), labels.data(), pos.data(),
+                            px.data(),  cu.data(),     most.data()};
+      s.read({7, epoch, i}, slots, nullptr);
+      const auto* got = reinterpret_cast<const int64_t*>(ids.data());
+      EXPECT_EQ(got[1], 100 + static_cast<int64_t>(docs[0]));
+    }
+    EXPECT_EQ(seen.size(), 8u);
+    EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), 8u);
+    epochs.insert(packs);
+  }
+  EXPECT_GT(epochs.size(), 1u);  // the packs' members change
 }
 
 TEST(VLMSource, BadConversationsAreNamedOrSkippedAndCounted) {

@@ -21,9 +21,12 @@
 // Samples. Unpacked (seq_len 0): sample i is kept conversation i. Packed (seq_len > 0): the
 // kept conversations are packed whole into samples of at most seq_len tokens, image tokens
 // counted, by best-fit decreasing over their lengths (ties by document order); each sample's
-// conversations in document order. The packs are chosen at construction: size() and each pack
-// are the same every epoch, the loader shuffles their order. Every kept conversation is in
-// exactly one sample.
+// conversations in document order. The packs are chosen at construction from the lengths: size()
+// and each sample's lengths are the same every epoch. With shuffle_conversations, each epoch
+// permutes the conversations of each class (the same tokens, images and patches) among
+// themselves (an EpochOrder keyed by the SampleKey's seed, hashed apart from the loader's, the
+// epoch and the class): which conversations share a pack changes, the padding does not. Every
+// kept conversation is in exactly one sample an epoch.
 //
 // Fields. Ragged group 0, the sample's tokens (length(i)):
 //   "input_ids"      int64  the expanded tokens (padding: pad_id).
@@ -94,8 +97,9 @@ struct VLMOptions {
   uint64_t max_pixels = 0;  // the decode limit (0: decode.h's default)
   int64_t pad_id = 0;
   int64_t label_ignore = -100;
-  uint64_t seq_len = 0;     // > 0: packed
-  uint64_t max_length = 0;  // unpacked: the longest conversation kept (0: any)
+  uint64_t seq_len = 0;               // > 0: packed
+  uint64_t max_length = 0;            // unpacked: the longest conversation kept (0: any)
+  bool shuffle_conversations = true;  // packed: see above
   bool skip_bad = false;
   int threads = 0;  // for the construction's scan (0: the cores, at most 8)
 };
@@ -127,8 +131,8 @@ class VLMSource final : public Source {
 
   // Each sample's tokens (length(i)).
   std::vector<uint64_t> lengths() const;
-  // The documents (conversations) of sample i, in order.
-  std::vector<uint64_t> documents_of(uint64_t index) const;
+  // The documents (conversations) of sample i in that epoch, in order.
+  std::vector<uint64_t> documents_of(uint64_t index, uint64_t seed = 0, uint64_t epoch = 0) const;
   const VLMStats& stats() const { return stats_; }
 
  private:
@@ -139,11 +143,14 @@ class VLMSource final : public Source {
     uint64_t image_tokens = 0;
   };
   uint64_t image_tokens(uint64_t image) const;
+  // The kept conversation in slot j of pack_order_ in that epoch.
+  uint64_t conversation_at(uint64_t j, uint64_t seed, uint64_t epoch) const;
   uint64_t image_patches(uint64_t image) const;
   std::array<int64_t, 3> probe(uint64_t image, std::vector<std::byte>& buffer) const;
   void probe_images();
   void scan();
   void plan_packs();
+  void plan_classes();
   void make_fields();
 
   VLMOptions options_;
@@ -151,6 +158,10 @@ class VLMSource final : public Source {
   std::vector<Conversation> kept_;
   std::vector<uint64_t> pack_starts_;  // sample i is kept_[pack_order_[pack_starts_[i] ..]]
   std::vector<uint64_t> pack_order_;
+  // Packed and shuffled: each kept conversation's class and rank in it, and the classes' members
+  // (kept conversations, in document order) one class after another.
+  std::vector<uint32_t> class_of_;
+  std::vector<uint64_t> rank_in_class_, class_starts_, class_members_;
   // Per sample: its tokens, images and patches (dynamic).
   std::vector<uint64_t> sample_tokens_, sample_images_, sample_patches_;
   // Each image's (t, h, w) (dynamic; fixed: {1, 1, 1}), {0, 0, 0} for one that cannot be used.

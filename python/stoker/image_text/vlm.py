@@ -65,7 +65,10 @@ class VLMDataset(StokerDataset):
     ``pack``: None (a sample is a conversation; batches pad to their longest, or
     ``stoker.Budget(tokens=N)`` counts image tokens), or ``"best_fit"`` (conversations packed
     whole into samples of at most ``seq_len`` tokens, image tokens counted, with
-    ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; use batch_size=1).
+    ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; use batch_size=1). The packs are chosen
+    from the lengths once; with ``shuffle_conversations`` each epoch swaps conversations of the
+    same length (and images) between packs, so which share a pack changes while the padding
+    does not.
 
     A batch is a dict; ``pixel_values`` holds the batch's images one after the other (the
     model's layout: [images, 3, H, W], or Qwen2-VL's [patches, dim] and ``image_grid_thw``
@@ -86,7 +89,8 @@ class VLMDataset(StokerDataset):
     def __init__(self, source, processor, images=None, *, messages=None, image_field=None,
                  pack=None, seq_len=None, max_length=None, chat_template=None,
                  template_kwargs=None, image_token=None, image_tokens=None, label_ignore=-100,
-                 pad_id=None, cache_dir=None, on_error="raise", num_threads=None):
+                 pad_id=None, shuffle_conversations=True, cache_dir=None, on_error="raise",
+                 num_threads=None):
         if pack not in PACKS:
             raise ValueError(f"pack is None or \"best_fit\", got {pack!r}")
         if pack is not None:
@@ -157,7 +161,8 @@ class VLMDataset(StokerDataset):
             corpus, image_starts, image_ids, ranges, self.image_token_id, pipeline,
             int(model.tokens_per_image or 0) if fixed else 0,
             None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
-            int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0))
+            int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0),
+            bool(shuffle_conversations))
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
         self.stats_ = {"rows": table["count"], "text": dict(corpus.stats),
                        **dict(self._source.stats)}
@@ -181,9 +186,11 @@ class VLMDataset(StokerDataset):
         i = check_index(index, len(self))
         return dict(zip(self._names, read_sample(self._source, i)))
 
-    def documents_of(self, index):
-        """The rows' documents (conversations, in the order kept) of sample ``index``."""
-        return list(self._source.documents_of(check_index(index, len(self))))
+    def documents_of(self, index, seed=0, epoch=0):
+        """The conversations (their numbers among those indexed) of sample ``index`` in that
+        epoch."""
+        return list(self._source.documents_of(check_index(index, len(self)), int(seed),
+                                              int(epoch)))
 
     def stats(self):
         """Rows read, conversations kept and skipped (with the first reasons), tokens, image
