@@ -2,6 +2,7 @@
 through the fault proxy, against the same data read locally. Nothing here leaves this machine.
 """
 
+import io
 import json
 import os
 import subprocess
@@ -455,6 +456,59 @@ def test_text_dataset_from_s3_equals_the_local_files(s3_env, tmp_path):
     assert got._corpus.path(41) == urls[2] + ": row 1"
     with pytest.raises(stoker.SampleError, match=r"s3://text/b\.jsonl\.gz:8"):
         stoker.TextDataset(urls[1], tok)
+
+
+def test_vlm_rows_from_s3_equal_the_local_files(s3_env, tmp_path):
+    """VLMDataset over s3:// rows: a Parquet file holding its images' bytes, and LLaVA JSON
+    whose images are in a local folder; the samples equal the local files', bad rows named by
+    URL, remote images refused."""
+    pytest.importorskip("stoker._text")
+    pytest.importorskip("transformers")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image as PILImage
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.train_from_iterator(["what is in the picture a cat"] * 10, trainer=trainers.BpeTrainer(
+        vocab_size=280, show_progress=False, special_tokens=["<image>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    (tmp_path / "model").mkdir()
+    hf.save(str(tmp_path / "model" / "tokenizer.json"))
+    (tmp_path / "model" / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m['role'] }}: {% for c in m['content'] %}"
+        "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}\n"
+        "{% endfor %}")
+    (tmp_path / "model" / "processor_config.json").write_text(json.dumps({
+        "patch_size": 8, "image_processor": {
+            "image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 16},
+            "crop_size": {"height": 16, "width": 16}, "resample": 3}}))
+    (tmp_path / "imgs").mkdir()
+    rows, table = [], []
+    for i in range(6):
+        buf = io.BytesIO()
+        PILImage.fromarray(np.full((20 + i, 24, 3), 40 * i, np.uint8)).save(buf, "PNG")
+        (tmp_path / "imgs" / f"{i}.png").write_bytes(buf.getvalue())
+        turns = [{"from": "human", "value": f"<image> what is in the picture {i}"},
+                 {"from": "gpt", "value": "a cat " * (i + 1)}]
+        rows.append({"image": f"{i}.png", "conversations": turns})
+        table.append({"conversations": turns, "images": [buf.getvalue()]})
+    (tmp_path / "rows.json").write_text(json.dumps(rows + [{"image": "x.png"}]))
+    pq.write_table(pa.Table.from_pylist(table), tmp_path / "rows.parquet")
+    local = [str(tmp_path / "rows.json"), str(tmp_path / "rows.parquet")]
+    urls = upload(s3_env, "vlm", local)
+    model = str(tmp_path / "model")
+    want = stoker.VLMDataset(local[1], model)
+    for got in (stoker.VLMDataset(urls[1], model),
+                stoker.VLMDataset(urls[0], model, images=tmp_path / "imgs", on_error="skip")):
+        assert len(got) == len(want) == 6
+        for i in range(6):
+            for k, v in want[i].items():
+                np.testing.assert_array_equal(v, got[i][k])
+    with pytest.raises(stoker.SampleError, match=r"s3://vlm/rows\.json: row 6"):
+        stoker.VLMDataset(urls[0], model, images=tmp_path / "imgs")
+    with pytest.raises(ValueError, match="remote images"):
+        stoker.VLMDataset(urls[1], model, images="s3://vlm/imgs/")
 
 
 def test_tar_shards_with_fields_from_s3_equal_local(s3_env, tmp_path):

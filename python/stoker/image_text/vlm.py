@@ -22,6 +22,7 @@ import numpy as np
 from .. import _native
 from ..errors import SampleError
 from ..text.dataset import build_once
+from ..sources import remote as _remote_files
 from ..sources.base import StokerDataset
 from ..sources._checks import check_index
 from ..sources.samples import read_sample
@@ -79,6 +80,10 @@ class VLMDataset(StokerDataset):
     VLMDataset of the same opens it at once. Without it, each VLMDataset indexes the rows again,
     into temporary files that vanish with it.
 
+    Remote rows (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``; ``storage_options``
+    as for every remote dataset) are fetched into the cache (``cache_budget``) when the dataset is
+    made; their images are bytes in the rows, or names in a local ``images=``.
+
     ``on_error``: "raise" (a bad row raises ``stoker.SampleError`` naming the file and row: a
     line that is not JSON, a conversation the template rejects, more or fewer placeholders
     than images, a missing image, a conversation longer than ``max_length`` or ``seq_len``) or
@@ -90,7 +95,7 @@ class VLMDataset(StokerDataset):
                  pack=None, seq_len=None, max_length=None, chat_template=None,
                  template_kwargs=None, image_token=None, image_tokens=None, label_ignore=-100,
                  pad_id=None, shuffle_conversations=True, cache_dir=None, on_error="raise",
-                 num_threads=None):
+                 num_threads=None, storage_options=None, cache_budget=None):
         if pack not in PACKS:
             raise ValueError(f"pack is None or \"best_fit\", got {pack!r}")
         if pack is not None:
@@ -123,7 +128,8 @@ class VLMDataset(StokerDataset):
 
         self.cache_dir = cache_dir
         self._blob = None  # without cache_dir: image bytes from the rows, in an unnamed file
-        rows = _Rows(source, messages, image_field, images)
+        rows = _Rows(_inputs(source, storage_options, cache_dir, cache_budget), messages,
+                     image_field, images)
         index = _Index(self.tokenizer, self.chat_template, variables, model.bos_text, on_error,
                        num_threads or 0)
         key = index.key(rows) if cache_dir is not None else None
@@ -410,8 +416,8 @@ class _Rows:
     them) and their images located; fed to a TextCorpusBuilder one source (origin) at a
     time."""
 
-    def __init__(self, source, messages, image_field, images):
-        self.inputs = _inputs(source)
+    def __init__(self, inputs, messages, image_field, images):
+        self.inputs = inputs
         self.messages, self.image_field = messages, image_field
         self.blob = None
         self.files, self.file_index = [], {}
@@ -426,6 +432,10 @@ class _Rows:
         if images is not None:
             names = [images] if isinstance(images, (str, os.PathLike)) else list(images)
             names = [os.fspath(n) for n in names]
+            if _remote_files.is_remote(names):
+                raise ValueError("images= is a local folder or local .tar shards (remote images "
+                                 "are not read yet; rows that hold their images' bytes, a "
+                                 "Parquet file's Image column, are read from remote files)")
             if len(names) == 1 and os.path.isdir(names[0]):
                 self.folder = names[0]
             elif names and all(n.endswith(".tar") for n in names):
@@ -595,10 +605,11 @@ def _message(turn, where):
     return {"role": role, "content": items}
 
 
-def _inputs(source):
+def _inputs(source, storage_options=None, cache_dir=None, cache_budget=None):
     """(name, rows, base folder, identity) per input: rows an iterable of dicts (or _Line, or
     _BadRow for a line that is not one), read when iterated; identity what a cache key records
-    of it (None: nothing stable)."""
+    of it (None: nothing stable). Remote files (s3://, gs://, hf://, ...) are fetched into the
+    cache first; errors name their URLs, and their image paths are relative to images=."""
     if type(source).__name__ == "Dataset" and type(source).__module__.startswith("datasets"):
         return [("<datasets.Dataset>", iter(source), None, ["dataset", source._fingerprint])]
     if isinstance(source, list) and (not source or isinstance(source[0], dict)):
@@ -606,22 +617,28 @@ def _inputs(source):
     names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not names:
         raise ValueError("VLMDataset needs at least one source")
-    out = []
-    for n in names:
-        path = os.fspath(n)
-        base = os.path.dirname(os.path.abspath(path))
-        lower = path.lower()
-        if lower.endswith(".json"):
-            rows = _json_rows(path)
-        elif lower.endswith((".jsonl", ".ndjson")):
-            rows = _jsonl_rows(path)
-        elif lower.endswith(".parquet"):
-            rows = _parquet_rows(path)
-        else:
-            raise ValueError(f"{path}: VLMDataset reads .json (LLaVA's list of rows), .jsonl "
-                             f"and .parquet")
-        out.append((path, rows, base, _file_identity(path)))
-    return out
+    if _remote_files.is_remote(names):
+        urls, local = _remote_files.stage(
+            names, "VLMDataset", storage_options=storage_options,
+            cache_dir=cache_dir and os.path.join(os.fspath(cache_dir), "remote"),
+            cache_budget=cache_budget)
+        return [(url, _rows_of(path, url), None, [url] + _file_identity(path)[1:])
+                for url, path in zip(urls, local)]
+    return [(os.fspath(n), _rows_of(os.fspath(n)), os.path.dirname(os.path.abspath(n)),
+             _file_identity(n)) for n in names]
+
+
+def _rows_of(path, name=None):
+    """The rows of a local file, by the name's suffix (a fetched remote file's: its URL's)."""
+    lower = (name or path).lower()
+    if lower.endswith(".json"):
+        return _json_rows(path, name or path)
+    if lower.endswith((".jsonl", ".ndjson")):
+        return _jsonl_rows(path)
+    if lower.endswith(".parquet"):
+        return _parquet_rows(path)
+    raise ValueError(f"{name or path}: VLMDataset reads .json (LLaVA's list of rows), .jsonl and "
+                     f".parquet")
 
 
 def _file_identity(path):
@@ -629,15 +646,15 @@ def _file_identity(path):
     return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
-def _json_rows(path):
+def _json_rows(path, name):
     with open(path, "rb") as f:
         try:
             rows = json.loads(f.read())
         except (ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not JSON ({e}); LLaVA's format is a JSON list of rows") \
+            raise ValueError(f"{name}: not JSON ({e}); LLaVA's format is a JSON list of rows") \
                 from None
     if not isinstance(rows, list):
-        raise ValueError(f"{path}: a JSON list of rows, got {type(rows).__name__}")
+        raise ValueError(f"{name}: a JSON list of rows, got {type(rows).__name__}")
     yield from rows
 
 
