@@ -145,16 +145,7 @@ class VLMDataset(StokerDataset):
                                lambda folder: index.save(rows, folder))
             corpus, table = _Index.open(store)
         self._corpus = corpus
-        origins, local_rows = corpus.document_rows()
-        doc_rows = table["row_base"][origins.astype(np.int64)] + local_rows.astype(np.int64)
-        starts, ids = table["row_images"], table["row_image_ids"]
-        counts = (starts[1:] - starts[:-1])[doc_rows]
-        image_starts = np.zeros(len(doc_rows) + 1, dtype=np.uint64)
-        np.cumsum(counts, out=image_starts[1:])
-        # document d's images: ids[starts[row d] ...], counts[d] of them, one after the other
-        pick = np.repeat(starts[doc_rows] - image_starts[:-1].astype(np.int64), counts) + \
-            np.arange(int(image_starts[-1]), dtype=np.int64)
-        image_ids = ids[pick].astype(np.uint64)
+        image_starts, image_ids = _document_images(corpus, table)
         ranges = _native.sources.FileRanges(
             table["files"], table["range_file"], table["range_offset"], table["range_size"],
             table["names"])
@@ -170,16 +161,16 @@ class VLMDataset(StokerDataset):
             int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0),
             bool(shuffle_conversations))
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
-        self.stats_ = {"rows": table["count"], "text": dict(corpus.stats),
-                       **dict(self._source.stats)}
+        self._summary = {"rows": table["count"], "text": dict(corpus.stats),
+                         **dict(self._source.stats)}
         skipped = table["bad"] + corpus.stats["skipped"] + self._source.stats["skipped"]
-        self.stats_["skipped"] = skipped
-        self.stats_["skipped_reasons"] = (table["reasons"] +
-                                          list(corpus.stats["skipped_reasons"]) +
-                                          list(self._source.stats["skipped_reasons"]))[:8]
+        self._summary["skipped"] = skipped
+        self._summary["skipped_reasons"] = (table["reasons"] +
+                                            list(corpus.stats["skipped_reasons"]) +
+                                            list(self._source.stats["skipped_reasons"]))[:8]
         if skipped:
             warnings.warn(f"VLMDataset skipped {skipped} bad rows of {table['count']}; the "
-                          f"first: {self.stats_['skipped_reasons'][0]}", stacklevel=2)
+                          f"first: {self._summary['skipped_reasons'][0]}", stacklevel=2)
 
     # -- samples --
 
@@ -201,7 +192,7 @@ class VLMDataset(StokerDataset):
     def stats(self):
         """Rows read, conversations kept and skipped (with the first reasons), tokens, image
         tokens, images, and packed padding."""
-        return dict(self.stats_)
+        return dict(self._summary)
 
     def trained(self, d):
         """Conversation ``d``'s flags of the tokens trained on, before the image tokens are
@@ -241,9 +232,24 @@ class VLMDataset(StokerDataset):
         raise TypeError("a VLMDataset is not pickled: make it where it is used")
 
     def __repr__(self):
-        return (f"VLMDataset({len(self)} samples, {self.stats_['kept']} conversations, "
-                f"{self.stats_['images']} images, image token {self.image_token!r}"
+        return (f"VLMDataset({len(self)} samples, {self._summary['kept']} conversations, "
+                f"{self._summary['images']} images, image token {self.image_token!r}"
                 f"{', packed to ' + str(self.seq_len) if self.pack else ''})")
+
+
+def _document_images(corpus, table):
+    """(image_starts, image_ids): each document's images (the rows skipped leave no document),
+    as VLMSource takes them."""
+    origins, local_rows = corpus.document_rows()
+    doc_rows = table["row_base"][origins.astype(np.int64)] + local_rows.astype(np.int64)
+    starts, ids = table["row_images"], table["row_image_ids"]
+    counts = (starts[1:] - starts[:-1])[doc_rows]
+    image_starts = np.zeros(len(doc_rows) + 1, dtype=np.uint64)
+    np.cumsum(counts, out=image_starts[1:])
+    # document d's images: ids[starts[its row] ...], counts[d] of them, one after the other
+    pick = np.repeat(starts[doc_rows] - image_starts[:-1].astype(np.int64), counts) + \
+        np.arange(int(image_starts[-1]), dtype=np.int64)
+    return image_starts, ids[pick].astype(np.uint64)
 
 
 def _flatten(values, counts):
