@@ -334,6 +334,10 @@ void VLMSource::make_fields() {
     fields_.push_back(ragged("cu_seqlens", kInt32, {static_cast<int64_t>(convs + 1)}, 0, group++));
     fields_.push_back(FieldSpec{"max_seqlen", kInt32, {}});
   }
+  if (o.token_types) {
+    types_slot_ = fields_.size();
+    fields_.push_back(ragged("mm_token_type_ids", kInt64, {tokens}, 0, 0));
+  }
 }
 
 uint64_t VLMSource::length(uint64_t index) const { return sample_tokens_[index]; }
@@ -380,6 +384,7 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   std::byte* pixels = slots[3];
   int64_t* grid = o.patches != nullptr ? reinterpret_cast<int64_t*>(slots[4]) : nullptr;
   int32_t* cu = packed ? reinterpret_cast<int32_t*>(slots[cu_slot_]) : nullptr;
+  int64_t* types = o.token_types ? reinterpret_cast<int64_t*>(slots[types_slot_]) : nullptr;
   uint64_t at = 0, image = 0, patch = 0;
   int32_t longest = 0;
   if (cu != nullptr) cu[0] = 0;
@@ -400,6 +405,7 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
         ids[at] = token;
         labels[at] = !image_token && ws->trained[t] ? token : o.label_ignore;
         third[at] = packed ? static_cast<int64_t>(at - start) : 1;
+        if (types != nullptr) types[at] = image_token ? 1 : 0;
       }
     }
     if (at - start != conv.tokens)

@@ -202,6 +202,19 @@ TEST(VLMSource, DynamicImagesTakeTheirTokensAndPatchesFromTheirSize) {
   EXPECT_EQ(c.grid, grids);
   EXPECT_EQ(std::count(c.ids.begin(), c.ids.end(), kImage),
             static_cast<int64_t>(tokens(1) + tokens(2)));
+
+  // mm_token_type_ids, the last field: 1 on the image tokens.
+  o.token_types = true;
+  const VLMSource typed(o);
+  ASSERT_EQ(typed.fields().back().name, "mm_token_type_ids");
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<std::byte*> slots;
+  for (const FieldSpec& f : typed.fields())
+    bufs.emplace_back(std::max<size_t>(f.sample_bytes(), 8));
+  for (auto& b : bufs) slots.push_back(b.data());
+  typed.read({1, 0, 2}, slots, nullptr);
+  const auto* types = reinterpret_cast<const int64_t*>(bufs.back().data());
+  for (size_t t = 0; t < c.ids.size(); ++t) EXPECT_EQ(types[t], c.ids[t] == kImage ? 1 : 0) << t;
 }
 
 TEST(VLMSource, PacksWholeConversationsByTokensWithCuSeqlens) {

@@ -154,7 +154,7 @@ def as_messages(row):
 
 def reference(processor, row, folder):
     """processor.apply_chat_template(..., tokenize=True, return_assistant_tokens_mask=True):
-    (input_ids, labels, pixel_values, image_grid_thw or None)."""
+    (input_ids, labels, pixel_values, image_grid_thw or None, mm_token_type_ids or None)."""
     names = row.get("image", [])
     names = [names] if isinstance(names, str) else names
     images = [PIL.open(folder / n).convert("RGB") for n in names]
@@ -170,7 +170,8 @@ def reference(processor, row, folder):
     ids = out["input_ids"][0]
     image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     labels = np.where((out["assistant_masks"][0] == 1) & (ids != image_id), ids, -100)
-    return ids, labels, out.get("pixel_values"), out.get("image_grid_thw")
+    types = out["mm_token_type_ids"][0] if "mm_token_type_ids" in out else None
+    return ids, labels, out.get("pixel_values"), out.get("image_grid_thw"), types
 
 
 def write_json(path, rows):
@@ -194,8 +195,11 @@ def check_batches(ds, processor, rows, folder, batch_size=3, workers=2):
                      (ref[0] == ids).all()]
             assert match, "a sample equal to no row's processor output"
             seen.append(match[0])
-            _, want_labels, want_px, want_grid = refs[match[0]]
+            _, want_labels, want_px, want_grid, want_types = refs[match[0]]
             np.testing.assert_array_equal(b["labels"][r, :n], want_labels)
+            assert (want_types is None) == ("mm_token_type_ids" not in b)
+            if want_types is not None:
+                np.testing.assert_array_equal(b["mm_token_type_ids"][r, :n], want_types)
             assert (b["attention_mask"][r, :n] == 1).all() and (b["attention_mask"][r, n:] == 0).all()
             assert (b["labels"][r, n:] == -100).all()
             count = int(b["image_counts"][r])
@@ -519,3 +523,50 @@ def test_stoker_trainer_trains_a_llava_step(tmp_path, llava, folder):
     assert "shift_labels" not in batch  # the labels are transformers' own, not shifted
     n_images = int((batch["input_ids"] == config.image_token_index).sum()) // 4
     assert batch["pixel_values"].shape == (n_images, 3, 28, 28)
+
+
+def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
+    """Qwen2-VL's layout reaches its model: the batch's patches one after the other
+    ([patches, 1176]) with image_grid_thw, each image's tokens its grid's / merge_size**2."""
+    import torch
+    from stoker.integrations.transformers import StokerTrainer
+
+    rows = llava_rows(16, seed=13)
+    ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), qwen, images=folder)
+    tok = qwen.tokenizer
+    torch.manual_seed(0)
+    config = transformers.Qwen2VLConfig(
+        vision_config={"depth": 1, "embed_dim": 16, "hidden_size": 32, "num_heads": 2,
+                       "mlp_ratio": 2, "patch_size": 14, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2},
+        text_config={"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64,
+                     "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "num_key_value_heads": 2, "max_position_embeddings": 4096,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                         "mrope_section": [2, 3, 3]}},
+        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
+        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
+        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
+        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
+    model = transformers.Qwen2VLForConditionalGeneration(config)
+    seen = []
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def recording(**kwargs):
+        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
+        return forward(**kwargs)
+    model.forward = recording
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=4,
+        learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no",
+        remove_unused_columns=True, disable_tqdm=True, logging_steps=1)
+    trainer = StokerTrainer(model=model, args=args, train_dataset=ds)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 4 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+    for batch in seen:
+        grid = batch["image_grid_thw"]
+        assert batch["pixel_values"].shape == (int(grid.prod(dim=1).sum()), 1176)
+        assert int((batch["input_ids"] == config.image_token_id).sum()) == \
+            int(grid.prod(dim=1).sum()) // 4

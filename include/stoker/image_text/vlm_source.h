@@ -35,6 +35,9 @@
 //                           transformers' labels, not shifted (the model shifts them).
 //   "attention_mask" int64  unpacked: 1 (padding 0).
 //   "position_ids"   int64  packed: 0 at each conversation's first token.
+//   "mm_token_type_ids" int64  with token_types, the last field: 1 on an image token, 0
+//                           elsewhere (padding 0): what Qwen2-VL's processor returns and its
+//                           model's M-RoPE needs.
 // Ragged group 1, "pixel_values" float32: fixed, [images, 3, H, W]; dynamic, [patches,
 // patch_dim], the sample's images' patches one after the other.
 // Dynamic, ragged group 2: "image_grid_thw" int64 [images, 3], each image's (t, h, w).
@@ -100,6 +103,7 @@ struct VLMOptions {
   uint64_t seq_len = 0;               // > 0: packed
   uint64_t max_length = 0;            // unpacked: the longest conversation kept (0: any)
   bool shuffle_conversations = true;  // packed: see above
+  bool token_types = false;           // the mm_token_type_ids field
   bool skip_bad = false;
   int threads = 0;  // for the construction's scan (0: the cores, at most 8)
 };
@@ -168,6 +172,7 @@ class VLMSource final : public Source {
   std::vector<std::array<int64_t, 3>> grids_;
   uint64_t image_bytes_ = 0;  // fixed: one image's pixels
   size_t cu_slot_ = 0;        // packed: cu_seqlens' slot (max_seqlen's next)
+  size_t types_slot_ = 0;     // with token_types: mm_token_type_ids' slot (the last)
   VLMStats stats_;
 };
 

@@ -40,7 +40,8 @@ class VLMDataset(StokerDataset):
     """Conversations with images, as ``processor.apply_chat_template`` and the processor's call
     make them: ``input_ids``, ``labels`` (-100 outside the assistant's turns and on image
     tokens; not shifted, as transformers' models take them), ``attention_mask``,
-    ``pixel_values`` (and ``image_grid_thw`` for Qwen2-VL).
+    ``pixel_values`` (and for Qwen2-VL ``image_grid_thw`` and ``mm_token_type_ids``, 1 on image
+    tokens, which its processor returns and its model's M-RoPE needs).
 
     ``source``: a LLaVA JSON file (a list of rows), JSONL, Parquet, a ``datasets.Dataset`` or a
     list of row dicts (or a list of such files). A row holds a conversation under ``messages``
@@ -159,7 +160,7 @@ class VLMDataset(StokerDataset):
             int(model.tokens_per_image or 0) if fixed else 0,
             None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
             int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0),
-            bool(shuffle_conversations))
+            bool(shuffle_conversations), not fixed)
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
         self._summary = {"rows": table["count"], "text": dict(corpus.stats),
                          **dict(self._source.stats)}
