@@ -38,9 +38,11 @@ void register_testing_image_ops(nb::module_& m);
 // A pipeline spec (the private list of tuples the transforms' _specs() write, stoker/transforms/)
 // as transforms (image.cc). Throws InvalidArgument for an unknown or invalid transform.
 std::vector<image::Transform> parse_transforms(const nb::list& spec);
+// "drop" or "white" as image::Alpha (image.cc). Throws InvalidArgument for anything else.
+image::Alpha parse_alpha(const std::string& alpha);
 // The pipeline of such a spec (image.cc).
-std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
-                                                          uint64_t max_pixels);
+std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec, uint64_t max_pixels,
+                                                          image::Alpha alpha = image::Alpha::kDrop);
 
 // A vector as a NumPy uint64 array that owns it, no copy (engine.cc).
 nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> to_array(std::vector<uint64_t> values);

@@ -204,6 +204,12 @@ nb::ndarray<nb::numpy, uint8_t> to_numpy(image::DecodedImage img) {
 
 }  // namespace
 
+image::Alpha parse_alpha(const std::string& alpha) {
+  if (alpha == "drop") return image::Alpha::kDrop;
+  if (alpha == "white") return image::Alpha::kOverWhite;
+  throw InvalidArgument("alpha is \"drop\" or \"white\", got \"" + alpha + "\"");
+}
+
 std::vector<std::byte> read_whole_file(const std::string& path) {
   auto files = ImageFolderFiles({{path, 0}});
   std::vector<std::byte> bytes;
@@ -217,11 +223,12 @@ std::vector<image::Transform> parse_transforms(const nb::list& spec) {
   return transforms;
 }
 
-std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec,
-                                                          uint64_t max_pixels) {
+std::shared_ptr<const image::ImagePipeline> make_pipeline(const nb::list& spec, uint64_t max_pixels,
+                                                          image::Alpha alpha) {
   std::vector<image::Transform> transforms = parse_transforms(spec);
   image::PipelineOptions options;
   options.max_pixels = max_pixels;
+  options.alpha = alpha;
   return std::make_shared<const image::ImagePipeline>(std::move(transforms), options);
 }
 
@@ -243,14 +250,18 @@ void register_image(nb::module_& m) {
   // (stoker/transforms/_compile.py): the transforms of the image, any output size, run() per
   // sample on the calling thread.
   nb::class_<image::ImagePipeline>(m, "ImagePipeline")
-      .def(nb::new_([](const nb::list& spec, uint64_t max_pixels, bool any_size) {
+      .def(nb::new_([](const nb::list& spec, uint64_t max_pixels, bool any_size,
+                       const std::string& alpha) {
              image::PipelineOptions options;
              options.max_pixels = max_pixels;
              options.any_size = any_size;
+             options.alpha = parse_alpha(alpha);
              return std::make_shared<image::ImagePipeline>(parse_transforms(spec), options);
            }),
            nb::arg("pipeline"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
-           nb::arg("any_size") = false)
+           nb::arg("any_size") = false, nb::arg("alpha") = "drop",
+           "alpha: what a PNG's transparency becomes, \"drop\" (torchvision's loader) or "
+           "\"white\" (composited on white, as Hugging Face's image processors do).")
       .def_prop_ro("output_shape", &image::ImagePipeline::output_shape,
                    "[3, H, W] (CHW) or [H, W, 3] (HWC): what a sample's slot holds.")
       .def(
@@ -279,27 +290,29 @@ void register_image(nb::module_& m) {
 
   m.def(
       "decode_file",
-      [](const std::string& path, uint64_t max_pixels) {
+      [](const std::string& path, uint64_t max_pixels, const std::string& alpha) {
+        const image::Alpha a = parse_alpha(alpha);
         image::DecodedImage img;
         {
           nb::gil_scoped_release release;
-          img = image::decode(read_whole_file(path), max_pixels);
+          img = image::decode(read_whole_file(path), max_pixels, a);
         }
         return to_numpy(std::move(img));
       },
-      nb::arg("path"), nb::arg("max_pixels") = image::kDefaultMaxPixels);
+      nb::arg("path"), nb::arg("max_pixels") = image::kDefaultMaxPixels, nb::arg("alpha") = "drop");
   m.def(
       "decode_file",
-      [](nb::bytes data, uint64_t max_pixels) {
+      [](nb::bytes data, uint64_t max_pixels, const std::string& alpha) {
+        const image::Alpha a = parse_alpha(alpha);
         std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()), data.size());
         image::DecodedImage img;
         {
           nb::gil_scoped_release release;
-          img = image::decode(bytes, max_pixels);
+          img = image::decode(bytes, max_pixels, a);
         }
         return to_numpy(std::move(img));
       },
-      nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels,
+      nb::arg("data"), nb::arg("max_pixels") = image::kDefaultMaxPixels, nb::arg("alpha") = "drop",
       "Decodes a whole image to an HWC uint8 RGB array.");
 }
 

@@ -158,7 +158,7 @@ void bind_patch_processor(nb::module_& m) {
               const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(data.c_str()),
                                                  data.size());
               nb::gil_scoped_release release;
-              img = image::decode(b);
+              img = image::decode(b, image::kDefaultMaxPixels, PatchProcessor::kAlpha);
             }
             return process(p, img.rgb.data(), img.width, img.height);
           },

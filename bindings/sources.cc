@@ -518,12 +518,12 @@ void register_sources(nb::module_& m) {
       .def_prop_ro("num_shards", &TarShardFiles::num_shards);
 
   nb::class_<ImageSource, Source>(m, "ImageSource")
-      .def(nb::new_(
-               [](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels) {
-                 return std::make_shared<ImageSource>(std::move(files),
-                                                      make_pipeline(spec, max_pixels));
-               }),
-           nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"))
+      .def(nb::new_([](std::shared_ptr<ImageFiles> files, const nb::list& spec, uint64_t max_pixels,
+                       const std::string& alpha) {
+             return std::make_shared<ImageSource>(
+                 std::move(files), make_pipeline(spec, max_pixels, parse_alpha(alpha)));
+           }),
+           nb::arg("files"), nb::arg("pipeline"), nb::arg("max_pixels"), nb::arg("alpha") = "drop")
       .def_prop_ro("image_shape", [](const ImageSource& s) { return s.fields()[0].shape; })
       .def_prop_ro("image_dtype", [](const ImageSource& s) { return s.fields()[0].dtype.name(); })
       .def_prop_ro("image_layout", [](const ImageSource& s) {

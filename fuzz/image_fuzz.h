@@ -89,8 +89,10 @@ inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat forma
   options.dct_min_ratio = p.PickValueInArray({0.0, 1.0, 2.0, 4.0});
   // Large enough for the seeds, small enough that no input asks for gigabytes.
   options.max_pixels = p.ConsumeBool() ? p.ConsumeIntegralInRange<uint64_t>(1, 1 << 22) : 1 << 22;
-  const SampleRng key(p.ConsumeIntegral<uint64_t>(), p.ConsumeIntegral<uint64_t>(),
-                      p.ConsumeIntegral<uint64_t>());
+  const uint64_t seed = p.ConsumeIntegral<uint64_t>();
+  const SampleRng key(seed, p.ConsumeIntegral<uint64_t>(), p.ConsumeIntegral<uint64_t>());
+  // From a bit already drawn, so that the corpus and the regressions read as before.
+  options.alpha = seed & 1 ? Alpha::kOverWhite : Alpha::kDrop;
   const bool full_decode = p.ConsumeBool();
   const std::vector<uint8_t> primer = p.ConsumeBytes<uint8_t>(primer_bytes);
   const std::vector<uint8_t> file = p.ConsumeRemainingBytes<uint8_t>();
@@ -143,7 +145,7 @@ inline int fuzz_image(const uint8_t* data, size_t size, image::ImageFormat forma
 
   if (full_decode) {
     try {
-      const DecodedImage img = decode(bytes, options.max_pixels);
+      const DecodedImage img = decode(bytes, options.max_pixels, options.alpha);
       require(img.rgb.size() == static_cast<size_t>(img.width) * img.height * 3,
               "decode() returned a buffer of the wrong size");
       const ImageInfo info = read_info(bytes, options.max_pixels);

@@ -45,8 +45,9 @@ ImageInfo Decoder::read_info(std::span<const std::byte> bytes, uint64_t max_pixe
   return impl_->open(bytes, max_pixels);
 }
 
-void Decoder::decode(std::span<const std::byte> bytes, DecodedImage& out, uint64_t max_pixels) {
-  const ImageInfo info = impl_->open(bytes, max_pixels);
+void Decoder::decode(std::span<const std::byte> bytes, DecodedImage& out, uint64_t max_pixels,
+                     Alpha alpha) {
+  const ImageInfo info = impl_->open(bytes, max_pixels, alpha);
   impl_->decode_all(out.rgb);
   out.width = info.width;
   out.height = info.height;
@@ -56,9 +57,9 @@ ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels) {
   return Decoder().read_info(bytes, max_pixels);
 }
 
-DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels) {
+DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels, Alpha alpha) {
   DecodedImage out;
-  Decoder().decode(bytes, out, max_pixels);
+  Decoder().decode(bytes, out, max_pixels, alpha);
   return out;
 }
 
@@ -81,7 +82,7 @@ RegionDecoder::~RegionDecoder() = default;
 RegionDecoder::RegionDecoder(RegionDecoder&&) noexcept = default;
 RegionDecoder& RegionDecoder::operator=(RegionDecoder&&) noexcept = default;
 
-ImageInfo RegionDecoder::open(std::span<const std::byte> bytes, uint64_t max_pixels) {
+ImageInfo RegionDecoder::open(std::span<const std::byte> bytes, uint64_t max_pixels, Alpha alpha) {
   opened_ = false;
   png_.reset();
   bytes_ = bytes;
@@ -90,7 +91,7 @@ ImageInfo RegionDecoder::open(std::span<const std::byte> bytes, uint64_t max_pix
     info_ = jpeg_open(*jpeg_, bytes, max_pixels);
   } else {
     if (jpeg_) jpeg_reset(*jpeg_);
-    png_ = png_open(bytes, max_pixels, info_);
+    png_ = png_open(bytes, max_pixels, alpha, info_);
   }
   opened_ = true;
   return info_;

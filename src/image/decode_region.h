@@ -60,7 +60,8 @@ class RegionDecoder {
 
   // Parses the header of `bytes`, which stay borrowed until decode() returns or the next open().
   // Throws DecodeError for an unknown format, a bad header or more than max_pixels pixels.
-  ImageInfo open(std::span<const std::byte> bytes, uint64_t max_pixels);
+  // `alpha` says what a PNG's transparency becomes (JPEG has none).
+  ImageInfo open(std::span<const std::byte> bytes, uint64_t max_pixels, Alpha alpha = Alpha::kDrop);
 
   // Decodes the opened image's pixels of `want`. REQUIRES: open() succeeded with no decode()
   // since; `want` lies inside the image scaled by scale_num/8 and is not empty; scale_num is in
@@ -98,7 +99,8 @@ DecodedRegion jpeg_decode(JpegContext& ctx, int scale_num, Rect want, const Jpeg
 // Forgets an opened image that will not be decoded.
 void jpeg_reset(JpegContext& ctx);
 std::unique_ptr<PngReader, PngReaderDeleter> png_open(std::span<const std::byte> bytes,
-                                                      uint64_t max_pixels, ImageInfo& info);
+                                                      uint64_t max_pixels, Alpha alpha,
+                                                      ImageInfo& info);
 DecodedRegion png_decode(PngReader& r, Rect want, std::vector<uint8_t>& pixels,
                          std::vector<uint8_t>& row, std::vector<uint8_t*>& rows);
 

@@ -4,6 +4,8 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -162,6 +164,78 @@ TEST(Png, PaletteIsExpanded) {
   }
   const auto f = encode_png(idx.data(), w, w, h, PNG_COLOR_TYPE_PALETTE, 8, false, palette);
   EXPECT_EQ(decode(f).rgb, expect);
+}
+
+// A palette with tRNS alphas: libpng's expansion adds an alpha channel by itself, which the
+// RGB decode must drop (as PIL's convert("RGB") does) and kOverWhite composites.
+TEST(Png, PaletteWithTransparencyDecodes) {
+  const int w = 9, h = 5;
+  const std::vector<uint8_t> palette = {255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30};
+  const std::vector<uint8_t> alphas = {0, 255, 128};  // the fourth colour stays opaque
+  std::vector<uint8_t> idx(w * h), drop, white;
+  const uint8_t on_white[4][3] = {{255, 255, 255}, {0, 255, 0}, {127, 127, 255}, {10, 20, 30}};
+  for (int i = 0; i < w * h; ++i) {
+    idx[i] = static_cast<uint8_t>(i % 4);
+    drop.insert(drop.end(), palette.begin() + idx[i] * 3, palette.begin() + idx[i] * 3 + 3);
+    white.insert(white.end(), on_white[idx[i]], on_white[idx[i]] + 3);
+  }
+  for (bool interlace : {false, true}) {
+    const auto f =
+        encode_png(idx.data(), w, w, h, PNG_COLOR_TYPE_PALETTE, 8, interlace, palette, alphas);
+    EXPECT_EQ(decode(f).rgb, drop) << "interlace " << interlace;
+    EXPECT_EQ(decode(f, kDefaultMaxPixels, Alpha::kOverWhite).rgb, white)
+        << "interlace " << interlace;
+  }
+}
+
+// Alpha::kOverWhite gives PIL's alpha_composite over white, then RGB (transformers'
+// convert_to_rgb): alpha 0 is white, 255 the colour, and in between PIL's rounding (the Python
+// tests compare every PNG kind with PIL itself).
+TEST(Png, TransparencyCompositedOnWhiteLikePil) {
+  const int w = 256, h = 3;
+  std::vector<uint8_t> rgba, ga, expect_rgba, expect_ga;
+  auto pil = [](uint32_t c, uint32_t a) {  // AlphaComposite.c over white, written out
+    const double exact = (c * a + 255.0 * (255 - a)) / 255.0;
+    return static_cast<uint8_t>(std::lround(exact));
+  };
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const uint8_t a = static_cast<uint8_t>(x), c = static_cast<uint8_t>(y * 100);
+      rgba.insert(rgba.end(), {c, uint8_t(255 - c), 0, a});
+      expect_rgba.insert(expect_rgba.end(), {pil(c, a), pil(255 - c, a), pil(0, a)});
+      ga.insert(ga.end(), {c, a});
+      expect_ga.insert(expect_ga.end(), {pil(c, a), pil(c, a), pil(c, a)});
+    }
+  }
+  for (bool interlace : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "interlace " << interlace);
+    const auto f = encode_png(rgba.data(), w * 4, w, h, PNG_COLOR_TYPE_RGBA, 8, interlace);
+    const DecodedImage got = decode(f, kDefaultMaxPixels, Alpha::kOverWhite);
+    ASSERT_EQ(got.rgb.size(), expect_rgba.size());
+    // PIL's integer rounding differs from the exact quotient's by at most 1.
+    EXPECT_LE(max_abs_diff(got.rgb, expect_rgba), 1);
+    EXPECT_EQ(got.rgb[0], 255);                        // alpha 0: white
+    EXPECT_EQ(got.rgb[255 * 3 + 1], 255);              // alpha 255: the colour
+    EXPECT_EQ(got.rgb[(w + 128) * 3], pil(100, 128));  // c 100, alpha 128
+    EXPECT_EQ(got.rgb[(2 * w + 128) * 3 + 2], 127);    // c 0, alpha 128: PIL's 127
+    EXPECT_EQ(got.rgb[(2 * w + 255) * 3], 200);        // opaque: unchanged
+    const auto g = encode_png(ga.data(), w * 2, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, interlace);
+    EXPECT_LE(max_abs_diff(decode(g, kDefaultMaxPixels, Alpha::kOverWhite).rgb, expect_ga), 1);
+  }
+  // An opaque image is the same either way; a region of a composited image is its crop.
+  const auto rgb = pattern_rgb(31, 17);
+  const auto opaque = encode_png(rgb.data(), 31 * 3, 31, 17, PNG_COLOR_TYPE_RGB, 8);
+  EXPECT_EQ(decode(opaque, kDefaultMaxPixels, Alpha::kOverWhite).rgb, rgb);
+  const auto f = encode_png(rgba.data(), w * 4, w, h, PNG_COLOR_TYPE_RGBA, 8);
+  const DecodedImage full = decode(f, kDefaultMaxPixels, Alpha::kOverWhite);
+  internal::RegionDecoder region;
+  region.open(f, kDefaultMaxPixels, Alpha::kOverWhite);
+  const internal::DecodedRegion r = region.decode(8, {100, 1, 180, 3});
+  for (int y = 1; y < 3; ++y) {
+    ASSERT_EQ(0, std::memcmp(r.rgb + (y - r.rect.y0) * r.stride + (100 - r.rect.x0) * 3,
+                             full.rgb.data() + (y * w + 100) * 3, 80 * 3))
+        << "row " << y;
+  }
 }
 
 // --- Bad input: always DecodeError, with a message that says what went wrong. ---

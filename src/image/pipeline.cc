@@ -58,9 +58,9 @@ namespace {
 class FileInput final : public internal::PixelInput {
  public:
   FileInput(internal::RegionDecoder& decoder, std::span<const std::byte> file,
-            uint64_t max_pixels)
-      : decoder_(decoder), file_(file), max_pixels_(max_pixels) {}
-  ImageInfo open() override { return info_ = decoder_.open(file_, max_pixels_); }
+            const PipelineOptions& options)
+      : decoder_(decoder), file_(file), max_pixels_(options.max_pixels), alpha_(options.alpha) {}
+  ImageInfo open() override { return info_ = decoder_.open(file_, max_pixels_, alpha_); }
   bool scalable() const override { return info_.format == ImageFormat::kJpeg; }
   internal::DecodedRegion decode(int scale_num, internal::Rect want,
                                  const internal::JpegOptions& options) override {
@@ -71,6 +71,7 @@ class FileInput final : public internal::PixelInput {
   internal::RegionDecoder& decoder_;
   std::span<const std::byte> file_;
   uint64_t max_pixels_;
+  Alpha alpha_;
   ImageInfo info_;
 };
 
@@ -188,7 +189,7 @@ size_t ImagePipeline::output_bytes() const {
 
 void ImagePipeline::run(std::span<const std::byte> file, SampleRng& rng, std::byte* dst,
                         ImageScratch& scratch) const {
-  FileInput input(scratch.impl_->decoder, file, options_.max_pixels);
+  FileInput input(scratch.impl_->decoder, file, options_);
   run_input(input, rng, dst, scratch);
 }
 
@@ -238,11 +239,12 @@ void ImagePipeline::run_input(internal::PixelInput& input, SampleRng& rng, std::
 ImageView ImagePipeline::run_image(std::span<const std::byte> file, SampleRng& rng,
                                    ImageScratch& scratch) const {
   if (image_end_ != transforms_.size()) {
-    throw std::logic_error("ImagePipeline::run_image: the list has ToTensor, Normalize or "
-                           "erasing after them; use run()");
+    throw std::logic_error(
+        "ImagePipeline::run_image: the list has ToTensor, Normalize or "
+        "erasing after them; use run()");
   }
   internal::ScratchImpl& s = *scratch.impl_;
-  FileInput input(s.decoder, file, options_.max_pixels);
+  FileInput input(s.decoder, file, options_);
   transform_image(input, rng, s, nullptr, nullptr);
   const internal::RgbView v = s.stage.image().view();
   return ImageView{v.data, v.height, v.width, v.stride};

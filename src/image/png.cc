@@ -44,8 +44,8 @@ void warning_fn(png_structp, png_const_charp) {}
 // the RegionDecoder's and are reused).
 class PngReader {
  public:
-  explicit PngReader(std::span<const std::byte> bytes)
-      : src_{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0, {}} {
+  PngReader(std::span<const std::byte> bytes, Alpha alpha)
+      : src_{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0, {}}, alpha_(alpha) {
     png_ = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src_, error_fn, warning_fn);
     if (png_) info_ = png_create_info_struct(png_);
     if (!png_ || !info_) throw DecodeError("PNG: out of memory creating the decoder");
@@ -59,10 +59,12 @@ class PngReader {
 
   png_structp png() { return png_; }
   png_infop info() { return info_; }
+  Alpha alpha() const { return alpha_; }
   [[noreturn]] void fail() const { throw DecodeError(std::string("PNG: ") + src_.message); }
 
  private:
   Source src_;
+  Alpha alpha_;
   png_structp png_ = nullptr;
   png_infop info_ = nullptr;
 };
@@ -85,14 +87,26 @@ bool read_header(PngReader& r, Header& h) {
   return true;
 }
 
-// Transformations to 8-bit RGB the way PIL's convert("RGB") sees the image.
-bool set_rgb8(PngReader& r, const Header& h, int& passes, size_t& rowbytes) {
+// Whether the rows are read as RGBA and composited on white: Alpha::kOverWhite and an image with
+// transparency (transformers' test: an alpha band, or PIL's "transparency" info from tRNS).
+bool over_white(PngReader& r, const Header& h) {
+  return r.alpha() == Alpha::kOverWhite &&
+         ((h.color_type & PNG_COLOR_MASK_ALPHA) || png_get_valid(r.png(), r.info(), PNG_INFO_tRNS));
+}
+
+// Transformations to 8-bit RGB the way PIL's convert("RGB") sees the image, or to 8-bit RGBA
+// the way its convert("RGBA") does (tRNS becoming alpha, as PIL's palette alphas and
+// transparent colour do) when `rgba`.
+bool set_8bit(PngReader& r, const Header& h, bool rgba, int& passes, size_t& rowbytes) {
   png_structp png = r.png();
   if (setjmp(png_jmpbuf(png))) return false;
   if (h.color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (h.color_type == PNG_COLOR_TYPE_GRAY && h.bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  const bool trns = png_get_valid(png, r.info(), PNG_INFO_tRNS) != 0;
+  if (rgba && trns) png_set_tRNS_to_alpha(png);
   if (h.bit_depth == 16) png_set_strip_16(png);
-  if (h.color_type & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+  // A palette's expansion adds tRNS alphas by itself; stripped too.
+  if (!rgba && ((h.color_type & PNG_COLOR_MASK_ALPHA) || trns)) png_set_strip_alpha(png);
   if (!(h.color_type & PNG_COLOR_MASK_COLOR)) png_set_gray_to_rgb(png);
   passes = png_set_interlace_handling(png);
   png_read_update_info(png, r.info());
@@ -100,14 +114,37 @@ bool set_rgb8(PngReader& r, const Header& h, int& passes, size_t& rowbytes) {
   return true;
 }
 
+// n RGBA pixels composited over opaque white into RGB: PIL's alpha_composite
+// (libImaging/AlphaComposite.c, 7 fractional bits), whose coefficients over an opaque white
+// reduce to a * 128 and (255 - a) * 128, then convert("RGB"). `out` may be `rgba` itself: pixel
+// i is read whole before its 3 bytes are written, below pixel i + 1's.
+void composite_over_white(const uint8_t* rgba, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i, rgba += 4, out += 3) {
+    const uint32_t a = rgba[3];
+    const uint32_t white = 255 * (255 - a) * 128 + (0x80 << 7);
+    uint8_t px[3];
+    for (int c = 0; c < 3; ++c) {
+      const uint32_t t = rgba[c] * a * 128 + white;
+      px[c] = static_cast<uint8_t>((((t >> 8) + t) >> 8) >> 7);  // rounded / 255, then / 128
+    }
+    std::memcpy(out, px, 3);
+  }
+}
+
 // Non-interlaced: rows arrive in order, so keep only the wanted ones and stop after the last.
-bool read_rows(PngReader& r, Rect want, uint8_t* row, uint8_t* out) {
+bool read_rows(PngReader& r, Rect want, int channels, uint8_t* row, uint8_t* out) {
   png_structp png = r.png();
   if (setjmp(png_jmpbuf(png))) return false;
   const size_t n = static_cast<size_t>(want.width()) * 3;
   for (int y = 0; y < want.y1; ++y) {
     png_read_row(png, row, nullptr);
-    if (y >= want.y0) std::memcpy(out + (y - want.y0) * n, row + want.x0 * 3, n);
+    if (y < want.y0) continue;
+    const uint8_t* from = row + static_cast<size_t>(want.x0) * channels;
+    if (channels == 4) {
+      composite_over_white(from, static_cast<size_t>(want.width()), out + (y - want.y0) * n);
+    } else {
+      std::memcpy(out + (y - want.y0) * n, from, n);
+    }
   }
   return true;
 }
@@ -123,8 +160,9 @@ bool read_image(PngReader& r, png_bytepp rows) {
 }  // namespace
 
 std::unique_ptr<PngReader, PngReaderDeleter> png_open(std::span<const std::byte> bytes,
-                                                      uint64_t max_pixels, ImageInfo& info) {
-  std::unique_ptr<PngReader, PngReaderDeleter> r(new PngReader(bytes));
+                                                      uint64_t max_pixels, Alpha alpha,
+                                                      ImageInfo& info) {
+  std::unique_ptr<PngReader, PngReaderDeleter> r(new PngReader(bytes, alpha));
   Header h{};
   if (!read_header(*r, h)) r->fail();
   check_pixel_limit(h.width, h.height, max_pixels);
@@ -139,14 +177,17 @@ DecodedRegion png_decode(PngReader& r, Rect want, std::vector<uint8_t>& pixels,
                nullptr, nullptr);
   int passes = 1;
   size_t rowbytes = 0;
-  if (!set_rgb8(r, h, passes, rowbytes)) r.fail();
-  if (rowbytes != static_cast<size_t>(h.width) * 3) {
-    throw DecodeError("PNG: unexpected row size after conversion to RGB");
+  const bool rgba = over_white(r, h);
+  const int channels = rgba ? 4 : 3;
+  if (!set_8bit(r, h, rgba, passes, rowbytes)) r.fail();
+  if (rowbytes != static_cast<size_t>(h.width) * channels) {
+    throw DecodeError(std::string("PNG: unexpected row size after conversion to ") +
+                      (rgba ? "RGBA" : "RGB"));
   }
   if (passes == 1) {
     row.resize(rowbytes);
     pixels.resize(static_cast<size_t>(want.width()) * 3 * want.height());
-    if (!read_rows(r, want, row.data(), pixels.data())) r.fail();
+    if (!read_rows(r, want, channels, row.data(), pixels.data())) r.fail();
     return DecodedRegion{want, pixels.data(), static_cast<size_t>(want.width()) * 3};
   }
   pixels.resize(rowbytes * h.height);
@@ -154,6 +195,12 @@ DecodedRegion png_decode(PngReader& r, Rect want, std::vector<uint8_t>& pixels,
   for (png_uint_32 y = 0; y < h.height; ++y) rows[y] = pixels.data() + y * rowbytes;
   if (!read_image(r, rows.data())) r.fail();
   const Rect all{0, 0, static_cast<int>(h.width), static_cast<int>(h.height)};
+  if (rgba) {  // packed in place into RGB rows
+    const size_t n = static_cast<size_t>(h.width) * h.height;
+    composite_over_white(pixels.data(), n, pixels.data());
+    pixels.resize(n * 3);
+    return DecodedRegion{all, pixels.data(), static_cast<size_t>(h.width) * 3};
+  }
   return DecodedRegion{all, pixels.data(), rowbytes};
 }
 

@@ -88,7 +88,8 @@ void flush_fn(png_structp) {}
 
 std::vector<std::byte> encode_png(const uint8_t* rows, size_t rowbytes, int w, int h,
                                   int color_type, int bit_depth, bool interlace,
-                                  std::span<const uint8_t> palette_rgb) {
+                                  std::span<const uint8_t> palette_rgb,
+                                  std::span<const uint8_t> palette_alphas) {
   std::vector<std::byte> out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
@@ -102,6 +103,10 @@ std::vector<std::byte> encode_png(const uint8_t* rows, size_t rowbytes, int w, i
     pal.push_back(png_color{palette_rgb[i], palette_rgb[i + 1], palette_rgb[i + 2]});
   }
   if (!pal.empty()) png_set_PLTE(png, info, pal.data(), static_cast<int>(pal.size()));
+  if (!palette_alphas.empty()) {
+    png_set_tRNS(png, info, palette_alphas.data(), static_cast<int>(palette_alphas.size()),
+                 nullptr);
+  }
   std::vector<png_bytep> row_ptrs(h);
   for (int y = 0; y < h; ++y) row_ptrs[y] = const_cast<uint8_t*>(rows) + y * rowbytes;
   png_set_rows(png, info, row_ptrs.data());

@@ -26,9 +26,11 @@ std::vector<std::byte> encode_jpeg(const uint8_t* pixels, int w, int h, int comp
                                    const JpegParams& params = {});
 
 // rows: h rows of `rowbytes` raw PNG samples (packed for bit depths < 8, big-endian for 16).
+// palette_alphas: a tRNS chunk of the palette's first alphas.
 std::vector<std::byte> encode_png(const uint8_t* rows, size_t rowbytes, int w, int h,
                                   int color_type, int bit_depth, bool interlace = false,
-                                  std::span<const uint8_t> palette_rgb = {});
+                                  std::span<const uint8_t> palette_rgb = {},
+                                  std::span<const uint8_t> palette_alphas = {});
 
 inline std::vector<std::byte> as_bytes(const std::vector<uint8_t>& v) {
   return std::vector<std::byte>(reinterpret_cast<const std::byte*>(v.data()),

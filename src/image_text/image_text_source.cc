@@ -703,7 +703,8 @@ void ImageTextSource::read(const SampleKey& key, std::span<std::byte* const> slo
       }
       case FieldKind::kPatches: {
         const image::DecodedImage img =
-            image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels);
+            image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels,
+                          image_text::PatchProcessor::kAlpha);
         const image_text::PatchGrid g = o.patches->grid(img.height, img.width);
         if (static_cast<uint64_t>(g.patches()) != patch_counts_[key.index])
           throw DecodeError("the image decodes to " + std::to_string(img.width) + "x" +

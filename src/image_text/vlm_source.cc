@@ -423,7 +423,8 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
         continue;
       }
       const image::DecodedImage img =
-          image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels);
+          image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels,
+                        PatchProcessor::kAlpha);
       const PatchGrid g = o.patches->grid(img.height, img.width);
       if (g.t != grids_[id][0] || g.h != grids_[id][1] || g.w != grids_[id][2])
         throw DecodeError("image " + o.images->path(id) + " decodes to " +

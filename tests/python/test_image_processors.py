@@ -57,6 +57,35 @@ def encode(w, h, fmt, seed):
     return buf.getvalue()
 
 
+# The PNG kinds with transparency that PIL writes: an alpha channel (RGBA, LA), palette alphas
+# (P), one transparent palette index (P1), a transparent colour (RGBt, Lt) and 1-bit's (1t).
+TRANSPARENT = ("RGBA", "LA", "P", "P1", "RGBt", "Lt", "1t")
+
+
+def encode_transparent(w, h, kind, seed):
+    """A PNG of `kind` (TRANSPARENT) whose transparency covers every alpha from 0 to 255."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+    a[:, :, 3] = np.arange(w * h, dtype=np.uint32).reshape(h, w) * 7 % 256
+    rgb = np.ascontiguousarray(a[:, :, :3])
+    rgb[: h // 3] = (10, 20, 30)  # the transparent colour's rows
+    gray = np.ascontiguousarray(a[:, :, 0])
+    gray[: h // 3] = 77
+    palette = PIL.fromarray(rgb).quantize(64)
+    image, options = {
+        "RGBA": (PIL.fromarray(a, "RGBA"), {}),
+        "LA": (PIL.fromarray(np.ascontiguousarray(a[:, :, [0, 3]]), "LA"), {}),
+        "P": (palette, {"transparency": bytes(rng.integers(0, 256, 64, dtype=np.uint8))}),
+        "P1": (palette, {"transparency": int(np.asarray(palette)[0, 0])}),
+        "RGBt": (PIL.fromarray(rgb), {"transparency": (10, 20, 30)}),
+        "Lt": (PIL.fromarray(gray), {"transparency": 77}),
+        "1t": (PIL.fromarray(gray > 128).convert("1"), {"transparency": 0}),
+    }[kind]
+    buf = io.BytesIO()
+    image.save(buf, "PNG", **options)
+    return buf.getvalue()
+
+
 def hf_processor(cfg, fast=False):
     from transformers.models.clip import image_processing_pil_clip as clip_pil
     from transformers.models.qwen2_vl import image_processing_pil_qwen2_vl as qwen_pil
@@ -151,6 +180,55 @@ def test_fixed_processors_equal_hugging_faces(tmp_path, cfg):
         worst_fast = max(worst_fast, float(np.abs(g - hf_pixels(fast, data)["pixel_values"][0])
                                            .max()))
     assert worst_fast < FAST_ATOL
+
+
+def test_transparency_is_composited_on_white_as_transformers_does(tmp_path):
+    """Hugging Face's processors composite a PNG's transparency on white (convert_to_rgb), where
+    torchvision's loader drops it: the native decode does either, bit for bit."""
+    import warnings
+    from transformers.image_transforms import convert_to_rgb
+    from stoker import _native
+    images = [encode_transparent(29 + 3 * i, 23 + 2 * i, kind, i)
+              for i, kind in enumerate(TRANSPARENT)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PIL's advice to store palette alphas as RGBA
+        for kind, data in zip(TRANSPARENT, images):
+            with PIL.open(io.BytesIO(data)) as im:
+                white = convert_to_rgb(im, return_numpy=True)
+                dropped = np.asarray(im.convert("RGB"))
+            assert not np.array_equal(white, dropped), kind  # the test would tell them apart
+            np.testing.assert_array_equal(_native.image.decode_file(data, alpha="white"), white,
+                                          err_msg=kind)
+            np.testing.assert_array_equal(_native.image.decode_file(data), dropped, err_msg=kind)
+        with pytest.raises(ValueError, match='alpha is "drop" or "white"'):
+            _native.image.decode_file(images[0], alpha="black")
+
+        # The processors: CLIP's pipeline in a TarShards field and in an ImageFolder, Qwen2-VL's
+        # patches from bytes and from a PIL image, each equal to the HF processor given the
+        # image as opened (it composites).
+        clip, slow = ImageProcessor.from_pretrained(SMALL_CLIP), hf_processor(SMALL_CLIP)
+        assert clip.decode_alpha == "white"
+        want = []
+        for data in images:
+            with PIL.open(io.BytesIO(data)) as im:
+                want.append(slow(images=im, return_tensors="np")["pixel_values"][0])
+        for got, w, kind in zip(native_pixels(tmp_path, clip, images), want, TRANSPARENT):
+            np.testing.assert_allclose(got, w, rtol=0, atol=SLOW_ATOL, err_msg=kind)
+        for i, data in enumerate(images):
+            (tmp_path / "folder" / f"c{i}").mkdir(parents=True)
+            (tmp_path / "folder" / f"c{i}" / "x.png").write_bytes(data)
+        folder = stoker.ImageFolder(tmp_path / "folder", transform=clip)
+        for b in stoker.DataLoader(folder, batch_size=1, output="numpy"):
+            label = int(b[1][0])
+            np.testing.assert_allclose(b[0][0], want[label], rtol=0, atol=SLOW_ATOL,
+                                       err_msg=TRANSPARENT[label])
+        qwen, qwen_slow = ImageProcessor.from_pretrained(QWEN), hf_processor(QWEN)
+        for kind, data in zip(TRANSPARENT, images):
+            with PIL.open(io.BytesIO(data)) as im:
+                ref = qwen_slow(images=im, return_tensors="np")["pixel_values"]
+                from_pil = qwen(im)[0]
+            np.testing.assert_array_equal(qwen(data)[0], ref, err_msg=kind)
+            np.testing.assert_array_equal(from_pil, ref, err_msg=kind)
 
 
 def test_llava_config_from_a_directory_and_an_hf_object(tmp_path):

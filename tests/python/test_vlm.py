@@ -23,7 +23,8 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer as HfTokenizer, decoders, models, pre_tokenizers, processors, \
     trainers  # noqa: E402
 
-from test_image_processors import QWEN, SLOW_ATOL, encode, hf_processor  # noqa: E402
+from test_image_processors import QWEN, SLOW_ATOL, encode, encode_transparent, \
+    hf_processor  # noqa: E402
 
 # LLaVA-1.5's template as llava-hf publishes it (its assistant text in generation blocks).
 LLAVA_TEMPLATE = (
@@ -58,8 +59,9 @@ WORDS = ("a cat sits on the mat while two dogs run in the snow and a red boat fl
 SPECIALS = ["<s>", "</s>", "<pad>", "<image>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
             "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 # (width, height, format) of the folder's images
+# (RGBA and P: PNGs with transparency, which the processors composite on white)
 SIZES = [(64, 48, "JPEG"), (37, 53, "PNG"), (90, 31, "JPEG"), (54, 48, "PNG"), (120, 80, "JPEG"),
-         (48, 64, "PNG")]
+         (48, 64, "PNG"), (41, 35, "RGBA"), (30, 44, "P")]
 
 
 def sentence(rng, n):
@@ -103,12 +105,14 @@ def qwen(hf_tokenizer):
 def folder(tmp_path_factory):
     d = tmp_path_factory.mktemp("images")
     for i, (w, h, fmt) in enumerate(SIZES):
-        (d / f"img{i}.{'png' if fmt == 'PNG' else 'jpg'}").write_bytes(encode(w, h, fmt, i))
+        data = encode(w, h, fmt, i) if fmt in ("JPEG", "PNG") else \
+            encode_transparent(w, h, fmt, i)
+        (d / image_name(i)).write_bytes(data)
     return d
 
 
 def image_name(i):
-    return f"img{i}.{'png' if SIZES[i][2] == 'PNG' else 'jpg'}"
+    return f"img{i}.{'jpg' if SIZES[i][2] == 'JPEG' else 'png'}"
 
 
 def llava_rows(n, seed=3):
@@ -157,7 +161,7 @@ def reference(processor, row, folder):
     (input_ids, labels, pixel_values, image_grid_thw or None, mm_token_type_ids or None)."""
     names = row.get("image", [])
     names = [names] if isinstance(names, str) else names
-    images = [PIL.open(folder / n).convert("RGB") for n in names]
+    images = [PIL.open(folder / n) for n in names]  # as opened: the processor converts them
     messages = as_messages(row)
     k = 0
     for m in messages:

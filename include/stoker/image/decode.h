@@ -4,7 +4,8 @@
 // - Output is always 8-bit interleaved RGB with packed rows (stride 3 * width), the pixels that
 //   torchvision's ImageFolder loader gets from PIL's `Image.open(f).convert("RGB")`: gray is
 //   replicated, alpha is dropped (not composited), CMYK/YCCK is converted as PIL does (Adobe
-//   inverted CMYK included), 16-bit samples keep their high byte.
+//   inverted CMYK included), 16-bit samples keep their high byte. With Alpha::kOverWhite,
+//   transparency is composited on white instead, as Hugging Face's image processors see it.
 // - Thread safety: the free functions are reentrant; threads may decode concurrently. A Decoder
 //   is used by one thread at a time (one per worker thread).
 // - Ownership: input bytes are borrowed for the duration of the call only.
@@ -22,6 +23,16 @@
 namespace stoker::image {
 
 enum class ImageFormat { kJpeg, kPng };
+
+// What becomes of a PNG's transparency: an alpha channel, or a tRNS chunk (palette alphas or a
+// transparent colour).
+enum class Alpha : uint8_t {
+  // PIL's convert("RGB"), torchvision's loader: the colours stay, the alpha is ignored.
+  kDrop,
+  // PIL's alpha_composite over opaque white, then convert("RGB"): transformers' convert_to_rgb,
+  // which every Hugging Face image processor runs first. Bit-identical to it.
+  kOverWhite,
+};
 
 // PIL's Image.MAX_IMAGE_PIXELS.
 inline constexpr uint64_t kDefaultMaxPixels = 89'478'485;
@@ -57,7 +68,7 @@ class Decoder {
   ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
   // The whole image into `out`, whose buffer is reused.
   void decode(std::span<const std::byte> bytes, DecodedImage& out,
-              uint64_t max_pixels = kDefaultMaxPixels);
+              uint64_t max_pixels = kDefaultMaxPixels, Alpha alpha = Alpha::kDrop);
 
  private:
   std::unique_ptr<internal::RegionDecoder> impl_;
@@ -71,6 +82,7 @@ ImageFormat sniff(std::span<const std::byte> bytes);
 ImageInfo read_info(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
 
 // The whole image as RGB (a Decoder used once).
-DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels);
+DecodedImage decode(std::span<const std::byte> bytes, uint64_t max_pixels = kDefaultMaxPixels,
+                    Alpha alpha = Alpha::kDrop);
 
 }  // namespace stoker::image

@@ -47,10 +47,13 @@ namespace internal {
 struct ScratchImpl;
 class PixelInput;
 using RowSink = void (*)(void* ctx, int y, const uint8_t* rgb);
-}
+}  // namespace internal
 
 struct PipelineOptions {
   uint64_t max_pixels = kDefaultMaxPixels;
+  // A PNG's transparency: dropped as torchvision's loader does, or composited on white as
+  // Hugging Face's image processors do (decode.h).
+  Alpha alpha = Alpha::kDrop;
   // JPEG DCT scaling (decoding at 1/2, 1/4 or 1/8 size, which libjpeg-turbo does with SIMD
   // inverse DCTs) is used only while the decoded region stays at least this many times the
   // output size on both axes: with 1.0, whenever the crop is at least 2x the output both ways.

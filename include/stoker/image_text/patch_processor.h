@@ -2,6 +2,8 @@
 // whose count (and so the model's number of image tokens) depends on its size.
 //
 // What it computes, as Hugging Face's Qwen2VLImageProcessor (transformers 5, PIL backend):
+// - its input is the image as transformers' convert_to_rgb gives it: a PNG's transparency
+//   composited on white (decode with kAlpha);
 // - smart_resize: height and width rounded to multiples of factor = patch_size * merge_size
 //   (Python's round, half to even), then scaled by sqrt(h * w / max_pixels) (floored to the
 //   factor, at least one factor) when above max_pixels, or by sqrt(min_pixels / (h * w)) (ceiled)
@@ -24,6 +26,8 @@
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "stoker/image/decode.h"
 
 namespace stoker::image_text {
 
@@ -48,6 +52,9 @@ class PatchProcessor {
   // Throws InvalidArgument naming the option: sizes must be positive, 0 < min_pixels <=
   // max_pixels, rescale_factor > 0, std non-zero.
   explicit PatchProcessor(PatchProcessorOptions options);
+
+  // How the images it processes are decoded.
+  static constexpr image::Alpha kAlpha = image::Alpha::kOverWhite;
 
   const PatchProcessorOptions& options() const { return options_; }
 

@@ -148,22 +148,22 @@ class Image:
         if self.transform is None and self.buckets is None:
             raise ValueError(f"fields[{name!r}]: Image needs a transform that ends in a fixed "
                              f"size, e.g. Compose([Resize(256), CenterCrop(224), ToTensor()])")
-        specs = []
+        specs, alpha = [], "drop"
         if self.transform is not None:
             compiled = _compile.compile_transform(self.transform)
             if compiled.python:
                 raise ValueError(f"fields[{name!r}]: {compiled.python_names[0]} has no native "
                                  f"form; an Image field runs its transform natively only")
-            specs = list(compiled.specs)
+            specs, alpha = list(compiled.specs), compiled.alpha
         out = {"kind": "image", "name": name, "exts": list(self.ext)}
         if self.buckets is None:
-            out["pipeline"] = _native.image.ImagePipeline(specs, max_pixels)
+            out["pipeline"] = _native.image.ImagePipeline(specs, max_pixels, alpha=alpha)
             return out
         out["sizes_name"], out["crops_name"] = self.extra_names(name)
         out["bucket_pipelines"] = [
             _native.image.ImagePipeline(
                 [("CoverCrop", {"height": h, "width": w, "random": self.crop == "random",
-                                "antialias": True})] + specs, max_pixels)
+                                "antialias": True})] + specs, max_pixels, alpha=alpha)
             for h, w in self.buckets.sizes]
         return out
 

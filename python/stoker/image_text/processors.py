@@ -13,6 +13,10 @@ without transformers' ``Fast``/``Pil`` suffix):
   include/stoker/image_text/patch_processor.h): an image's (patches, image_grid_thw), its number
   of image tokens from its size alone.
 
+Images are read as transformers' ``convert_to_rgb`` reads them: a PNG's transparency (an alpha
+channel, palette alphas, a transparent colour) composited on white, bit for bit as PIL's
+``alpha_composite`` (``decode_alpha = "white"``; torchvision's loader drops the alpha instead).
+
 A config option the native form does not reproduce is a ValueError naming it.
 """
 
@@ -124,7 +128,10 @@ class FixedImageProcessor(T.Compose):
     """A fixed-resolution Hugging Face processor as a native transform pipeline: pass it as
     ``stoker.image_text.Image(transform=processor)`` (or any dataset's ``transform``). Its
     pixel_values are float32 CHW ``[3, height, width]``. ``config`` is the config it came from,
-    ``kind`` its processor type."""
+    ``kind`` its processor type. Its images are decoded with transparency composited on white,
+    as the Hugging Face processor sees them (``decode_alpha``)."""
+
+    decode_alpha = "white"
 
     def __init__(self, transforms, kind, config):
         super().__init__(transforms)
@@ -185,7 +192,11 @@ class PatchImageProcessor:
     ``processor(image)`` takes encoded bytes (JPEG, PNG, ...), a path, or an HWC uint8 RGB array
     and returns ``(pixel_values, image_grid_thw)``: float32 ``[t*h*w, 3 * temporal_patch_size *
     patch_size**2]`` and int64 ``[3]``, as Hugging Face's processor gives for one image.
-    ``grid(height, width)`` and ``num_image_tokens(height, width)`` need only the size."""
+    ``grid(height, width)`` and ``num_image_tokens(height, width)`` need only the size. Encoded
+    images and PIL images with transparency are composited on white first, as transformers'
+    ``convert_to_rgb`` does."""
+
+    decode_alpha = "white"
 
     def __init__(self, patch_size=14, merge_size=2, temporal_patch_size=2, min_pixels=56 * 56,
                  max_pixels=28 * 28 * 1280, rescale_factor=1 / 255,
@@ -233,7 +244,7 @@ class PatchImageProcessor:
         if isinstance(image, (bytes, bytearray, memoryview)):
             return self._native.process_bytes(bytes(image))
         if hasattr(image, "convert"):  # a PIL image
-            return self._native.process_rgb(np.asarray(image.convert("RGB")))
+            return self._native.process_rgb(np.asarray(_rgb_on_white(image)))
         raise TypeError(f"PatchImageProcessor takes encoded bytes, a path, an HWC uint8 array or "
                         f"a PIL image, got {type(image).__name__}")
 
@@ -242,6 +253,16 @@ class PatchImageProcessor:
         return (f"PatchImageProcessor(patch_size={o['patch_size']}, merge_size="
                 f"{o['merge_size']}, temporal_patch_size={o['temporal_patch_size']}, min_pixels="
                 f"{o['min_pixels']}, max_pixels={o['max_pixels']})")
+
+
+def _rgb_on_white(image):
+    """A PIL image as RGB, its transparency composited on white (transformers' convert_to_rgb)."""
+    if "A" not in image.getbands() and image.info.get("transparency") is None:
+        return image.convert("RGB")
+    from PIL import Image
+    rgba = image.convert("RGBA")
+    white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(white, rgba).convert("RGB")
 
 
 def _patch_processor(options, config):

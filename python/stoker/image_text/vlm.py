@@ -332,7 +332,8 @@ class _Model:
         if not dynamic:
             from ..transforms import _compile
             compiled = _compile.compile_transform(self.image_processor)
-            self.pipeline = _native.image.ImagePipeline(list(compiled.specs))
+            self.pipeline = _native.image.ImagePipeline(list(compiled.specs),
+                                                        alpha=compiled.alpha)
             shape = self.pipeline.output_shape
             size = (shape[1], shape[2]) if shape[0] == 3 else (shape[0], shape[1])
             self.tokens_per_image = image_tokens or _fixed_tokens(size, config)

@@ -83,12 +83,13 @@ class ImageSamples:
                 raise ValueError(f"decode=\"cuda\" needs a transform that runs natively; "
                                  f"{compiled.python_names[0]} runs in Python")
             self.prefix = _native.image.ImagePipeline(compiled.specs, self.max_pixels,
-                                                      any_size=True)
+                                                      any_size=True, alpha=compiled.alpha)
             self.python_input = _compile.python_input_kind(compiled.python)
             self._notice(compiled)
             return
         specs = compiled.specs
-        self.source = self.cpu_source = _native.sources.ImageSource(files, specs, max_pixels)
+        self.source = self.cpu_source = _native.sources.ImageSource(files, specs, max_pixels,
+                                                                    alpha=compiled.alpha)
         if decode == "cuda":  # the loader's workers stage batches for the GPU stage
             self.source = gpu_decode.staging_source(files, specs, max_pixels, paths)
 

@@ -29,11 +29,15 @@ _OUTPUT = (ToTensor, Normalize)
 class Compiled:
     """``native``: Stoker transforms, run in C++ (their specs: ``specs``); ``python``: the
     transforms after them, as given, run in Python on each image (empty: all native);
-    ``native_names`` / ``python_names``: what ran where, for ``stats()`` and the notice."""
+    ``native_names`` / ``python_names``: what ran where, for ``stats()`` and the notice;
+    ``alpha``: what decoding does with a PNG's transparency, "drop" (torchvision's loader) or
+    "white" (composited on white, for a transform that declares ``decode_alpha = "white"``, as
+    the Hugging Face processors of stoker.image_text do)."""
     native: list = field(default_factory=list)
     python: list = field(default_factory=list)
     native_names: list = field(default_factory=list)
     python_names: list = field(default_factory=list)
+    alpha: str = "drop"
 
     @property
     def specs(self):
@@ -259,6 +263,7 @@ def compile_transform(transform):
                 f"and runs in Python; Stoker's transforms run natively only before it (use "
                 f"torchvision's equivalent there)")
     out.python_names = [_name(t) for t in out.python]
+    out.alpha = getattr(transform, "decode_alpha", "drop")
     return out
 
 
