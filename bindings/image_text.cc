@@ -196,7 +196,7 @@ void bind_vlm_source(nb::module_& m) {
                       std::shared_ptr<image::ImagePipeline> pipeline, int64_t tokens_per_image,
                       std::shared_ptr<PatchProcessor> patches, uint64_t max_pixels, int64_t pad_id,
                       int64_t label_ignore, uint64_t seq_len, uint64_t max_length, bool skip_bad,
-                      int threads, bool shuffle_conversations, bool token_types) {
+                      int threads, bool shuffle_conversations, bool token_types, bool mrope) {
             VLMOptions o;
             o.documents = std::move(documents);
             o.image_starts.assign(image_starts.data(), image_starts.data() + image_starts.shape(0));
@@ -215,13 +215,14 @@ void bind_vlm_source(nb::module_& m) {
             o.threads = threads;
             o.shuffle_conversations = shuffle_conversations;
             o.token_types = token_types;
+            o.mrope = mrope;
             nb::gil_scoped_release release;
             return std::make_shared<VLMSource>(std::move(o));
           }),
           "documents"_a, "image_starts"_a, "image_ids"_a, "images"_a, "image_token"_a,
           "pipeline"_a.none(), "tokens_per_image"_a, "patches"_a.none(), "max_pixels"_a, "pad_id"_a,
           "label_ignore"_a, "seq_len"_a, "max_length"_a, "skip_bad"_a, "threads"_a,
-          "shuffle_conversations"_a = true, "token_types"_a = false,
+          "shuffle_conversations"_a = true, "token_types"_a = false, "mrope"_a = false,
           "Conversations with images (include/stoker/image_text/vlm_source.h).")
       .def("lengths", &VLMSource::lengths, "Each sample's tokens, image tokens counted.")
       .def("documents_of", &VLMSource::documents_of, "index"_a, "seed"_a = 0, "epoch"_a = 0,

@@ -86,6 +86,8 @@ VLMSource::VLMSource(VLMOptions options) : options_(std::move(options)) {
     image_bytes_ = o.pipeline->output_bytes();
   }
   if (o.image_token < 0) throw InvalidArgument("VLMSource: image_token must be a token id");
+  if (o.mrope && (o.patches == nullptr || o.seq_len == 0))
+    throw InvalidArgument("VLMSource: mrope is for packed samples of a dynamic processor");
   stats_.conversations = docs;
   probe_images();
   scan();
@@ -313,9 +315,12 @@ void VLMSource::make_fields() {
     f.ragged_group = group;
     return f;
   };
+  std::vector<int64_t> positions = {tokens};
+  if (o.mrope) positions.push_back(4);
   fields_ = {ragged("input_ids", kInt64, {tokens}, static_cast<double>(o.pad_id), 0),
              ragged("labels", kInt64, {tokens}, static_cast<double>(o.label_ignore), 0),
-             ragged(packed ? "position_ids" : "attention_mask", kInt64, {tokens}, 0, 0)};
+             packed ? ragged("position_ids", kInt64, positions, 0, 0)
+                    : ragged("attention_mask", kInt64, {tokens}, 0, 0)};
   uint32_t group = 1;
   if (o.pipeline != nullptr) {
     const auto s = o.pipeline->output_shape();
@@ -380,7 +385,9 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   const bool packed = o.seq_len > 0;
   auto* ids = reinterpret_cast<int64_t*>(slots[0]);
   auto* labels = reinterpret_cast<int64_t*>(slots[1]);
-  auto* third = reinterpret_cast<int64_t*>(slots[2]);  // attention_mask or position_ids
+  // attention_mask, or position_ids (mrope: 4 a token)
+  auto* third = reinterpret_cast<int64_t*>(slots[2]);
+  const int64_t merge = o.mrope ? o.patches->options().merge_size : 1;
   std::byte* pixels = slots[3];
   int64_t* grid = o.patches != nullptr ? reinterpret_cast<int64_t*>(slots[4]) : nullptr;
   int32_t* cu = packed ? reinterpret_cast<int32_t*>(slots[cu_slot_]) : nullptr;
@@ -397,16 +404,31 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
     docs.read_trained(d, 0, n, ws->trained.data());
     const uint64_t start = at;
     uint64_t k = o.image_starts[d];
+    int64_t rope = 0;  // mrope: the running position (get_rope_index's current_pos)
     for (uint64_t t = 0; t < n; ++t) {
       const int64_t token = ws->tokens[t];
-      const uint64_t copies = token == o.image_token ? image_tokens(o.image_ids[k++]) : 1;
       const bool image_token = token == o.image_token;
+      const uint64_t id = image_token ? o.image_ids[k++] : 0;
+      const uint64_t copies = image_token ? image_tokens(id) : 1;
+      // mrope: the image's merged grid (text: one position)
+      const int64_t rows = image_token && o.mrope ? grids_[id][1] / merge : 1;
+      const int64_t columns = image_token && o.mrope ? grids_[id][2] / merge : 1;
       for (uint64_t r = 0; r < copies; ++r, ++at) {
         ids[at] = token;
         labels[at] = !image_token && ws->trained[t] ? token : o.label_ignore;
-        third[at] = packed ? static_cast<int64_t>(at - start) : 1;
         if (types != nullptr) types[at] = image_token ? 1 : 0;
+        if (!o.mrope) {
+          third[at] = packed ? static_cast<int64_t>(at - start) : 1;
+          continue;
+        }
+        const int64_t i = static_cast<int64_t>(r);
+        int64_t* p = third + 4 * at;
+        p[0] = static_cast<int64_t>(at - start);
+        p[1] = rope + i / (rows * columns);
+        p[2] = rope + i / columns % rows;
+        p[3] = rope + i % columns;
       }
+      rope += std::max(rows, columns);
     }
     if (at - start != conv.tokens)
       throw std::logic_error("VLMSource: a conversation changed length since it was scanned");

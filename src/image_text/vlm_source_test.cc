@@ -245,6 +245,78 @@ TEST(VLMSource, PacksWholeConversationsByTokensWithCuSeqlens) {
   }
 }
 
+// Packed and dynamic with mrope: position_ids are [tokens, 4], the text position and Qwen2-VL's
+// M-RoPE (t, h, w): text tokens the running position on all three, an image's tokens that
+// position plus (0, row, column) in its merged grid, the position then advancing by the
+// grid's longer side.
+TEST(VLMSource, PackedDynamicSamplesHaveMropePositions) {
+  Fixture fx;
+  VLMOptions o = fx.options();
+  o.pipeline = nullptr;
+  o.tokens_per_image = 0;
+  o.patches = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
+                                                                     .merge_size = 2,
+                                                                     .temporal_patch_size = 2,
+                                                                     .min_pixels = 16,
+                                                                     .max_pixels = 64 * 64});
+  o.shuffle_conversations = false;
+  o.seq_len = 120;
+  o.mrope = true;
+  const VLMSource s(o);
+  ASSERT_EQ(s.fields()[2].name, "position_ids");
+  EXPECT_EQ(s.fields()[2].shape, (std::vector<int64_t>{117, 4}));  // the longest pack's
+  const auto positions = [&](uint64_t i) {
+    std::vector<std::vector<std::byte>> bufs;
+    std::vector<std::byte*> slots;
+    for (const FieldSpec& f : s.fields()) bufs.emplace_back(std::max<size_t>(f.sample_bytes(), 8));
+    for (auto& b : bufs) slots.push_back(b.data());
+    s.read({1, 0, i}, slots, nullptr);
+    const auto* p = reinterpret_cast<const int64_t*>(bufs[2].data());
+    return std::vector<int64_t>(p, p + 4 * s.length(i));
+  };
+  for (uint64_t i = 0; i < s.size(); ++i) {
+    const std::vector<int64_t> pos = positions(i);
+    uint64_t at = 0;
+    for (const uint64_t d : s.documents_of(i)) {
+      // img0 is 40x30: an 8x10 patch grid, 4x5 merged; img1 64x64: 8x8; img2 30x90: 11x4.
+      struct Item {
+        bool image;
+        int64_t rows, columns;
+      };
+      const std::vector<std::vector<Item>> items = {
+          {{false, 1, 1}, {true, 4, 5}, {false, 1, 1}, {false, 1, 1}, {false, 1, 1}},
+          {{false, 1, 1}, {false, 1, 1}, {false, 1, 1}, {false, 1, 1}, {false, 1, 1}},
+          {{false, 1, 1},
+           {true, 8, 8},
+           {true, 11, 4},
+           {false, 1, 1},
+           {false, 1, 1},
+           {false, 1, 1}}};
+      int64_t rope = 0, text = 0;
+      for (const Item& item : items[d]) {
+        for (int64_t r = 0; r < item.rows * item.columns; ++r, ++at, ++text) {
+          const int64_t* p = pos.data() + 4 * at;
+          const int64_t want[4] = {text, rope, rope + (item.image ? r / item.columns : 0),
+                                   rope + (item.image ? r % item.columns : 0)};
+          ASSERT_EQ(std::vector<int64_t>(p, p + 4), std::vector<int64_t>(want, want + 4))
+              << "document " << d << " token " << text;
+        }
+        rope += std::max(item.rows, item.columns);
+      }
+    }
+    EXPECT_EQ(at, s.length(i));
+  }
+  // Conversation 0 (a pack of its own: 24 tokens, the others 112 + 5): its eighth image token
+  // is row 1, column 2 of the grid placed at position 1.
+  ASSERT_EQ(s.documents_of(0), (std::vector<uint64_t>{0}));
+  const std::vector<int64_t> zero = positions(0);
+  EXPECT_EQ(std::vector<int64_t>(zero.begin() + 4 * 8, zero.begin() + 4 * 9),
+            (std::vector<int64_t>{8, 1, 2, 3}));
+  // mrope needs patches and packing.
+  o.seq_len = 0;
+  EXPECT_THROW(VLMSource{o}, InvalidArgument);
+}
+
 TEST(VLMSource, EachEpochSwapsConversationsOfOneClassBetweenPacks) {
   // Six conversations of 4 tokens (no image) and two of 5: packs of 9 hold one of each, and
   // which ones changes with the epoch; every conversation once an epoch, the lengths the same.

@@ -318,7 +318,8 @@ def test_token_dataset_labels_are_not_shifted_twice(tmp_path, pack):
     assert batch["shift_labels"] is batch["labels"]
     expected_keys = {"input_ids", "labels", "shift_labels"}
     if pack == "document":  # cu_seqlens and max_seqlen are not arguments of the model
-        expected_keys.add("position_ids")
+        expected_keys |= {"position_ids", "use_cache"}
+        assert batch["use_cache"] is False  # transformers masks packs apart without a cache
     assert set(batch) == expected_keys
     with torch.no_grad():
         out = model(**batch)

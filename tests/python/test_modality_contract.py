@@ -73,6 +73,8 @@ def declared_keys(ds):
             keys = set(batch)
         if ds._labels_are_next_tokens and "labels" in keys:
             keys.add("shift_labels")
+        if "position_ids" in keys and "attention_mask" not in keys:
+            keys.add("use_cache")  # a pack: False, so that transformers masks it apart
         return keys
     return set(ds[0])
 
@@ -315,9 +317,10 @@ DATASETS = {
     "arrays": (make_arrays, {"x", "labels"}),
     "tokens-concat": (make_tokens_concat, {"input_ids", "labels", "shift_labels"}),
     "tokens-best_fit": (make_tokens_best_fit, {"input_ids", "labels", "shift_labels",
-                                               "position_ids", "cu_seqlens", "max_seqlen"}),
+                                               "position_ids", "cu_seqlens", "max_seqlen",
+                                               "use_cache"}),
     "text-sft-best_fit": (make_text_sft, {"input_ids", "labels", "shift_labels", "position_ids",
-                                          "cu_seqlens", "max_seqlen"}),
+                                          "cu_seqlens", "max_seqlen", "use_cache"}),
     "text-rows": (make_text_rows, {"input_ids", "labels", "shift_labels", "attention_mask",
                                    "lengths"}),
     "image-folder": (make_image_folder, IMAGES),

@@ -365,7 +365,7 @@ def test_sft_through_stoker_trainer_on_a_real_causal_lm(tmp_path, hf):
     forward = model.forward
 
     def recording(**kwargs):
-        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
+        seen.append({k: v.clone() if torch.is_tensor(v) else v for k, v in kwargs.items()})
         return forward(**kwargs)
     model.forward = recording
     args = transformers.TrainingArguments(
@@ -379,6 +379,7 @@ def test_sft_through_stoker_trainer_on_a_real_causal_lm(tmp_path, hf):
     batch = seen[0]
     assert batch["input_ids"].shape == (4, 128)
     assert (batch["position_ids"][:, 0] == 0).all()
+    assert batch["use_cache"] is False and "attention_mask" not in batch  # packs masked apart
     labels = batch["shift_labels"]
     trained = labels != -100
     assert 0 < trained.sum() < labels.numel()  # the prompts are not trained on

@@ -529,15 +529,9 @@ def test_stoker_trainer_trains_a_llava_step(tmp_path, llava, folder):
     assert batch["pixel_values"].shape == (n_images, 3, 28, 28)
 
 
-def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
-    """Qwen2-VL's layout reaches its model: the batch's patches one after the other
-    ([patches, 1176]) with image_grid_thw, each image's tokens its grid's / merge_size**2."""
+def tiny_qwen2_vl(tok):
+    """A Qwen2-VL of one layer, float32, seeded."""
     import torch
-    from stoker.integrations.transformers import StokerTrainer
-
-    rows = llava_rows(16, seed=13)
-    ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), qwen, images=folder)
-    tok = qwen.tokenizer
     torch.manual_seed(0)
     config = transformers.Qwen2VLConfig(
         vision_config={"depth": 1, "embed_dim": 16, "hidden_size": 32, "num_heads": 2,
@@ -552,7 +546,19 @@ def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
         video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
         vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
         vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
-    model = transformers.Qwen2VLForConditionalGeneration(config)
+    return transformers.Qwen2VLForConditionalGeneration(config)
+
+
+def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
+    """Qwen2-VL's layout reaches its model: the batch's patches one after the other
+    ([patches, 1176]) with image_grid_thw, each image's tokens its grid's / merge_size**2."""
+    import torch
+    from stoker.integrations.transformers import StokerTrainer
+
+    rows = llava_rows(16, seed=13)
+    ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), qwen, images=folder)
+    model = tiny_qwen2_vl(qwen.tokenizer)
+    config = model.config
     seen = []
     forward = model.forward
 
@@ -574,3 +580,65 @@ def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
         assert batch["pixel_values"].shape == (int(grid.prod(dim=1).sum()), 1176)
         assert int((batch["input_ids"] == config.image_token_id).sum()) == \
             int(grid.prod(dim=1).sum()) // 4
+
+
+def test_packed_qwen2_vl_conversations_have_the_logits_they_have_alone(tmp_path, qwen, folder):
+    """A Qwen2-VL pack's position_ids are [4, B, L]: each conversation's text positions, then
+    its M-RoPE (t, h, w) positions, equal to transformers' get_rope_index of the conversation
+    alone. The model masks the pack apart by the text positions (without a cache, as
+    StokerTrainer passes use_cache=False), so each conversation's logits in a pack equal its
+    logits alone; a trainer step takes the pack."""
+    import torch
+    rows = llava_rows(12, seed=6)
+    src = write_json(tmp_path / "m.json", rows)
+    single = stoker.VLMDataset(src, qwen, images=folder)
+    ds = stoker.VLMDataset(src, qwen, images=folder, pack="best_fit", seq_len=160)
+    assert len(ds) < len(single)
+    model = tiny_qwen2_vl(qwen.tokenizer).eval()
+    alone = {tuple(single[i]["input_ids"].tolist()): single[i] for i in range(len(single))}
+    checked, with_images = 0, 0
+    for b in stoker.DataLoader(ds, batch_size=1, shuffle=True, seed=3, output="torch"):
+        pos = b["position_ids"]
+        assert pos.shape == (4,) + tuple(b["input_ids"].shape)
+        inputs = {k: b[k] for k in ("input_ids", "pixel_values", "image_grid_thw",
+                                    "mm_token_type_ids")}
+        with torch.no_grad():
+            packed = model(**inputs, position_ids=pos, use_cache=False).logits[0]
+        cu = b["cu_seqlens"][0, :int(b["cu_seqlens_lengths"][0])].tolist()
+        for s, e in zip(cu[:-1], cu[1:]):
+            ids = b["input_ids"][0, s:e]
+            one = alone[tuple(ids.tolist())]
+            types = torch.as_tensor(one["mm_token_type_ids"])[None]
+            grid = torch.as_tensor(one["image_grid_thw"]) if len(one["image_grid_thw"]) else None
+            want, _ = model.model.get_rope_index(ids[None], types, grid)
+            np.testing.assert_array_equal(pos[1:, 0, s:e].numpy(), want[:, 0].numpy())
+            np.testing.assert_array_equal(pos[0, 0, s:e].numpy(), np.arange(e - s))
+            kwargs = {"input_ids": ids[None], "mm_token_type_ids": types,
+                      "attention_mask": torch.ones_like(ids)[None]}
+            if grid is not None:
+                kwargs.update(pixel_values=torch.as_tensor(one["pixel_values"]),
+                              image_grid_thw=grid)
+                with_images += 1
+            with torch.no_grad():
+                ref = model(**kwargs).logits[0]
+            torch.testing.assert_close(packed[s:e], ref, atol=2e-5, rtol=1e-4)
+            checked += 1
+    assert checked == len(single) and with_images >= 6
+
+    from stoker.integrations.transformers import StokerTrainer
+    seen = []
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def recording(**kwargs):
+        seen.append(kwargs)
+        return forward(**kwargs)
+    model.forward = recording
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1,
+        learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
+    StokerTrainer(model=model.train(), args=args, train_dataset=ds).train()
+    assert len(seen) == 2
+    for kwargs in seen:
+        assert kwargs["use_cache"] is False and "attention_mask" not in kwargs
+        assert kwargs["position_ids"].shape == (4,) + tuple(kwargs["input_ids"].shape)

@@ -34,7 +34,14 @@
 //                           assistant's), label_ignore elsewhere and on every image token:
 //                           transformers' labels, not shifted (the model shifts them).
 //   "attention_mask" int64  unpacked: 1 (padding 0).
-//   "position_ids"   int64  packed: 0 at each conversation's first token.
+//   "position_ids"   int64  packed: 0 at each conversation's first token. With mrope, [tokens,
+//                           4] instead: that text position, then Qwen2-VL's M-RoPE (t, h, w)
+//                           positions, transformers' get_rope_index of the conversation alone
+//                           (text tokens all three the running position; an image's tokens
+//                           that position plus their (0, row, column) in the merged grid, the
+//                           running position then advancing by the grid's longer side). The
+//                           four rows are what transformers' Qwen2-VL models take for packed
+//                           sequences ([4, batch, tokens] once moved to the front).
 //   "mm_token_type_ids" int64  with token_types, the last field: 1 on an image token, 0
 //                           elsewhere (padding 0): what Qwen2-VL's processor returns and its
 //                           model's M-RoPE needs.
@@ -63,7 +70,8 @@
 // - Ownership: shares documents, images, pipeline and patches, which must not change.
 // - Errors: the constructor throws InvalidArgument for inconsistent options (image_starts not
 //   D + 1 entries, an image id out of range, neither or both of pipeline and patches,
-//   tokens_per_image < 1 with a pipeline, a pipeline whose output is not float32 [3, H, W]) and
+//   tokens_per_image < 1 with a pipeline, a pipeline whose output is not float32 [3, H, W],
+//   mrope without patches or unpacked) and
 //   the bad conversations above.
 #pragma once
 
@@ -104,6 +112,7 @@ struct VLMOptions {
   uint64_t max_length = 0;            // unpacked: the longest conversation kept (0: any)
   bool shuffle_conversations = true;  // packed: see above
   bool token_types = false;           // the mm_token_type_ids field
+  bool mrope = false;                 // packed and dynamic: M-RoPE position_ids (above)
   bool skip_bad = false;
   int threads = 0;  // for the construction's scan (0: the cores, at most 8)
 };

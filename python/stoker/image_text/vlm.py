@@ -67,7 +67,10 @@ class VLMDataset(StokerDataset):
     ``pack``: None (a sample is a conversation; batches pad to their longest, or
     ``stoker.Budget(tokens=N)`` counts image tokens), or ``"best_fit"`` (conversations packed
     whole into samples of at most ``seq_len`` tokens, image tokens counted, with
-    ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; use batch_size=1). The packs are chosen
+    ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; use batch_size=1). For Qwen2-VL,
+    a pack's ``position_ids`` are [4, B, L], as its transformers model takes packed sequences:
+    each conversation's text positions, then its M-RoPE (t, h, w) positions, those the model
+    would compute for the conversation alone. The packs are chosen
     from the lengths once; with ``shuffle_conversations`` each epoch swaps conversations of the
     same length (and images) between packs, so which share a pack changes while the padding
     does not.
@@ -160,7 +163,7 @@ class VLMDataset(StokerDataset):
             int(model.tokens_per_image or 0) if fixed else 0,
             None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
             int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0),
-            bool(shuffle_conversations), not fixed)
+            bool(shuffle_conversations), not fixed, mrope=bool(pack) and not fixed)
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
         self._summary = {"rows": table["count"], "text": dict(corpus.stats),
                          **dict(self._source.stats)}
@@ -214,6 +217,10 @@ class VLMDataset(StokerDataset):
         """The engine's batch as the model takes it: the images of every sample one after the
         other (the engine pads each sample's to the batch's most)."""
         out = dict(zip(self._names, fields))
+        positions = out.get("position_ids")
+        if positions is not None and positions.ndim == 3:  # M-RoPE's [B, L, 4] as [4, B, L]
+            out["position_ids"] = positions.transpose(2, 0, 1) if isinstance(
+                positions, np.ndarray) else positions.permute(2, 0, 1)
         counts_name = "image_grid_thw_lengths" if "image_grid_thw" in out else \
             "pixel_values_lengths"
         counts = out[counts_name]

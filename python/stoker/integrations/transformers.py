@@ -46,7 +46,15 @@ while transformers' causal-LM losses shift ``labels`` once more. Its batches the
 ``shift_labels`` (the same tensor), which those losses take as the targets as they are (and from
 which Trainer counts ``num_items_in_batch``), when the model's forward takes ``**kwargs``; a
 model without them gets the labels as they are (nanoGPT's convention). ``label_smoothing_factor``,
-which shifts labels again, raises with a TokenDataset. With ``remove_unused_columns`` (Trainer's
+which shifts labels again, raises with a TokenDataset.
+
+Packs (``TokenDataset(pack="document"/"best_fit")``, ``TextDataset(pack=...)``,
+``VLMDataset(pack="best_fit")``) carry ``position_ids`` that restart at each sequence and no
+``attention_mask``: transformers then masks the sequences apart (eager and SDPA attention;
+flash attention reads the same positions), but only when the forward has no cache, and a model
+in training makes one whenever its config's ``use_cache`` is on (the default). Their batches
+therefore also carry ``use_cache=False`` when the forward takes it; without it each sequence
+of a pack would attend to the ones before it. With ``remove_unused_columns`` (Trainer's
 default) the keys that the model's forward does not name are dropped, as Trainer drops them from
 any dataset (``shift_labels`` kept for a forward with ``**kwargs``).
 
@@ -225,7 +233,8 @@ class StokerTrainerMixin:
         if self.args.remove_unused_columns:
             self._set_signature_columns_if_needed()
             keep = set(self._signature_columns) | ({"shift_labels"} if shift else set())
-        return _ModelInputs(type(dataset).__name__, names, shift, keep)
+        return _ModelInputs(type(dataset).__name__, names, shift, keep,
+                            self._forward_takes("use_cache"))
 
     def _forward_takes(self, name):
         """Whether the model's forward takes the keyword ``name`` (by name or ``**kwargs``)."""
@@ -305,13 +314,15 @@ class _ModelInputLoader(DataLoader):
 class _ModelInputs:
     """A batch as the dict ``model(**batch)`` takes: a tuple batch zipped with ``names``,
     ``shift_labels`` added (a TokenDataset's labels, already the next tokens), the keys outside
-    ``keep`` dropped (None: none)."""
+    ``keep`` dropped (None: none), and ``use_cache=False`` for packs (``no_cache``: the model
+    takes it)."""
 
-    def __init__(self, dataset_name, names, shift_labels, keep):
+    def __init__(self, dataset_name, names, shift_labels, keep, no_cache=False):
         self.dataset_name = dataset_name
         self.names = names
         self.shift_labels = shift_labels
         self.keep = keep
+        self.no_cache = no_cache
         self._told = False
 
     def __call__(self, batch):
@@ -334,6 +345,11 @@ class _ModelInputs:
                 self._told = True
             for k in dropped:
                 del inputs[k]
+        if self.no_cache and "position_ids" in inputs and "attention_mask" not in inputs:
+            # transformers masks packed sequences apart (from where position_ids restart) only
+            # when the forward has no cache, and a model in training makes one when its
+            # config's use_cache is on (the default): each sequence would see the ones before
+            inputs["use_cache"] = False
         return inputs
 
 
