@@ -6,6 +6,7 @@ import io
 import json
 import os
 import subprocess
+import tarfile
 import sys
 import warnings
 
@@ -460,8 +461,8 @@ def test_text_dataset_from_s3_equals_the_local_files(s3_env, tmp_path):
 
 def test_vlm_rows_from_s3_equal_the_local_files(s3_env, tmp_path):
     """VLMDataset over s3:// rows: a Parquet file holding its images' bytes, and LLaVA JSON
-    whose images are in a local folder; the samples equal the local files', bad rows named by
-    URL, remote images refused."""
+    whose images are in a local folder, a remote folder or remote tar shards; the samples equal
+    the local files', bad rows and missing remote images named by URL."""
     pytest.importorskip("stoker._text")
     pytest.importorskip("transformers")
     import pyarrow as pa
@@ -507,8 +508,31 @@ def test_vlm_rows_from_s3_equal_the_local_files(s3_env, tmp_path):
                 np.testing.assert_array_equal(v, got[i][k])
     with pytest.raises(stoker.SampleError, match=r"s3://vlm/rows\.json: row 6"):
         stoker.VLMDataset(urls[0], model, images=tmp_path / "imgs")
-    with pytest.raises(ValueError, match="remote images"):
-        stoker.VLMDataset(urls[1], model, images="s3://vlm/imgs/")
+
+    # Remote images: a folder (the images the rows name, fetched) and tar shards (whole).
+    s3_env.put("vlm", {f"imgs/{i}.png": (tmp_path / "imgs" / f"{i}.png").read_bytes()
+                       for i in range(6)})
+    for k, names in enumerate(([0, 2, 4], [1, 3, 5])):
+        with tarfile.open(tmp_path / f"shard{k}.tar", "w") as tar:
+            for i in names:
+                tar.add(tmp_path / "imgs" / f"{i}.png", arcname=f"{i}.png")
+    shards = upload(s3_env, "vlm", [str(tmp_path / "shard0.tar"), str(tmp_path / "shard1.tar")],
+                    index=False)
+    for images in ("s3://vlm/imgs/", shards):
+        for cache in (None, tmp_path / f"cache{len(str(images))}"):
+            for _ in range(1 if cache is None else 2):  # built, then the kept index opened
+                got = stoker.VLMDataset(urls[0], model, images=images, on_error="skip",
+                                        cache_dir=cache)
+                assert len(got) == 6
+                for i in range(6):
+                    for k, v in want[i].items():
+                        np.testing.assert_array_equal(v, got[i][k])
+    gone = rows[:2] + [{"image": "gone.png", "conversations": rows[0]["conversations"]}]
+    (tmp_path / "gone.json").write_text(json.dumps(gone))
+    with pytest.raises(stoker.SampleError, match=r"row 2\): cannot stat s3://vlm/imgs/gone\.png"):
+        stoker.VLMDataset(str(tmp_path / "gone.json"), model, images="s3://vlm/imgs")
+    with pytest.raises(stoker.SampleError, match=r"in none of the tar shards"):
+        stoker.VLMDataset(str(tmp_path / "gone.json"), model, images=shards)
 
 
 def test_tar_shards_with_fields_from_s3_equal_local(s3_env, tmp_path):

@@ -86,7 +86,8 @@ class VLMDataset(StokerDataset):
 
     Remote rows (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``; ``storage_options``
     as for every remote dataset) are fetched into the cache (``cache_budget``) when the dataset is
-    made; their images are bytes in the rows, or names in a local ``images=``.
+    made. So are remote images: ``images=`` a folder URL (the images the rows name, one request
+    each) or ``.tar`` shard URLs (whole); they must fit the cache budget together.
 
     ``on_error``: "raise" (a bad row raises ``stoker.SampleError`` naming the file and row: a
     line that is not JSON, a conversation the template rejects, more or fewer placeholders
@@ -132,8 +133,10 @@ class VLMDataset(StokerDataset):
 
         self.cache_dir = cache_dir
         self._blob = None  # without cache_dir: image bytes from the rows, in an unnamed file
+        fetch = {"storage_options": storage_options, "cache_budget": cache_budget,
+                 "cache_dir": cache_dir and os.path.join(os.fspath(cache_dir), "remote")}
         rows = _Rows(_inputs(source, storage_options, cache_dir, cache_budget), messages,
-                     image_field, images)
+                     image_field, images, fetch)
         index = _Index(self.tokenizer, self.chat_template, variables, model.bos_text, on_error,
                        num_threads or 0)
         key = index.key(rows) if cache_dir is not None else None
@@ -151,8 +154,8 @@ class VLMDataset(StokerDataset):
         self._corpus = corpus
         image_starts, image_ids = _document_images(corpus, table)
         ranges = _native.sources.FileRanges(
-            table["files"], table["range_file"], table["range_offset"], table["range_size"],
-            table["names"])
+            _local_files(table["files"], fetch), table["range_file"], table["range_offset"],
+            table["range_size"], table["names"])
         fixed = model.pipeline is not None
         pipeline = model.pipeline
         if pad_id is None:
@@ -431,7 +434,7 @@ class _Rows:
     them) and their images located; fed to a TextCorpusBuilder one source (origin) at a
     time."""
 
-    def __init__(self, inputs, messages, image_field, images):
+    def __init__(self, inputs, messages, image_field, images, fetch):
         self.inputs = inputs
         self.messages, self.image_field = messages, image_field
         self.blob = None
@@ -444,14 +447,22 @@ class _Rows:
         self.count = 0
         self.row_base = []
         self.folder, self.members = None, None
+        self.remote_folder = False
+        self.shard_urls = {}  # remote shards: local copy -> URL
         if images is not None:
             names = [images] if isinstance(images, (str, os.PathLike)) else list(images)
             names = [os.fspath(n) for n in names]
             if _remote_files.is_remote(names):
-                raise ValueError("images= is a local folder or local .tar shards (remote images "
-                                 "are not read yet; rows that hold their images' bytes, a "
-                                 "Parquet file's Image column, are read from remote files)")
-            if len(names) == 1 and os.path.isdir(names[0]):
+                if names and all(n.endswith(".tar") for n in names):
+                    urls, local = _remote_files.stage(names, "VLMDataset's image shards",
+                                                      **fetch)
+                    self.shards = local
+                    self.shard_urls = dict(zip(local, urls))
+                elif len(names) == 1:  # a folder: the images the rows name, fetched later
+                    self.folder, self.remote_folder = names[0].rstrip("/"), True
+                else:
+                    raise ValueError(f"images={images!r}: a folder, or .tar shards")
+            elif len(names) == 1 and os.path.isdir(names[0]):
                 self.folder = names[0]
             elif names and all(n.endswith(".tar") for n in names):
                 self.shards = names
@@ -465,9 +476,11 @@ class _Rows:
         inputs = [identity for _, _, _, identity in self.inputs]
         if any(i is None for i in inputs):
             return None
+        folder = self.folder if self.remote_folder else self.folder and os.path.abspath(
+            self.folder)
         return {"inputs": inputs, "messages": self.messages, "image_field": self.image_field,
-                "folder": self.folder and os.path.abspath(self.folder),
-                "shards": [_file_identity(p) for p in self.shards]}
+                "folder": folder, "shards": [[self.shard_urls.get(p, p)] + _file_identity(p)[1:]
+                                             for p in self.shards]}
 
     def feed(self, builder, on_error, blob):
         """Adds every row to the builder (a bad one, with on_error="skip", is left out here and
@@ -553,8 +566,12 @@ class _Rows:
             if hit is None:
                 raise _BadRow(f"image {value!r} is in none of the tar shards", where)
             shard, offset, size = hit
+            shard = self.shard_urls.get(shard, shard)  # a remote shard by its URL
             return self._range(shard, offset, size, f"{shard}:{value}")
-        path = os.path.join(self.folder or base_dir or "", value)
+        if self.remote_folder:
+            path = f"{self.folder}/{value.lstrip('/')}"
+        else:
+            path = os.path.join(self.folder or base_dir or "", value)
         return self._range(path, 0, _WHOLE, path)
 
     def _range(self, file, offset, size, name):
@@ -697,6 +714,20 @@ def _parquet_rows(path):
     import pyarrow.parquet as pq
     for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
         yield from batch.to_pylist()
+
+
+def _local_files(files, fetch):
+    """The images' files, remote ones (URLs: an image of a remote folder, a remote shard) fetched
+    into the cache, now and whenever the dataset is made (an index kept in cache_dir names
+    them by URL). A URL with no object stays as it is: the engine reports its conversations'
+    image as missing, by its URL."""
+    urls = [f for f in files if _remote_files.is_remote(f)]
+    if not urls:
+        return list(files)
+    _, local = _remote_files.stage(urls, "VLMDataset's images", missing_ok=True, expand=False,
+                                   **fetch)
+    where = dict(zip(urls, local))
+    return [where.get(f) or f for f in files]
 
 
 def _tar_members(shards):

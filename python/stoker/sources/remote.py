@@ -309,13 +309,16 @@ def _fetch_requests(native, remote, infos, cache_dir, storage_options, part_size
         native.fetched(shard, r.path, r.hit, r.bytes, r.seconds)
 
 
-def stage(urls, what, *, storage_options=None, cache_dir=None, cache_budget=None):
+def stage(urls, what, *, storage_options=None, cache_dir=None, cache_budget=None,
+          missing_ok=False, expand=True):
     """Local copies of remote files a dataset reads whole and at random (a table's row groups
     all over its files, every .npy of an ArrayDataset for every sample), downloaded into the
     cache now (concurrently; files already there are reused) and their paths, in order. They
-    must fit ``cache_budget`` together: ValueError naming the sizes otherwise."""
+    must fit ``cache_budget`` together: ValueError naming the sizes otherwise. ``missing_ok``: a
+    URL with no object gets None (for the dataset to report as its sample's), not an error.
+    ``expand=False``: the URLs are names, not patterns (no braces or globs)."""
     remote = _remote()
-    urls = remote.expand(urls, storage_options)
+    urls = remote.expand(urls, storage_options) if expand else list(urls)
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     os.makedirs(cache_dir, exist_ok=True)
     budget = _check_budget("cache_budget", cache_budget) or int(
@@ -329,14 +332,22 @@ def stage(urls, what, *, storage_options=None, cache_dir=None, cache_budget=None
         with concurrent.futures.ThreadPoolExecutor(min(_DEFAULT_FETCHERS, n)) as pool:
             return list(pool.map(fn, range(n)))
 
-    infos = map_(lambda i: stores[i].head(urls[i]), len(urls))
-    total = sum(info.size for info in infos)
+    def head(i):
+        try:
+            return stores[i].head(urls[i])
+        except remote.RemoteNotFound:
+            if not missing_ok:
+                raise
+            return None
+
+    infos = map_(head, len(urls))
+    total = sum(info.size for info in infos if info is not None)
     if total > budget:
         raise ValueError(f"{what} reads every one of its {len(urls)} remote files at random: "
                          f"they are copied to the local cache first, and their {total} bytes "
                          f"exceed cache_budget={budget} (cache_dir {cache_dir}); raise "
                          f"cache_budget or give local paths")
-    return urls, map_(lambda i: remote.fetch_to_cache(
+    return urls, map_(lambda i: None if infos[i] is None else remote.fetch_to_cache(
         urls[i], infos[i], cache_dir, store=stores[i], part_size=_DEFAULT_PART_SIZE,
         concurrency=_DEFAULT_CONCURRENCY).path, len(urls))
 
