@@ -242,6 +242,28 @@ def test_qwen2_vl_rows_equal_the_qwen2_vl_processor(tmp_path, qwen, folder):
     check_batches(ds, qwen, rows, folder, batch_size=2, workers=1)
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_later_qwen_vl_processors_give_the_same(tmp_path, hf_tokenizer, folder, family):
+    """Qwen2.5-VL's and Qwen3-VL's processors (Qwen2-VL's image processor; Qwen3-VL's with 16 px
+    patches and mean/std 0.5, as its checkpoints configure it): ids, labels, patches and grids
+    equal to theirs."""
+    image_config = dict(QWEN)
+    if family == "qwen3_vl":
+        image_config.update(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                            min_pixels=4 * 32 * 32, max_pixels=24 * 32 * 32)
+        processor = transformers.Qwen3VLProcessor(
+            image_processor=hf_processor(image_config), tokenizer=hf_tokenizer,
+            video_processor=transformers.Qwen3VLVideoProcessor(), chat_template=QWEN_TEMPLATE)
+    else:
+        processor = transformers.Qwen2_5_VLProcessor(
+            image_processor=hf_processor(image_config), tokenizer=hf_tokenizer,
+            video_processor=transformers.Qwen2VLVideoProcessor(), chat_template=QWEN_TEMPLATE)
+    rows = llava_rows(8, seed=5)
+    ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), processor, images=folder)
+    assert ds.image_processor.options["patch_size"] == image_config["patch_size"]
+    check_batches(ds, processor, rows, folder, batch_size=2, workers=1)
+
+
 def test_a_template_without_generation_blocks_trains_the_same_tokens(tmp_path, qwen, folder):
     """Qwen2-VL's template as published has no {% generation %} block: the assistant's tokens
     are found by rendering the conversation up to each turn (text.md's prefix rule), the same

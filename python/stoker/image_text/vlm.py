@@ -58,10 +58,11 @@ class VLMDataset(StokerDataset):
 
     ``processor``: a model directory (tokenizer.json, tokenizer_config.json or
     chat_template.jinja, preprocessor_config.json, processor_config.json) or a transformers
-    processor (LlavaProcessor, Qwen2VLProcessor, ...). Fixed-resolution processors (CLIP,
-    SigLIP: LLaVA-1.5) give every image the same count of image tokens (``image_tokens``,
-    default from the processor: LLaVA-1.5's 576) and ``pixel_values`` [images, 3, H, W];
-    Qwen2-VL's gives each image tokens and patches by its size, read from its header.
+    processor (LlavaProcessor, Qwen2VLProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor, ...).
+    Fixed-resolution processors (CLIP, SigLIP: LLaVA-1.5) give every image the same count of
+    image tokens (``image_tokens``, default from the processor: LLaVA-1.5's 576) and
+    ``pixel_values`` [images, 3, H, W]; Qwen2-VL's (Qwen2.5-VL's, Qwen3-VL's) gives each image
+    tokens and patches by its size, read from its header.
     ``image_token``: the placeholder the template writes (default the processor's).
 
     ``pack``: None (a sample is a conversation; batches pad to their longest, or
