@@ -320,7 +320,15 @@ def test_images_from_bytes_in_parquet_and_from_tars_equal_the_folder(tmp_path, l
                             else f"coco/{row['image']}")
     from_tar = stoker.VLMDataset(write_json(tmp_path / "t.json", tar_rows), llava,
                                  images=str(shard))
-    for other in (from_bytes, from_tar):
+    # a datasets.Dataset of those rows, its images a List(Image()) column (PIL images when
+    # read as they are: the dataset reads their bytes)
+    datasets = pytest.importorskip("datasets")
+    hub = datasets.Dataset.from_list(table_rows).cast_column(
+        "images", datasets.List(datasets.Image()))
+    hub = hub.map(lambda r: {"conversations": json.loads(r["conversations"])})
+    assert type(hub[0]["images"][0]).__module__.startswith("PIL")
+    from_hub = stoker.VLMDataset(hub, llava)
+    for other in (from_bytes, from_tar, from_hub):
         assert len(other) == len(want)
         for i in range(len(want)):
             for k, v in want[i].items():

@@ -51,7 +51,8 @@ class VLMDataset(StokerDataset):
     ``{"role": ..., "content": [{"type": "image"}, {"type": "text", "text": ...}]}``; and its
     images under ``image_field`` (default ``"image"`` or ``"images"``): a name, or a list of names,
     bytes, or ``{"bytes": ..., "path": ...}`` dicts (datasets' Image feature), in the order of
-    the placeholders.
+    the placeholders. A ``datasets.Dataset``'s Image columns are read as their bytes (not
+    decoded to PIL images in Python).
 
     ``images``: where names are: a folder, or tar shards (a ``.tar`` path or a list of them,
     names being member paths); None: paths relative to the source file's folder (or absolute).
@@ -644,6 +645,7 @@ def _inputs(source, storage_options=None, cache_dir=None, cache_budget=None):
     of it (None: nothing stable). Remote files (s3://, gs://, hf://, ...) are fetched into the
     cache first; errors name their URLs, and their image paths are relative to images=."""
     if type(source).__name__ == "Dataset" and type(source).__module__.startswith("datasets"):
+        source = _undecoded(source)
         return [("<datasets.Dataset>", iter(source), None, ["dataset", source._fingerprint])]
     if isinstance(source, list) and (not source or isinstance(source[0], dict)):
         return [("<rows>", source, None, None)]
@@ -659,6 +661,27 @@ def _inputs(source, storage_options=None, cache_dir=None, cache_budget=None):
                 for url, path in zip(urls, local)]
     return [(os.fspath(n), _rows_of(os.fspath(n)), os.path.dirname(os.path.abspath(n)),
              _file_identity(n)) for n in names]
+
+
+def _undecoded(ds):
+    """A datasets.Dataset whose Image columns (or lists of images) give their encoded bytes,
+    {"bytes", "path"}, instead of PIL images: the engine decodes them (a cast of the features,
+    no data rewritten)."""
+    import datasets
+
+    def plain(feature):
+        if isinstance(feature, datasets.Image) and feature.decode:
+            return datasets.Image(decode=False)
+        inner = getattr(feature, "feature", None)  # List / Sequence / LargeList of images
+        if isinstance(inner, datasets.Image) and inner.decode:
+            return type(feature)(datasets.Image(decode=False))
+        if isinstance(feature, list) and len(feature) == 1 and \
+                isinstance(feature[0], datasets.Image) and feature[0].decode:
+            return [datasets.Image(decode=False)]
+        return feature
+
+    features = datasets.Features({k: plain(f) for k, f in ds.features.items()})
+    return ds if features == ds.features else ds.cast(features)
 
 
 def _rows_of(path, name=None):
