@@ -1,8 +1,8 @@
 // stoker._text.image_text: ImageTextSource (include/stoker/image_text/image_text_source.h), tar
-// shards of any fields, the source of a TarShards(fields=...); PatchProcessor
-// (include/stoker/image_text/patch_processor.h), Qwen2-VL's image processor. In stoker._text
-// because a caption is tokenized by the text wing; the pipelines come from stoker._native (shared
-// nanobind types).
+// shards of any fields, the source of a TarShards(fields=...); PatchProcessor and TileProcessor
+// (include/stoker/image_text/patch_processor.h, tile_processor.h), Qwen2-VL's and LLaVA-NeXT's
+// image processors; VLMSource (vlm_source.h). In stoker._text because a caption is tokenized by
+// the text wing; the pipelines come from stoker._native (shared nanobind types).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
@@ -15,8 +15,10 @@
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/image_text/dynamic_images.h"
 #include "stoker/image_text/image_text_source.h"
 #include "stoker/image_text/patch_processor.h"
+#include "stoker/image_text/tile_processor.h"
 #include "stoker/image_text/vlm_source.h"
 #include "stoker/shard_cache.h"
 #include "stoker/sources/documents.h"
@@ -99,33 +101,66 @@ Options options_of(const nb::list& fields, bool skip_missing) {
 using KeyTuple =
     std::tuple<std::string, std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t>>>;
 
-using Floats = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
-using Grid = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
+using Floats = nb::ndarray<nb::numpy, float>;
+using Ints = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
 using Rgb = nb::ndarray<const uint8_t, nb::shape<-1, -1, 3>, nb::c_contig, nb::device::cpu>;
 
-// (patches [t*h*w, patch_dim] float32, grid [3] int64) of a decoded RGB image.
-nb::tuple process(const PatchProcessor& p, const uint8_t* rgb, int width, int height) {
-  auto* patches = new std::vector<float>();
-  auto* grid = new std::vector<int64_t>(3);
-  nb::capsule own_p(patches, [](void* v) noexcept { delete static_cast<std::vector<float>*>(v); });
-  nb::capsule own_g(grid, [](void* v) noexcept { delete static_cast<std::vector<int64_t>*>(v); });
-  PatchGrid g;
+// (rows [rows, *row_shape] float32, info [info_size] int64) of a decoded RGB image.
+nb::tuple process(const DynamicImages& p, const uint8_t* rgb, int width, int height) {
+  auto* rows = new std::vector<float>();
+  auto* info = new std::vector<int64_t>(static_cast<size_t>(p.info_size()));
+  nb::capsule own_r(rows, [](void* v) noexcept { delete static_cast<std::vector<float>*>(v); });
+  nb::capsule own_i(info, [](void* v) noexcept { delete static_cast<std::vector<int64_t>*>(v); });
+  std::vector<size_t> shape;
   {
     nb::gil_scoped_release release;
-    g = p.grid(height, width);
-    patches->resize(static_cast<size_t>(g.patches() * p.patch_dim()));
+    const int64_t n = p.rows(height, width);
+    shape.push_back(static_cast<size_t>(n));
+    size_t floats = static_cast<size_t>(n);
+    for (int64_t d : p.row_shape()) shape.push_back(static_cast<size_t>(d)), floats *= d;
+    rows->resize(floats);
     std::vector<uint8_t> scratch;
-    p.process({rgb, static_cast<size_t>(width) * height * 3}, width, height, *patches, scratch);
-    *grid = {g.t, g.h, g.w};
+    p.fill({rgb, static_cast<size_t>(width) * height * 3}, width, height, *rows, scratch);
+    p.info(height, width, info->data());
   }
-  const size_t shape[2] = {static_cast<size_t>(g.patches()), static_cast<size_t>(p.patch_dim())};
-  const size_t three = 3;
-  return nb::make_tuple(Floats(patches->data(), 2, shape, own_p),
-                        Grid(grid->data(), 1, &three, own_g));
+  const size_t info_size = info->size();
+  return nb::make_tuple(Floats(rows->data(), shape.size(), shape.data(), own_r),
+                        Ints(info->data(), 1, &info_size, own_i));
+}
+
+void bind_dynamic_images(nb::module_& m) {
+  nb::class_<DynamicImages>(m, "DynamicImages",
+                            "A processor whose images' tokens and pixels depend on their size "
+                            "(include/stoker/image_text/dynamic_images.h).")
+      .def("image_tokens", &DynamicImages::image_tokens, "height"_a, "width"_a)
+      .def("rows", &DynamicImages::rows, "height"_a, "width"_a)
+      .def_prop_ro("row_shape", &DynamicImages::row_shape)
+      .def_prop_ro("info_name", &DynamicImages::info_name)
+      .def(
+          "process_bytes",
+          [](const DynamicImages& p, nb::bytes data) {
+            image::DecodedImage img;
+            {
+              const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(data.c_str()),
+                                                 data.size());
+              nb::gil_scoped_release release;
+              img = image::decode(b, image::kDefaultMaxPixels, DynamicImages::kAlpha);
+            }
+            return process(p, img.rgb.data(), img.width, img.height);
+          },
+          "data"_a,
+          "Decodes an encoded image (JPEG, PNG, ...) and returns (rows, info) as numpy arrays.")
+      .def(
+          "process_rgb",
+          [](const DynamicImages& p, Rgb rgb) {
+            return process(p, rgb.data(), static_cast<int>(rgb.shape(1)),
+                           static_cast<int>(rgb.shape(0)));
+          },
+          "rgb"_a, "(rows, info) of an HWC uint8 RGB array.");
 }
 
 void bind_patch_processor(nb::module_& m) {
-  nb::class_<PatchProcessor>(m, "PatchProcessor")
+  nb::class_<PatchProcessor, DynamicImages>(m, "PatchProcessor")
       .def(
           "__init__",
           [](PatchProcessor* self, int patch_size, int merge_size, int temporal_patch_size,
@@ -147,30 +182,29 @@ void bind_patch_processor(nb::module_& m) {
             return nb::make_tuple(g.t, g.h, g.w);
           },
           "height"_a, "width"_a, "The (t, h, w) grid of an image of that size.")
-      .def("image_tokens", &PatchProcessor::image_tokens, "height"_a, "width"_a)
       .def_prop_ro("patch_dim", &PatchProcessor::patch_dim)
-      .def_prop_ro("max_patches", &PatchProcessor::max_patches)
+      .def_prop_ro("max_patches", &PatchProcessor::max_patches);
+}
+
+void bind_tile_processor(nb::module_& m) {
+  nb::class_<TileProcessor, DynamicImages>(m, "TileProcessor")
       .def(
-          "process_bytes",
-          [](const PatchProcessor& p, nb::bytes data) {
-            image::DecodedImage img;
-            {
-              const std::span<const std::byte> b(reinterpret_cast<const std::byte*>(data.c_str()),
-                                                 data.size());
-              nb::gil_scoped_release release;
-              img = image::decode(b, image::kDefaultMaxPixels, PatchProcessor::kAlpha);
-            }
-            return process(p, img.rgb.data(), img.width, img.height);
+          "__init__",
+          [](TileProcessor* self, std::vector<std::array<int, 2>> pinpoints, int tile,
+             int patch_size, int additional_tokens, bool drop_cls, double rescale_factor,
+             std::array<float, 3> mean, std::array<float, 3> std) {
+            new (self) TileProcessor(TileProcessorOptions{std::move(pinpoints), tile, patch_size,
+                                                          additional_tokens, drop_cls,
+                                                          rescale_factor, mean, std});
           },
-          "data"_a,
-          "Decodes an encoded image (JPEG, PNG, ...) and returns (patches, grid) as numpy arrays.")
-      .def(
-          "process_rgb",
-          [](const PatchProcessor& p, Rgb rgb) {
-            return process(p, rgb.data(), static_cast<int>(rgb.shape(1)),
-                           static_cast<int>(rgb.shape(0)));
-          },
-          "rgb"_a, "(patches, grid) of an HWC uint8 RGB array.");
+          "pinpoints"_a, "tile"_a, "patch_size"_a, "additional_tokens"_a, "drop_cls"_a,
+          "rescale_factor"_a, "mean"_a, "std"_a,
+          "LLaVA-NeXT's any-resolution image processor "
+          "(include/stoker/image_text/tile_processor.h).")
+      .def("best_resolution", &TileProcessor::best_resolution, "height"_a, "width"_a)
+      .def("resized_size", &TileProcessor::resized_size, "height"_a, "width"_a)
+      .def("tiles", &TileProcessor::tiles, "height"_a, "width"_a)
+      .def_prop_ro("max_tiles", &TileProcessor::max_tiles);
 }
 
 using Offsets = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -194,7 +228,7 @@ void bind_vlm_source(nb::module_& m) {
           nb::new_([](std::shared_ptr<DocumentSet> documents, Offsets image_starts,
                       Offsets image_ids, std::shared_ptr<FileRanges> images, int64_t image_token,
                       std::shared_ptr<image::ImagePipeline> pipeline, int64_t tokens_per_image,
-                      std::shared_ptr<PatchProcessor> patches, uint64_t max_pixels, int64_t pad_id,
+                      std::shared_ptr<DynamicImages> dynamic, uint64_t max_pixels, int64_t pad_id,
                       int64_t label_ignore, uint64_t seq_len, uint64_t max_length, bool skip_bad,
                       int threads, bool shuffle_conversations, bool token_types, bool mrope) {
             VLMOptions o;
@@ -205,7 +239,7 @@ void bind_vlm_source(nb::module_& m) {
             o.image_token = image_token;
             o.pipeline = std::move(pipeline);
             o.tokens_per_image = tokens_per_image;
-            o.patches = std::move(patches);
+            o.dynamic = std::move(dynamic);
             o.max_pixels = max_pixels;
             o.pad_id = pad_id;
             o.label_ignore = label_ignore;
@@ -220,7 +254,7 @@ void bind_vlm_source(nb::module_& m) {
             return std::make_shared<VLMSource>(std::move(o));
           }),
           "documents"_a, "image_starts"_a, "image_ids"_a, "images"_a, "image_token"_a,
-          "pipeline"_a.none(), "tokens_per_image"_a, "patches"_a.none(), "max_pixels"_a, "pad_id"_a,
+          "pipeline"_a.none(), "tokens_per_image"_a, "dynamic"_a.none(), "max_pixels"_a, "pad_id"_a,
           "label_ignore"_a, "seq_len"_a, "max_length"_a, "skip_bad"_a, "threads"_a,
           "shuffle_conversations"_a = true, "token_types"_a = false, "mrope"_a = false,
           "Conversations with images (include/stoker/image_text/vlm_source.h).")
@@ -243,7 +277,9 @@ void bind_image_text(nb::module_& parent) {
       "path"_a, "members"_a,
       "The (height, width) of each image member (data offset, size) of the local tar shard, "
       "from its header; (0, 0) where it cannot be read.");
+  bind_dynamic_images(m);
   bind_patch_processor(m);
+  bind_tile_processor(m);
   bind_vlm_source(m);
   nb::class_<ImageTextSource, Source>(m, "ImageTextSource")
       .def(nb::new_([](std::vector<std::string> paths, const nb::list& fields, bool skip_missing) {

@@ -74,6 +74,11 @@ int64_t PatchProcessor::image_tokens(int height, int width) const {
   return g.h * g.w / (int64_t{options_.merge_size} * options_.merge_size);
 }
 
+void PatchProcessor::info(int height, int width, int64_t* out) const {
+  const PatchGrid g = grid(height, width);
+  out[0] = g.t, out[1] = g.h, out[2] = g.w;
+}
+
 int64_t PatchProcessor::patch_dim() const {
   return int64_t{3} * options_.temporal_patch_size * options_.patch_size * options_.patch_size;
 }

@@ -12,6 +12,7 @@
 #include "stoker/errors.h"
 #include "stoker/image/decode.h"
 #include "stoker/image/pipeline.h"
+#include "stoker/image_text/dynamic_images.h"
 #include "stoker/image_text/patch_processor.h"
 #include "stoker/order.h"
 #include "stoker/random.h"
@@ -78,16 +79,17 @@ VLMSource::VLMSource(VLMOptions options) : options_(std::move(options)) {
     if (id >= o.images->size())
       throw InvalidArgument("VLMSource: image id " + std::to_string(id) + " of " +
                             std::to_string(o.images->size()) + " images");
-  if ((o.pipeline == nullptr) == (o.patches == nullptr))
-    throw InvalidArgument("VLMSource: give a pipeline (fixed resolution) or patches (dynamic)");
+  if ((o.pipeline == nullptr) == (o.dynamic == nullptr))
+    throw InvalidArgument("VLMSource: give a pipeline (fixed resolution) or dynamic images");
   if (o.pipeline != nullptr) {
     if (o.tokens_per_image < 1)
       throw InvalidArgument("VLMSource: tokens_per_image must be at least 1 with a pipeline");
     image_bytes_ = o.pipeline->output_bytes();
   }
   if (o.image_token < 0) throw InvalidArgument("VLMSource: image_token must be a token id");
-  if (o.mrope && (o.patches == nullptr || o.seq_len == 0))
-    throw InvalidArgument("VLMSource: mrope is for packed samples of a dynamic processor");
+  qwen_ = dynamic_cast<const PatchProcessor*>(o.dynamic.get());
+  if (o.mrope && (qwen_ == nullptr || o.seq_len == 0))
+    throw InvalidArgument("VLMSource: mrope is for packed samples of Qwen2-VL's processor");
   stats_.conversations = docs;
   probe_images();
   scan();
@@ -97,27 +99,15 @@ VLMSource::VLMSource(VLMOptions options) : options_(std::move(options)) {
 
 VLMSource::~VLMSource() = default;
 
-uint64_t VLMSource::image_tokens(uint64_t image) const {
-  if (options_.pipeline != nullptr) return static_cast<uint64_t>(options_.tokens_per_image);
-  const auto& g = grids_[image];
-  const int64_t m = options_.patches->options().merge_size;
-  return static_cast<uint64_t>(g[0] * g[1] * g[2] / (m * m));
-}
-
-uint64_t VLMSource::image_patches(uint64_t image) const {
-  if (options_.patches == nullptr) return 0;
-  const auto& g = grids_[image];
-  return static_cast<uint64_t>(g[0] * g[1] * g[2]);
-}
-
-// An image's grid (dynamic: from its header) or {1, 1, 1} (fixed: the file is there). Throws the
-// reason it cannot be used: IoError (missing, unreadable), DecodeError (no header), or the
-// processor's InvalidArgument (an aspect ratio it refuses).
-std::array<int64_t, 3> VLMSource::probe(uint64_t i, std::vector<std::byte>& buffer) const {
-  if (options_.patches == nullptr) {
+// An image's shape: dynamic, its size from its header and the processor's tokens and rows for
+// it; fixed, the pipeline's tokens (the file is there). Throws the reason it cannot be used:
+// IoError (missing, unreadable), DecodeError (no header), or the processor's InvalidArgument (a
+// size it refuses).
+VLMSource::ImageShape VLMSource::probe(uint64_t i, std::vector<std::byte>& buffer) const {
+  if (options_.dynamic == nullptr) {
     if (options_.images->range_size(i) == 0)
       throw DecodeError("image " + options_.images->path(i) + " is empty");
-    return {1, 1, 1};
+    return {0, 0, static_cast<uint64_t>(options_.tokens_per_image), 0};
   }
   options_.images->read_prefix(i, kHeaderBytes, buffer);
   image::ImageInfo info;
@@ -128,21 +118,22 @@ std::array<int64_t, 3> VLMSource::probe(uint64_t i, std::vector<std::byte>& buff
     options_.images->read(i, buffer);  // a header after large metadata
     info = image::read_info(buffer);
   }
-  const PatchGrid g = options_.patches->grid(info.height, info.width);
-  return {g.t, g.h, g.w};
+  const DynamicImages& p = *options_.dynamic;
+  return {info.height, info.width, static_cast<uint64_t>(p.image_tokens(info.height, info.width)),
+          static_cast<uint64_t>(p.rows(info.height, info.width))};
 }
 
-// Every image a conversation holds, probed; {0, 0, 0} for one that cannot be used (the
+// Every image a conversation holds, probed; tokens 0 for one that cannot be used (the
 // conversations holding it are bad, the reason found again in scan()).
 void VLMSource::probe_images() {
-  grids_.assign(options_.images->size(), {0, 0, 0});
+  shapes_.assign(options_.images->size(), ImageShape{});
   std::vector<uint8_t> used(options_.images->size(), 0);
   for (uint64_t id : options_.image_ids) used[id] = 1;
-  parallel_for(grids_.size(), options_.threads, [&](uint64_t i) {
+  parallel_for(shapes_.size(), options_.threads, [&](uint64_t i) {
     if (!used[i]) return;
     thread_local std::vector<std::byte> buffer;
     try {
-      grids_[i] = probe(i, buffer);
+      shapes_[i] = probe(i, buffer);
     } catch (const Error&) {
     }
   });
@@ -169,7 +160,7 @@ void VLMSource::scan() {
       Conversation c{d, tokens.size() - placeholders, 0};
       for (uint64_t k = first; k < first + images; ++k) {
         const uint64_t id = o.image_ids[k];
-        if (grids_[id][0] == 0) {  // probe it again for the reason
+        if (shapes_[id].tokens == 0) {  // probe it again for the reason
           std::vector<std::byte> buffer;
           probe(id, buffer);
           throw DecodeError("image " + o.images->path(id) + " cannot be read");
@@ -327,9 +318,12 @@ void VLMSource::make_fields() {
     fields_.push_back(ragged("pixel_values", to_dtype(o.pipeline->dtype()),
                              {images, s[0], s[1], s[2]}, 0, group++));
   } else {
-    fields_.push_back(ragged("pixel_values", kFloat32,
-                             {most(sample_patches_), o.patches->patch_dim()}, 0, group++));
-    fields_.push_back(ragged("image_grid_thw", kInt64, {images, 3}, 0, group++));
+    std::vector<int64_t> shape = {most(sample_patches_)};
+    row_floats_ = 1;
+    for (int64_t d : o.dynamic->row_shape()) shape.push_back(d), row_floats_ *= d;
+    fields_.push_back(ragged("pixel_values", kFloat32, std::move(shape), 0, group++));
+    fields_.push_back(
+        ragged(o.dynamic->info_name(), kInt64, {images, o.dynamic->info_size()}, 0, group++));
   }
   if (packed) {
     uint64_t convs = 1;
@@ -387,9 +381,10 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
   auto* labels = reinterpret_cast<int64_t*>(slots[1]);
   // attention_mask, or position_ids (mrope: 4 a token)
   auto* third = reinterpret_cast<int64_t*>(slots[2]);
-  const int64_t merge = o.mrope ? o.patches->options().merge_size : 1;
+  const int64_t merge = o.mrope ? qwen_->options().merge_size : 1;
   std::byte* pixels = slots[3];
-  int64_t* grid = o.patches != nullptr ? reinterpret_cast<int64_t*>(slots[4]) : nullptr;
+  int64_t* info = o.dynamic != nullptr ? reinterpret_cast<int64_t*>(slots[4]) : nullptr;
+  const int info_size = o.dynamic != nullptr ? o.dynamic->info_size() : 0;
   int32_t* cu = packed ? reinterpret_cast<int32_t*>(slots[cu_slot_]) : nullptr;
   int64_t* types = o.token_types ? reinterpret_cast<int64_t*>(slots[types_slot_]) : nullptr;
   uint64_t at = 0, image = 0, patch = 0;
@@ -411,8 +406,11 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
       const uint64_t id = image_token ? o.image_ids[k++] : 0;
       const uint64_t copies = image_token ? image_tokens(id) : 1;
       // mrope: the image's merged grid (text: one position)
-      const int64_t rows = image_token && o.mrope ? grids_[id][1] / merge : 1;
-      const int64_t columns = image_token && o.mrope ? grids_[id][2] / merge : 1;
+      int64_t rows = 1, columns = 1;
+      if (image_token && o.mrope) {
+        const PatchGrid g = qwen_->grid(shapes_[id].height, shapes_[id].width);
+        rows = g.h / merge, columns = g.w / merge;
+      }
       for (uint64_t r = 0; r < copies; ++r, ++at) {
         ids[at] = token;
         labels[at] = !image_token && ws->trained[t] ? token : o.label_ignore;
@@ -446,18 +444,16 @@ void VLMSource::read(const SampleKey& key, std::span<std::byte* const> slots,
       }
       const image::DecodedImage img =
           image::decode(ws->buffer, o.max_pixels ? o.max_pixels : image::kDefaultMaxPixels,
-                        PatchProcessor::kAlpha);
-      const PatchGrid g = o.patches->grid(img.height, img.width);
-      if (g.t != grids_[id][0] || g.h != grids_[id][1] || g.w != grids_[id][2])
+                        DynamicImages::kAlpha);
+      const ImageShape& shape = shapes_[id];
+      if (img.height != shape.height || img.width != shape.width)
         throw DecodeError("image " + o.images->path(id) + " decodes to " +
                           std::to_string(img.width) + "x" + std::to_string(img.height) +
                           ", not the size its header gave");
-      const int64_t dim = o.patches->patch_dim();
-      auto* out = reinterpret_cast<float*>(pixels) + patch * dim;
-      o.patches->process(img.rgb, img.width, img.height,
-                         {out, static_cast<size_t>(g.patches() * dim)}, ws->resized);
-      grid[image * 3] = g.t, grid[image * 3 + 1] = g.h, grid[image * 3 + 2] = g.w;
-      patch += static_cast<uint64_t>(g.patches());
+      auto* out = reinterpret_cast<float*>(pixels) + patch * row_floats_;
+      o.dynamic->fill(img.rgb, img.width, img.height, {out, shape.rows * row_floats_}, ws->resized);
+      o.dynamic->info(img.height, img.width, info + image * info_size);
+      patch += shape.rows;
     }
   }
   if (packed) std::memcpy(slots[cu_slot_ + 1], &longest, sizeof longest);

@@ -169,12 +169,12 @@ TEST(VLMSource, DynamicImagesTakeTheirTokensAndPatchesFromTheirSize) {
   VLMOptions o = fx.options();
   o.pipeline = nullptr;
   o.tokens_per_image = 0;
-  o.patches = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
+  o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
                                                                      .merge_size = 2,
                                                                      .temporal_patch_size = 2,
                                                                      .min_pixels = 16,
                                                                      .max_pixels = 64 * 64});
-  const PatchProcessor& p = *o.patches;
+  const auto& p = static_cast<const PatchProcessor&>(*o.dynamic);
   const VLMSource s(o);
   const auto tokens = [&](int i) {
     return static_cast<uint64_t>(p.image_tokens(fx.sizes[i].second, fx.sizes[i].first));
@@ -254,7 +254,7 @@ TEST(VLMSource, PackedDynamicSamplesHaveMropePositions) {
   VLMOptions o = fx.options();
   o.pipeline = nullptr;
   o.tokens_per_image = 0;
-  o.patches = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
+  o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
                                                                      .merge_size = 2,
                                                                      .temporal_patch_size = 2,
                                                                      .min_pixels = 16,
@@ -385,7 +385,7 @@ TEST(VLMSource, BadConversationsAreNamedOrSkippedAndCounted) {
   for (bool dynamic : {false, true}) {
     if (dynamic) {
       o.pipeline = nullptr;
-      o.patches = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
+      o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
                                                                          .merge_size = 2,
                                                                          .temporal_patch_size = 2,
                                                                          .min_pixels = 16,

@@ -255,7 +255,11 @@ def test_llava_config_from_a_directory_and_an_hf_object(tmp_path):
     ({"size": {"longest_edge": 30}}, "size="),
     ({"crop_size": {"height": 400, "width": 400}}, "crop_size"),
     ({"do_pad": True}, "do_pad=True"),
-    ({"image_processor_type": "LlavaNextImageProcessor"}, "LlavaNextImageProcessor"),
+    ({"image_processor_type": "Idefics3ImageProcessor"}, "Idefics3ImageProcessor"),
+    ({"image_processor_type": "LlavaNextImageProcessor",
+      "crop_size": {"height": 300, "width": 300}}, "a square crop of the size's side"),
+    ({"image_processor_type": "LlavaNextImageProcessor", "image_grid_pinpoints": [[336, 500]]},
+     "multiples of crop_size"),
     ({"image_mean": [0.5, 0.5]}, "image_mean"),
 ])
 def test_options_not_reproduced_are_value_errors_naming_them(change, option):

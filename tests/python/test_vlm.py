@@ -94,6 +94,23 @@ def llava(hf_tokenizer):
         chat_template=LLAVA_TEMPLATE)
 
 
+# LLaVA-NeXT's processor at 28 px tiles: pinpoints of 1 to 3 tiles, 14 px patches.
+NEXT = {"image_processor_type": "LlavaNextImageProcessor", "size": {"shortest_edge": 28},
+        "crop_size": {"height": 28, "width": 28}, "resample": 3,
+        "image_grid_pinpoints": [[28, 56], [56, 28], [56, 56], [84, 28], [28, 84]]}
+
+
+@pytest.fixture(scope="module")
+def llava_next(hf_tokenizer):
+    from transformers.models.llava_next import image_processing_pil_llava_next as pil
+    images = pil.LlavaNextImageProcessorPil(
+        **{k: v for k, v in NEXT.items() if k != "image_processor_type"})
+    return transformers.LlavaNextProcessor(
+        image_processor=images, tokenizer=hf_tokenizer, patch_size=14,
+        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        chat_template=LLAVA_TEMPLATE)
+
+
 @pytest.fixture(scope="module")
 def qwen(hf_tokenizer):
     return transformers.Qwen2VLProcessor(
@@ -175,7 +192,20 @@ def reference(processor, row, folder):
     image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     labels = np.where((out["assistant_masks"][0] == 1) & (ids != image_id), ids, -100)
     types = out["mm_token_type_ids"][0] if "mm_token_type_ids" in out else None
-    return ids, labels, out.get("pixel_values"), out.get("image_grid_thw"), types
+    pixels, info = out.get("pixel_values"), out.get("image_grid_thw")
+    if "image_sizes" in out:  # LLaVA-NeXT: [images, most tiles, 3, H, W], less the padding
+        info = out["image_sizes"]
+        tiles = [next_tiles(processor.image_processor, *size) for size in info]
+        pixels = np.concatenate([pixels[k, :n] for k, n in enumerate(tiles)])
+    return ids, labels, pixels, info, types
+
+
+def next_tiles(image_processor, height, width):
+    """LLaVA-NeXT's tiles of an image, by transformers' own resolution choice."""
+    from transformers.image_processing_utils import select_best_resolution
+    h, w = select_best_resolution((int(height), int(width)), image_processor.image_grid_pinpoints)
+    side = image_processor.crop_size["height"]
+    return 1 + (h // side) * (w // side)
 
 
 def write_json(path, rows):
@@ -213,14 +243,16 @@ def check_batches(ds, processor, rows, folder, batch_size=3, workers=2):
             if want_grid is None:
                 np.testing.assert_allclose(b["pixel_values"][image:image + count], want_px,
                                            atol=SLOW_ATOL, rtol=0)
-            else:
-                rows_px = int(want_grid.prod(axis=1).sum())
+            else:  # dynamic: rows of patches or tiles, and each image's grid or size
+                rows_px = len(want_px)
                 np.testing.assert_allclose(b["pixel_values"][patch:patch + rows_px], want_px,
                                            atol=SLOW_ATOL, rtol=0)
-                np.testing.assert_array_equal(b["image_grid_thw"][image:image + count], want_grid)
+                info = "image_grid_thw" if "image_grid_thw" in b else "image_sizes"
+                np.testing.assert_array_equal(b[info][image:image + count], want_grid)
                 patch += rows_px
             image += count
-        assert image == len(b["image_grid_thw"] if "image_grid_thw" in b else b["pixel_values"])
+        info = next((k for k in ("image_grid_thw", "image_sizes") if k in b), "pixel_values")
+        assert image == len(b[info])
     assert sorted(seen) == list(range(len(rows)))
 
 
@@ -232,6 +264,78 @@ def test_llava_rows_equal_the_llava_processor(tmp_path, llava, folder):
     assert s["kept"] == 16 and s["skipped"] == 0
     assert s["image_tokens"] == 4 * s["images"]  # (28 / 14)^2 + 1 (CLS) - 1 ("default")
     check_batches(ds, llava, rows, folder)
+
+
+def test_llava_next_rows_equal_the_llava_next_processor(tmp_path, llava_next, folder):
+    """LLaVA-NeXT's any-resolution images: each image's tokens from its size (the grid chosen,
+    its padding rows or columns dropped, a newline a row, the base tile), pixel_values its tiles
+    one image after another ([tiles, 3, 28, 28]: transformers' [images, most tiles, ...] less
+    the padding, which its model drops), image_sizes; ids, labels and pixels equal to the
+    processor's."""
+    rows = llava_rows(12, seed=7)
+    ds = stoker.VLMDataset(write_json(tmp_path / "n.json", rows), llava_next, images=folder)
+    assert ds.image_token == "<image>"
+    processor = ds.image_processor
+    assert isinstance(processor, stoker.image_text.TileImageProcessor)
+    for w, h, _ in SIZES:  # the count transformers' processor gives
+        want = llava_next._get_number_of_features(h, w, 28, 28) - 1
+        assert processor.num_image_tokens(h, w) == want
+    assert len({processor.tiles(h, w) for w, h, _ in SIZES}) >= 2
+    check_batches(ds, llava_next, rows, folder, batch_size=3, workers=2)
+
+
+def test_a_llava_next_batch_gives_the_logits_of_the_processors(tmp_path, llava_next, folder):
+    """A tiny LlavaNextForConditionalGeneration on a Stoker batch and on the processor's own
+    batch of the same conversations: the same logits (the model splits the tiles by
+    image_sizes); and StokerTrainer trains a step on it."""
+    import torch
+    from stoker.integrations.transformers import StokerTrainer
+    tok = llava_next.tokenizer
+    torch.manual_seed(0)
+    config = transformers.LlavaNextConfig(
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 16,
+                       "intermediate_size": 32, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        text_config={"model_type": "llama", "vocab_size": len(tok), "hidden_size": 32,
+                     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "num_key_value_heads": 2, "max_position_embeddings": 4096},
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=NEXT["image_grid_pinpoints"],
+        vision_feature_select_strategy="default")
+    model = transformers.LlavaNextForConditionalGeneration(config).eval()
+    rows = [r for r in llava_rows(8, seed=9) if "image" in r][:3]
+    ds = stoker.VLMDataset(write_json(tmp_path / "l.json", rows), llava_next, images=folder)
+    refs = {}
+    for row in rows:
+        ids, _, _, _, _ = reference(llava_next, row, folder)
+        refs[tuple(ids.tolist())] = row
+    for b in stoker.DataLoader(ds, batch_size=1, output="torch"):
+        n = int(b["lengths"][0])
+        row = refs[tuple(b["input_ids"][0, :n].tolist())]
+        names = row["image"] if isinstance(row["image"], list) else [row["image"]]
+        messages = as_messages(row)
+        k = 0
+        for m in messages:
+            for item in m["content"]:
+                if item["type"] == "image":
+                    item["image"] = PIL.open(folder / names[k])
+                    k += 1
+        hf = llava_next.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                            return_tensors="pt")
+        with torch.no_grad():
+            want = model(**hf).logits
+            got = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                        pixel_values=b["pixel_values"], image_sizes=b["image_sizes"]).logits
+        torch.testing.assert_close(got[:, :n], want, atol=1e-5, rtol=1e-4)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2,
+        learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        logging_steps=1)
+    trainer = StokerTrainer(model=model.train(), args=args, train_dataset=ds)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(np.isfinite(losses))
 
 
 def test_qwen2_vl_rows_equal_the_qwen2_vl_processor(tmp_path, qwen, folder):

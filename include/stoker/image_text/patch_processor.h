@@ -3,7 +3,7 @@
 //
 // What it computes, as Hugging Face's Qwen2VLImageProcessor (transformers 5, PIL backend):
 // - its input is the image as transformers' convert_to_rgb gives it: a PNG's transparency
-//   composited on white (decode with kAlpha);
+//   composited on white (DynamicImages::kAlpha);
 // - smart_resize: height and width rounded to multiples of factor = patch_size * merge_size
 //   (Python's round, half to even), then scaled by sqrt(h * w / max_pixels) (floored to the
 //   factor, at least one factor) when above max_pixels, or by sqrt(min_pixels / (h * w)) (ceiled)
@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/image/decode.h"
+#include "stoker/image_text/dynamic_images.h"
 
 namespace stoker::image_text {
 
@@ -47,14 +47,12 @@ struct PatchGrid {
   int64_t patches() const { return t * h * w; }
 };
 
-class PatchProcessor {
+// As DynamicImages: rows are patches of patch_dim() floats, info "image_grid_thw" (t, h, w).
+class PatchProcessor final : public DynamicImages {
  public:
   // Throws InvalidArgument naming the option: sizes must be positive, 0 < min_pixels <=
   // max_pixels, rescale_factor > 0, std non-zero.
   explicit PatchProcessor(PatchProcessorOptions options);
-
-  // How the images it processes are decoded.
-  static constexpr image::Alpha kAlpha = image::Alpha::kOverWhite;
 
   const PatchProcessorOptions& options() const { return options_; }
 
@@ -63,7 +61,7 @@ class PatchProcessor {
   // The grid of an image of that size, without decoding it.
   PatchGrid grid(int height, int width) const;
   // The model's image tokens for an image of that size: grid's h * w / merge_size^2.
-  int64_t image_tokens(int height, int width) const;
+  int64_t image_tokens(int height, int width) const override;
   // Floats per patch row: 3 * temporal_patch_size * patch_size^2.
   int64_t patch_dim() const;
   // An upper bound of grid().patches() for the images it accepts: max_pixels / patch_size^2
@@ -76,6 +74,17 @@ class PatchProcessor {
   // working memory.
   PatchGrid process(std::span<const uint8_t> rgb, int width, int height, std::span<float> out,
                     std::vector<uint8_t>& scratch) const;
+
+  // DynamicImages.
+  int64_t rows(int height, int width) const override { return grid(height, width).patches(); }
+  std::vector<int64_t> row_shape() const override { return {patch_dim()}; }
+  std::string info_name() const override { return "image_grid_thw"; }
+  int info_size() const override { return 3; }
+  void info(int height, int width, int64_t* out) const override;
+  void fill(std::span<const uint8_t> rgb, int width, int height, std::span<float> out,
+            std::vector<uint8_t>& scratch) const override {
+    process(rgb, width, height, out, scratch);
+  }
 
  private:
   PatchProcessorOptions options_;

@@ -12,9 +12,10 @@
 // The images' tokens:
 // - fixed (`pipeline`, CLIP-style resize, crop and normalize, LLaVA-1.5's): every image is
 //   `tokens_per_image` tokens (LLaVA-1.5: 576) and pipeline's [3, H, W] pixels;
-// - dynamic (`patches`, Qwen2-VL's PatchProcessor): an image is patches->image_tokens(h, w)
-//   tokens and grid(h, w).patches() rows of patch_dim() floats, its size (h, w) read from its
-//   header when the source is made (never decoded then).
+// - dynamic (`dynamic`, a DynamicImages: Qwen2-VL's PatchProcessor, LLaVA-NeXT's
+//   TileProcessor): an image is dynamic->image_tokens(h, w) tokens and rows(h, w) pixel rows of
+//   row_shape(), its size (h, w) read from its header when the source is made (never decoded
+//   then).
 // A conversation is expanded: each image_token becomes its image's count of image_token, the
 // ids transformers' processor call gives for the text apply_chat_template rendered.
 //
@@ -45,9 +46,11 @@
 //   "mm_token_type_ids" int64  with token_types, the last field: 1 on an image token, 0
 //                           elsewhere (padding 0): what Qwen2-VL's processor returns and its
 //                           model's M-RoPE needs.
-// Ragged group 1, "pixel_values" float32: fixed, [images, 3, H, W]; dynamic, [patches,
-// patch_dim], the sample's images' patches one after the other.
-// Dynamic, ragged group 2: "image_grid_thw" int64 [images, 3], each image's (t, h, w).
+// Ragged group 1, "pixel_values" float32: fixed, [images, 3, H, W]; dynamic, [rows,
+// *row_shape()], the sample's images' rows one after the other (Qwen2-VL: [patches, patch_dim];
+// LLaVA-NeXT: [tiles, 3, tile, tile]).
+// Dynamic, ragged group 2: dynamic->info_name() int64 [images, info_size()], each image's
+// (Qwen2-VL: "image_grid_thw" (t, h, w); LLaVA-NeXT: "image_sizes" (height, width)).
 // Packed, the last ragged group: "cu_seqlens" int32 [conversations + 1]: 0 and each
 // conversation's end; and "max_seqlen" int32 [], the longest conversation of the pack.
 // length(i) and lengths() are the tokens: Budget(tokens=...) counts the image tokens.
@@ -67,11 +70,11 @@
 // Contract:
 // - Thread safety: immutable after construction; read() is safe from any number of threads,
 //   each with its own WorkerState.
-// - Ownership: shares documents, images, pipeline and patches, which must not change.
+// - Ownership: shares documents, images, pipeline and dynamic, which must not change.
 // - Errors: the constructor throws InvalidArgument for inconsistent options (image_starts not
-//   D + 1 entries, an image id out of range, neither or both of pipeline and patches,
+//   D + 1 entries, an image id out of range, neither or both of pipeline and dynamic,
 //   tokens_per_image < 1 with a pipeline, a pipeline whose output is not float32 [3, H, W],
-//   mrope without patches or unpacked) and
+//   mrope without Qwen2-VL's PatchProcessor or unpacked) and
 //   the bad conversations above.
 #pragma once
 
@@ -93,6 +96,7 @@ class ImagePipeline;
 
 namespace stoker::image_text {
 
+class DynamicImages;
 class PatchProcessor;
 
 struct VLMOptions {
@@ -101,10 +105,10 @@ struct VLMOptions {
   std::vector<uint64_t> image_ids;     // into images
   std::shared_ptr<const FileRanges> images;
   int64_t image_token = -1;
-  // fixed: the pipeline and its tokens; dynamic: the patch processor.
+  // fixed: the pipeline and its tokens; dynamic: the processor.
   std::shared_ptr<const image::ImagePipeline> pipeline;
   int64_t tokens_per_image = 0;
-  std::shared_ptr<const PatchProcessor> patches;
+  std::shared_ptr<const DynamicImages> dynamic;
   uint64_t max_pixels = 0;  // the decode limit (0: decode.h's default)
   int64_t pad_id = 0;
   int64_t label_ignore = -100;
@@ -112,7 +116,7 @@ struct VLMOptions {
   uint64_t max_length = 0;            // unpacked: the longest conversation kept (0: any)
   bool shuffle_conversations = true;  // packed: see above
   bool token_types = false;           // the mm_token_type_ids field
-  bool mrope = false;                 // packed and dynamic: M-RoPE position_ids (above)
+  bool mrope = false;                 // packed Qwen2-VL: M-RoPE position_ids (above)
   bool skip_bad = false;
   int threads = 0;  // for the construction's scan (0: the cores, at most 8)
 };
@@ -152,14 +156,19 @@ class VLMSource final : public Source {
   struct Conversation {
     uint64_t document = 0;
     uint64_t tokens = 0;   // expanded
-    uint64_t patches = 0;  // dynamic: its images' patches
+    uint64_t patches = 0;  // dynamic: its images' pixel rows
     uint64_t image_tokens = 0;
   };
-  uint64_t image_tokens(uint64_t image) const;
+  // An image's size (dynamic, from its header), tokens and pixel rows; tokens 0: unusable.
+  struct ImageShape {
+    int height = 0, width = 0;
+    uint64_t tokens = 0, rows = 0;
+  };
+  uint64_t image_tokens(uint64_t image) const { return shapes_[image].tokens; }
   // The kept conversation in slot j of pack_order_ in that epoch.
   uint64_t conversation_at(uint64_t j, uint64_t seed, uint64_t epoch) const;
-  uint64_t image_patches(uint64_t image) const;
-  std::array<int64_t, 3> probe(uint64_t image, std::vector<std::byte>& buffer) const;
+  uint64_t image_patches(uint64_t image) const { return shapes_[image].rows; }
+  ImageShape probe(uint64_t image, std::vector<std::byte>& buffer) const;
   void probe_images();
   void scan();
   void plan_packs();
@@ -175,13 +184,14 @@ class VLMSource final : public Source {
   // (kept conversations, in document order) one class after another.
   std::vector<uint32_t> class_of_;
   std::vector<uint64_t> rank_in_class_, class_starts_, class_members_;
-  // Per sample: its tokens, images and patches (dynamic).
+  // Per sample: its tokens, images and pixel rows (dynamic).
   std::vector<uint64_t> sample_tokens_, sample_images_, sample_patches_;
-  // Each image's (t, h, w) (dynamic; fixed: {1, 1, 1}), {0, 0, 0} for one that cannot be used.
-  std::vector<std::array<int64_t, 3>> grids_;
-  uint64_t image_bytes_ = 0;  // fixed: one image's pixels
-  size_t cu_slot_ = 0;        // packed: cu_seqlens' slot (max_seqlen's next)
-  size_t types_slot_ = 0;     // with token_types: mm_token_type_ids' slot (the last)
+  std::vector<ImageShape> shapes_;        // per image
+  const PatchProcessor* qwen_ = nullptr;  // mrope: dynamic as Qwen2-VL's
+  uint64_t image_bytes_ = 0;              // fixed: one image's pixels
+  uint64_t row_floats_ = 0;               // dynamic: one pixel row's floats
+  size_t cu_slot_ = 0;                    // packed: cu_seqlens' slot (max_seqlen's next)
+  size_t types_slot_ = 0;                 // with token_types: mm_token_type_ids' slot (the last)
   VLMStats stats_;
 };
 

@@ -7,7 +7,7 @@ one of the specs below; a sample is then a dict and so is a batch. Every member 
 worker threads (include/stoker/image_text/image_text_source.h): images by the image pipeline,
 captions by the native ``stoker.Tokenizer``, JSON values by simdjson. docs/image-text.md has an
 example over img2dataset's shards. ``ImageProcessor.from_pretrained`` makes Hugging Face image
-processors (CLIP, SigLIP, Qwen2-VL) native (processors.py). ``VLMDataset`` (vlm.py, also
+processors (CLIP, SigLIP, Qwen2-VL, LLaVA-NeXT) native (processors.py). ``VLMDataset`` (vlm.py, also
 ``stoker.VLMDataset``): conversations with images, as a vision-language model's processor makes
 them.
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from . import dataset as _dataset  # noqa: F401  (what TarShards(fields=...) makes)
 from .fields import AspectBuckets, Image, Json, Label, Npy, Text
-from .processors import FixedImageProcessor, ImageProcessor, PatchImageProcessor
+from .processors import (FixedImageProcessor, ImageProcessor, PatchImageProcessor,
+                         TileImageProcessor)
 from .vlm import VLMDataset
 
 __all__ = ["AspectBuckets", "FixedImageProcessor", "Image", "ImageProcessor", "Json", "Label",
-           "Npy", "PatchImageProcessor", "Text", "VLMDataset"]
+           "Npy", "PatchImageProcessor", "Text", "TileImageProcessor", "VLMDataset"]

@@ -137,7 +137,10 @@ class Image:
 
     def _native(self, name, max_pixels):
         from ..transforms import _compile
-        from .processors import PatchImageProcessor
+        from .processors import PatchImageProcessor, TileImageProcessor
+        if isinstance(self.transform, TileImageProcessor):
+            raise ValueError(f"fields[{name!r}]: LLaVA-NeXT's processor is VLMDataset's (its "
+                             f"tokens come with the conversation); not a TarShards field")
         if isinstance(self.transform, PatchImageProcessor):
             if self.buckets is not None:
                 raise ValueError(f"fields[{name!r}]: a Qwen2-VL processor sizes each image "

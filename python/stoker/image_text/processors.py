@@ -9,9 +9,13 @@ without transformers' ``Fast``/``Pil`` suffix):
   :mod:`stoker.transforms` pipeline (Resize with PIL's bicubic, CenterCrop with Hugging Face's
   offset, ToTensor, Normalize with the rescale factor folded in) that
   ``stoker.image_text.Image(transform=processor)`` runs natively;
-- ``Qwen2VLImageProcessor`` becomes a :class:`PatchImageProcessor` (the native patch processor,
+- ``Qwen2VLImageProcessor`` (Qwen2-VL's, Qwen2.5-VL's, Qwen3-VL's) becomes a
+  :class:`PatchImageProcessor` (the native patch processor,
   include/stoker/image_text/patch_processor.h): an image's (patches, image_grid_thw), its number
-  of image tokens from its size alone.
+  of image tokens from its size alone;
+- ``LlavaNextImageProcessor`` becomes a :class:`TileImageProcessor` (the native any-resolution
+  processor, include/stoker/image_text/tile_processor.h): an image's tiles (the base tile and a
+  grid chosen by its size) and image_sizes, its number of image tokens from its size alone.
 
 Images are read as transformers' ``convert_to_rgb`` reads them: a PNG's transparency (an alpha
 channel, palette alphas, a transparent colour) composited on white, bit for bit as PIL's
@@ -236,17 +240,7 @@ class PatchImageProcessor:
         return self._native.max_patches
 
     def __call__(self, image):
-        if isinstance(image, np.ndarray):
-            return self._native.process_rgb(np.ascontiguousarray(image, dtype=np.uint8))
-        if isinstance(image, (str, os.PathLike)):
-            with open(image, "rb") as f:
-                image = f.read()
-        if isinstance(image, (bytes, bytearray, memoryview)):
-            return self._native.process_bytes(bytes(image))
-        if hasattr(image, "convert"):  # a PIL image
-            return self._native.process_rgb(np.asarray(_rgb_on_white(image)))
-        raise TypeError(f"PatchImageProcessor takes encoded bytes, a path, an HWC uint8 array or "
-                        f"a PIL image, got {type(image).__name__}")
+        return _process(self._native, image, "PatchImageProcessor")
 
     def __repr__(self):
         o = self.options
@@ -269,6 +263,121 @@ def _patch_processor(options, config):
     o = dict(options)
     return PatchImageProcessor(image_mean=o.pop("mean"), image_std=o.pop("std"), config=config,
                                **o)
+
+
+class TileImageProcessor:
+    """LLaVA-NeXT's any-resolution processor (include/stoker/image_text/tile_processor.h):
+    ``processor(image)`` takes encoded bytes, a path, an HWC uint8 RGB array or a PIL image and
+    returns ``(pixel_values, image_size)``: float32 ``[tiles, 3, crop, crop]`` (the base tile,
+    then the grid's tiles row by row) and int64 ``[2]`` (height, width), as Hugging Face's
+    processor gives for one image (without its batch padding of tiles). ``tiles(height,
+    width)`` and ``num_image_tokens(height, width)`` need only the size; the tokens follow
+    ``LlavaNextProcessor`` (its ``patch_size``, ``num_additional_image_tokens`` and
+    ``vision_feature_select_strategy``: :meth:`with_model`)."""
+
+    decode_alpha = "white"
+    _LLAVA_1_6 = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
+
+    def __init__(self, image_grid_pinpoints=_LLAVA_1_6, crop_size=336, patch_size=14,
+                 num_additional_image_tokens=1, vision_feature_select_strategy="default",
+                 rescale_factor=1 / 255, image_mean=(0.48145466, 0.4578275, 0.40821073),
+                 image_std=(0.26862954, 0.26130258, 0.27577711), config=None):
+        from .._text import image_text as native
+        if vision_feature_select_strategy not in ("default", "full"):
+            raise ValueError(f"vision_feature_select_strategy is \"default\" or \"full\", got "
+                             f"{vision_feature_select_strategy!r}")
+        self.config = config
+        self.options = dict(
+            image_grid_pinpoints=[[int(h), int(w)] for h, w in image_grid_pinpoints],
+            crop_size=int(crop_size), patch_size=int(patch_size),
+            num_additional_image_tokens=int(num_additional_image_tokens),
+            vision_feature_select_strategy=vision_feature_select_strategy,
+            rescale_factor=float(rescale_factor), image_mean=[float(v) for v in image_mean],
+            image_std=[float(v) for v in image_std])
+        o = self.options
+        try:
+            self._native = native.TileProcessor(
+                [tuple(p) for p in o["image_grid_pinpoints"]], o["crop_size"], o["patch_size"],
+                o["num_additional_image_tokens"], vision_feature_select_strategy == "default",
+                o["rescale_factor"], o["image_mean"], o["image_std"])
+        except Exception as e:  # InvalidArgument: a bad option, named
+            raise ValueError(str(e)) from None
+
+    def with_model(self, **model):
+        """The same processor with the model's ``patch_size``, ``num_additional_image_tokens``
+        or ``vision_feature_select_strategy`` (a LlavaNextProcessor's), which set the tokens."""
+        return TileImageProcessor(**{**self.options, **model}, config=self.config)
+
+    def __reduce__(self):
+        return (_tile_processor, (self.options, self.config))
+
+    def best_resolution(self, height, width):
+        """The (height, width) among image_grid_pinpoints an image of that size is fitted to."""
+        return tuple(self._native.best_resolution(int(height), int(width)))
+
+    def tiles(self, height, width):
+        """Its tiles, the base one included."""
+        return self._native.tiles(int(height), int(width))
+
+    def num_image_tokens(self, height, width):
+        """The model's image tokens for an image of that size (LlavaNextProcessor's count)."""
+        return self._native.image_tokens(int(height), int(width))
+
+    @property
+    def max_tiles(self):
+        return self._native.max_tiles
+
+    def __call__(self, image):
+        return _process(self._native, image, "TileImageProcessor")
+
+    def __repr__(self):
+        o = self.options
+        return (f"TileImageProcessor(image_grid_pinpoints={o['image_grid_pinpoints']}, "
+                f"crop_size={o['crop_size']}, patch_size={o['patch_size']})")
+
+
+def _tile_processor(options, config):
+    return TileImageProcessor(**options, config=config)
+
+
+def _process(native, image, name):
+    """A native processor's (rows, info) of encoded bytes, a path, an HWC uint8 array or a PIL
+    image (its transparency composited on white)."""
+    if isinstance(image, np.ndarray):
+        return native.process_rgb(np.ascontiguousarray(image, dtype=np.uint8))
+    if isinstance(image, (str, os.PathLike)):
+        with open(image, "rb") as f:
+            image = f.read()
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return native.process_bytes(bytes(image))
+    if hasattr(image, "convert"):  # a PIL image
+        return native.process_rgb(np.asarray(_rgb_on_white(image)))
+    raise TypeError(f"{name} takes encoded bytes, a path, an HWC uint8 array or a PIL image, "
+                    f"got {type(image).__name__}")
+
+
+def _llava_next(cfg, kind):
+    name = kind
+    known = {"do_convert_rgb", "do_resize", "size", "resample", "do_center_crop", "crop_size",
+             "do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std",
+             "image_grid_pinpoints", "do_pad"}
+    _check_flags(cfg, name, known)
+    if _resample(cfg, name) != "bicubic":
+        raise ValueError(f"{name}: resample={cfg.get('resample')!r} is not reproduced natively "
+                         f"(bicubic only)")
+    size = _size(cfg.get("size", {"shortest_edge": 224}), name, "size")
+    crop = _size(cfg.get("crop_size", {"height": 224, "width": 224}), name, "crop_size")
+    side = size.get("shortest_edge", size.get("height"))
+    if set(crop) != {"height", "width"} or crop["height"] != crop["width"] or \
+            side != crop["height"] or size.get("width", side) != side:
+        raise ValueError(f"{name}: size={size!r} with crop_size={crop!r} is not reproduced "
+                         f"natively (a square crop of the size's side)")
+    return TileImageProcessor(
+        image_grid_pinpoints=cfg.get("image_grid_pinpoints") or TileImageProcessor._LLAVA_1_6,
+        crop_size=int(crop["height"]), rescale_factor=cfg.get("rescale_factor", 1 / 255),
+        image_mean=_triple(cfg, "image_mean", name, [0.48145466, 0.4578275, 0.40821073]),
+        image_std=_triple(cfg, "image_std", name, [0.26862954, 0.26130258, 0.27577711]),
+        config=cfg)
 
 
 def _qwen2_vl(cfg, kind):
@@ -296,7 +405,7 @@ def _qwen2_vl(cfg, kind):
 
 
 _KINDS = {"CLIPImageProcessor": _fixed, "SiglipImageProcessor": _fixed,
-          "Qwen2VLImageProcessor": _qwen2_vl}
+          "Qwen2VLImageProcessor": _qwen2_vl, "LlavaNextImageProcessor": _llava_next}
 
 
 class ImageProcessor:
@@ -304,8 +413,9 @@ class ImageProcessor:
 
     @staticmethod
     def from_pretrained(source):
-        """A :class:`FixedImageProcessor` (CLIP, SigLIP) or :class:`PatchImageProcessor`
-        (Qwen2-VL) from a directory, a preprocessor_config.json, a config dict or a
+        """A :class:`FixedImageProcessor` (CLIP, SigLIP), :class:`PatchImageProcessor`
+        (Qwen2-VL) or :class:`TileImageProcessor` (LLaVA-NeXT) from a directory, a
+        preprocessor_config.json, a config dict or a
         transformers image processor. ValueError for another processor type or an option the
         native form does not reproduce, naming it."""
         cfg = _config_of(source)

@@ -27,7 +27,7 @@ from ..sources.base import StokerDataset
 from ..sources._checks import check_index
 from ..sources.samples import read_sample
 from .._checks import check_positive_int
-from .processors import ImageProcessor, PatchImageProcessor
+from .processors import ImageProcessor, PatchImageProcessor, TileImageProcessor
 
 PACKS = (None, "best_fit")
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -63,7 +63,8 @@ class VLMDataset(StokerDataset):
     Fixed-resolution processors (CLIP, SigLIP: LLaVA-1.5) give every image the same count of
     image tokens (``image_tokens``, default from the processor: LLaVA-1.5's 576) and
     ``pixel_values`` [images, 3, H, W]; Qwen2-VL's (Qwen2.5-VL's, Qwen3-VL's) gives each image
-    tokens and patches by its size, read from its header.
+    tokens and patches by its size, read from its header, and so does LLaVA-NeXT's
+    any-resolution processor with tiles.
     ``image_token``: the placeholder the template writes (default the processor's).
 
     ``pack``: None (a sample is a conversation; batches pad to their longest, or
@@ -78,8 +79,9 @@ class VLMDataset(StokerDataset):
     does not.
 
     A batch is a dict; ``pixel_values`` holds the batch's images one after the other (the
-    model's layout: [images, 3, H, W], or Qwen2-VL's [patches, dim] and ``image_grid_thw``
-    [images, 3]), and ``image_counts`` [B] how many are each sample's.
+    model's layout: [images, 3, H, W], Qwen2-VL's [patches, dim] and ``image_grid_thw``
+    [images, 3], or LLaVA-NeXT's [tiles, 3, H, W] and ``image_sizes`` [images, 2]), and
+    ``image_counts`` [B] how many are each sample's.
 
     ``cache_dir``: where the rendered and tokenized rows and their images' places are kept (a
     folder named by a digest of the files, the tokenizer, the template and the options): a later
@@ -159,6 +161,7 @@ class VLMDataset(StokerDataset):
             _local_files(table["files"], fetch), table["range_file"], table["range_offset"],
             table["range_size"], table["names"])
         fixed = model.pipeline is not None
+        qwen = isinstance(self.image_processor, PatchImageProcessor)
         pipeline = model.pipeline
         if pad_id is None:
             pad_id = model.pad_id if model.pad_id is not None else 0
@@ -168,7 +171,7 @@ class VLMDataset(StokerDataset):
             int(model.tokens_per_image or 0) if fixed else 0,
             None if fixed else self.image_processor._native, 0, int(pad_id), self.label_ignore,
             int(seq_len or 0), int(max_length or 0), on_error == "skip", int(num_threads or 0),
-            bool(shuffle_conversations), not fixed, mrope=bool(pack) and not fixed)
+            bool(shuffle_conversations), qwen, mrope=bool(pack) and qwen)
         self._names = tuple(self._source.field_names) + tuple(self._source.lengths_names)
         self._summary = {"rows": table["count"], "text": dict(corpus.stats),
                          **dict(self._source.stats)}
@@ -226,13 +229,12 @@ class VLMDataset(StokerDataset):
         if positions is not None and positions.ndim == 3:  # M-RoPE's [B, L, 4] as [4, B, L]
             out["position_ids"] = positions.transpose(2, 0, 1) if isinstance(
                 positions, np.ndarray) else positions.permute(2, 0, 1)
-        counts_name = "image_grid_thw_lengths" if "image_grid_thw" in out else \
-            "pixel_values_lengths"
-        counts = out[counts_name]
+        info = next((k for k in ("image_grid_thw", "image_sizes") if k in out), None)
+        counts = out[f"{info}_lengths" if info else "pixel_values_lengths"]
         out["image_counts"] = counts
         out["pixel_values"] = _flatten(out["pixel_values"], out["pixel_values_lengths"])
-        if "image_grid_thw" in out:
-            out["image_grid_thw"] = _flatten(out["image_grid_thw"], counts)
+        if info:
+            out[info] = _flatten(out[info], counts)
         return out
 
     def _stats(self):
@@ -337,9 +339,14 @@ class _Model:
         self.chat_template = chat_template or template
         if not self.chat_template:
             raise ValueError("the processor has no chat template: give chat_template=")
-        dynamic = isinstance(self.image_processor, PatchImageProcessor)
+        qwen = isinstance(self.image_processor, PatchImageProcessor)
+        dynamic = qwen or isinstance(self.image_processor, TileImageProcessor)
+        if isinstance(self.image_processor, TileImageProcessor):  # the model sets its tokens
+            self.image_processor = self.image_processor.with_model(**{
+                k: config[k] for k in ("patch_size", "num_additional_image_tokens",
+                                       "vision_feature_select_strategy") if k in config})
         self.image_token = image_token or config.get("image_token") or \
-            ("<|image_pad|>" if dynamic else "<image>")
+            ("<|image_pad|>" if qwen else "<image>")
         self.tokens_per_image = self.pipeline = None
         if not dynamic:
             from ..transforms import _compile
@@ -350,8 +357,8 @@ class _Model:
             size = (shape[1], shape[2]) if shape[0] == 3 else (shape[0], shape[1])
             self.tokens_per_image = image_tokens or _fixed_tokens(size, config)
         elif image_tokens is not None:
-            raise ValueError("image_tokens is for fixed-resolution processors: Qwen2-VL's counts "
-                             "each image's tokens from its size")
+            raise ValueError("image_tokens is for fixed-resolution processors: Qwen2-VL's and "
+                             "LLaVA-NeXT's count each image's tokens from its size")
 
 
 def _fixed_tokens(size, config):
