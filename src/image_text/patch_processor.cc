@@ -23,17 +23,7 @@ PatchProcessor::PatchProcessor(PatchProcessorOptions o) : options_(o) {
   require(o.min_pixels > 0 && o.min_pixels <= o.max_pixels,
           "min_pixels and max_pixels must satisfy 0 < min_pixels <= max_pixels");
   require(o.max_pixels <= (int64_t{1} << 40), "max_pixels is too large");
-  require(o.rescale_factor > 0 && std::isfinite(o.rescale_factor),
-          "rescale_factor must be positive");
-  for (int c = 0; c < 3; ++c) {
-    require(o.std[c] != 0 && std::isfinite(o.std[c]) && std::isfinite(o.mean[c]),
-            "image_std must be non-zero and image_mean finite");
-    // numpy's order: float32(v * rescale_factor in float64), then (x - mean) / std in float32.
-    for (int v = 0; v < 256; ++v) {
-      const float x = static_cast<float>(static_cast<double>(v) * o.rescale_factor);
-      table_[c][v] = (x - o.mean[c]) / o.std[c];
-    }
-  }
+  table_ = value_table(o.rescale_factor, o.mean, o.std, "Qwen2-VL image processor");
 }
 
 std::pair<int, int> PatchProcessor::resized_size(int height, int width) const {

@@ -32,17 +32,7 @@ TileProcessor::TileProcessor(TileProcessorOptions o) : options_(std::move(o)) {
         h > 0 && w > 0 && h % p.tile == 0 && w % p.tile == 0 && h <= (1 << 16) && w <= (1 << 16),
         "image_grid_pinpoints must be multiples of crop_size (" + std::to_string(p.tile) +
             "), got " + std::to_string(h) + "x" + std::to_string(w));
-  require(p.rescale_factor > 0 && std::isfinite(p.rescale_factor),
-          "rescale_factor must be positive");
-  for (int c = 0; c < 3; ++c) {
-    require(p.std[c] != 0 && std::isfinite(p.std[c]) && std::isfinite(p.mean[c]),
-            "image_std must be non-zero and image_mean finite");
-    // numpy's order: float32(v * rescale_factor in float64), then (x - mean) / std in float32.
-    for (int v = 0; v < 256; ++v) {
-      const float x = static_cast<float>(static_cast<double>(v) * p.rescale_factor);
-      table_[c][v] = (x - p.mean[c]) / p.std[c];
-    }
-  }
+  table_ = value_table(p.rescale_factor, p.mean, p.std, "LLaVA-NeXT image processor");
 }
 
 std::pair<int, int> TileProcessor::best_resolution(int height, int width) const {

@@ -70,6 +70,15 @@ struct Fixture {
     return std::make_shared<FileRanges>(files, r);
   }
 
+  // Qwen2-VL's processor at 4 px patches (8 px merge blocks), up to 64 x 64 pixels.
+  static std::shared_ptr<const PatchProcessor> small_patches() {
+    return std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
+                                                                  .merge_size = 2,
+                                                                  .temporal_patch_size = 2,
+                                                                  .min_pixels = 16,
+                                                                  .max_pixels = 64 * 64});
+  }
+
   // Three conversations: [user: img0] [assistant]; [user: no image] [assistant];
   // [user: img1, img2] [assistant].
   VLMOptions options() const {
@@ -169,11 +178,7 @@ TEST(VLMSource, DynamicImagesTakeTheirTokensAndPatchesFromTheirSize) {
   VLMOptions o = fx.options();
   o.pipeline = nullptr;
   o.tokens_per_image = 0;
-  o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
-                                                                     .merge_size = 2,
-                                                                     .temporal_patch_size = 2,
-                                                                     .min_pixels = 16,
-                                                                     .max_pixels = 64 * 64});
+  o.dynamic = Fixture::small_patches();
   const auto& p = static_cast<const PatchProcessor&>(*o.dynamic);
   const VLMSource s(o);
   const auto tokens = [&](int i) {
@@ -254,11 +259,7 @@ TEST(VLMSource, PackedDynamicSamplesHaveMropePositions) {
   VLMOptions o = fx.options();
   o.pipeline = nullptr;
   o.tokens_per_image = 0;
-  o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
-                                                                     .merge_size = 2,
-                                                                     .temporal_patch_size = 2,
-                                                                     .min_pixels = 16,
-                                                                     .max_pixels = 64 * 64});
+  o.dynamic = Fixture::small_patches();
   o.shuffle_conversations = false;
   o.seq_len = 120;
   o.mrope = true;
@@ -385,11 +386,7 @@ TEST(VLMSource, BadConversationsAreNamedOrSkippedAndCounted) {
   for (bool dynamic : {false, true}) {
     if (dynamic) {
       o.pipeline = nullptr;
-      o.dynamic = std::make_shared<PatchProcessor>(PatchProcessorOptions{.patch_size = 4,
-                                                                         .merge_size = 2,
-                                                                         .temporal_patch_size = 2,
-                                                                         .min_pixels = 16,
-                                                                         .max_pixels = 64 * 64});
+      o.dynamic = Fixture::small_patches();
     }
     o.skip_bad = false;
     try {

@@ -641,14 +641,7 @@ def test_stoker_trainer_trains_a_llava_step(tmp_path, llava, folder):
         image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
         vision_feature_select_strategy="default")
     model = transformers.LlavaForConditionalGeneration(config)
-    seen = []
-    forward = model.forward
-
-    @functools.wraps(forward)  # Trainer keeps the columns forward's signature names
-    def recording(**kwargs):
-        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
-        return forward(**kwargs)
-    model.forward = recording
+    seen = record_forward(model)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=5, per_device_train_batch_size=4,
         learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no",
@@ -661,6 +654,21 @@ def test_stoker_trainer_trains_a_llava_step(tmp_path, llava, folder):
     assert "shift_labels" not in batch  # the labels are transformers' own, not shifted
     n_images = int((batch["input_ids"] == config.image_token_index).sum()) // 4
     assert batch["pixel_values"].shape == (n_images, 3, 28, 28)
+
+
+def record_forward(model):
+    """A list that receives the keywords of each model.forward call (tensors copied); the
+    wrapper keeps forward's signature, whose names Trainer keeps as columns."""
+    import torch
+    seen = []
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def recording(**kwargs):
+        seen.append({k: v.clone() if torch.is_tensor(v) else v for k, v in kwargs.items()})
+        return forward(**kwargs)
+    model.forward = recording
+    return seen
 
 
 def tiny_qwen2_vl(tok):
@@ -693,14 +701,7 @@ def test_stoker_trainer_trains_a_qwen2_vl_step(tmp_path, qwen, folder):
     ds = stoker.VLMDataset(write_json(tmp_path / "q.json", rows), qwen, images=folder)
     model = tiny_qwen2_vl(qwen.tokenizer)
     config = model.config
-    seen = []
-    forward = model.forward
-
-    @functools.wraps(forward)
-    def recording(**kwargs):
-        seen.append({k: v.clone() for k, v in kwargs.items() if torch.is_tensor(v)})
-        return forward(**kwargs)
-    model.forward = recording
+    seen = record_forward(model)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=4,
         learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no",
@@ -760,14 +761,7 @@ def test_packed_qwen2_vl_conversations_have_the_logits_they_have_alone(tmp_path,
     assert checked == len(single) and with_images >= 6
 
     from stoker.integrations.transformers import StokerTrainer
-    seen = []
-    forward = model.forward
-
-    @functools.wraps(forward)
-    def recording(**kwargs):
-        seen.append(kwargs)
-        return forward(**kwargs)
-    model.forward = recording
+    seen = record_forward(model)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1,
         learning_rate=3e-3, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)

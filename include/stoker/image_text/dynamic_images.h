@@ -13,6 +13,7 @@
 //   transparent PNG on white (transformers' convert_to_rgb).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -21,6 +22,14 @@
 #include "stoker/image/decode.h"
 
 namespace stoker::image_text {
+
+// Each 8-bit value's float32 after Hugging Face's rescale and normalize, per channel, in
+// numpy's order: float32(v * rescale_factor in float64), then (x - mean) / std in float32.
+using ValueTable = std::array<std::array<float, 256>, 3>;
+// Throws InvalidArgument, its message prefixed by `who`, for a rescale_factor that is not
+// positive and finite, a zero or non-finite std, or a non-finite mean.
+ValueTable value_table(double rescale_factor, const std::array<float, 3>& mean,
+                       const std::array<float, 3>& std, const std::string& who);
 
 class DynamicImages {
  public:

@@ -88,7 +88,7 @@ class PatchProcessor final : public DynamicImages {
 
  private:
   PatchProcessorOptions options_;
-  std::array<std::array<float, 256>, 3> table_;  // per channel and 8-bit value: the output
+  ValueTable table_;  // per channel and 8-bit value: the output
 };
 
 }  // namespace stoker::image_text

@@ -75,7 +75,7 @@ class TileProcessor final : public DynamicImages {
 
  private:
   TileProcessorOptions options_;
-  std::array<std::array<float, 256>, 3> table_;  // per channel and 8-bit value: the output
+  ValueTable table_;  // per channel and 8-bit value: the output
 };
 
 }  // namespace stoker::image_text

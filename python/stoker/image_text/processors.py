@@ -191,7 +191,41 @@ def _fixed(cfg, kind):
     return FixedImageProcessor(out, kind, cfg)
 
 
-class PatchImageProcessor:
+class _DynamicProcessor:
+    """What the native processors whose images' tokens depend on their size share
+    (include/stoker/image_text/dynamic_images.h): ``processor(image)`` and
+    ``num_image_tokens(height, width)``; subclasses make ``self._native`` with
+    :meth:`_make`."""
+
+    decode_alpha = "white"
+
+    def _make(self, native_class, *args, **kwargs):
+        try:
+            self._native = native_class(*args, **kwargs)
+        except Exception as e:  # InvalidArgument: a bad option, named
+            raise ValueError(str(e)) from None
+
+    def num_image_tokens(self, height, width):
+        """The model's image tokens for an image of that size, without decoding it."""
+        return self._native.image_tokens(int(height), int(width))
+
+    def __call__(self, image):
+        """(pixel rows, the image's info) of encoded bytes, a path, an HWC uint8 RGB array or a
+        PIL image (transparency composited on white)."""
+        if isinstance(image, np.ndarray):
+            return self._native.process_rgb(np.ascontiguousarray(image, dtype=np.uint8))
+        if isinstance(image, (str, os.PathLike)):
+            with open(image, "rb") as f:
+                image = f.read()
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            return self._native.process_bytes(bytes(image))
+        if hasattr(image, "convert"):  # a PIL image
+            return self._native.process_rgb(np.asarray(_rgb_on_white(image)))
+        raise TypeError(f"{type(self).__name__} takes encoded bytes, a path, an HWC uint8 array "
+                        f"or a PIL image, got {type(image).__name__}")
+
+
+class PatchImageProcessor(_DynamicProcessor):
     """Qwen2-VL's dynamic-resolution processor (include/stoker/image_text/patch_processor.h):
     ``processor(image)`` takes encoded bytes (JPEG, PNG, ...), a path, or an HWC uint8 RGB array
     and returns ``(pixel_values, image_grid_thw)``: float32 ``[t*h*w, 3 * temporal_patch_size *
@@ -199,8 +233,6 @@ class PatchImageProcessor:
     ``grid(height, width)`` and ``num_image_tokens(height, width)`` need only the size. Encoded
     images and PIL images with transparency are composited on white first, as transformers'
     ``convert_to_rgb`` does."""
-
-    decode_alpha = "white"
 
     def __init__(self, patch_size=14, merge_size=2, temporal_patch_size=2, min_pixels=56 * 56,
                  max_pixels=28 * 28 * 1280, rescale_factor=1 / 255,
@@ -213,10 +245,7 @@ class PatchImageProcessor:
                             min_pixels=int(min_pixels), max_pixels=int(max_pixels),
                             rescale_factor=float(rescale_factor), mean=[float(v) for v in image_mean],
                             std=[float(v) for v in image_std])
-        try:
-            self._native = native.PatchProcessor(**self.options)
-        except Exception as e:  # InvalidArgument: a bad option, named
-            raise ValueError(str(e)) from None
+        self._make(native.PatchProcessor, **self.options)
 
     def __reduce__(self):
         o = self.options
@@ -226,10 +255,6 @@ class PatchImageProcessor:
         """image_grid_thw (t, h, w) of an image of that size, without decoding it."""
         return self._native.grid(int(height), int(width))
 
-    def num_image_tokens(self, height, width):
-        """The model's image tokens for an image of that size: h * w / merge_size**2."""
-        return self._native.image_tokens(int(height), int(width))
-
     @property
     def patch_dim(self):
         return self._native.patch_dim
@@ -238,9 +263,6 @@ class PatchImageProcessor:
     def max_patches(self):
         """The most patches an image makes (max_pixels / patch_size**2)."""
         return self._native.max_patches
-
-    def __call__(self, image):
-        return _process(self._native, image, "PatchImageProcessor")
 
     def __repr__(self):
         o = self.options
@@ -265,7 +287,7 @@ def _patch_processor(options, config):
                                **o)
 
 
-class TileImageProcessor:
+class TileImageProcessor(_DynamicProcessor):
     """LLaVA-NeXT's any-resolution processor (include/stoker/image_text/tile_processor.h):
     ``processor(image)`` takes encoded bytes, a path, an HWC uint8 RGB array or a PIL image and
     returns ``(pixel_values, image_size)``: float32 ``[tiles, 3, crop, crop]`` (the base tile,
@@ -275,7 +297,6 @@ class TileImageProcessor:
     ``LlavaNextProcessor`` (its ``patch_size``, ``num_additional_image_tokens`` and
     ``vision_feature_select_strategy``: :meth:`with_model`)."""
 
-    decode_alpha = "white"
     _LLAVA_1_6 = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
 
     def __init__(self, image_grid_pinpoints=_LLAVA_1_6, crop_size=336, patch_size=14,
@@ -295,13 +316,10 @@ class TileImageProcessor:
             rescale_factor=float(rescale_factor), image_mean=[float(v) for v in image_mean],
             image_std=[float(v) for v in image_std])
         o = self.options
-        try:
-            self._native = native.TileProcessor(
-                [tuple(p) for p in o["image_grid_pinpoints"]], o["crop_size"], o["patch_size"],
-                o["num_additional_image_tokens"], vision_feature_select_strategy == "default",
-                o["rescale_factor"], o["image_mean"], o["image_std"])
-        except Exception as e:  # InvalidArgument: a bad option, named
-            raise ValueError(str(e)) from None
+        self._make(native.TileProcessor, [tuple(p) for p in o["image_grid_pinpoints"]],
+                   o["crop_size"], o["patch_size"], o["num_additional_image_tokens"],
+                   vision_feature_select_strategy == "default", o["rescale_factor"],
+                   o["image_mean"], o["image_std"])
 
     def with_model(self, **model):
         """The same processor with the model's ``patch_size``, ``num_additional_image_tokens``
@@ -319,16 +337,9 @@ class TileImageProcessor:
         """Its tiles, the base one included."""
         return self._native.tiles(int(height), int(width))
 
-    def num_image_tokens(self, height, width):
-        """The model's image tokens for an image of that size (LlavaNextProcessor's count)."""
-        return self._native.image_tokens(int(height), int(width))
-
     @property
     def max_tiles(self):
         return self._native.max_tiles
-
-    def __call__(self, image):
-        return _process(self._native, image, "TileImageProcessor")
 
     def __repr__(self):
         o = self.options
@@ -338,22 +349,6 @@ class TileImageProcessor:
 
 def _tile_processor(options, config):
     return TileImageProcessor(**options, config=config)
-
-
-def _process(native, image, name):
-    """A native processor's (rows, info) of encoded bytes, a path, an HWC uint8 array or a PIL
-    image (its transparency composited on white)."""
-    if isinstance(image, np.ndarray):
-        return native.process_rgb(np.ascontiguousarray(image, dtype=np.uint8))
-    if isinstance(image, (str, os.PathLike)):
-        with open(image, "rb") as f:
-            image = f.read()
-    if isinstance(image, (bytes, bytearray, memoryview)):
-        return native.process_bytes(bytes(image))
-    if hasattr(image, "convert"):  # a PIL image
-        return native.process_rgb(np.asarray(_rgb_on_white(image)))
-    raise TypeError(f"{name} takes encoded bytes, a path, an HWC uint8 array or a PIL image, "
-                    f"got {type(image).__name__}")
 
 
 def _llava_next(cfg, kind):
